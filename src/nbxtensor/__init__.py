@@ -1,0 +1,40 @@
+"""nbxtensor: a tensor library for running neural networks in Python without PyTorch.
+
+Tensors live on `cpu` (NumPy), `cuda` (our own driver, allocator and Triton launcher)
+or `interp` (the same Triton kernels run by Triton's interpreter, for testing).
+`import nbxtensor` imports neither triton nor torch.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from . import dtypes
+from .dtypes import (DType, all_dtypes, bfloat16, bool, double, finfo, float, float8_e4m3fn,  # noqa: A004
+                     float8_e5m2, float16, float32, float64, get_default_dtype, half, iinfo, int,
+                     int8, int16, int32, int64, long, promote_types, result_type,
+                     set_default_dtype, short, uint8)
+from .device import Device
+from .device import Device as device  # torch spelling: nbx.device("cuda:0")
+from .tensor import Size, Tensor, broadcast_shapes
+from .creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like,
+                       linspace, ones, ones_like, scalar_tensor, tensor, zeros, zeros_like)
+from .ops import *  # noqa: F401,F403  - the op surface; attaches Tensor methods
+from . import ops as _ops
+
+_LAZY = {"cuda": "nbxtensor.cuda", "io": "nbxtensor.io", "models": "nbxtensor.models",
+         "linalg": "nbxtensor.ops.linalg", "nn": "nbxtensor.nn"}
+
+
+def __getattr__(name):
+    # submodules that may pull in heavier imports load on first use
+    if name in _LAZY:
+        import importlib
+        return importlib.import_module(_LAZY[name])
+    if name == "launch":
+        from .backends.launch import launch
+        return launch
+    raise AttributeError(f"module 'nbxtensor' has no attribute {name!r}")
+
+
+def is_tensor(x) -> "builtins.bool":  # noqa: F821
+    return isinstance(x, Tensor)

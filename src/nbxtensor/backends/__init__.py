@@ -1,0 +1,1 @@
+"""Device backends: cpu (NumPy implementations), cuda (driver, allocator, launcher), interp."""

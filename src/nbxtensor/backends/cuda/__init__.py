@@ -1,0 +1,1 @@
+"""The cuda backend: driver (ctypes on libcuda), caching allocator, launcher, graphs."""

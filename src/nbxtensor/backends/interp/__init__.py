@@ -1,0 +1,1 @@
+"""The interp device: host memory, Triton kernels run by Triton's interpreter."""

@@ -1,0 +1,208 @@
+"""Factories: tensor, from_numpy, empty/zeros/ones/full, arange, linspace, eye, *_like."""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from . import dtypes as _dt
+from .device import as_device
+from .tensor import Tensor, normalize_size
+
+__all__ = ["tensor", "as_tensor", "from_numpy", "empty", "zeros", "ones", "full", "arange",
+           "linspace", "eye", "empty_like", "zeros_like", "ones_like", "full_like", "scalar_tensor"]
+
+
+def _host_to(arr: np.ndarray, device) -> Tensor:
+    """Place a fresh host array on `device` (zero-copy on cpu)."""
+    if device.type == "cpu":
+        return Tensor._from_numpy_unchecked(arr if arr.flags.c_contiguous else arr.copy())
+    out = Tensor._empty(arr.shape, _dt.as_dtype(arr.dtype), device)
+    out.untyped_storage().from_host(0, arr)
+    return out
+
+
+def _infer_dtype_of_data(data) -> _dt.DType:
+    """torch.tensor's inference for Python data: bool < int64 < default float."""
+    kinds = set()
+
+    def walk(x):
+        if isinstance(x, Tensor):
+            kinds.add(x.dtype.kind if x.dtype.kind != "u" else "i")
+        elif isinstance(x, (bool, np.bool_)):
+            kinds.add("b")
+        elif isinstance(x, (int, np.integer)):
+            kinds.add("i")
+        elif isinstance(x, (float, np.floating)):
+            kinds.add("f")
+        elif isinstance(x, (list, tuple)):
+            for y in x:
+                walk(y)
+        elif isinstance(x, np.ndarray):
+            kinds.add({"b": "b", "u": "i", "i": "i", "f": "f"}.get(x.dtype.kind, "?"))
+        elif isinstance(x, complex):
+            raise TypeError("tensor: complex numbers are not supported")
+        else:
+            raise TypeError(f"tensor: data must be numbers, nested lists of numbers, NumPy "
+                            f"arrays or tensors, got {type(x).__name__}")
+    walk(data)
+    if "f" in kinds or not kinds:
+        return _dt.get_default_dtype()
+    if "i" in kinds:
+        return _dt.int64
+    return _dt.bool
+
+
+def tensor(data, dtype=None, device=None) -> Tensor:
+    """A new tensor holding a copy of `data` (number, nested lists, NumPy array or tensor)."""
+    device = as_device(device)
+    dtype = None if dtype is None else _dt.as_dtype(dtype)
+    if isinstance(data, Tensor):
+        return data.to(device=device, dtype=dtype or data.dtype, copy=True)
+    if isinstance(data, np.ndarray):
+        src_dtype = _dt.as_dtype(data.dtype, "data.dtype")
+        arr = data
+    else:
+        src_dtype = _infer_dtype_of_data(data)
+        try:
+            arr = np.array(data, dtype=np.float64 if src_dtype.is_floating_point else src_dtype.np)
+        except ValueError as e:
+            raise ValueError(f"tensor: data is not a rectangular nested sequence of numbers ({e})") \
+                from None
+    dtype = dtype or src_dtype
+    with np.errstate(all="ignore"):
+        arr = np.array(arr, dtype=dtype.np, copy=True, order="C")
+    return _host_to(arr, device)
+
+
+def as_tensor(data, dtype=None, device=None) -> Tensor:
+    """Like `tensor`, but returns `data` itself (or a view) when no copy is needed."""
+    if isinstance(data, Tensor):
+        return data.to(device=device if device is not None else data.device, dtype=dtype)
+    if isinstance(data, np.ndarray) and as_device(device).type == "cpu" and \
+            (dtype is None or _dt.as_dtype(dtype).np == data.dtype):
+        try:
+            return from_numpy(data)
+        except ValueError:
+            pass
+    return tensor(data, dtype=dtype, device=device)
+
+
+def from_numpy(arr: np.ndarray) -> Tensor:
+    """A cpu tensor sharing memory with `arr` (no copy)."""
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(arr).__name__}")
+    _dt.as_dtype(arr.dtype, "from_numpy: arr.dtype")
+    if any(s < 0 for s in arr.strides):
+        raise ValueError(f"from_numpy: arrays with negative strides are not supported (strides "
+                         f"{arr.strides}); pass arr.copy()")
+    if any(s % arr.itemsize for s in arr.strides):
+        raise ValueError(f"from_numpy: strides {arr.strides} are not multiples of the item size "
+                         f"{arr.itemsize}; pass arr.copy()")
+    return Tensor._from_numpy_unchecked(arr)
+
+
+def empty(*size, dtype=None, device=None) -> Tensor:
+    shape = normalize_size(size)
+    return Tensor._empty(shape, _dt.as_dtype(dtype) if dtype is not None else _dt.get_default_dtype(),
+                         as_device(device))
+
+
+def full(size, fill_value, dtype=None, device=None) -> Tensor:
+    """A tensor filled with `fill_value`; the dtype follows the value when not given (torch)."""
+    if isinstance(fill_value, Tensor):
+        fill_value = fill_value.item()
+    if dtype is None:
+        if isinstance(fill_value, (bool, np.bool_)):
+            dtype = _dt.bool
+        elif isinstance(fill_value, (int, np.integer)):
+            dtype = _dt.int64
+        elif isinstance(fill_value, numbers.Real):
+            dtype = _dt.get_default_dtype()
+        else:
+            raise TypeError(f"full: fill_value must be a number, got {type(fill_value).__name__}")
+    return empty(normalize_size((size,)), dtype=dtype, device=device).fill_(fill_value)
+
+
+def zeros(*size, dtype=None, device=None) -> Tensor:
+    return empty(*size, dtype=dtype, device=device).fill_(0)
+
+
+def ones(*size, dtype=None, device=None) -> Tensor:
+    return empty(*size, dtype=dtype, device=device).fill_(1)
+
+
+def scalar_tensor(value, dtype=None, device=None) -> Tensor:
+    return full((), value, dtype=dtype or _dt.get_default_dtype(), device=device)
+
+
+def _like(t, dtype, device):
+    if not isinstance(t, Tensor):
+        raise TypeError(f"input: expected a Tensor, got {type(t).__name__}")
+    return (t.shape, t.dtype if dtype is None else _dt.as_dtype(dtype),
+            t.device if device is None else as_device(device))
+
+
+def empty_like(input, dtype=None, device=None) -> Tensor:  # noqa: A002
+    shape, dtype, device = _like(input, dtype, device)
+    return Tensor._empty(shape, dtype, device)
+
+
+def zeros_like(input, dtype=None, device=None) -> Tensor:  # noqa: A002
+    return empty_like(input, dtype, device).fill_(0)
+
+
+def ones_like(input, dtype=None, device=None) -> Tensor:  # noqa: A002
+    return empty_like(input, dtype, device).fill_(1)
+
+
+def full_like(input, fill_value, dtype=None, device=None) -> Tensor:  # noqa: A002
+    return empty_like(input, dtype, device).fill_(fill_value)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
+    """Values from `start` up to (not including) `end` by `step`; int64 for int arguments."""
+    if end is None:
+        start, end = 0, start
+    for name, v in (("start", start), ("end", end), ("step", step)):
+        if isinstance(v, Tensor):
+            v = v.item()
+        if not isinstance(v, numbers.Real) or isinstance(v, bool) or not math.isfinite(v):
+            raise ValueError(f"arange: {name} must be a finite number, got {v!r}")
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
+    if (end - start) * step < 0:
+        raise ValueError(f"arange: upper bound and larger bound inconsistent with step sign "
+                         f"(start={start}, end={end}, step={step})")
+    all_int = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
+    dtype = _dt.as_dtype(dtype) if dtype is not None else (_dt.int64 if all_int else
+                                                            _dt.get_default_dtype())
+    n = math.ceil((end - start) / step) if not all_int else max(0, -(-(end - start) // step))
+    if all_int:
+        vals = start + step * np.arange(n, dtype=np.int64)
+    else:
+        vals = start + step * np.arange(n, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        return _host_to(vals.astype(dtype.np), as_device(device))
+
+
+def linspace(start, end, steps, dtype=None, device=None) -> Tensor:
+    """`steps` evenly spaced values from `start` to `end` inclusive."""
+    if not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
+    dtype = _dt.as_dtype(dtype) if dtype is not None else _dt.get_default_dtype()
+    vals = np.linspace(float(start), float(end), int(steps), dtype=np.float64)
+    if dtype.kind in "ui":
+        vals = np.trunc(vals)
+    with np.errstate(all="ignore"):
+        return _host_to(vals.astype(dtype.np), as_device(device))
+
+
+def eye(n, m=None, dtype=None, device=None) -> Tensor:
+    m = n if m is None else m
+    for name, v in (("n", n), ("m", m)):
+        if not isinstance(v, (int, np.integer)) or v < 0:
+            raise ValueError(f"eye: {name} must be a non-negative int, got {v!r}")
+    dtype = _dt.as_dtype(dtype) if dtype is not None else _dt.get_default_dtype()
+    return _host_to(np.eye(n, m, dtype=dtype.np), as_device(device))

@@ -1,0 +1,93 @@
+"""Devices: where a tensor's memory lives and which implementation runs its ops.
+
+  cpu      host memory (NumPy arrays); ops run by NumPy
+  cuda:N   device memory from the caching allocator; ops run by Triton kernels
+  interp   host memory; the *same* Triton kernels, run by Triton's interpreter
+"""
+from __future__ import annotations
+
+__all__ = ["Device", "as_device", "DEVICE_TYPES"]
+
+DEVICE_TYPES = ("cpu", "cuda", "interp")
+
+
+class Device:
+    """A device, parsed from 'cpu', 'cuda', 'cuda:N' or 'interp' (or a type and index)."""
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, type, index=None):  # noqa: A002 - torch's name
+        if isinstance(type, Device):
+            type, index = type.type, type.index if index is None else index
+        if not isinstance(type, str):
+            raise TypeError(f"device: expected a string such as 'cpu', 'cuda:0' or 'interp', "
+                            f"got {type!r}")
+        text = type
+        if ":" in type:
+            if index is not None:
+                raise ValueError(f"device: {text!r} names an index, and index={index} was given too")
+            type, _, idx = type.partition(":")
+            if not idx.isdigit():
+                raise ValueError(f"device: bad device index in {text!r}; expected 'cuda:N' with N >= 0")
+            index = int(idx)
+        if type not in DEVICE_TYPES:
+            raise ValueError(f"device: unknown device type {text!r}; expected one of "
+                             f"'cpu', 'cuda', 'cuda:N', 'interp'")
+        if index is not None:
+            if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+                raise ValueError(f"device: index must be an int >= 0, got {index!r}")
+            if type != "cuda" and index != 0:
+                raise ValueError(f"device: {type!r} has only index 0, got {index}")
+            if type != "cuda":
+                index = None
+        self.type = type
+        self.index = index
+
+    @property
+    def is_host(self) -> bool:
+        """True when the memory is host memory (cpu and interp)."""
+        return self.type != "cuda"
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            try:
+                other = Device(other)
+            except (TypeError, ValueError):
+                return False
+        if not isinstance(other, Device):
+            return NotImplemented
+        return self.type == other.type and self.index == other.index
+
+    def __hash__(self):
+        return hash((self.type, self.index))
+
+    def __str__(self):
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __repr__(self):
+        return f"device(type='{self.type}'" + ("" if self.index is None else f", index={self.index}") + ")"
+
+
+_CPU = Device("cpu")
+_default_device = _CPU
+
+
+def as_device(x, argname: str = "device") -> Device:
+    """Normalise a device argument; None means the default (cpu); 'cuda' means cuda:0."""
+    if x is None:
+        return _default_device
+    if isinstance(x, Device):
+        d = x
+    elif isinstance(x, str):
+        try:
+            d = Device(x)
+        except (TypeError, ValueError) as e:
+            raise type(e)(str(e).replace("device:", f"{argname}:", 1)) from None
+    elif isinstance(x, int) and not isinstance(x, bool):
+        d = Device("cuda", x)
+    else:
+        raise TypeError(f"{argname}: expected a device ('cpu', 'cuda', 'cuda:N', 'interp'), "
+                        f"got {type(x).__name__} {x!r}")
+    if d.type == "cuda" and d.index is None:
+        d = Device("cuda", 0)
+    return d

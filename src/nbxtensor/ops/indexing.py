@@ -1,0 +1,4 @@
+"""indexing ops (stub: filled by its family)."""
+from __future__ import annotations
+
+__all__: list[str] = []

@@ -1,0 +1,694 @@
+"""Tensor = storage + shape + strides (in elements) + offset + dtype.
+
+Views (view, permute, expand, indexing, ...) only compute new metadata over the same
+storage, so they are device-agnostic. Anything that touches element values goes
+through `dispatch.impl`, which is the only place that knows about devices. The op
+methods (`add`, `sum`, `__add__`, ...) are attached by `nbxtensor.ops`.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+
+import numpy as np
+
+from . import dtypes as _dt
+from .device import Device, as_device
+from .dispatch import impl
+from .storage import HostStorage, new_storage
+
+__all__ = ["Tensor", "Size"]
+
+
+class Size(tuple):
+    """A tensor's shape: a tuple of ints, with torch's `numel()`."""
+
+    def numel(self) -> int:
+        return math.prod(self)
+
+    def __repr__(self):
+        return f"nbxtensor.Size([{', '.join(map(str, self))}])"
+
+    def __getitem__(self, i):
+        r = tuple.__getitem__(self, i)
+        return Size(r) if isinstance(i, slice) else r
+
+
+def contiguous_strides(shape) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def normalize_dim(dim, ndim: int, argname: str = "dim") -> int:
+    """Wrap a possibly negative dim; 0-dim tensors accept dim 0 and -1 as torch does."""
+    if not isinstance(dim, (int, np.integer)) or isinstance(dim, (bool, np.bool_)):
+        raise TypeError(f"{argname}: expected an int, got {type(dim).__name__} {dim!r}")
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"{argname}: dimension out of range (expected to be in range of "
+                         f"[{-n}, {n - 1}], but got {dim})")
+    return int(dim) % n
+
+
+def normalize_size(args, argname: str = "size") -> tuple[int, ...]:
+    """Accept f(2, 3), f((2, 3)) and f([2, 3]); every entry a non-negative int."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list, Size)):
+        args = tuple(args[0])
+    out = []
+    for n in args:
+        if isinstance(n, Tensor):
+            n = n.item()
+        if not isinstance(n, (int, np.integer)) or isinstance(n, (bool, np.bool_)):
+            raise TypeError(f"{argname}: expected a sequence of ints, got {type(n).__name__} {n!r} "
+                            f"in {tuple(args)}")
+        out.append(int(n))
+    return tuple(out)
+
+
+def broadcast_shapes(*shapes) -> Size:
+    """torch.broadcast_shapes: the shape that all `shapes` broadcast to, or ValueError."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for s in shapes:
+        for i, n in enumerate(s, ndim - len(s)):
+            if n != 1:
+                if out[i] not in (1, n):
+                    raise ValueError(f"shapes {', '.join(str(tuple(x)) for x in shapes)} cannot be "
+                                     f"broadcast together (mismatch at dim {i - ndim}: {out[i]} vs {n})")
+                out[i] = n
+    return Size(out)
+
+
+def _view_strides(oldshape, oldstride, newshape):
+    """Strides that let `newshape` view memory laid out as (oldshape, oldstride), or None.
+
+    The rule torch uses: merge runs of old dims that are contiguous with each other
+    into chunks; every new dim must fall inside one chunk.
+    """
+    numel = math.prod(oldshape)
+    if numel == 0 or not oldshape:
+        return contiguous_strides(newshape)
+    newstride = [0] * len(newshape)
+    view_d = len(newshape) - 1
+    chunk_base = oldstride[-1]
+    tensor_numel = view_numel = 1
+    for d in range(len(oldshape) - 1, -1, -1):
+        tensor_numel *= oldshape[d]
+        if d == 0 or (oldshape[d - 1] != 1 and oldstride[d - 1] != tensor_numel * chunk_base):
+            while view_d >= 0 and (view_numel < tensor_numel or newshape[view_d] == 1):
+                newstride[view_d] = view_numel * chunk_base
+                view_numel *= newshape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if d > 0:
+                chunk_base = oldstride[d - 1]
+                tensor_numel = view_numel = 1
+    return tuple(newstride) if view_d == -1 else None
+
+
+def _infer_size(shape, numel: int, argname="shape") -> tuple[int, ...]:
+    shape = list(shape)
+    neg = [i for i, n in enumerate(shape) if n == -1]
+    if len(neg) > 1:
+        raise ValueError(f"{argname}: only one dimension can be inferred (-1), got {tuple(shape)}")
+    for n in shape:
+        if n < -1:
+            raise ValueError(f"{argname}: invalid size {n} in {tuple(shape)}")
+    known = math.prod(n for n in shape if n != -1)
+    if neg:
+        if known == 0 or numel % known:
+            raise ValueError(f"{argname}: {tuple(shape)} is invalid for input of size {numel}")
+        shape[neg[0]] = numel // known
+    elif known != numel:
+        raise ValueError(f"{argname}: {tuple(shape)} is invalid for input of size {numel}")
+    return tuple(shape)
+
+
+class Tensor:
+    """An n-dimensional array of one dtype on one device."""
+
+    __slots__ = ("_storage", "_shape", "_stride", "_offset", "_dtype", "__weakref__")
+    __array_priority__ = 1000  # so ndarray OP Tensor defers to our reflected operators
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("Tensor cannot be constructed directly; use nbxtensor.tensor(), "
+                        "nbxtensor.empty() or nbxtensor.from_numpy()")
+
+    @classmethod
+    def _make(cls, storage, shape, stride, offset, dtype) -> "Tensor":
+        t = object.__new__(cls)
+        t._storage = storage
+        t._shape = Size(shape)
+        t._stride = tuple(stride)
+        t._offset = offset
+        t._dtype = dtype
+        return t
+
+    @classmethod
+    def _empty(cls, shape, dtype, device: Device) -> "Tensor":
+        shape = tuple(shape)
+        storage = new_storage(device, math.prod(shape) * dtype.itemsize)
+        return cls._make(storage, shape, contiguous_strides(shape), 0, dtype)
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def shape(self) -> Size:
+        return self._shape
+
+    def size(self, dim=None):
+        if dim is None:
+            return self._shape
+        return self._shape[normalize_dim(dim, self.ndim)] if self.ndim else 1
+
+    def stride(self, dim=None):
+        if dim is None:
+            return self._stride
+        return self._stride[normalize_dim(dim, self.ndim)] if self.ndim else 1
+
+    def storage_offset(self) -> int:
+        return self._offset
+
+    @property
+    def dtype(self) -> _dt.DType:
+        return self._dtype
+
+    @property
+    def device(self) -> Device:
+        return self._storage.device
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    def dim(self) -> int:
+        return len(self._shape)
+
+    def numel(self) -> int:
+        return math.prod(self._shape)
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def itemsize(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self._dtype.itemsize
+
+    def data_ptr(self) -> int:
+        return self._storage.ptr + self._offset * self._dtype.itemsize
+
+    def untyped_storage(self):
+        return self._storage
+
+    def is_contiguous(self) -> bool:
+        expected = 1
+        for n, s in zip(reversed(self._shape), reversed(self._stride)):
+            if n != 1 and s != expected:
+                return False
+            expected *= n
+        return True
+
+    def is_floating_point(self) -> bool:
+        return self._dtype.is_floating_point
+
+    # ---------------------------------------------------------------- views
+    def _view(self, shape, stride, offset=None) -> "Tensor":
+        return Tensor._make(self._storage, shape, stride, self._offset if offset is None else offset,
+                            self._dtype)
+
+    def view(self, *shape) -> "Tensor":
+        if len(shape) == 1 and isinstance(shape[0], (_dt.DType, str)):
+            raise NotImplementedError("view(dtype) is not supported; use .to(dtype) to convert")
+        shape = _infer_size(normalize_size(shape, "shape") if shape else (), self.numel(), "view")
+        stride = _view_strides(self._shape, self._stride, shape)
+        if stride is None:
+            raise RuntimeError(f"view: size {tuple(shape)} is not compatible with input of size "
+                               f"{tuple(self._shape)} and stride {self._stride} (at least one "
+                               f"dimension spans across two contiguous subspaces); use .reshape(...)")
+        return self._view(shape, stride)
+
+    def reshape(self, *shape) -> "Tensor":
+        shape = _infer_size(normalize_size(shape, "shape") if shape else (), self.numel(), "reshape")
+        stride = _view_strides(self._shape, self._stride, shape)
+        if stride is None:
+            return self.contiguous().view(shape)
+        return self._view(shape, stride)
+
+    def view_as(self, other: "Tensor") -> "Tensor":
+        return self.view(other.shape)
+
+    def reshape_as(self, other: "Tensor") -> "Tensor":
+        return self.reshape(other.shape)
+
+    def as_strided(self, size, stride, storage_offset=None) -> "Tensor":
+        size = normalize_size((size,), "size")
+        stride = normalize_size((stride,), "stride")
+        if len(size) != len(stride):
+            raise ValueError(f"as_strided: size {size} and stride {stride} have different lengths")
+        offset = self._offset if storage_offset is None else int(storage_offset)
+        if offset < 0:
+            raise ValueError(f"as_strided: storage_offset must be >= 0, got {offset}")
+        if math.prod(size):
+            last = offset + sum((n - 1) * s for n, s in zip(size, stride))
+            if (last + 1) * self._dtype.itemsize > self._storage.nbytes:
+                raise ValueError(f"as_strided: size {size}, stride {stride}, offset {offset} reaches "
+                                 f"element {last}, beyond the storage of "
+                                 f"{self._storage.nbytes // self._dtype.itemsize} elements")
+        return self._view(size, stride, offset)
+
+    def permute(self, *dims) -> "Tensor":
+        dims = normalize_size(dims, "dims") if dims and not isinstance(dims[0], int) \
+            else tuple(dims)
+        if len(dims) != self.ndim:
+            raise ValueError(f"permute: dims {tuple(dims)} must name each of the tensor's "
+                             f"{self.ndim} dims once")
+        dims = tuple(normalize_dim(d, self.ndim, "dims") for d in dims)
+        if sorted(dims) != list(range(self.ndim)):
+            raise ValueError(f"permute: dims {dims} is not a permutation of 0..{self.ndim - 1}")
+        return self._view([self._shape[d] for d in dims], [self._stride[d] for d in dims])
+
+    def transpose(self, dim0, dim1) -> "Tensor":
+        if self.ndim == 0:
+            normalize_dim(dim0, 0, "dim0"), normalize_dim(dim1, 0, "dim1")
+            return self
+        d0, d1 = normalize_dim(dim0, self.ndim, "dim0"), normalize_dim(dim1, self.ndim, "dim1")
+        order = list(range(self.ndim))
+        order[d0], order[d1] = d1, d0
+        return self.permute(order)
+
+    swapaxes = swapdims = transpose
+
+    def t(self) -> "Tensor":
+        if self.ndim > 2:
+            raise ValueError(f"t: expects a tensor with <= 2 dims, got {self.ndim}")
+        return self.transpose(0, 1) if self.ndim == 2 else self
+
+    @property
+    def T(self) -> "Tensor":  # noqa: N802 - torch's name
+        return self.permute(tuple(range(self.ndim - 1, -1, -1)))
+
+    @property
+    def mT(self) -> "Tensor":  # noqa: N802 - torch's name
+        if self.ndim < 2:
+            raise ValueError(f"mT: expects a tensor with >= 2 dims, got {self.ndim}")
+        return self.transpose(-2, -1)
+
+    def expand(self, *sizes) -> "Tensor":
+        sizes = normalize_size(sizes, "size") if sizes else ()
+        if len(sizes) < self.ndim:
+            raise ValueError(f"expand: the number of sizes {len(sizes)} must be >= the tensor's "
+                             f"{self.ndim} dims ({tuple(sizes)} vs {tuple(self._shape)})")
+        lead = len(sizes) - self.ndim
+        shape, stride = [], []
+        for i, n in enumerate(sizes):
+            if i < lead:
+                if n < 0:
+                    raise ValueError(f"expand: size -1 is not allowed in a new leading dim "
+                                     f"({tuple(sizes)})")
+                shape.append(n), stride.append(0)
+                continue
+            have, st = self._shape[i - lead], self._stride[i - lead]
+            if n == -1 or n == have:
+                shape.append(have), stride.append(st)
+            elif have == 1 and n >= 0:
+                shape.append(n), stride.append(0)
+            else:
+                raise ValueError(f"expand: the expanded size {n} must match the existing size "
+                                 f"{have} at non-singleton dim {i} (shape {tuple(self._shape)} "
+                                 f"to {tuple(sizes)})")
+        return self._view(shape, stride)
+
+    def broadcast_to(self, *shape) -> "Tensor":
+        return self.expand(*shape)
+
+    def expand_as(self, other: "Tensor") -> "Tensor":
+        return self.expand(other.shape)
+
+    def squeeze(self, dim=None) -> "Tensor":
+        if dim is None:
+            keep = [i for i, n in enumerate(self._shape) if n != 1]
+        else:
+            dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+            drop = {normalize_dim(d, self.ndim) for d in dims} if self.ndim else set()
+            keep = [i for i, n in enumerate(self._shape) if not (i in drop and n == 1)]
+        return self._view([self._shape[i] for i in keep], [self._stride[i] for i in keep])
+
+    def unsqueeze(self, dim) -> "Tensor":
+        d = normalize_dim(dim, self.ndim + 1)
+        shape, stride = list(self._shape), list(self._stride)
+        new_stride = shape[d] * stride[d] if d < self.ndim else 1
+        shape.insert(d, 1)
+        stride.insert(d, new_stride)
+        return self._view(shape, stride)
+
+    def flatten(self, start_dim=0, end_dim=-1) -> "Tensor":
+        if self.ndim == 0:
+            return self.reshape(1)
+        s = normalize_dim(start_dim, self.ndim, "start_dim")
+        e = normalize_dim(end_dim, self.ndim, "end_dim")
+        if s > e:
+            raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        shape = self._shape[:s] + (math.prod(self._shape[s:e + 1]),) + self._shape[e + 1:]
+        return self.reshape(shape)
+
+    def unflatten(self, dim, sizes) -> "Tensor":
+        d = normalize_dim(dim, self.ndim)
+        sizes = _infer_size(normalize_size((sizes,), "sizes"), self._shape[d], "unflatten")
+        return self.view(self._shape[:d] + tuple(sizes) + self._shape[d + 1:])
+
+    def narrow(self, dim, start, length) -> "Tensor":
+        d = normalize_dim(dim, self.ndim)
+        n = self._shape[d]
+        if isinstance(start, Tensor):
+            start = start.item()
+        if not -n <= start <= n:
+            raise IndexError(f"narrow: start {start} out of range for dim {dim} of size {n}")
+        if start < 0:
+            start += n
+        if length < 0 or start + length > n:
+            raise IndexError(f"narrow: start ({start}) + length ({length}) exceeds dim {dim} of size {n}")
+        shape = list(self._shape)
+        shape[d] = length
+        return self._view(shape, self._stride, self._offset + start * self._stride[d])
+
+    def select(self, dim, index) -> "Tensor":
+        if self.ndim == 0:
+            raise IndexError("select: cannot select on a 0-dim tensor")
+        d = normalize_dim(dim, self.ndim)
+        n = self._shape[d]
+        if not -n <= index < n:
+            raise IndexError(f"select: index {index} is out of bounds for dim {d} with size {n}")
+        index %= n
+        return self._view(self._shape[:d] + self._shape[d + 1:],
+                          self._stride[:d] + self._stride[d + 1:],
+                          self._offset + index * self._stride[d])
+
+    def split(self, split_size_or_sections, dim=0) -> tuple["Tensor", ...]:
+        d = normalize_dim(dim, self.ndim)
+        n = self._shape[d]
+        if isinstance(split_size_or_sections, int):
+            size = split_size_or_sections
+            if size <= 0 and not (size == 0 and n == 0):
+                raise ValueError(f"split: split_size must be > 0, got {size}")
+            sizes = [size] * (n // size) + ([n % size] if n % size else []) if size else [0]
+        else:
+            sizes = list(split_size_or_sections)
+            if sum(sizes) != n or any(s < 0 for s in sizes):
+                raise ValueError(f"split: split sizes {sizes} must be >= 0 and sum to dim {dim}'s "
+                                 f"size {n}")
+        out, start = [], 0
+        for s in sizes:
+            out.append(self.narrow(d, start, s))
+            start += s
+        return tuple(out)
+
+    def chunk(self, chunks, dim=0) -> tuple["Tensor", ...]:
+        if chunks <= 0:
+            raise ValueError(f"chunk: chunks must be > 0, got {chunks}")
+        n = self._shape[normalize_dim(dim, self.ndim)]
+        return self.split(max(-(-n // chunks), 1) if n else 1, dim) if n else (self,)
+
+    def unbind(self, dim=0) -> tuple["Tensor", ...]:
+        d = normalize_dim(dim, self.ndim)
+        return tuple(self.select(d, i) for i in range(self._shape[d]))
+
+    # ---------------------------------------------------------------- indexing
+    def _basic_index(self, idx):
+        """Apply ints, slices, None and ... ; return the view, or None for advanced indices."""
+        if not isinstance(idx, tuple):
+            idx = (idx,)
+        for x in idx:
+            if not (x is None or x is Ellipsis or isinstance(x, slice)
+                    or (isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)))):
+                return None
+        n_ell = sum(x is Ellipsis for x in idx)
+        if n_ell > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        n_real = sum(x is not None and x is not Ellipsis for x in idx)
+        if n_real > self.ndim:
+            raise IndexError(f"too many indices for tensor of dimension {self.ndim} "
+                             f"(got {n_real})")
+        if n_ell:
+            i = idx.index(Ellipsis)
+            idx = idx[:i] + (slice(None),) * (self.ndim - n_real) + idx[i + 1:]
+        shape, stride, offset, d = [], [], self._offset, 0
+        for x in idx:
+            if x is None:
+                shape.append(1), stride.append(0)
+            elif isinstance(x, slice):
+                n = self._shape[d]
+                start, stop, step = x.start, x.stop, x.step
+                if step is not None and step <= 0:
+                    raise ValueError(f"slice step must be positive, got {step} (negative steps "
+                                     f"are not supported; use flip)")
+                start, stop, step = slice(start, stop, step).indices(n)
+                length = max(0, -(-(stop - start) // step))
+                if length:
+                    offset += start * self._stride[d]
+                shape.append(length), stride.append(self._stride[d] * step)
+                d += 1
+            else:
+                n = self._shape[d]
+                if not -n <= x < n:
+                    raise IndexError(f"index {x} is out of bounds for dimension {d} with size {n}")
+                offset += (int(x) % n) * self._stride[d]
+                d += 1
+        shape += self._shape[d:]
+        stride += self._stride[d:]
+        return self._view(shape, stride, offset)
+
+    def __getitem__(self, idx):
+        v = self._basic_index(idx)
+        if v is not None:
+            return v
+        from .ops import indexing
+        return indexing.getitem(self, idx)
+
+    def __setitem__(self, idx, value):
+        v = self._basic_index(idx)
+        if v is None:
+            from .ops import indexing
+            indexing.setitem(self, idx, value)
+            return
+        if isinstance(value, Tensor):
+            v.copy_(value)
+        elif isinstance(value, (bool, int, float, np.generic)):
+            v.fill_(value)
+        else:
+            from .creation import tensor
+            v.copy_(tensor(value, dtype=self._dtype))
+
+    # ---------------------------------------------------------------- copies and casts
+    def copy_(self, src: "Tensor", non_blocking: bool = False) -> "Tensor":
+        """Copy `src` into self, broadcasting and casting; `src` may be on another device."""
+        if not isinstance(src, Tensor):
+            raise TypeError(f"copy_: src must be a Tensor, got {type(src).__name__}")
+        try:
+            src = src.expand(self._shape)
+        except ValueError:
+            raise ValueError(f"copy_: src of shape {tuple(src.shape)} cannot be broadcast to the "
+                             f"destination's shape {tuple(self._shape)}") from None
+        if src.device != self.device:
+            src = src._to_device(self.device)
+        if self.numel():
+            impl("copy_", self.device)(self, src)
+        return self
+
+    def fill_(self, value) -> "Tensor":
+        if isinstance(value, Tensor):
+            if value.ndim != 0:
+                raise ValueError(f"fill_: value must be a 0-dim tensor or a number, got shape "
+                                 f"{tuple(value.shape)}")
+            value = value.item()
+        if not isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
+            raise TypeError(f"fill_: value must be a number, got {type(value).__name__}")
+        if self.numel():
+            impl("fill_", self.device)(self, value.item() if isinstance(value, np.generic) else value)
+        return self
+
+    def zero_(self) -> "Tensor":
+        return self.fill_(0)
+
+    def contiguous(self) -> "Tensor":
+        return self if self.is_contiguous() else self.clone()
+
+    def clone(self) -> "Tensor":
+        out = Tensor._empty(self._shape, self._dtype, self.device)
+        return out.copy_(self)
+
+    def _to_device(self, device: Device) -> "Tensor":
+        """A contiguous copy on `device`, same dtype (staged through host memory)."""
+        host = self.numpy()
+        host = host if host.flags.c_contiguous else host.copy()
+        if device.type == "cpu":
+            return Tensor._from_numpy_unchecked(host)
+        out = Tensor._empty(self._shape, self._dtype, device)
+        out._storage.from_host(0, host)
+        return out
+
+    def to(self, *args, **kwargs) -> "Tensor":
+        """to(device), to(dtype), to(device, dtype), to(other); copy=True forces a copy."""
+        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+        copy = kwargs.pop("copy", False)
+        kwargs.pop("non_blocking", None)
+        if kwargs:
+            raise TypeError(f"to: unexpected keyword arguments {sorted(kwargs)}")
+        for a in args:
+            if isinstance(a, Tensor):
+                device, dtype = a.device, a.dtype
+            elif isinstance(a, _dt.DType) or (isinstance(a, str) and _is_dtype_name(a)):
+                dtype = a
+            elif a is not None:
+                device = a
+        device = self.device if device is None else as_device(device)
+        dtype = self._dtype if dtype is None else _dt.as_dtype(dtype)
+        if device == self.device and dtype is self._dtype and not copy:
+            return self
+        if device != self.device:
+            src = self._to_device(device)
+            if dtype is src._dtype:
+                return src
+            return Tensor._empty(self._shape, dtype, device).copy_(src)
+        return Tensor._empty(self._shape, dtype, device).copy_(self)
+
+    def type(self, dtype=None):
+        if dtype is None:
+            return f"nbxtensor.{self._dtype.name}"
+        return self.to(dtype=dtype)
+
+    def cpu(self) -> "Tensor":
+        return self.to("cpu")
+
+    def cuda(self, device=None) -> "Tensor":
+        return self.to(as_device("cuda" if device is None else device))
+
+    def float(self):
+        return self.to(_dt.float32)
+
+    def double(self):
+        return self.to(_dt.float64)
+
+    def half(self):
+        return self.to(_dt.float16)
+
+    def bfloat16(self):
+        return self.to(_dt.bfloat16)
+
+    def int(self):
+        return self.to(_dt.int32)
+
+    def long(self):
+        return self.to(_dt.int64)
+
+    def bool(self):
+        return self.to(_dt.bool)
+
+    # ---------------------------------------------------------------- to the host
+    def _host_view(self) -> np.ndarray:
+        """Zero-copy NumPy view of a host tensor (cpu or interp)."""
+        item = self._dtype.itemsize
+        return np.ndarray(self._shape, self._dtype.np, buffer=self._storage.host_array(),
+                          offset=self._offset * item, strides=[s * item for s in self._stride])
+
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        """A NumPy array: shares memory on cpu (as torch); a copy from other devices."""
+        if self.device.type == "cpu":
+            a = self._host_view()
+            return a.copy() if force else a
+        if self.device.is_host:
+            return self._host_view().copy()
+        c = self.contiguous()
+        raw = c._storage.to_host(c._offset * c._dtype.itemsize, c.nbytes)
+        return raw.view(self._dtype.np).reshape(self._shape)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        if dtype is not None and a.dtype != dtype:
+            return a.astype(dtype)
+        return a.copy() if copy else a
+
+    def item(self):
+        if self.numel() != 1:
+            raise ValueError(f"item: only a tensor with one element can be converted to a Python "
+                             f"number, got shape {tuple(self._shape)}")
+        a = self.reshape(()).numpy()
+        return builtins.float(a) if self._dtype.kind == "f" else a.item()
+
+    def tolist(self):
+        a = self.numpy()
+        if self._dtype.kind == "f" and a.dtype.kind != "f":  # bf16/fp8: go through float64
+            a = a.astype(np.float64)
+        return a.tolist()
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-dim tensor")
+        return self._shape[0]
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-dim tensor")
+        return iter(self.unbind(0))
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise ValueError(f"the truth value of a tensor with {self.numel()} elements is "
+                             f"ambiguous; use .any() or .all()")
+        return builtins.bool(self.item())
+
+    def __int__(self):
+        return builtins.int(self.item())
+
+    def __float__(self):
+        return builtins.float(self.item())
+
+    def __index__(self):
+        if self._dtype.kind not in "ui" or self.numel() != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return builtins.int(self.item())
+
+    def __hash__(self):
+        return id(self)
+
+    def __repr__(self):
+        from ._format import format_tensor
+        return format_tensor(self)
+
+    __str__ = __repr__
+
+    # ---------------------------------------------------------------- internal constructors
+    @classmethod
+    def _from_numpy_unchecked(cls, arr: np.ndarray, device: Device | None = None) -> "Tensor":
+        """Wrap a NumPy array (non-negative strides, whole elements) without a copy."""
+        dtype = _dt.as_dtype(arr.dtype, "ndarray.dtype")
+        item = arr.itemsize
+        if arr.size == 0:
+            storage = HostStorage(device or Device("cpu"), np.empty(0, np.uint8))
+            return cls._make(storage, arr.shape, contiguous_strides(arr.shape), 0, dtype)
+        extent = 1 + sum((n - 1) * s // item for n, s in zip(arr.shape, arr.strides))
+        flat = np.lib.stride_tricks.as_strided(arr, shape=(extent,), strides=(item,),
+                                               writeable=arr.flags.writeable)
+        storage = HostStorage(device or Device("cpu"), flat.view(np.uint8))
+        return cls._make(storage, arr.shape, [s // item for s in arr.strides], 0, dtype)
+
+
+def _is_dtype_name(s: str) -> bool:
+    try:
+        _dt.as_dtype(s)
+        return True
+    except TypeError:
+        return False
+

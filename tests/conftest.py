@@ -1,0 +1,46 @@
+"""Test configuration: the device list every op test is parametrised over.
+
+cpu always; interp when triton is installed; cuda when a GPU answers. Set
+NBX_TEST_DEVICES=cpu,interp (for example) to restrict the list.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+def _available_devices():
+    from importlib.util import find_spec
+    devs = ["cpu"]
+    if find_spec("triton") is not None:
+        devs.append("interp")
+    try:
+        from nbxtensor.backends.cuda import driver
+        if driver.availability()[0]:
+            devs.append("cuda")
+    except Exception:
+        pass
+    only = os.environ.get("NBX_TEST_DEVICES")
+    if only:
+        devs = [d for d in devs if d in only.split(",")]
+    return devs
+
+
+DEVICES = _available_devices()
+
+
+def pytest_generate_tests(metafunc):
+    if "device" in metafunc.fixturenames and not any(
+            m.name == "parametrize" and "device" in m.args[0] for m in metafunc.definition.iter_markers()):
+        metafunc.parametrize("device", DEVICES)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec and callspec.params.get("device") == "cuda":
+            item.add_marker(pytest.mark.cuda)
