@@ -59,7 +59,7 @@ class DType:
 
 _ROWS = [
     # name,            numpy / ml_dtypes dtype,     triton,    kind, safetensors
-    ("bool",          np.bool_,                     "i1",      "b", "BOOL"),
+    ("bool",          np.bool_,                     "u1",      "b", "BOOL"),
     ("uint8",         np.uint8,                     "u8",      "u", "U8"),
     ("int8",          np.int8,                      "i8",      "i", "I8"),
     ("int16",         np.int16,                     "i16",     "i", "I16"),
