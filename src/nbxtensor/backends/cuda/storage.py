@@ -1,0 +1,99 @@
+"""CudaStorage: device memory from the caching allocator, with the storage interface.
+
+A storage owns one allocator block (none when it is empty) and gives it back when it
+dies. Copies to and from the host are synchronous: when the current stream is not the
+legacy default stream, it is synchronised first, so a copy sees (and does not overtake)
+the kernels queued on it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import driver
+from .memory import allocator_for
+
+__all__ = ["CudaStorage"]
+
+
+_current = None   # nbx.cuda's per-device current-stream table, bound on first use
+
+
+def _stream_handle(index: int) -> int:
+    """The raw handle of the current stream of device `index` (0: the legacy default stream)."""
+    global _current
+    if _current is None:
+        from ... import cuda
+        table = getattr(cuda, "_current", None)
+        if not isinstance(table, dict):        # no table to read: ask the public function
+            return cuda.current_stream(index).handle
+        _current = table
+    s = _current.get(index)
+    return 0 if s is None else s.handle
+
+
+class CudaStorage:
+    """`nbytes` of device memory on `device` (a cuda Device)."""
+
+    __slots__ = ("device", "nbytes", "ptr", "_block", "_alloc", "__weakref__")
+
+    def __init__(self, device, nbytes: int, block, allocator):
+        self.device = device
+        self.nbytes = nbytes
+        self.ptr = block.ptr if block is not None else 0
+        self._block = block
+        self._alloc = allocator
+
+    @classmethod
+    def allocate(cls, device, nbytes: int) -> "CudaStorage":
+        if nbytes.__class__ is not int or nbytes < 0:
+            raise ValueError(f"CudaStorage.allocate: nbytes must be an int >= 0, got {nbytes!r}")
+        index = device.index or 0
+        if nbytes == 0:
+            return cls(device, 0, None, None)
+        driver.set_device(index)
+        alloc = allocator_for(index)
+        block = alloc.malloc(nbytes, _stream_handle(index))
+        return cls(device, nbytes, block, alloc)
+
+    def __del__(self):
+        b = self._block
+        if b is not None:
+            self._block = None
+            try:
+                self._alloc.free(b)
+            except Exception:  # noqa: BLE001 - interpreter shutdown: nothing left to return it to
+                pass
+
+    def _check(self, what, offset, nbytes):
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.nbytes:
+            raise ValueError(f"CudaStorage.{what}: bytes [{offset}, {offset + nbytes}) lie outside "
+                             f"the storage of {self.nbytes} bytes on {self.device}")
+
+    def _sync_current(self, index):
+        h = _stream_handle(index)
+        if h:   # the sync copy orders after the legacy stream only; wait for ours explicitly
+            driver.stream_synchronize(h)
+
+    def to_host(self, offset: int, nbytes: int) -> np.ndarray:
+        """A NumPy uint8 copy of bytes [offset, offset + nbytes)."""
+        self._check("to_host", offset, nbytes)
+        out = np.empty(nbytes, np.uint8)
+        if nbytes:
+            index = self.device.index or 0
+            driver.set_device(index)
+            self._sync_current(index)
+            driver.memcpy_dtoh(out.ctypes.data, self.ptr + offset, nbytes)
+        return out
+
+    def from_host(self, offset: int, arr: np.ndarray) -> None:
+        """Write the bytes of `arr` (made contiguous) at `offset`."""
+        src = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        self._check("from_host", offset, src.nbytes)
+        if src.nbytes:
+            index = self.device.index or 0
+            driver.set_device(index)
+            self._sync_current(index)
+            driver.memcpy_htod(self.ptr + offset, src.ctypes.data, src.nbytes)
+
+    def __repr__(self):
+        return f"<CudaStorage {self.device} ptr={self.ptr:#x} nbytes={self.nbytes}>"
