@@ -1,0 +1,528 @@
+"""Indexing kernels (cuda and interp): gather, scatter, index linearisation, masked fill.
+
+Every kernel walks one *iteration space* of up to 4 dims, laid out as a 2-D tile:
+rows = the leading (up to 3) dims, cols = the last dim. Each tensor taking part is
+a view of that iteration shape (a source that is indexed along a dim has stride 0
+there, and the index supplies `idx * sdim`), so one kernel serves gather,
+index_select, embedding, take, advanced indexing and the contiguous copy. The
+Python side (`_geometry`) drops size-1 dims and merges dims that are contiguous in
+every tensor, so most calls are 1-D or 2-D; above 4 dims it loops over the first.
+
+Out-of-range indices: the kernel that reads an index checks it (`lo <= i < hi`),
+masks the access (nothing is read or written out of bounds), and records the
+number of bad indices and one bad value in a per-device int64[2] flag. The entry
+reads the flag back (one 16-byte device->host copy, which synchronises) and raises
+IndexError. The flag stays zero on the good path, so it is never re-initialised.
+
+Atomics: scatter 'add' uses tl.atomic_add (fp16, bf16, fp32, fp64, int32, int64):
+float sums with duplicate indices are not deterministic in their rounding order.
+'amax'/'amin' use tl.atomic_max/min (int32, int64, fp32, fp64). Narrower dtypes
+accumulate in a float32/int32 copy and are cast back (`_widened`); 'prod' has no
+atomic: a compare-and-swap loop (`_cas_multiply`) does it for 32/64-bit dtypes.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import triton
+import triton.language as tl
+
+from .. import dtypes as _dt
+from ..dispatch import NotImplementedOnDevice, register
+from ..backends.launch import launch
+from ..tensor import Tensor
+
+# scatter modes (constexpr)
+STORE, ADD, AMAX, AMIN = 0, 1, 2, 3
+PROD = 4
+_MODES = {"store": STORE, "add": ADD, "amax": AMAX, "amin": AMIN, "prod": PROD}
+
+
+# ---------------------------------------------------------------------------- kernels
+@triton.jit
+def _tile(pid, n_cblocks, n_rows, R1, R2, C, BR: tl.constexpr, BC: tl.constexpr):
+    """Row coordinates (r0, r1, r2), cols and masks of this program's tile."""
+    pid_r = pid // n_cblocks
+    pid_c = pid % n_cblocks
+    rows = pid_r.to(tl.int64) * BR + tl.arange(0, BR)
+    cols = (pid_c.to(tl.int64) * BC + tl.arange(0, BC))
+    r2 = rows % R2
+    t = rows // R2
+    r1 = t % R1
+    r0 = t // R1
+    return r0, r1, r2, cols, rows < n_rows, cols < C
+
+
+@triton.jit
+def _flag_bad(flag_ptr, bad, idx):
+    """Record the count of bad indices and one bad value (the largest) in flag[0:2]."""
+    nbad = tl.sum(bad.to(tl.int32))
+    if nbad > 0:
+        worst = tl.max(tl.where(bad, idx, -9223372036854775807))
+        tl.atomic_add(flag_ptr, nbad.to(tl.int64))
+        tl.atomic_xchg(flag_ptr + 1, worst)
+
+
+@triton.jit
+def _scalar(value, F64BITS: tl.constexpr):
+    """A scalar argument; float64 values travel as their int64 bit pattern (floats are fp32)."""
+    if F64BITS:
+        return value.to(tl.int64).to(tl.float64, bitcast=True)
+    else:
+        return value
+
+
+@triton.jit
+def _gather_kernel(out_ptr, src_ptr, idx_ptr, flag_ptr,
+                   n_rows, R1, R2, C, n_cblocks,
+                   o0, o1, o2, oc, s0, s1, s2, sc, i0, i1, i2, ic,
+                   sdim, lo, hi,
+                   HAS_IDX: tl.constexpr, IDX_ROW: tl.constexpr, WRAP: tl.constexpr,
+                   CONTIG: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
+    """out[c] = src[soff(c) + wrap(idx[c]) * sdim]; idx range-checked against [lo, hi)."""
+    r0, r1, r2, cols, rmask, cmask = _tile(tl.program_id(0), n_cblocks, n_rows, R1, R2, C, BR, BC)
+    mask = rmask[:, None] & cmask[None, :]
+    if CONTIG:
+        ocol = cols
+        scol = cols
+    else:
+        ocol = cols * oc
+        scol = cols * sc
+    soff = (r0 * s0 + r1 * s1 + r2 * s2)[:, None] + scol[None, :]
+    lmask = mask
+    if HAS_IDX:
+        if IDX_ROW:  # the index is constant along the cols: load it once per row
+            idx = tl.load(idx_ptr + (r0 * i0 + r1 * i1 + r2 * i2), mask=rmask, other=0).to(tl.int64)
+            bad = ((idx < lo) | (idx >= hi)) & rmask
+            _flag_bad(flag_ptr, bad, idx)
+            if WRAP:
+                idx = tl.where(idx < 0, idx + hi, idx)
+            soff += (idx * sdim)[:, None]
+            lmask = mask & (~bad)[:, None]
+        else:
+            ioff = (r0 * i0 + r1 * i1 + r2 * i2)[:, None] + (cols * ic)[None, :]
+            idx = tl.load(idx_ptr + ioff, mask=mask, other=0).to(tl.int64)
+            bad = ((idx < lo) | (idx >= hi)) & mask
+            _flag_bad(flag_ptr, bad, idx)
+            if WRAP:
+                idx = tl.where(idx < 0, idx + hi, idx)
+            soff += idx * sdim
+            lmask = mask & ~bad
+    vals = tl.load(src_ptr + soff, mask=lmask)  # no `other`: fp8 has no int cast
+    ooff = (r0 * o0 + r1 * o1 + r2 * o2)[:, None] + ocol[None, :]
+    tl.store(out_ptr + ooff, vals.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _scatter_kernel(dst_ptr, src_ptr, idx_ptr, flag_ptr, value, alpha,
+                    n_rows, R1, R2, C, n_cblocks,
+                    d0, d1, d2, dc, s0, s1, s2, sc, i0, i1, i2, ic,
+                    ddim, lo, hi,
+                    MODE: tl.constexpr, SRC_SCALAR: tl.constexpr, HAS_ALPHA: tl.constexpr,
+                    F64BITS: tl.constexpr, IDX_ROW: tl.constexpr, WRAP: tl.constexpr,
+                    BR: tl.constexpr, BC: tl.constexpr):
+    """dst[doff(c) + wrap(idx[c]) * ddim] (op)= src[c] (or the scalar `value`)."""
+    r0, r1, r2, cols, rmask, cmask = _tile(tl.program_id(0), n_cblocks, n_rows, R1, R2, C, BR, BC)
+    mask = rmask[:, None] & cmask[None, :]
+    doff = (r0 * d0 + r1 * d1 + r2 * d2)[:, None] + (cols * dc)[None, :]
+    if IDX_ROW:
+        idx = tl.load(idx_ptr + (r0 * i0 + r1 * i1 + r2 * i2), mask=rmask, other=0).to(tl.int64)
+        bad = ((idx < lo) | (idx >= hi)) & rmask
+        _flag_bad(flag_ptr, bad, idx)
+        if WRAP:
+            idx = tl.where(idx < 0, idx + hi, idx)
+        doff += (idx * ddim)[:, None]
+        wmask = mask & (~bad)[:, None]
+    else:
+        ioff = (r0 * i0 + r1 * i1 + r2 * i2)[:, None] + (cols * ic)[None, :]
+        idx = tl.load(idx_ptr + ioff, mask=mask, other=0).to(tl.int64)
+        bad = ((idx < lo) | (idx >= hi)) & mask
+        _flag_bad(flag_ptr, bad, idx)
+        if WRAP:
+            idx = tl.where(idx < 0, idx + hi, idx)
+        doff += idx * ddim
+        wmask = mask & ~bad
+    if SRC_SCALAR:
+        # (int8 zeros: the interpreter cannot build bf16 constants)
+        vals = tl.zeros([BR, BC], dtype=tl.int8) + _scalar(value, F64BITS)
+    else:
+        soff = (r0 * s0 + r1 * s1 + r2 * s2)[:, None] + (cols * sc)[None, :]
+        vals = tl.load(src_ptr + soff, mask=wmask)
+    if HAS_ALPHA:
+        vals = vals * _scalar(alpha, F64BITS)
+    vals = vals.to(dst_ptr.dtype.element_ty)
+    if MODE == 0:
+        tl.store(dst_ptr + doff, vals, mask=wmask)
+    elif MODE == 1:
+        tl.atomic_add(dst_ptr + doff, vals, mask=wmask, sem="relaxed")
+    elif MODE == 2:
+        tl.atomic_max(dst_ptr + doff, vals, mask=wmask, sem="relaxed")
+    else:
+        tl.atomic_min(dst_ptr + doff, vals, mask=wmask, sem="relaxed")
+
+
+@triton.jit
+def _cas_multiply(dst_ptr, doff, vals, scratch_ptr, pending, ITY: tl.constexpr):
+    """dst[doff] *= vals for the pending lanes by compare-and-swap (no atomic multiply exists).
+
+    Lanes that are done (or masked) aim at a scratch element so they change nothing;
+    lanes that lose a race on a shared address retry with the new value.
+    """
+    while tl.max(pending.to(tl.int32)) > 0:
+        ptrs = tl.where(pending, dst_ptr + doff, scratch_ptr)
+        old = tl.load(ptrs, volatile=True)
+        new = old * vals
+        old_bits = old.to(ITY, bitcast=True)
+        prev = tl.atomic_cas(ptrs.to(tl.pointer_type(ITY), bitcast=True), old_bits,
+                             new.to(ITY, bitcast=True), sem="relaxed")
+        pending = pending & (prev != old_bits)
+
+
+@triton.jit
+def _scatter_prod_kernel(dst_ptr, src_ptr, idx_ptr, flag_ptr, scratch_ptr,
+                         n_rows, R1, R2, C, n_cblocks,
+                         d0, d1, d2, dc, s0, s1, s2, sc, i0, i1, i2, ic,
+                         ddim, lo, hi, IBITS: tl.constexpr, WRAP: tl.constexpr,
+                         BR: tl.constexpr, BC: tl.constexpr):
+    """dst[doff(c) + wrap(idx[c]) * ddim] *= src[c] (32/64-bit dtypes)."""
+    r0, r1, r2, cols, rmask, cmask = _tile(tl.program_id(0), n_cblocks, n_rows, R1, R2, C, BR, BC)
+    mask = rmask[:, None] & cmask[None, :]
+    ioff = (r0 * i0 + r1 * i1 + r2 * i2)[:, None] + (cols * ic)[None, :]
+    idx = tl.load(idx_ptr + ioff, mask=mask, other=0).to(tl.int64)
+    bad = ((idx < lo) | (idx >= hi)) & mask
+    _flag_bad(flag_ptr, bad, idx)
+    if WRAP:
+        idx = tl.where(idx < 0, idx + hi, idx)
+    doff = (r0 * d0 + r1 * d1 + r2 * d2)[:, None] + (cols * dc)[None, :] + idx * ddim
+    wmask = mask & ~bad
+    soff = (r0 * s0 + r1 * s1 + r2 * s2)[:, None] + (cols * sc)[None, :]
+    vals = tl.load(src_ptr + soff, mask=wmask).to(dst_ptr.dtype.element_ty)
+    if IBITS == 32:
+        _cas_multiply(dst_ptr, doff, vals, scratch_ptr, wmask, tl.int32)
+    else:
+        _cas_multiply(dst_ptr, doff, vals, scratch_ptr, wmask, tl.int64)
+
+
+@triton.jit
+def _linearize_kernel(acc_ptr, idx_ptr, flag_ptr,
+                      n_rows, R1, R2, C, n_cblocks,
+                      a0, a1, a2, ac, i0, i1, i2, ic,
+                      stride, lo, hi,
+                      INIT: tl.constexpr, WRAP: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
+    """acc[c] (= or +=) wrap(idx[c]) * stride: combines several advanced indices into one."""
+    r0, r1, r2, cols, rmask, cmask = _tile(tl.program_id(0), n_cblocks, n_rows, R1, R2, C, BR, BC)
+    mask = rmask[:, None] & cmask[None, :]
+    ioff = (r0 * i0 + r1 * i1 + r2 * i2)[:, None] + (cols * ic)[None, :]
+    idx = tl.load(idx_ptr + ioff, mask=mask, other=0).to(tl.int64)
+    bad = ((idx < lo) | (idx >= hi)) & mask
+    _flag_bad(flag_ptr, bad, idx)
+    if WRAP:
+        idx = tl.where(idx < 0, idx + hi, idx)
+    aoff = (r0 * a0 + r1 * a1 + r2 * a2)[:, None] + (cols * ac)[None, :]
+    v = idx * stride
+    if not INIT:
+        v += tl.load(acc_ptr + aoff, mask=mask, other=0)
+    tl.store(acc_ptr + aoff, v, mask=mask)
+
+
+@triton.jit
+def _masked_fill_kernel(out_ptr, x_ptr, m_ptr, value,
+                        n_rows, R1, R2, C, n_cblocks,
+                        o0, o1, o2, oc, x0, x1, x2, xc, m0, m1, m2, mc,
+                        F64BITS: tl.constexpr, CONTIG: tl.constexpr, BR: tl.constexpr,
+                        BC: tl.constexpr):
+    """out[c] = mask[c] ? value : x[c]."""
+    r0, r1, r2, cols, rmask, cmask = _tile(tl.program_id(0), n_cblocks, n_rows, R1, R2, C, BR, BC)
+    mask = rmask[:, None] & cmask[None, :]
+    if CONTIG:
+        ocol = cols
+        xcol = cols
+    else:
+        ocol = cols * oc
+        xcol = cols * xc
+    moff = (r0 * m0 + r1 * m1 + r2 * m2)[:, None] + (cols * mc)[None, :]
+    m = tl.load(m_ptr + moff, mask=mask, other=0) != 0
+    xoff = (r0 * x0 + r1 * x1 + r2 * x2)[:, None] + xcol[None, :]
+    x = tl.load(x_ptr + xoff, mask=mask & ~m)
+    fill = tl.zeros([BR, BC], dtype=tl.int8) + _scalar(value, F64BITS)
+    fill = fill.to(out_ptr.dtype.element_ty)
+    y = tl.where(m, fill, x.to(out_ptr.dtype.element_ty))
+    ooff = (r0 * o0 + r1 * o1 + r2 * o2)[:, None] + ocol[None, :]
+    tl.store(out_ptr + ooff, y, mask=mask)
+
+
+@triton.jit
+def _mean_finish_kernel(out_ptr, cnt_ptr, n_rows, R1, R2, C, n_cblocks,
+                        o0, o1, o2, oc, c0, c1, c2, cc,
+                        FLOOR: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
+    """out[c] /= max(count[c], 1) (floor division for integer outputs, as torch)."""
+    r0, r1, r2, cols, rmask, cmask = _tile(tl.program_id(0), n_cblocks, n_rows, R1, R2, C, BR, BC)
+    mask = rmask[:, None] & cmask[None, :]
+    ooff = (r0 * o0 + r1 * o1 + r2 * o2)[:, None] + (cols * oc)[None, :]
+    coff = (r0 * c0 + r1 * c1 + r2 * c2)[:, None] + (cols * cc)[None, :]
+    n = tl.maximum(tl.load(cnt_ptr + coff, mask=mask, other=1), 1)
+    x = tl.load(out_ptr + ooff, mask=mask, other=0)
+    if FLOOR:
+        xi = x.to(tl.int64)
+        q = xi // n
+        q = tl.where((q * n != xi) & ((xi < 0) != (n < 0)), q - 1, q)  # floor, not trunc
+        y = q.to(out_ptr.dtype.element_ty)
+    else:
+        y = (x.to(tl.float64) / n.to(tl.float64)).to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + ooff, y, mask=mask)
+
+
+# ---------------------------------------------------------------------------- launch config
+_MAX_RANK = 4
+
+
+def _geometry(shape, strides_list):
+    """Drop size-1 dims and merge dims contiguous in every tensor: (sizes, [strides...])."""
+    keep = [i for i, n in enumerate(shape) if n != 1]
+    sizes = [shape[i] for i in keep]
+    strides = [[s[i] for i in keep] for s in strides_list]
+    i = len(sizes) - 1
+    while i > 0:
+        if all(st[i - 1] == st[i] * sizes[i] for st in strides):
+            sizes[i - 1] *= sizes[i]
+            del sizes[i]
+            for st in strides:
+                st[i - 1] = st[i]
+                del st[i]
+        i -= 1
+    return sizes, strides
+
+
+def _npow2(n: int) -> int:
+    return 1 << (max(n, 1) - 1).bit_length()
+
+
+@functools.lru_cache(maxsize=4096)
+def _grid_args(devtype, n_rows, C, itemsize):
+    """(grid, n_cblocks, BR, BC, num_warps) for a tile over n_rows x C elements."""
+    if devtype == "interp":
+        # small tiles, so test shapes overhang them (BLOCK*k + 1) cheaply
+        bc = min(_npow2(C), 32)
+        br = max(1, min(128 // bc, _npow2(n_rows)))
+        warps = 4
+    else:
+        # ~16 KiB of data per program; 16-byte vectors along a contiguous last dim
+        max_bc = max(16384 // itemsize, 64) if n_rows <= 4 else 8192 // itemsize
+        bc = min(_npow2(C), max_bc)
+        br = max(1, min(8192 // bc, _npow2(n_rows)))
+        warps = 8 if br * bc >= 4096 else 4
+    ncb = -(-C // bc)
+    return (-(-n_rows // br) * ncb,), ncb, br, bc, warps
+
+
+@functools.lru_cache(maxsize=4096)
+def _geometry4(shape, strides):
+    """(n_rows, R1, R2, C, [4 strides per tensor]) for <= 4 merged dims, else None."""
+    sizes, st = _geometry(shape, strides)
+    if len(sizes) > _MAX_RANK:
+        return None
+    pad = _MAX_RANK - len(sizes)
+    sizes = [1] * pad + sizes
+    st = [[0] * pad + x for x in st]
+    return sizes[0] * sizes[1] * sizes[2], sizes[1], sizes[2], sizes[3], st
+
+
+def _plan(views):
+    """Launch plans over `views` (same shapes): [(views, (n_rows, R1, R2, C, strides))].
+
+    Above 4 merged dims, loops over the first dim in Python (rare; correct).
+    """
+    shape = views[0]._shape
+    geo = _geometry4(shape, tuple(v._stride for v in views))
+    if geo is None:
+        d = next(i for i, n in enumerate(shape) if n != 1)
+        return [p for j in range(shape[d]) for p in _plan([v.select(d, j) for v in views])]
+    return [(views, geo)]
+
+
+_FLAGS: dict = {}
+_DEFER = [0]  # replaced by ops.indexing's counter on first use (see _bind_defer)
+
+
+def _bind_defer():
+    global _DEFER
+    from ..ops import indexing as _ops_indexing  # a cached module; imported once here
+    _DEFER = _ops_indexing._DEFER
+
+
+_bind_defer()
+
+
+def _flag(device) -> Tensor:
+    f = _FLAGS.get(device)
+    if f is None:
+        from ..creation import tensor
+        f = _FLAGS[device] = tensor(np.zeros(2, np.int64), device=device)
+    return f
+
+
+def _check_flag(device, err) -> None:
+    """Read the out-of-range flag (one small device->host copy) and raise if it is set."""
+    if _DEFER[0] and err is not None:
+        return
+    f = _FLAGS.get(device)
+    if f is None:
+        return
+    n, bad = (int(x) for x in f._storage.to_host(0, 16).view(np.int64))
+    if n:
+        f.untyped_storage().from_host(f.storage_offset() * 8, np.zeros(2, np.int64))
+        from ..ops.indexing import _oob_error
+        raise _oob_error(err or ("indexing", "its dimension (found after deferred checks)",
+                                 None, None), bad)
+
+
+def check_all_flags() -> None:
+    """Read every device's flag (after deferred checks) and raise for a recorded bad index."""
+    for dev in list(_FLAGS):
+        _check_flag(dev, None)
+
+
+# ---------------------------------------------------------------------------- entries
+def _s4(st):
+    return st[0], st[1], st[2], st[3]
+
+
+@register("index_gather", "triton")
+def index_gather(out, src, idx, sdim, lo, hi, wrap, err):
+    dev = out.device
+    flag = _flag(dev)
+    views = [out, src] + ([idx] if idx is not None else [])
+    for vs, (n_rows, R1, R2, C, st) in _plan(views):
+        grid, ncb, br, bc, warps = _grid_args(dev.type, n_rows, C, out.dtype.itemsize)
+        ist = st[2] if idx is not None else [0, 0, 0, 0]
+        idx_row = idx is not None and ist[3] == 0
+        contig = st[0][3] == 1 and st[1][3] == 1
+        launch(_gather_kernel, grid, vs[0], vs[1], vs[2] if idx is not None else vs[0], flag,
+               n_rows, R1, R2, C, ncb, *_s4(st[0]), *_s4(st[1]), *_s4(ist),
+               sdim, lo, hi, HAS_IDX=idx is not None, IDX_ROW=idx_row, WRAP=wrap,
+               CONTIG=contig, BR=br, BC=bc, num_warps=warps)
+    if idx is not None:
+        _check_flag(dev, err)
+
+
+def _scalar_arg(value, dtype):
+    """A Python scalar already representable in `dtype` (the ops layer casts it)."""
+    if value is None:
+        return 0
+    if dtype.name == "float64":
+        return int(np.array(float(value), np.float64).view(np.int64))
+    if dtype.kind == "f":
+        return float(value)  # exact in fp32 for every float dtype of <= 32 bits
+    return int(value)
+
+
+def _native_atomic(mode, dt, device) -> bool:
+    if mode == PROD:  # compare-and-swap on 32/64-bit words
+        return dt.name in ("float32", "float64", "int32", "int64")
+    if mode == ADD:
+        if dt.name == "bfloat16" and device.type == "interp":
+            return False  # Triton's interpreter has no bf16 atomics
+        return dt.name in ("float16", "bfloat16", "float32", "float64", "int32", "int64")
+    return dt.name in ("float32", "float64", "int32", "int64")
+
+
+def _widened(dst, src, idx, ddim, lo, hi, wrap, mode, err, value, alpha):
+    """Accumulate into a narrow dtype (8/16-bit ints, bool, fp8; max/min of fp16/bf16) through
+    a float32/int32 copy of the destination's whole storage, then cast back.
+
+    Exact for integers (sums wrap modulo 2^bits either way) and for max/min; a float sum
+    is rounded once at the end instead of after every add. Untouched elements round-trip
+    unchanged (every narrow value is exact in the wide type).
+    """
+    wide = _dt.float32 if dst.dtype.kind == "f" else _dt.int32
+    # the whole storage: a linearised index (hi = 2**62) does not bound the touched range
+    extent = dst._storage.nbytes // dst.dtype.itemsize
+    flat = Tensor._make(dst._storage, (extent,), (1,), 0, dst.dtype)
+    tmp = Tensor._empty((extent,), wide, dst.device).copy_(flat)
+    tview = Tensor._make(tmp._storage, dst.shape, dst.stride(), dst._offset, wide)
+    if src is not None and src.dtype is not wide:
+        src = Tensor._empty(src.shape, wide, src.device).copy_(src)
+    index_scatter(tview, src, idx, ddim, lo, hi, wrap, mode, err, value=value, alpha=alpha)
+    flat.copy_(tmp)
+
+
+@register("index_scatter", "triton")
+def index_scatter(dst, src, idx, ddim, lo, hi, wrap, mode, err, value=None, alpha=None):
+    m = _MODES[mode]
+    et = dst.dtype
+    if m != STORE and not _native_atomic(m, et, dst.device):
+        if dst.dtype.itemsize == 8:
+            raise NotImplementedOnDevice(f"{err[0]}: reduce={mode!r} into {et.name} is not "
+                                         f"supported on {dst.device}")
+        return _widened(dst, src, idx, ddim, lo, hi, wrap, mode, err, value, alpha)
+    dev = dst.device
+    flag = _flag(dev)
+    if m == PROD:
+        return _scatter_prod(dst, src, idx, ddim, lo, hi, wrap, err, flag, value)
+    views = [dst, idx] + ([src] if src is not None else [])
+    sdt = et if src is None else src.dtype
+    f64 = et.name == "float64" or sdt.name == "float64"
+    if f64 and alpha is not None and et.name != sdt.name:
+        raise NotImplementedOnDevice(f"{err[0]}: alpha with float64 needs src and dst of one dtype")
+    if alpha is not None:
+        alpha = _scalar_arg(alpha, sdt)
+    for vs, (n_rows, R1, R2, C, st) in _plan(views):
+        grid, ncb, br, bc, warps = _grid_args(dev.type, n_rows, C, et.itemsize)
+        sst = st[2] if src is not None else [0, 0, 0, 0]
+        launch(_scatter_kernel, grid, vs[0], vs[2] if src is not None else vs[0], vs[1], flag,
+               _scalar_arg(value, et), 1 if alpha is None else alpha,
+               n_rows, R1, R2, C, ncb, *_s4(st[0]), *_s4(sst), *_s4(st[1]),
+               ddim, lo, hi, MODE=m, SRC_SCALAR=src is None, HAS_ALPHA=alpha is not None,
+               F64BITS=f64,
+               IDX_ROW=st[1][3] == 0, WRAP=wrap, BR=br, BC=bc, num_warps=warps)
+    _check_flag(dev, err)
+
+
+def _scatter_prod(dst, src, idx, ddim, lo, hi, wrap, err, flag, value):
+    dev = dst.device
+    if src is None:  # a scalar: one element, broadcast with stride 0
+        from ..creation import tensor
+        one = tensor(np.array(value).astype(dst.dtype.np).reshape(1), device=dev)
+        src = Tensor._make(one._storage, idx.shape, (0,) * idx.ndim, 0, dst.dtype)
+    scratch = Tensor._empty((1,), dst.dtype, dev)
+    for vs, (n_rows, R1, R2, C, st) in _plan([dst, idx, src]):
+        grid, ncb, br, bc, warps = _grid_args(dev.type, n_rows, C, dst.dtype.itemsize)
+        launch(_scatter_prod_kernel, grid, vs[0], vs[2], vs[1], flag, scratch,
+               n_rows, R1, R2, C, ncb, *_s4(st[0]), *_s4(st[2]), *_s4(st[1]),
+               ddim, lo, hi, IBITS=dst.dtype.itemsize * 8, WRAP=wrap, BR=br, BC=bc,
+               num_warps=warps)
+    _check_flag(dev, err)
+
+
+@register("index_linearize", "triton")
+def index_linearize(acc, idx, stride, lo, hi, wrap, init, err):
+    dev = acc.device
+    flag = _flag(dev)
+    for vs, (n_rows, R1, R2, C, st) in _plan([acc, idx]):
+        grid, ncb, br, bc, warps = _grid_args(dev.type, n_rows, C, 8)
+        launch(_linearize_kernel, grid, vs[0], vs[1], flag, n_rows, R1, R2, C, ncb,
+               *_s4(st[0]), *_s4(st[1]), stride, lo, hi, INIT=init, WRAP=wrap,
+               BR=br, BC=bc, num_warps=warps)
+    _check_flag(dev, err)
+
+
+@register("masked_fill", "triton")
+def masked_fill(out, x, mask, value):
+    dev = out.device
+    for vs, (n_rows, R1, R2, C, st) in _plan([out, x, mask]):
+        grid, ncb, br, bc, warps = _grid_args(dev.type, n_rows, C, out.dtype.itemsize)
+        launch(_masked_fill_kernel, grid, vs[0], vs[1], vs[2], _scalar_arg(value, out.dtype),
+               n_rows, R1, R2, C, ncb, *_s4(st[0]), *_s4(st[1]), *_s4(st[2]),
+               F64BITS=out.dtype.name == "float64", CONTIG=st[0][3] == 1 and st[1][3] == 1,
+               BR=br, BC=bc, num_warps=warps)
+
+
+@register("scatter_mean_finish", "triton")
+def scatter_mean_finish(out, count):
+    dev = out.device
+    for vs, (n_rows, R1, R2, C, st) in _plan([out, count]):
+        grid, ncb, br, bc, warps = _grid_args(dev.type, n_rows, C, out.dtype.itemsize)
+        launch(_mean_finish_kernel, grid, vs[0], vs[1], n_rows, R1, R2, C, ncb,
+               *_s4(st[0]), *_s4(st[1]), FLOOR=out.dtype.kind != "f", BR=br, BC=bc,
+               num_warps=warps)

@@ -1,0 +1,645 @@
+"""Indexing ops vs independent NumPy references, on every device.
+
+Shapes overhang the interp tiles (BC = 32 columns, 128 elements a tile): 33, 65, 129.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nbxtensor as nbx
+from helpers import assert_close, poisoned, rng
+
+F = [nbx.float32, nbx.bfloat16, nbx.float16, nbx.float64]
+
+
+def _arr(shape, dtype, gen):
+    dtype = nbx.dtypes.as_dtype(dtype)
+    if dtype.kind == "f":
+        return gen.standard_normal(shape).astype(dtype.np)
+    if dtype.kind == "b":
+        return gen.random(shape) < 0.5
+    return gen.integers(-100 if dtype.kind == "i" else 0, 100, shape).astype(dtype.np)
+
+
+def _t(a, device, layout="contig"):
+    """A tensor holding `a`: contiguous, strided (every other column) or transposed."""
+    if layout == "contig" or a.ndim == 0:
+        return nbx.tensor(a, device=device)
+    if layout == "strided":
+        big = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
+        big[..., ::2] = a
+        return nbx.tensor(big, device=device)[..., ::2]
+    t = nbx.tensor(np.ascontiguousarray(np.swapaxes(a, 0, -1)), device=device)
+    return t.transpose(0, -1)
+
+
+def _idx(a, device, dtype=nbx.int64, layout="contig"):
+    return _t(np.asarray(a).astype(nbx.dtypes.as_dtype(dtype).np), device, layout)
+
+
+LAYOUTS = ["contig", "strided", "transposed"]
+
+
+# ---------------------------------------------------------------------------- gather family
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_gather(device, layout, dim):
+    g = rng()
+    x = _arr((7, 33, 3), nbx.float32, g)
+    d = dim % 3
+    ishape = list(x.shape)
+    ishape[d] = 5
+    ishape[(d + 1) % 3] -= 1  # index may be smaller than input on other dims
+    ind = g.integers(0, x.shape[d], ishape)
+    expect = np.take_along_axis(x[tuple(slice(0, n) if k != d else slice(None)
+                                        for k, n in enumerate(ishape))], ind, axis=d)
+    out = poisoned(ishape, nbx.float32, device)
+    r = nbx.gather(_t(x, device, layout), dim, _idx(ind, device, nbx.int64, layout), out=out)
+    assert r is out
+    assert_close(r, expect.astype(np.float64))
+    r2 = _t(x, device, layout).gather(dim, _idx(ind, device, nbx.int32))
+    np.testing.assert_array_equal(r2.numpy(), expect)
+
+
+@pytest.mark.parametrize("dtype", [nbx.bfloat16, nbx.int32, nbx.bool, nbx.float64, nbx.uint8])
+def test_gather_dtypes(device, dtype):
+    g = rng()
+    x = _arr((4, 129), dtype, g)
+    ind = g.integers(0, 129, (4, 130))
+    ind = ind[:, :129]
+    r = nbx.gather(nbx.tensor(x, device=device), 1, _idx(ind, device))
+    np.testing.assert_array_equal(r.numpy(), np.take_along_axis(x, ind, 1))
+
+
+def test_gather_errors(device):
+    x = nbx.tensor(np.ones((3, 4), np.float32), device=device)
+    with pytest.raises(IndexError, match=r"gather: index 4 .*dim 1 of size 4.*\[0, 3\]"):
+        nbx.gather(x, 1, _idx([[0, 4]], device))
+    with pytest.raises(IndexError, match=r"gather: index -1 .*\[0, 3\]"):
+        nbx.gather(x, 1, _idx([[0, -1]], device))
+    with pytest.raises(TypeError, match="int64 or int32"):
+        nbx.gather(x, 1, nbx.tensor([[0.0]], device=device))
+    with pytest.raises(ValueError, match="as many dims"):
+        nbx.gather(x, 1, _idx([0], device))
+    # after an error the next call works (the device flag was reset)
+    assert nbx.gather(x, 1, _idx([[3]], device)).numpy().tolist() == [[1.0]]
+
+
+def test_gather_empty_and_0dim(device):
+    x = nbx.tensor(np.arange(5.0, dtype=np.float32), device=device)
+    r = nbx.gather(x, 0, _idx(np.zeros(0, np.int64), device))
+    assert r.shape == (0,)
+    r = nbx.gather(x, 0, nbx.tensor(3, device=device))
+    assert r.shape == () and r.item() == 3.0
+    s = nbx.tensor(np.float32(2.5), device=device)
+    assert nbx.gather(s, 0, _idx([0, 0], device)).numpy().tolist() == [2.5, 2.5]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_index_select(device, layout, dim):
+    g = rng()
+    x = _arr((5, 33, 4), nbx.float32, g)
+    ind = g.integers(0, x.shape[dim], 9)
+    ind[0] = ind[1]  # duplicates are fine for reads
+    expect = np.take(x, ind, axis=dim)
+    shape = list(x.shape)
+    shape[dim] = 9
+    out = poisoned(shape, nbx.float32, device)
+    r = nbx.index_select(_t(x, device, layout), dim, _idx(ind, device, nbx.int32), out=out)
+    assert_close(r, expect.astype(np.float64))
+    big = _idx(np.repeat(ind, 2), device)[::2]  # a strided index
+    np.testing.assert_array_equal(_t(x, device, layout).index_select(dim, big).numpy(), expect)
+    with pytest.raises(IndexError, match=r"index_select: index .* valid range is \[0, "):
+        nbx.index_select(_t(x, device, layout), dim, _idx([0, x.shape[dim]], device))
+    e = nbx.index_select(_t(x, device, layout), dim, _idx(np.zeros(0, np.int64), device))
+    assert e.shape[dim] == 0
+
+
+@pytest.mark.parametrize("dtype", [nbx.bfloat16, nbx.float32, nbx.float16])
+def test_embedding(device, dtype):
+    g = rng()
+    v, h = 50, 65
+    w = _arr((v, h), dtype, g)
+    ind = g.integers(0, v, (3, 7))
+    ind[0, 0] = v - 1
+    r = nbx.embedding(_idx(ind, device), nbx.tensor(w, device=device), padding_idx=0)
+    assert r.shape == (3, 7, h) and r.dtype is dtype
+    np.testing.assert_array_equal(r.numpy(), w[ind])
+    r = nbx.embedding(_idx(ind, device, nbx.int32, "transposed"), _t(w, device, "strided"))
+    np.testing.assert_array_equal(r.numpy(), w[ind])
+    r = nbx.embedding(nbx.tensor(4, device=device), nbx.tensor(w, device=device))
+    np.testing.assert_array_equal(r.numpy(), w[4])
+    with pytest.raises(IndexError, match=r"embedding: index 50 .*\[0, 49\]"):
+        nbx.embedding(_idx([[1, 50]], device), nbx.tensor(w, device=device))
+    with pytest.raises(IndexError, match=r"embedding: index -1 "):
+        nbx.embedding(_idx([-1], device), nbx.tensor(w, device=device))
+
+
+def test_take(device):
+    g = rng()
+    x = _arr((6, 35), nbx.float32, g)
+    ind = g.integers(-x.size, x.size, (4, 9))
+    expect = x.ravel()[ind]
+    for lay in LAYOUTS:
+        r = nbx.take(_t(x, device, lay), _idx(ind, device))
+        np.testing.assert_array_equal(r.numpy(), expect)
+    with pytest.raises(IndexError, match=r"take: index 210 .*\[-210, 209\]"):
+        nbx.take(nbx.tensor(x, device=device), _idx([x.size], device))
+
+
+# ---------------------------------------------------------------------------- scatter family
+def _scatter_ref(x, dim, ind, src, fn):
+    out = x.astype(np.float64).copy()
+    coords = np.indices(ind.shape)
+    for c in zip(*[a.ravel() for a in coords]):
+        t = list(c)
+        t[dim] = ind[c]
+        out[tuple(t)] = fn(out[tuple(t)], src[c])
+    return out
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_scatter_store_and_value(device, layout):
+    g = rng()
+    x = _arr((6, 33), nbx.float32, g)
+    src = _arr((4, 34), nbx.float32, g)
+    # a permutation per column: no duplicate targets, so the store result is defined
+    ind = np.stack([g.permutation(6)[:4] for _ in range(33)], 1)
+    expect = _scatter_ref(x, 0, ind, src, lambda a, b: b)
+    out = poisoned(x.shape, nbx.float32, device)
+    r = nbx.scatter(_t(x, device, layout), 0, _idx(ind, device, layout=layout),
+                    _t(src, device, layout), out=out)
+    assert r is out
+    assert_close(r, expect)
+    r = nbx.scatter(_t(x, device, layout), 0, _idx(ind, device), 2.5)
+    assert_close(r, _scatter_ref(x, 0, ind, np.full(ind.shape, 2.5), lambda a, b: b))
+    t = _t(x, device, layout)
+    assert t.scatter_(0, _idx(ind, device), value=-1.0) is t
+    assert_close(t, _scatter_ref(x, 0, ind, np.full(ind.shape, -1.0), lambda a, b: b))
+
+
+@pytest.mark.parametrize("dtype", [nbx.float32, nbx.float64, nbx.int32, nbx.int64, nbx.float16,
+                                   nbx.bfloat16])
+def test_scatter_add_duplicates(device, dtype):
+    g = rng()
+    x = _arr((5, 33), dtype, g)
+    src = _arr((40, 33), dtype, g)
+    ind = g.integers(0, 5, (40, 33))  # many duplicates
+    expect = _scatter_ref(x, 0, ind, src.astype(np.float64), lambda a, b: a + b)
+    r = nbx.scatter_add(nbx.tensor(x, device=device), 0, _idx(ind, device),
+                        nbx.tensor(src, device=device))
+    tol = {nbx.float16: 2e-2, nbx.bfloat16: 1.5e-1}.get(dtype)
+    assert_close(r, expect.astype(dtype.np) if dtype.kind == "i" else expect, rtol=tol, atol=tol)
+    t = nbx.tensor(x, device=device)
+    t.scatter_add_(0, _idx(ind, device), nbx.tensor(src, device=device))
+    assert_close(t, expect.astype(dtype.np) if dtype.kind == "i" else expect, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin", "prod"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dtype", [nbx.float32, nbx.int64])
+def test_scatter_reduce(device, reduce, include_self, dtype):
+    g = rng()
+    x = _arr((4, 33), dtype, g)
+    src = _arr((3, 35), dtype, g)
+    if dtype.kind == "i" and reduce == "prod":
+        x, src = x % 5, src % 5
+    ind = g.integers(0, 33, (3, 34))
+    fns = {"sum": np.add, "prod": np.multiply, "amax": np.maximum, "amin": np.minimum}
+    hit = np.zeros(x.shape, bool)
+    sums = np.zeros(x.shape)
+    cnt = np.zeros(x.shape)
+    base = x.astype(np.float64).copy()
+    for c in zip(*[a.ravel() for a in np.indices(ind.shape)]):
+        t = (c[0], ind[c])
+        v = float(src[c])
+        if reduce == "mean":
+            sums[t] += v
+            cnt[t] += 1
+        elif not include_self and not hit[t]:
+            base[t] = v
+        else:
+            base[t] = fns[reduce](base[t], v)
+        hit[t] = True
+    if reduce == "mean":
+        tot = sums + (x if include_self else 0) * np.where(hit | include_self, 1, 0)
+        n = cnt + (1 if include_self else 0)
+        if dtype.kind == "f":
+            base = np.where(hit, tot / np.maximum(n, 1), x)
+        else:
+            base = np.where(hit, np.floor_divide(tot, np.maximum(n, 1)), x)
+    out = poisoned(x.shape, dtype, device)
+    r = nbx.scatter_reduce(nbx.tensor(x, device=device), 1, _idx(ind, device),
+                           _t(src, device, "strided"), reduce, include_self=include_self, out=out)
+    assert_close(r, base.astype(dtype.np) if dtype.kind == "i" else base, rtol=1e-5)
+
+
+def test_scatter_errors(device):
+    x = nbx.tensor(np.zeros((3, 4), np.float32), device=device)
+    src = nbx.tensor(np.ones((1, 2), np.float32), device=device)
+    with pytest.raises(IndexError, match=r"scatter_add: index 3 .*dim 0 of size 3.*\[0, 2\]"):
+        nbx.scatter_add(x, 0, _idx([[0, 3]], device), src)
+    with pytest.raises(IndexError, match=r"scatter: index -2 "):
+        nbx.scatter(x, 0, _idx([[0, -2]], device), src)
+    with pytest.raises(TypeError, match="dtype"):
+        nbx.scatter(x, 0, _idx([[0, 1]], device), src.double() if device == "cpu" else
+                    nbx.tensor(np.ones((1, 2)), device=device))
+    with pytest.raises(ValueError, match="reduce"):
+        nbx.scatter_reduce(x, 0, _idx([[0, 1]], device), src, "max")
+    np.testing.assert_array_equal(x.numpy(), 0)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_index_add_copy_fill(device, layout):
+    g = rng()
+    x = _arr((9, 33), nbx.float32, g)
+    ind = np.array([3, 0, 8, 3, 5])  # a duplicate: adds accumulate
+    src = _arr((5, 33), nbx.float32, g)
+    e = x.astype(np.float64).copy()
+    np.add.at(e, ind, 2.0 * src.astype(np.float64))
+    out = poisoned(x.shape, nbx.float32, device)
+    r = nbx.index_add(_t(x, device, layout), 0, _idx(ind, device), _t(src, device, layout),
+                      alpha=2.0, out=out)
+    assert r is out
+    assert_close(r, e, rtol=1e-5)
+    t = _t(x, device, layout)
+    assert t.index_add_(0, _idx(ind, device), _t(src, device), alpha=2) is t
+    assert_close(t, e, rtol=1e-5)
+    ind_u = np.array([4, 0, 8])
+    e = x.copy()
+    srcc = _arr((9, 3), nbx.float32, g)
+    e[:, ind_u] = srcc
+    r = nbx.index_copy(_t(x, device, layout), 1, _idx(ind_u, device), _t(srcc, device, layout))
+    np.testing.assert_array_equal(r.numpy(), e)
+    e = x.copy()
+    e[:, ind_u] = -3.5
+    r = _t(x, device, layout).index_fill(1, _idx(ind_u, device), -3.5)
+    np.testing.assert_array_equal(r.numpy(), e)
+    t = _t(x, device, layout)
+    t.index_fill_(1, _idx(ind_u, device), nbx.tensor(-3.5))
+    np.testing.assert_array_equal(t.numpy(), e)
+    with pytest.raises(IndexError, match=r"index_add: index 9 .*\[0, 8\]"):
+        nbx.index_add(_t(x, device), 0, _idx([9], device), _t(src[:1], device))
+    with pytest.raises(ValueError, match="source must have shape"):
+        nbx.index_add(_t(x, device), 0, _idx([1], device), _t(src, device))
+
+
+def test_index_add_int(device):
+    g = rng()
+    x = _arr((6, 7), nbx.int32, g)
+    src = _arr((6, 4), nbx.int32, g)
+    ind = np.array([1, 1, 6, 0])
+    e = x.astype(np.int64).copy()
+    np.add.at(e.T, ind, 3 * src.T.astype(np.int64))
+    r = nbx.index_add(nbx.tensor(x, device=device), 1, _idx(ind, device),
+                      nbx.tensor(src, device=device), alpha=3)
+    np.testing.assert_array_equal(r.numpy(), e.astype(np.int32))
+
+
+# ---------------------------------------------------------------------------- masks
+@pytest.mark.parametrize("dtype", [nbx.float32, nbx.bfloat16, nbx.float64, nbx.int64, nbx.bool])
+def test_masked_fill(device, dtype):
+    g = rng()
+    x = _arr((3, 5, 33), dtype, g)
+    m = g.random((5, 1)) < 0.5  # broadcast mask
+    value = {"f": -1e9 if dtype is not nbx.bfloat16 else -3.0, "i": -(2 ** 40), "b": True}[dtype.kind]
+    if dtype is nbx.float64:
+        value = 0.1  # not exact in float32: the value travels as float64 bits
+    e = np.where(m, np.asarray(value).astype(dtype.np), x)
+    for lay in LAYOUTS:
+        r = nbx.masked_fill(_t(x, device, lay), nbx.tensor(m, device=device), value)
+        np.testing.assert_array_equal(r.numpy(), e)
+    t = _t(x, device, "strided")
+    assert t.masked_fill_(nbx.tensor(m, device=device), nbx.tensor(value, dtype=dtype)) is t
+    np.testing.assert_array_equal(t.numpy(), e)
+    # a mask with more dims broadcasts the result (out of place)
+    m2 = g.random((2, 1, 1, 33)) < 0.5
+    r = nbx.tensor(x, device=device).masked_fill(nbx.tensor(m2, device=device), value)
+    np.testing.assert_array_equal(r.numpy(), np.where(m2, np.asarray(value).astype(dtype.np), x))
+
+
+def test_masked_fill_nan_inf_and_errors(device):
+    x = nbx.tensor(np.array([1.0, np.nan, np.inf], np.float32), device=device)
+    m = nbx.tensor(np.array([True, False, True]), device=device)
+    r = x.masked_fill(m, float("-inf"))
+    np.testing.assert_array_equal(r.numpy(), [-np.inf, np.nan, -np.inf])
+    r = x.masked_fill(m, float("nan"))
+    assert np.isnan(r.numpy()[[0, 2]]).all()
+    with pytest.raises(TypeError, match="mask must be a bool"):
+        x.masked_fill(nbx.tensor([1, 0, 1], device=device), 0.0)
+    with pytest.raises(ValueError, match="overflow"):
+        nbx.tensor(np.zeros(3, np.uint8), device=device).masked_fill(m, 300)
+    with pytest.raises(ValueError, match="0-dim"):
+        x.masked_fill(m, nbx.tensor([1.0, 2.0]))
+    with pytest.raises(ValueError, match="cannot be broadcast"):
+        x.masked_fill_(nbx.tensor(np.ones((2, 3), bool), device=device), 0.0)
+
+
+def test_masked_select_and_scatter(device):
+    g = rng()
+    x = _arr((4, 37), nbx.float32, g)
+    m = g.random((37,)) < 0.4
+    for lay in LAYOUTS:
+        r = nbx.masked_select(_t(x, device, lay), nbx.tensor(m, device=device))
+        np.testing.assert_array_equal(r.numpy(), np.broadcast_to(x, x.shape)[np.broadcast_to(m, x.shape)])
+    out = poisoned((int(np.broadcast_to(m, x.shape).sum()),), nbx.float32, device)
+    assert nbx.masked_select(nbx.tensor(x, device=device), nbx.tensor(m, device=device), out=out) is out
+    none = nbx.masked_select(nbx.tensor(x, device=device), nbx.tensor(np.zeros(37, bool), device=device))
+    assert none.shape == (0,)
+    src = _arr((200,), nbx.float32, g)
+    mm = np.broadcast_to(m, x.shape)
+    e = x.copy()
+    e[mm] = src[:mm.sum()]
+    for lay in LAYOUTS:
+        r = nbx.masked_scatter(_t(x, device, lay), nbx.tensor(m, device=device),
+                               nbx.tensor(src, device=device))
+        np.testing.assert_array_equal(r.numpy(), e)
+    t = _t(x, device, "transposed")
+    t.masked_scatter_(nbx.tensor(m, device=device), _t(src.reshape(8, 25), device, "strided"))
+    np.testing.assert_array_equal(t.numpy(), e)
+    with pytest.raises(ValueError, match="only 3 elements"):
+        nbx.masked_scatter(nbx.tensor(x, device=device), nbx.tensor(m | True, device=device),
+                           nbx.tensor(src[:3], device=device))
+
+
+# ---------------------------------------------------------------------------- advanced indexing
+GETITEM_CASES = [
+    lambda i: (i["a"],),                          # one int tensor
+    lambda i: (slice(None), i["b"]),               # on a middle dim
+    lambda i: (i["a"], i["b"]),                    # adjacent: broadcast together
+    lambda i: (i["a"], slice(1, None, 2), i["c"]),  # separated: move to the front
+    lambda i: (Ellipsis, i["c"]),                  # after an ellipsis
+    lambda i: (None, i["a"], 2, None, slice(None)),  # None and an adjacent int mixed
+    lambda i: (i["neg"],),                         # negative indices wrap
+    lambda i: (i["mask0"],),                       # a bool mask over the first dim
+    lambda i: (i["mask01"], 1),                    # a 2-D bool mask, then an int
+    lambda i: (slice(None), i["mask12"]),          # a bool mask over the last two dims
+    lambda i: (i["a2"], slice(None), i["c2"]),     # 2-D index tensors, separated
+    lambda i: (i["list"], i["b0"]),                # a list and a 0-dim tensor
+    lambda i: (True,),                             # a Python bool
+    lambda i: (i["empty"], slice(None)),           # an empty index
+]
+
+
+def _idx_sets(shape, g):
+    a0, a1, a2 = shape
+    return {
+        "a": g.integers(0, a0, 6), "b": g.integers(0, a1, 6), "c": g.integers(0, a2, 6),
+        "neg": g.integers(-a0, a0, (2, 3)),
+        "mask0": g.random(a0) < 0.5, "mask01": g.random((a0, a1)) < 0.5,
+        "mask12": g.random((a1, a2)) < 0.5,
+        "a2": g.integers(0, a0, (3, 1)), "c2": g.integers(0, a2, (1, 4)),
+        "list": [0, a0 - 1, 1], "b0": np.int64(a1 - 2), "empty": np.zeros(0, np.int64),
+    }
+
+
+def _conv(ix, device, kind):
+    out = []
+    for it in ix:
+        if isinstance(it, np.ndarray):
+            it = nbx.tensor(it, device=device) if kind == "tensor" or it.ndim == 0 else \
+                (it if kind == "ndarray" else it.tolist())
+            if kind == "int32" and isinstance(it, nbx.Tensor) and it.dtype is nbx.int64:
+                it = it.int()
+        elif isinstance(it, np.int64):
+            it = nbx.tensor(it, device=device)
+        out.append(it)
+    return tuple(out)
+
+
+def _np_index(ix):
+    return tuple(np.array(v) if isinstance(v, (list, np.int64)) else v for v in ix)
+
+
+@pytest.mark.parametrize("case", range(len(GETITEM_CASES)))
+@pytest.mark.parametrize("kind", ["tensor", "ndarray", "list"])
+def test_getitem(device, case, kind):
+    g = rng()
+    x = _arr((5, 7, 33), nbx.float32, g)
+    ix = GETITEM_CASES[case](_idx_sets(x.shape, g))
+    expect = x[_np_index(ix)]
+    for lay in ("contig", "transposed"):
+        r = _t(x, device, lay)[_conv(ix, device, kind)]
+        np.testing.assert_array_equal(r.numpy(), expect)
+
+
+def test_getitem_torch_int_rule(device):
+    """An int separated from an index tensor is applied first (torch), unlike NumPy."""
+    g = rng()
+    x = _arr((3, 4, 5), nbx.float32, g)
+    r = nbx.tensor(x, device=device)[0, :, [1, 2]]
+    assert r.shape == (4, 2)
+    np.testing.assert_array_equal(r.numpy(), x[0][:, [1, 2]])
+
+
+def test_getitem_errors(device):
+    x = nbx.tensor(np.ones((3, 4), np.float32), device=device)
+    with pytest.raises(IndexError, match=r"index 3 is out of range for dimension 0 with size 3"):
+        x[[0, 3]]
+    with pytest.raises(IndexError, match=r"index -5 .*dimension 1 with size 4.*\[-4, 3\]"):
+        x[[0, 1], [-5, 0]]
+    with pytest.raises(IndexError, match="shape of the mask"):
+        x[nbx.tensor(np.ones(4, bool), device=device)]
+    with pytest.raises(IndexError, match="broadcast"):
+        x[[0, 1], [0, 1, 2]]
+    with pytest.raises(IndexError, match="int64, int32 or bool"):
+        x[nbx.tensor([0.0], device=device)]
+
+
+@pytest.mark.parametrize("case", range(len(GETITEM_CASES)))
+def test_setitem(device, case):
+    g = rng()
+    x = _arr((5, 7, 33), nbx.float32, g)
+    sets = _idx_sets(x.shape, g)
+    for k in ("a", "b", "c"):  # unique targets, so stores are defined
+        sets[k] = g.permutation(x.shape["abc".index(k)])[:4]
+    sets["neg"] = np.array([-1, 0, 2])
+    sets["a2"], sets["c2"] = np.array([[0], [3]]), np.array([[5, 7, 9]])
+    ix = GETITEM_CASES[case](sets)
+    shape = x[_np_index(ix)].shape
+    v = _arr(shape, nbx.float32, g)
+    e = x.copy()
+    e[_np_index(ix)] = v
+    t = _t(x, device, "transposed")
+    t[_conv(ix, device, "tensor")] = nbx.tensor(v, device=device)
+    np.testing.assert_array_equal(t.numpy(), e)
+    e = x.copy()
+    e[_np_index(ix)] = 7.0
+    t = nbx.tensor(x, device=device)
+    t[_conv(ix, device, "list")] = 7.0
+    np.testing.assert_array_equal(t.numpy(), e)
+
+
+def test_setitem_broadcast_cast_and_alias(device):
+    g = rng()
+    x = _arr((6, 33), nbx.float32, g)
+    t = nbx.tensor(x, device=device)
+    row = _arr((33,), nbx.float64, g)
+    t[[1, 4]] = nbx.tensor(row, device=device)  # broadcast and cast float64 -> float32
+    e = x.copy()
+    e[[1, 4]] = row.astype(np.float32)
+    np.testing.assert_array_equal(t.numpy(), e)
+    t[[0, 2]] = t[[2, 0]]  # values alias the destination
+    e[[0, 2]] = e[[2, 0]]
+    np.testing.assert_array_equal(t.numpy(), e)
+    m = g.random((6, 33)) < 0.5
+    t[nbx.tensor(m, device=device)] = 0.0
+    e[m] = 0.0
+    np.testing.assert_array_equal(t.numpy(), e)
+
+
+@pytest.mark.parametrize("dtype", [nbx.float32, nbx.int64, nbx.bfloat16])
+def test_index_put_accumulate(device, dtype):
+    g = rng()
+    x = _arr((8, 33), dtype, g)
+    i0 = g.integers(-8, 8, 50)  # duplicates and negatives
+    i1 = g.integers(0, 33, 50)
+    v = _arr((50,), dtype, g)
+    e = x.astype(np.float64).copy()
+    np.add.at(e, (i0, i1), v.astype(np.float64))
+    r = nbx.index_put(nbx.tensor(x, device=device), (_idx(i0, device), _idx(i1, device)),
+                      nbx.tensor(v, device=device), accumulate=True)
+    tol = 5e-2 if dtype is nbx.bfloat16 else None
+    assert_close(r, e.astype(dtype.np) if dtype.kind == "i" else e, rtol=tol, atol=tol)
+    t = nbx.tensor(x, device=device)
+    assert t.index_put_((_idx(i0, device), _idx(i1, device)), nbx.tensor(v, device=device),
+                        accumulate=True) is t
+    assert_close(t, e.astype(dtype.np) if dtype.kind == "i" else e, rtol=tol, atol=tol)
+    t = nbx.tensor(x, device=device)
+    t.index_put_((None, _idx([1, 2], device)), nbx.tensor(x[:, :2].copy(), device=device))
+    e = x.copy()
+    e[:, [1, 2]] = x[:, :2]
+    np.testing.assert_array_equal(t.numpy(), e)
+    with pytest.raises(TypeError, match="dtype"):
+        nbx.index_put(nbx.tensor(x, device=device), (_idx([0], device),),
+                      nbx.tensor(np.ones(33, np.float16 if dtype is not nbx.float16 else np.float32),
+                                 device=device))
+    with pytest.raises(IndexError, match=r"index_put: index 8 .*dimension 0 with size 8"):
+        nbx.index_put(nbx.tensor(x, device=device), (_idx([8], device),),
+                      nbx.tensor(v[:1], device=device))
+
+
+def test_out_of_range_leaves_no_trace_in_later_calls(device):
+    x = nbx.tensor(np.arange(10.0, dtype=np.float32), device=device)
+    for _ in range(2):
+        with pytest.raises(IndexError):
+            x[[1, 10]]
+        np.testing.assert_array_equal(x[[1, 9]].numpy(), [1.0, 9.0])
+
+
+def test_deferred_index_checks(device):
+    from nbxtensor.ops.indexing import deferred_index_checks
+    x = nbx.tensor(np.arange(10.0, dtype=np.float32), device=device)
+    with deferred_index_checks():
+        np.testing.assert_array_equal(x[[1, 9]].numpy(), [1.0, 9.0])
+    if device == "cpu":
+        with pytest.raises(IndexError), deferred_index_checks():
+            x[[1, 10]]
+        return
+    with pytest.raises(IndexError, match="index 12 is out of range"):
+        with deferred_index_checks():
+            r = x[[1, 12]]  # no error yet: the bad element was masked, not read
+            r2 = nbx.index_select(x, 0, _idx([2], device))
+    np.testing.assert_array_equal(r2.numpy(), [2.0])
+    np.testing.assert_array_equal(r.numpy()[:1], [1.0])
+    np.testing.assert_array_equal(x[[3]].numpy(), [3.0])  # the flag was reset
+
+
+@pytest.mark.parametrize("dtype", [nbx.int8, nbx.uint8, nbx.int16, nbx.float8_e4m3fn, nbx.bool])
+def test_accumulate_narrow_dtypes(device, dtype):
+    """8/16-bit and bool accumulation (no native GPU atomics: widened, then cast back)."""
+    g = rng()
+    x = _arr((6, 33), dtype, g)
+    v = _arr((40,), dtype, g)
+    if dtype is nbx.float8_e4m3fn:
+        x = (g.integers(-4, 4, (6, 33)) * 0.5).astype(dtype.np)  # sums stay exact
+        v = (g.integers(-4, 4, 40) * 0.5).astype(dtype.np)
+    i0, i1 = g.integers(0, 6, 40), g.integers(0, 33, 40)
+    t = _t(x, device, "strided")
+    t.index_put_((_idx(i0, device), _idx(i1, device)), nbx.tensor(v, device=device),
+                 accumulate=True)
+    if dtype.kind == "b":
+        e = x.copy()
+        np.logical_or.at(e, (i0, i1), v)
+    elif dtype.kind == "f":
+        e = x.astype(np.float64)
+        np.add.at(e, (i0, i1), v.astype(np.float64))
+        e = e.astype(dtype.np)
+    else:
+        e = x.astype(np.int64)
+        np.add.at(e, (i0, i1), v.astype(np.int64))
+        e = e.astype(dtype.np)  # wraps modulo 2^bits, as torch
+    np.testing.assert_array_equal(t.numpy(), e)
+    if dtype.kind in "iu":
+        src = _arr((3, 33), dtype, g)
+        ind = g.integers(0, 6, (3, 33))
+        r = nbx.scatter_reduce(nbx.tensor(x, device=device), 0, _idx(ind, device),
+                               nbx.tensor(src, device=device), "amax", include_self=False)
+        e = x.copy()
+        seen = np.zeros(x.shape, bool)
+        for a in range(3):
+            for b in range(33):
+                k = ind[a, b]
+                e[k, b] = src[a, b] if not seen[k, b] else max(e[k, b], src[a, b])
+                seen[k, b] = True
+        np.testing.assert_array_equal(r.numpy(), e)
+
+
+def test_scatter_reduce_half_amax(device):
+    g = rng()
+    x = _arr((4, 33), nbx.float16, g)
+    src = _arr((4, 33), nbx.float16, g)
+    ind = g.integers(0, 4, (4, 33))
+    r = nbx.scatter_reduce(nbx.tensor(x, device=device), 0, _idx(ind, device),
+                           nbx.tensor(src, device=device), "amin")
+    e = x.copy()
+    np.minimum.at(e, (ind, np.broadcast_to(np.arange(33), ind.shape)), src)
+    np.testing.assert_array_equal(r.numpy(), e)
+
+
+def test_gather_high_rank_permuted(device):
+    """More than 4 dims that cannot merge: the Triton entry loops over the first dim."""
+    g = rng()
+    x = _arr((2, 3, 4, 3, 5, 6), nbx.float32, g)
+    ind = g.integers(0, 6, (2, 3, 4, 3, 5, 4))
+    perm = (1, 0, 3, 2, 4, 5)
+    xt = nbx.tensor(np.ascontiguousarray(x.transpose(perm)), device=device).permute(perm)
+    it = nbx.tensor(np.ascontiguousarray(ind.transpose(perm)), device=device).permute(perm)
+    r = nbx.gather(xt, 5, it)
+    np.testing.assert_array_equal(r.numpy(), np.take_along_axis(x, ind, 5))
+    r = xt[:, [2, 0], :, [1, 1]]  # separated index tensors on a 6-D tensor
+    np.testing.assert_array_equal(r.numpy(), x[:, [2, 0], :, [1, 1]])
+
+
+@pytest.mark.parametrize("dtype", [nbx.float32, nbx.int16, nbx.float16])
+def test_scatter_multiply(device, dtype):
+    """reduce='multiply'/'prod' (a compare-and-swap loop on GPUs), tensor and scalar sources."""
+    g = rng()
+    x = (g.integers(-3, 4, (5, 33))).astype(dtype.np)
+    src = (g.integers(-2, 3, (8, 33))).astype(dtype.np)
+    ind = g.integers(0, 5, (8, 33))  # duplicates: several factors per element
+    cols = np.broadcast_to(np.arange(33), ind.shape)
+    e = x.astype(np.float64)
+    np.multiply.at(e, (ind, cols), src.astype(np.float64))
+    r = nbx.scatter(nbx.tensor(x, device=device), 0, _idx(ind, device),
+                    nbx.tensor(src, device=device), reduce="multiply")
+    np.testing.assert_array_equal(r.numpy(), e.astype(dtype.np))
+    e = x.astype(np.float64)
+    np.multiply.at(e, (ind, cols), -2.0)
+    r = nbx.scatter(nbx.tensor(x, device=device), 0, _idx(ind, device), -2, reduce="multiply")
+    np.testing.assert_array_equal(r.numpy(), e.astype(dtype.np))
+
+
+def test_zero_dim_masks_and_overflow(device):
+    x = nbx.tensor(np.float32(1.5), device=device)
+    m = nbx.tensor(True, device=device)
+    np.testing.assert_array_equal(nbx.masked_select(x, m).numpy(), [1.5])
+    assert nbx.masked_select(x, nbx.tensor(False, device=device)).shape == (0,)
+    np.testing.assert_array_equal(x.masked_fill(m, 2.0).numpy(), 2.0)
+    h = nbx.tensor(np.ones(3, np.float16), device=device)
+    with pytest.raises(ValueError, match="overflow"):
+        h.masked_fill(nbx.tensor(np.ones(3, bool), device=device), 1e6)
+    np.testing.assert_array_equal(
+        h.masked_fill(nbx.tensor(np.ones(3, bool), device=device), float("inf")).numpy(), np.inf)
