@@ -39,6 +39,7 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("device", DEVICES)
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
     for item in items:
         callspec = getattr(item, "callspec", None)

@@ -13,6 +13,7 @@ from .dtypes import (DType, all_dtypes, bfloat16, bool, double, finfo, float, fl
                      float8_e5m2, float16, float32, float64, get_default_dtype, half, iinfo, int,
                      int8, int16, int32, int64, long, promote_types, result_type,
                      set_default_dtype, short, uint8)
+from .dtypes import DType as dtype  # torch spelling: isinstance(x, nbx.dtype)
 from .device import Device
 from .device import Device as device  # torch spelling: nbx.device("cuda:0")
 from .tensor import Size, Tensor, broadcast_shapes
@@ -32,6 +33,7 @@ def __getattr__(name):
         return importlib.import_module(_LAZY[name])
     if name == "launch":
         from .backends.launch import launch
+        globals()["launch"] = launch   # later lookups skip this hook (it sits on the hot path)
         return launch
     raise AttributeError(f"module 'nbxtensor' has no attribute {name!r}")
 

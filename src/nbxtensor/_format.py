@@ -15,8 +15,9 @@ def _float_formatter(vals: np.ndarray):
     integral = finite.size == 0 or bool(np.all(finite == np.round(finite)))
     big = nonzero.max() if nonzero.size else 0.0
     small = nonzero.min() if nonzero.size else 0.0
+    # torch's rules: scientific when the range is wide (> 1e3), large (> 1e8) or tiny (< 1e-4)
     if integral:
-        sci = big > 1e8
+        sci = big > 1e8 or (small > 0 and big / small > 1e3)
         fmt = (lambda x: f"{x:.4e}") if sci else (lambda x: f"{x:.0f}.")
     else:
         sci = big > 1e8 or small < 1e-4 or (small > 0 and big / small > 1e3)
@@ -38,10 +39,13 @@ def format_tensor(t) -> str:
     suffix = []
     if t.device.type != "cpu":
         suffix.append(f"device='{t.device}'")
-    if t.numel() == 0 and t.ndim != 1:
-        suffix.insert(0, f"size={tuple(t.shape)}")
-    if dt not in (_dt.float32, _dt.int64, _dt.bool) or (dt is not _dt.get_default_dtype()
-                                                        and dt is _dt.float32):
+    if t.numel() == 0:
+        if t.ndim != 1:
+            suffix.insert(0, f"size={tuple(t.shape)}")
+        # no values to tell an int64 from a float: torch names every non-default dtype
+        if dt is not _dt.get_default_dtype():
+            suffix.append(f"dtype=nbxtensor.{dt.name}")
+    elif dt not in (_dt.get_default_dtype(), _dt.int64, _dt.bool):
         suffix.append(f"dtype=nbxtensor.{dt.name}")
 
     if dt.is_floating_point:

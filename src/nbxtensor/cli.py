@@ -33,12 +33,16 @@ def cmd_info(args) -> int:
             print(f"  cuda     unavailable: {reason}")
         else:
             ver = driver.driver_version()
-            print(f"  cuda     driver API {ver // 1000}.{ver % 1000 // 10}, "
-                  f"{driver.device_count()} device(s)")
+            ver = f"{ver // 1000}.{ver % 1000 // 10}"
+            print(f"  cuda     driver API {ver}, {driver.device_count()} device(s)")
             for i in range(driver.device_count()):
-                p = driver.device_properties(i)
-                print(f"  cuda:{i}   {p['name']}, compute capability {p['major']}.{p['minor']}, "
-                      f"{p['multiprocessors']} SMs, {p['total_memory'] / 2**30:.1f} GiB")
+                try:
+                    p = driver.device_properties(i)
+                    print(f"  cuda:{i}   {p['name']}, compute capability {p['major']}.{p['minor']}, "
+                          f"{p['multiprocessors']} SMs, {p['total_memory'] / 2**30:.1f} GiB, "
+                          f"driver API {ver}")
+                except Exception as e:  # one bad device does not hide the others
+                    print(f"  cuda:{i}   unavailable: {type(e).__name__}: {e}")
     except Exception as e:  # nbx info never shows a traceback
         print(f"  cuda     unavailable: {type(e).__name__}: {e}")
     return 0

@@ -60,6 +60,8 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     dtype = None if dtype is None else _dt.as_dtype(dtype)
     if isinstance(data, Tensor):
         return data.to(device=device, dtype=dtype or data.dtype, copy=True)
+    if isinstance(data, np.generic):  # a NumPy scalar keeps its dtype (as torch)
+        data = np.asarray(data)
     if isinstance(data, np.ndarray):
         src_dtype = _dt.as_dtype(data.dtype, "data.dtype")
         arr = data

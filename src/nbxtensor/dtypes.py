@@ -2,13 +2,22 @@
 
 Every other module asks this table; no second list of dtypes exists anywhere.
 
-Casts (documented rule, tested in tests/test_dtypes.py):
-  * float -> narrower float rounds to nearest, ties to even.
-  * values beyond the target's largest finite value become +-inf for float16,
-    bfloat16 and float8_e5m2, and NaN for float8_e4m3fn (it has no inf). This is the
-    non-saturating behaviour of torch and ml_dtypes; NaN stays NaN.
-  * float -> integer truncates toward zero; NaN/inf/out-of-range inputs give an
-    unspecified value (as in torch and C). float -> bool is `x != 0`.
+Casts (the documented rule every device follows; tested in tests/test_dtypes.py
+against NumPy/ml_dtypes, which are the cpu implementation):
+  * float -> narrower float rounds to nearest, ties to even. float32 -> any narrower
+    float and float64 -> float16 round once. float64 -> bfloat16 / float8 goes through
+    float32 first (as ml_dtypes and torch do), so a float64 value within 2**-29
+    (relative) of a tie between two targets can round twice.
+  * a value that rounds (as if the exponent were unbounded) beyond the target's largest
+    finite value becomes +-inf for float16, bfloat16 and float8_e5m2, and NaN for
+    float8_e4m3fn (it has no inf): non-saturating, as torch and ml_dtypes. So in
+    float16 65519 -> 65504 but 65520 -> inf; in float8_e5m2 61440 -> inf; in
+    float8_e4m3fn 464 -> 448 (the tie goes to the even 448) but 464.5 -> NaN, and
+    +-inf -> NaN. NaN stays NaN.
+  * integer -> float rounds to nearest even (int64 -> float16 may give inf).
+  * float -> integer truncates toward zero; NaN, inf and out-of-range inputs give an
+    unspecified value (as in torch and C). float -> bool is `x != 0` (NaN -> True).
+  * integer -> narrower integer wraps (two's complement); x -> bool is `x != 0`.
 """
 from __future__ import annotations
 
@@ -123,7 +132,7 @@ def as_dtype(x, argname: str = "dtype") -> DType:
         d = _BY_NAME.get(name) or _ALIASES.get(name)
         if d is not None:
             return d
-    else:
+    elif x is not None:  # np.dtype(None) would be float64
         try:
             d = _BY_NP.get(np.dtype(x))
         except TypeError:

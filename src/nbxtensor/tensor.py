@@ -53,19 +53,33 @@ def normalize_dim(dim, ndim: int, argname: str = "dim") -> int:
     return int(dim) % n
 
 
-def normalize_size(args, argname: str = "size") -> tuple[int, ...]:
-    """Accept f(2, 3), f((2, 3)) and f([2, 3]); every entry a non-negative int."""
+def normalize_size(args, argname: str = "size", allow_negative: bool = False) -> tuple[int, ...]:
+    """Accept f(2, 3), f((2, 3)) and f([2, 3]); every entry an int >= 0 (or any int when
+    `allow_negative`, for view's -1 and for dims)."""
     if len(args) == 1 and isinstance(args[0], (tuple, list, Size)):
         args = tuple(args[0])
     out = []
     for n in args:
         if isinstance(n, Tensor):
+            if n.numel() != 1 or n.dtype.kind not in "ui":
+                raise TypeError(f"{argname}: expected a sequence of ints, got a tensor of shape "
+                                f"{tuple(n.shape)} and dtype {n.dtype.name} in it")
             n = n.item()
         if not isinstance(n, (int, np.integer)) or isinstance(n, (bool, np.bool_)):
             raise TypeError(f"{argname}: expected a sequence of ints, got {type(n).__name__} {n!r} "
                             f"in {tuple(args)}")
+        if n < 0 and not allow_negative:
+            raise ValueError(f"{argname}: expected sizes >= 0, got {n} in {tuple(args)}")
         out.append(int(n))
     return tuple(out)
+
+
+def _as_int(x, argname: str) -> int:
+    if isinstance(x, Tensor) and x.numel() == 1 and x.dtype.kind in "ui":
+        x = x.item()
+    if not isinstance(x, (int, np.integer)) or isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{argname}: expected an int, got {type(x).__name__} {x!r}")
+    return int(x)
 
 
 def broadcast_shapes(*shapes) -> Size:
@@ -162,12 +176,18 @@ class Tensor:
     def size(self, dim=None):
         if dim is None:
             return self._shape
-        return self._shape[normalize_dim(dim, self.ndim)] if self.ndim else 1
+        d = normalize_dim(dim, self.ndim)
+        if not self.ndim:
+            raise IndexError(f"dim: dimension specified as {dim} but the tensor has no dimensions")
+        return self._shape[d]
 
     def stride(self, dim=None):
         if dim is None:
             return self._stride
-        return self._stride[normalize_dim(dim, self.ndim)] if self.ndim else 1
+        d = normalize_dim(dim, self.ndim)
+        if not self.ndim:
+            raise IndexError(f"dim: dimension specified as {dim} but the tensor has no dimensions")
+        return self._stride[d]
 
     def storage_offset(self) -> int:
         return self._offset
@@ -232,7 +252,7 @@ class Tensor:
     def view(self, *shape) -> "Tensor":
         if len(shape) == 1 and isinstance(shape[0], (_dt.DType, str)):
             raise NotImplementedError("view(dtype) is not supported; use .to(dtype) to convert")
-        shape = _infer_size(normalize_size(shape, "shape") if shape else (), self.numel(), "view")
+        shape = _infer_size(normalize_size(shape, "shape", True) if shape else (), self.numel(), "view")
         stride = _view_strides(self._shape, self._stride, shape)
         if stride is None:
             raise RuntimeError(f"view: size {tuple(shape)} is not compatible with input of size "
@@ -241,7 +261,7 @@ class Tensor:
         return self._view(shape, stride)
 
     def reshape(self, *shape) -> "Tensor":
-        shape = _infer_size(normalize_size(shape, "shape") if shape else (), self.numel(), "reshape")
+        shape = _infer_size(normalize_size(shape, "shape", True) if shape else (), self.numel(), "reshape")
         stride = _view_strides(self._shape, self._stride, shape)
         if stride is None:
             return self.contiguous().view(shape)
@@ -270,8 +290,7 @@ class Tensor:
         return self._view(size, stride, offset)
 
     def permute(self, *dims) -> "Tensor":
-        dims = normalize_size(dims, "dims") if dims and not isinstance(dims[0], int) \
-            else tuple(dims)
+        dims = normalize_size(dims, "dims", True)
         if len(dims) != self.ndim:
             raise ValueError(f"permute: dims {tuple(dims)} must name each of the tensor's "
                              f"{self.ndim} dims once")
@@ -307,7 +326,7 @@ class Tensor:
         return self.transpose(-2, -1)
 
     def expand(self, *sizes) -> "Tensor":
-        sizes = normalize_size(sizes, "size") if sizes else ()
+        sizes = normalize_size(sizes, "size", True) if sizes else ()
         if len(sizes) < self.ndim:
             raise ValueError(f"expand: the number of sizes {len(sizes)} must be >= the tensor's "
                              f"{self.ndim} dims ({tuple(sizes)} vs {tuple(self._shape)})")
@@ -342,7 +361,7 @@ class Tensor:
             keep = [i for i, n in enumerate(self._shape) if n != 1]
         else:
             dims = dim if isinstance(dim, (tuple, list)) else (dim,)
-            drop = {normalize_dim(d, self.ndim) for d in dims} if self.ndim else set()
+            drop = {normalize_dim(d, self.ndim) for d in dims}
             keep = [i for i, n in enumerate(self._shape) if not (i in drop and n == 1)]
         return self._view([self._shape[i] for i in keep], [self._stride[i] for i in keep])
 
@@ -366,16 +385,18 @@ class Tensor:
 
     def unflatten(self, dim, sizes) -> "Tensor":
         d = normalize_dim(dim, self.ndim)
-        sizes = _infer_size(normalize_size((sizes,), "sizes"), self._shape[d], "unflatten")
+        sizes = _infer_size(normalize_size((sizes,), "sizes", True), self._shape[d], "unflatten")
         return self.view(self._shape[:d] + tuple(sizes) + self._shape[d + 1:])
 
     def narrow(self, dim, start, length) -> "Tensor":
+        if self.ndim == 0:
+            raise IndexError("narrow: cannot be applied to a 0-dim tensor")
         d = normalize_dim(dim, self.ndim)
         n = self._shape[d]
-        if isinstance(start, Tensor):
-            start = start.item()
+        start, length = _as_int(start, "start"), _as_int(length, "length")
         if not -n <= start <= n:
-            raise IndexError(f"narrow: start {start} out of range for dim {dim} of size {n}")
+            raise IndexError(f"narrow: start {start} out of range for dim {dim} of size {n} "
+                             f"(expected {-n} <= start <= {n})")
         if start < 0:
             start += n
         if length < 0 or start + length > n:
@@ -389,6 +410,7 @@ class Tensor:
             raise IndexError("select: cannot select on a 0-dim tensor")
         d = normalize_dim(dim, self.ndim)
         n = self._shape[d]
+        index = _as_int(index, "index")
         if not -n <= index < n:
             raise IndexError(f"select: index {index} is out of bounds for dim {d} with size {n}")
         index %= n
@@ -397,18 +419,24 @@ class Tensor:
                           self._offset + index * self._stride[d])
 
     def split(self, split_size_or_sections, dim=0) -> tuple["Tensor", ...]:
+        if self.ndim == 0:
+            raise ValueError("split: expected a tensor with at least 1 dim, got a 0-dim tensor")
         d = normalize_dim(dim, self.ndim)
         n = self._shape[d]
-        if isinstance(split_size_or_sections, int):
-            size = split_size_or_sections
-            if size <= 0 and not (size == 0 and n == 0):
-                raise ValueError(f"split: split_size must be > 0, got {size}")
-            sizes = [size] * (n // size) + ([n % size] if n % size else []) if size else [0]
+        if isinstance(split_size_or_sections, (int, np.integer)) and \
+                not isinstance(split_size_or_sections, bool):
+            size = int(split_size_or_sections)
+            if size < 0 or (size == 0 and n != 0):
+                raise ValueError(f"split_size: expected > 0 (or 0 for a dim of size 0), got {size}"
+                                 f" for dim {dim} of size {n}")
+            # torch: at least one piece, the last one may be smaller
+            count = max(-(-n // size), 1) if size else 1
+            sizes = [min(size, n - i * size) for i in range(count)]
         else:
-            sizes = list(split_size_or_sections)
-            if sum(sizes) != n or any(s < 0 for s in sizes):
-                raise ValueError(f"split: split sizes {sizes} must be >= 0 and sum to dim {dim}'s "
-                                 f"size {n}")
+            sizes = list(normalize_size((split_size_or_sections,), "split_sizes"))
+            if sum(sizes) != n:
+                raise ValueError(f"split_sizes: {sizes} must sum to dim {dim}'s size {n}, "
+                                 f"got sum {sum(sizes)}")
         out, start = [], 0
         for s in sizes:
             out.append(self.narrow(d, start, s))
@@ -416,12 +444,18 @@ class Tensor:
         return tuple(out)
 
     def chunk(self, chunks, dim=0) -> tuple["Tensor", ...]:
+        chunks = _as_int(chunks, "chunks")
         if chunks <= 0:
-            raise ValueError(f"chunk: chunks must be > 0, got {chunks}")
+            raise ValueError(f"chunks: expected > 0, got {chunks}")
+        if self.ndim == 0:
+            raise ValueError("chunk: expected a tensor with at least 1 dim, got a 0-dim tensor")
         n = self._shape[normalize_dim(dim, self.ndim)]
-        return self.split(max(-(-n // chunks), 1) if n else 1, dim) if n else (self,)
+        # torch: pieces of ceil(n / chunks); fewer than `chunks` pieces when that divides out
+        return self.split(-(-n // chunks), dim)
 
     def unbind(self, dim=0) -> tuple["Tensor", ...]:
+        if self.ndim == 0:
+            raise ValueError("unbind: expected a tensor with at least 1 dim, got a 0-dim tensor")
         d = normalize_dim(dim, self.ndim)
         return tuple(self.select(d, i) for i in range(self._shape[d]))
 
@@ -501,11 +535,23 @@ class Tensor:
         except ValueError:
             raise ValueError(f"copy_: src of shape {tuple(src.shape)} cannot be broadcast to the "
                              f"destination's shape {tuple(self._shape)}") from None
+        if not self.numel():
+            return self
+        if any(n > 1 and s == 0 for n, s in zip(self._shape, self._stride)):
+            raise RuntimeError("copy_: more than one element of the destination refers to a single "
+                               "memory location (an expanded tensor); clone() it first")
         if src.device != self.device:
             src = src._to_device(self.device)
-        if self.numel():
-            impl("copy_", self.device)(self, src)
+        elif _overlaps(self, src):
+            if src._same_view(self):
+                return self
+            src = src.clone()  # read everything before writing anything
+        impl("copy_", self.device)(self, src)
         return self
+
+    def _same_view(self, other) -> bool:
+        return (self.data_ptr() == other.data_ptr() and self._dtype is other._dtype
+                and self._shape == other._shape and self._stride == other._stride)
 
     def fill_(self, value) -> "Tensor":
         if isinstance(value, Tensor):
@@ -549,7 +595,8 @@ class Tensor:
         for a in args:
             if isinstance(a, Tensor):
                 device, dtype = a.device, a.dtype
-            elif isinstance(a, _dt.DType) or (isinstance(a, str) and _is_dtype_name(a)):
+            elif isinstance(a, (_dt.DType, np.dtype, type)) or (isinstance(a, str)
+                                                                and _is_dtype_name(a)):
                 dtype = a
             elif a is not None:
                 device = a
@@ -600,6 +647,8 @@ class Tensor:
     def _host_view(self) -> np.ndarray:
         """Zero-copy NumPy view of a host tensor (cpu or interp)."""
         item = self._dtype.itemsize
+        if not self.numel():  # no bytes to view; the offset may point past an empty storage
+            return np.empty(self._shape, self._dtype.np)
         return np.ndarray(self._shape, self._dtype.np, buffer=self._storage.host_array(),
                           offset=self._offset * item, strides=[s * item for s in self._stride])
 
@@ -679,10 +728,25 @@ class Tensor:
             storage = HostStorage(device or Device("cpu"), np.empty(0, np.uint8))
             return cls._make(storage, arr.shape, contiguous_strides(arr.shape), 0, dtype)
         extent = 1 + sum((n - 1) * s // item for n, s in zip(arr.shape, arr.strides))
-        flat = np.lib.stride_tricks.as_strided(arr, shape=(extent,), strides=(item,),
+        # as_strided over a same-width unsigned view: NumPy cannot rebuild every ml_dtypes
+        # dtype from its array interface (float8_e5m2 reads back as '<f1')
+        flat = np.lib.stride_tricks.as_strided(arr.view(f"u{item}"), shape=(extent,), strides=(item,),
                                                writeable=arr.flags.writeable)
         storage = HostStorage(device or Device("cpu"), flat.view(np.uint8))
         return cls._make(storage, arr.shape, [s // item for s in arr.strides], 0, dtype)
+
+
+def _byte_range(t: Tensor) -> tuple[int, int]:
+    lo = t.data_ptr()
+    return lo, lo + (1 + sum((n - 1) * s for n, s in zip(t.shape, t._stride))) * t.itemsize
+
+
+def _overlaps(a: Tensor, b: Tensor) -> bool:
+    """Whether two tensors on one device may share bytes (by address ranges)."""
+    if not a.numel() or not b.numel():
+        return False
+    (a0, a1), (b0, b1) = _byte_range(a), _byte_range(b)
+    return a0 < b1 and b0 < a1
 
 
 def _is_dtype_name(s: str) -> bool:
