@@ -1,4 +1,507 @@
-"""reduction ops (stub: filled by its family)."""
+"""Reductions, scans and the sort family, with torch's names and semantics.
+
+Every reduction goes through one dispatch entry, `reduce`:
+
+    impl("reduce", device)(kind, x, dims, values, indices, **params)
+
+`x` is the (already cast) input, `dims` the sorted tuple of reduced dims, `values` /
+`indices` freshly allocated contiguous outputs in the *keepdim* shape (either may be
+None). The op layer here does the validation, the result dtype and shape, the empty
+cases and `out=`; the backends only compute. Kinds:
+
+    sum prod mean amax amin max min (values+indices) argmax argmin var std
+    norm (params ord) lse any all nnz
+
+Scans (`cumsum`, `cumprod`) dispatch `scan`; the sort family dispatches `sort`,
+`topk`, `nonzero` and `unique`.
+"""
 from __future__ import annotations
 
-__all__: list[str] = []
+import math
+from collections import namedtuple
+
+from .. import dtypes as _dt
+from ..dispatch import impl
+from ..tensor import Tensor, normalize_dim
+from . import _methods
+
+__all__ = ["sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "var", "std",
+           "logsumexp", "any", "all", "count_nonzero", "cumsum", "cumprod", "sort", "argsort",
+           "topk", "nonzero", "unique", "vector_norm", "aminmax", "norm"]
+
+# torch.return_types.* equivalents: tuples with .values / .indices
+max_result = namedtuple("max", ["values", "indices"])
+min_result = namedtuple("min", ["values", "indices"])
+sort_result = namedtuple("sort", ["values", "indices"])
+topk_result = namedtuple("topk", ["values", "indices"])
+aminmax_result = namedtuple("aminmax", ["min", "max"])
+
+
+# ------------------------------------------------------------------ helpers
+def _check_tensor(x, fname, argname="input"):
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{fname}: {argname} must be a Tensor, got {type(x).__name__}")
+
+
+def _norm_dims(x: Tensor, dim, fname) -> tuple[int, ...]:
+    """dim as None (all), int, or tuple/list of ints -> sorted unique tuple of dims."""
+    if dim is None:
+        return tuple(range(x.ndim))
+    if isinstance(dim, (tuple, list)):
+        if len(dim) == 0:  # torch: an empty dim list reduces everything
+            return tuple(range(x.ndim))
+        ds = [normalize_dim(d, x.ndim, "dim") for d in dim]
+        if len(set(ds)) != len(ds):
+            raise ValueError(f"{fname}: dim {tuple(dim)} names a dimension more than once")
+        return tuple(sorted(set(ds))) if x.ndim else ()
+    d = normalize_dim(dim, x.ndim, "dim")
+    return (d,) if x.ndim else ()
+
+
+def _out_shape(x: Tensor, dims, keepdim):
+    keep = [1 if i in dims else n for i, n in enumerate(x.shape)]
+    final = keep if keepdim else [n for i, n in enumerate(x.shape) if i not in dims]
+    return tuple(keep), tuple(final)
+
+
+def _reduced_numel(x, dims):
+    return math.prod(x.shape[d] for d in dims)
+
+
+def _cast_input(x: Tensor, dtype, fname):
+    if dtype is None:
+        return x, None
+    dt = _dt.as_dtype(dtype, "dtype")
+    return (x if x.dtype is dt else x.to(dt)), dt
+
+
+def _finish(res: Tensor, final_shape, out, fname, argname="out"):
+    res = res.view(final_shape)
+    if out is None:
+        return res
+    if not isinstance(out, Tensor):
+        raise TypeError(f"{fname}: {argname} must be a Tensor, got {type(out).__name__}")
+    if out.dtype is not res.dtype:
+        raise TypeError(f"{fname}: {argname} has dtype {out.dtype.name}, expected {res.dtype.name}")
+    if out.device != res.device:
+        raise ValueError(f"{fname}: {argname} is on {out.device}, expected {res.device}")
+    if tuple(out.shape) != tuple(final_shape):
+        if out.numel() != 0:
+            raise ValueError(f"{fname}: {argname} has shape {tuple(out.shape)}, expected "
+                             f"{tuple(final_shape)} (only empty out tensors are resized)")
+        raise ValueError(f"{fname}: {argname} has shape {tuple(out.shape)}; resizing out is not "
+                         f"supported, pass shape {tuple(final_shape)}")
+    out.copy_(res)
+    return out
+
+
+def _run(kind, x, dims, keep_shape, vdtype, idx=False, vals=True, **params):
+    """Allocate keepdim-shaped outputs and dispatch the reduction."""
+    v = Tensor._empty(keep_shape, vdtype, x.device) if vals else None
+    i = Tensor._empty(keep_shape, _dt.int64, x.device) if idx else None
+    if math.prod(keep_shape) and x.numel():
+        impl("reduce", x.device)(kind, x, dims, v, i, **params)
+    return v, i
+
+
+def _sum_dtype(d: _dt.DType) -> _dt.DType:
+    return _dt.int64 if d.kind in "bui" else d
+
+
+def _require_float(x, fname, what="input"):
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"{fname}: {what} dtype must be floating point, got {x.dtype.name}; pass "
+                        f"dtype= or cast with .float()")
+    if x.dtype.is_float8:
+        raise TypeError(f"{fname}: float8 inputs are not supported ({x.dtype.name}); cast first")
+
+
+def _no_float8(x, fname):
+    if x.dtype.is_float8:
+        raise TypeError(f"{fname}: float8 inputs are not supported ({x.dtype.name}); cast to a "
+                        f"wider float first")
+
+
+def _nonempty(x, dims, fname):
+    for d in dims:
+        if x.shape[d] == 0:
+            raise IndexError(f"{fname}: expected reduction dim {d} to have non-zero size "
+                             f"(input shape {tuple(x.shape)})")
+    if x.numel() == 0 and not dims:
+        raise IndexError(f"{fname}: cannot reduce an empty tensor")
+
+
+# ------------------------------------------------------------------ sum-like
+def sum(input, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A001
+    """Sum over `dim` (None: all). Integers and bool sum in int64; fp16/bf16 accumulate in fp32."""
+    _check_tensor(input, "sum")
+    _no_float8(input, "sum")
+    x, dt = _cast_input(input, dtype, "sum")
+    dims = _norm_dims(x, dim, "sum")
+    keep, final = _out_shape(x, dims, keepdim)
+    v, _ = _run("sum", x, dims, keep, dt or _sum_dtype(x.dtype))
+    if math.prod(keep) and x.numel() == 0:
+        v.fill_(0)
+    return _finish(v, final, out, "sum")
+
+
+def prod(input, dim=None, keepdim=False, *, dtype=None, out=None):
+    _check_tensor(input, "prod")
+    _no_float8(input, "prod")
+    if isinstance(dim, (tuple, list)):
+        raise TypeError("prod: dim must be an int or None (torch's prod reduces one dim)")
+    x, dt = _cast_input(input, dtype, "prod")
+    dims = _norm_dims(x, dim, "prod")
+    keep, final = _out_shape(x, dims, keepdim)
+    v, _ = _run("prod", x, dims, keep, dt or _sum_dtype(x.dtype))
+    if math.prod(keep) and x.numel() == 0:
+        v.fill_(1)
+    return _finish(v, final, out, "prod")
+
+
+def mean(input, dim=None, keepdim=False, *, dtype=None, out=None):
+    _check_tensor(input, "mean")
+    x, _ = _cast_input(input, dtype, "mean")
+    _require_float(x, "mean")
+    dims = _norm_dims(x, dim, "mean")
+    keep, final = _out_shape(x, dims, keepdim)
+    n = _reduced_numel(x, dims)
+    v, _ = _run("mean", x, dims, keep, x.dtype, scale=(1.0 / n) if n else float("nan"))
+    if math.prod(keep) and x.numel() == 0:
+        v.fill_(float("nan"))
+    return _finish(v, final, out, "mean")
+
+
+def _var_std(kind, input, dim, correction, keepdim, out, unbiased):
+    _check_tensor(input, kind)
+    _require_float(input, kind)
+    if unbiased is not None:
+        if correction is not None:
+            raise ValueError(f"{kind}: pass either unbiased or correction, not both")
+        correction = 1 if unbiased else 0
+    correction = 1 if correction is None else correction
+    if not isinstance(correction, (int, float)) or isinstance(correction, bool):
+        raise TypeError(f"{kind}: correction must be a number, got {correction!r}")
+    x = input
+    dims = _norm_dims(x, dim, kind)
+    keep, final = _out_shape(x, dims, keepdim)
+    n = _reduced_numel(x, dims)
+    denom = n - correction
+    scale = 1.0 / denom if denom > 0 else (float("inf") if n else float("nan"))
+    v, _ = _run(kind, x, dims, keep, x.dtype, scale=scale, count=n)
+    if math.prod(keep) and x.numel() == 0:
+        v.fill_(float("nan"))
+    return _finish(v, final, out, kind)
+
+
+def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None, out=None):
+    """Variance with `correction` (default 1, Bessel); divides by max(0, N - correction)."""
+    if isinstance(unbiased, (int, tuple, list)) and not isinstance(unbiased, bool) and dim is None:
+        dim, unbiased = unbiased, None  # var(x, 1) is var(x, dim=1)
+    return _var_std("var", input, dim, correction, keepdim, out, unbiased)
+
+
+def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None, out=None):
+    if isinstance(unbiased, (int, tuple, list)) and not isinstance(unbiased, bool) and dim is None:
+        dim, unbiased = unbiased, None
+    return _var_std("std", input, dim, correction, keepdim, out, unbiased)
+
+
+def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A002
+    """torch.linalg.vector_norm: ord 2, 1, inf, -inf, 0 or any other float p."""
+    _check_tensor(x, "vector_norm", "x")
+    x, _ = _cast_input(x, dtype, "vector_norm")
+    _require_float(x, "vector_norm", "x")
+    if isinstance(ord, bool) or not isinstance(ord, (int, float)):
+        raise TypeError(f"vector_norm: ord must be a number, got {ord!r}")
+    ord = float(ord)
+    dims = _norm_dims(x, dim, "vector_norm")
+    keep, final = _out_shape(x, dims, keepdim)
+    if ord < 0 or ord == math.inf:
+        if x.numel() == 0:
+            raise IndexError(f"vector_norm: cannot compute the {ord} norm of an empty tensor, "
+                             f"because the operation does not have an identity")
+    v, _ = _run("norm", x, dims, keep, x.dtype, ord=ord)
+    if math.prod(keep) and x.numel() == 0:
+        v.fill_(0)
+    return _finish(v, final, out, "vector_norm")
+
+
+def norm(input, p="fro", dim=None, keepdim=False, dtype=None, *, out=None):  # noqa: A002
+    """torch.norm / Tensor.norm for vector norms: p a number, 'fro' or None (both 2) over
+    `dim` (None: all elements, flattened). Matrix norms ('nuc') are not supported."""
+    if p is None or p == "fro":
+        p = 2
+    if isinstance(p, str):
+        raise NotImplementedError(f"norm: p={p!r} is not supported (vector norms and 'fro' only)")
+    return vector_norm(input, p, dim, keepdim, dtype=dtype, out=out)
+
+
+def logsumexp(input, dim, keepdim=False, *, out=None):
+    """log(sum(exp(x))) computed as max + log(sum(exp(x - max))); integers give float32."""
+    _check_tensor(input, "logsumexp")
+    _no_float8(input, "logsumexp")
+    x = input if input.dtype.is_floating_point else input.to(_dt.get_default_dtype())
+    dims = _norm_dims(x, dim, "logsumexp")
+    keep, final = _out_shape(x, dims, keepdim)
+    v, _ = _run("lse", x, dims, keep, x.dtype)
+    if math.prod(keep) and x.numel() == 0:
+        v.fill_(float("-inf"))
+    return _finish(v, final, out, "logsumexp")
+
+
+def _bool_dtype(x):
+    return _dt.uint8 if x.dtype is _dt.uint8 else _dt.bool
+
+
+def any(input, dim=None, keepdim=False, *, out=None):  # noqa: A001
+    _check_tensor(input, "any")
+    _no_float8(input, "any")
+    dims = _norm_dims(input, dim, "any")
+    keep, final = _out_shape(input, dims, keepdim)
+    v, _ = _run("any", input, dims, keep, _bool_dtype(input))
+    if math.prod(keep) and input.numel() == 0:
+        v.fill_(0)
+    return _finish(v, final, out, "any")
+
+
+def all(input, dim=None, keepdim=False, *, out=None):  # noqa: A001
+    _check_tensor(input, "all")
+    _no_float8(input, "all")
+    dims = _norm_dims(input, dim, "all")
+    keep, final = _out_shape(input, dims, keepdim)
+    v, _ = _run("all", input, dims, keep, _bool_dtype(input))
+    if math.prod(keep) and input.numel() == 0:
+        v.fill_(1)
+    return _finish(v, final, out, "all")
+
+
+def count_nonzero(input, dim=None):
+    _check_tensor(input, "count_nonzero")
+    _no_float8(input, "count_nonzero")
+    dims = _norm_dims(input, dim, "count_nonzero")
+    keep, final = _out_shape(input, dims, False)
+    v, _ = _run("nnz", input, dims, keep, _dt.int64)
+    if math.prod(keep) and input.numel() == 0:
+        v.fill_(0)
+    return v.view(final)
+
+
+# ------------------------------------------------------------------ max / min family
+def amax(input, dim=(), keepdim=False, *, out=None):
+    """Maximum over `dim` (() or None: all); NaN propagates. Empty reduced dims are an error."""
+    _check_tensor(input, "amax")
+    _no_float8(input, "amax")
+    dims = _norm_dims(input, dim, "amax")
+    _nonempty(input, dims, "amax")
+    keep, final = _out_shape(input, dims, keepdim)
+    v, _ = _run("amax", input, dims, keep, input.dtype)
+    return _finish(v, final, out, "amax")
+
+
+def amin(input, dim=(), keepdim=False, *, out=None):
+    _check_tensor(input, "amin")
+    _no_float8(input, "amin")
+    dims = _norm_dims(input, dim, "amin")
+    _nonempty(input, dims, "amin")
+    keep, final = _out_shape(input, dims, keepdim)
+    v, _ = _run("amin", input, dims, keep, input.dtype)
+    return _finish(v, final, out, "amin")
+
+
+def _max_min(kind, input, dim, keepdim, out):
+    _check_tensor(input, kind)
+    _no_float8(input, kind)
+    if isinstance(dim, Tensor):
+        raise TypeError(f"{kind}: for the element-wise {kind} of two tensors use "
+                        f"{'maximum' if kind == 'max' else 'minimum'}")
+    if dim is None:
+        if input.numel() == 0:
+            raise IndexError(f"{kind}(): expected reduction dim to be specified for "
+                             f"input.numel() == 0; specify the reduction dim with the 'dim' argument")
+        return amax(input) if kind == "max" else amin(input)
+    dims = _norm_dims(input, dim, kind)
+    _nonempty(input, dims, kind)
+    keep, final = _out_shape(input, dims, keepdim)
+    v, i = _run(kind, input, dims, keep, input.dtype, idx=True)
+    res = (max_result if kind == "max" else min_result)
+    if out is not None:
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise TypeError(f"{kind}: out must be a (values, indices) pair of tensors")
+        return res(_finish(v, final, out[0], kind, "out[0]"), _finish(i, final, out[1], kind, "out[1]"))
+    return res(v.view(final), i.view(final))
+
+
+def max(input, dim=None, keepdim=False, *, out=None):  # noqa: A001
+    """max(x) -> value; max(x, dim) -> (values, indices), first occurrence; NaN wins."""
+    return _max_min("max", input, dim, keepdim, out)
+
+
+def min(input, dim=None, keepdim=False, *, out=None):  # noqa: A001
+    return _max_min("min", input, dim, keepdim, out)
+
+
+def aminmax(input, *, dim=None, keepdim=False):
+    return aminmax_result(amin(input, dim if dim is not None else (), keepdim),
+                          amax(input, dim if dim is not None else (), keepdim))
+
+
+def _arg(kind, input, dim, keepdim, out):
+    _check_tensor(input, kind)
+    _no_float8(input, kind)
+    if dim is None:
+        if input.numel() == 0:
+            raise IndexError(f"{kind}(): expected reduction dim to be specified for "
+                             f"input.numel() == 0")
+        flat = input.reshape(-1)
+        _, i = _run(kind, flat, (0,), (1,), None, idx=True, vals=False)
+        final = (1,) * input.ndim if keepdim else ()
+        return _finish(i, final, out, kind)
+    if isinstance(dim, (tuple, list)):
+        raise TypeError(f"{kind}: dim must be an int or None, got {dim!r}")
+    dims = _norm_dims(input, dim, kind)
+    _nonempty(input, dims, kind)
+    keep, final = _out_shape(input, dims, keepdim)
+    _, i = _run(kind, input, dims, keep, None, idx=True, vals=False)
+    return _finish(i, final, out, kind)
+
+
+def argmax(input, dim=None, keepdim=False, *, out=None):
+    """Index of the first maximum (NaN counts as the maximum), int64."""
+    return _arg("argmax", input, dim, keepdim, out)
+
+
+def argmin(input, dim=None, keepdim=False, *, out=None):
+    return _arg("argmin", input, dim, keepdim, out)
+
+
+# ------------------------------------------------------------------ scans
+def _scan(kind, input, dim, dtype, out):
+    _check_tensor(input, kind)
+    _no_float8(input, kind)
+    x, dt = _cast_input(input, dtype, kind)
+    if dim is None:
+        raise TypeError(f"{kind}: dim is required (got None)")
+    d = normalize_dim(dim, x.ndim, "dim")
+    rdt = dt or _sum_dtype(x.dtype)
+    res = Tensor._empty(x.shape, rdt, x.device)
+    if res.numel():
+        impl("scan", x.device)(kind, x, d if x.ndim else 0, res)
+    return _finish(res, x.shape, out, kind)
+
+
+def cumsum(input, dim, *, dtype=None, out=None):
+    """Inclusive prefix sum along `dim`; integers and bool give int64; fp16/bf16 carry in fp32."""
+    return _scan("cumsum", input, dim, dtype, out)
+
+
+def cumprod(input, dim, *, dtype=None, out=None):
+    return _scan("cumprod", input, dim, dtype, out)
+
+
+# ------------------------------------------------------------------ sort family
+def _sortable(x, fname):
+    _check_tensor(x, fname)
+    if x.dtype.is_float8:
+        raise TypeError(f"{fname}: float8 inputs are not supported ({x.dtype.name}); cast first")
+
+
+def sort(input, dim=-1, descending=False, stable=False, *, out=None):
+    """Sorted values and their indices along `dim`; always stable (equal keys keep input order),
+    NaN sorts as the largest value, as torch."""
+    _sortable(input, "sort")
+    if not isinstance(stable, bool) or not isinstance(descending, bool):
+        raise TypeError("sort: stable and descending must be bools")
+    d = normalize_dim(dim, input.ndim, "dim") if input.ndim else 0
+    v = Tensor._empty(input.shape, input.dtype, input.device)
+    i = Tensor._empty(input.shape, _dt.int64, input.device)
+    if input.numel():
+        impl("sort", input.device)(input, d, bool(descending), v, i)
+    if out is not None:
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise TypeError("sort: out must be a (values, indices) pair of tensors")
+        return sort_result(_finish(v, input.shape, out[0], "sort", "out[0]"),
+                           _finish(i, input.shape, out[1], "sort", "out[1]"))
+    return sort_result(v, i)
+
+
+def argsort(input, dim=-1, descending=False, stable=False):
+    """Indices that sort `input` along `dim` (always stable)."""
+    return sort(input, dim, descending, stable).indices
+
+
+def topk(input, k, dim=-1, largest=True, sorted=True, *, out=None):  # noqa: A002
+    """The k largest (or smallest) values along `dim` and their indices, in sorted order.
+
+    NaN counts as larger than every number. Among equal values the lower index comes first
+    (torch leaves tie order unspecified)."""
+    _sortable(input, "topk")
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise TypeError(f"topk: k must be an int, got {k!r}")
+    d = normalize_dim(dim, input.ndim, "dim") if input.ndim else 0
+    n = input.shape[d] if input.ndim else 1
+    if not 0 <= k <= n:
+        raise IndexError(f"topk: k ({k}) is out of range for dim {dim} of size {n}")
+    shape = list(input.shape)
+    if input.ndim:
+        shape[d] = k
+    v = Tensor._empty(shape, input.dtype, input.device)
+    i = Tensor._empty(shape, _dt.int64, input.device)
+    if v.numel():
+        impl("topk", input.device)(input, k, d, bool(largest), v, i)
+    if out is not None:
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise TypeError("topk: out must be a (values, indices) pair of tensors")
+        return topk_result(_finish(v, tuple(shape), out[0], "topk", "out[0]"),
+                           _finish(i, tuple(shape), out[1], "topk", "out[1]"))
+    return topk_result(v, i)
+
+
+def nonzero(input, *, as_tuple=False):
+    """Indices of the non-zero elements, (n, ndim) int64 in row-major order.
+
+    On cuda this syncs with the host once to learn n (the output's size)."""
+    _check_tensor(input, "nonzero")
+    _no_float8(input, "nonzero")
+    res = impl("nonzero", input.device)(input)
+    if as_tuple:
+        if input.ndim == 0:
+            return (res.reshape(-1),)
+        return tuple(res[:, j] for j in range(input.ndim))
+    return res
+
+
+def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):  # noqa: A002
+    """Sorted unique values of the flattened input; optionally the inverse (input's shape) and
+    the counts. Each NaN is its own value, as torch. On cuda this syncs with the host once."""
+    _sortable(input, "unique")
+    if dim is not None:
+        raise NotImplementedError(f"unique: dim={dim!r} is not supported (only dim=None, which "
+                                  f"flattens the input)")
+    vals, inv, counts = impl("unique", input.device)(input, bool(return_inverse),
+                                                      bool(return_counts))
+    res = [vals]
+    if return_inverse:
+        res.append(inv.view(input.shape))
+    if return_counts:
+        res.append(counts)
+    return tuple(res) if len(res) > 1 else vals
+
+
+# ------------------------------------------------------------------ Tensor methods
+def _m_max(self, dim=None, keepdim=False):
+    return max(self, dim, keepdim)
+
+
+def _m_min(self, dim=None, keepdim=False):
+    return min(self, dim, keepdim)
+
+
+_methods.install(
+    sum=sum, mean=mean, prod=prod, max=_m_max, min=_m_min, amax=amax, amin=amin, argmax=argmax,
+    argmin=argmin, var=var, std=std, logsumexp=logsumexp, any=any, all=all,
+    count_nonzero=count_nonzero, cumsum=cumsum, cumprod=cumprod, sort=sort, argsort=argsort,
+    topk=topk, nonzero=nonzero, unique=unique, aminmax=aminmax, norm=norm,
+    cumsum_=lambda self, dim, *, dtype=None: self.copy_(cumsum(self, dim, dtype=dtype)),
+    cumprod_=lambda self, dim, *, dtype=None: self.copy_(cumprod(self, dim, dtype=dtype)),
+)

@@ -1,0 +1,556 @@
+"""Reductions and scans for cuda and interp (Triton).
+
+Every reduction is brought to the shape (outer O, reduced R, inner I) in Python: the
+reduced dims must form one run of mergeable dims (else a permuted contiguous copy is
+made), size-1 dims are dropped. One kernel then runs in one of two layouts:
+
+  ROW (I == 1): a program owns BLOCK_K rows and walks R in BLOCK_R steps; R is the
+                contiguous axis, so loads are coalesced along it.
+  COL (I > 1):  a program owns one outer index and BLOCK_K inner columns and walks R;
+                loads are coalesced along the inner (contiguous) axis.
+
+Each lane keeps its own accumulator across the walk (fp32 for 16/32-bit floats, fp64
+for float64, int64 for integers) and the tile is reduced once at the end. When the
+grid would be small (few outputs) and R is long, R is split over a second grid axis
+into partials in the accumulation dtype, and a second launch of the same kernel
+reduces the partials (the "two-pass split reduction").
+
+A reduction is PRE (per element) -> COMB (sum/prod/max/min/argmax/argmin) -> POST
+(on the result): mean = sum*scale, var = sum((x-c)^2)*scale with c the mean from a
+first pass, std = sqrt(var), norms via |x|, x^2, |x|^p, logsumexp = log(sum(exp(x-c)))+c
+with c the max from a first pass (0 where the max is not finite).
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import triton
+import triton.language as tl
+
+from .. import dtypes as _dt
+from ..dispatch import register
+from ..backends.launch import launch
+from ..tensor import Tensor
+
+# PRE codes
+P_ID, P_ABS, P_NZ, P_SQDEV, P_SQ, P_POW, P_EXPDEV = range(7)
+# COMB codes
+C_SUM, C_PROD, C_MAX, C_MIN, C_ARGMAX, C_ARGMIN = range(6)
+# POST codes
+Q_NONE, Q_SCALE, Q_SQRTSCALE, Q_SQRT, Q_ROOT, Q_LOGADD = range(6)
+# ACC codes
+A_F32, A_F64, A_I64, A_I32 = range(4)
+
+
+@triton.jit
+def _max_nan(a, b):
+    return tl.where((b > a) | (b != b), b, a)
+
+
+@triton.jit
+def _min_nan(a, b):
+    return tl.where((b < a) | (b != b), b, a)
+
+
+@triton.jit
+def _mul(a, b):
+    return a * b
+
+
+@triton.jit
+def _argmax_comb(a, ai, b, bi):
+    a_nan = a != a
+    b_nan = b != b
+    better = (b > a) | (b_nan & ~a_nan)
+    tie = (b == a) | (a_nan & b_nan)
+    take = better | (tie & (bi < ai))
+    return tl.where(take, b, a), tl.where(take, bi, ai)
+
+
+@triton.jit
+def _argmin_comb(a, ai, b, bi):
+    a_nan = a != a
+    b_nan = b != b
+    better = (b < a) | (b_nan & ~a_nan)
+    tie = (b == a) | (a_nan & b_nan)
+    take = better | (tie & (bi < ai))
+    return tl.where(take, b, a), tl.where(take, bi, ai)
+
+
+@triton.jit
+def _to_acc(v, ACC: tl.constexpr):
+    if ACC == 0:
+        v = v.to(tl.float32)
+    elif ACC == 1:
+        v = v.to(tl.float64)
+    elif ACC == 2:
+        v = v.to(tl.int64)
+    else:
+        v = v.to(tl.int32)
+    return v
+
+
+@triton.jit
+def _pre(v, c, p, PRE: tl.constexpr, ACC: tl.constexpr):
+    if PRE == 1:
+        v = tl.abs(v)
+    elif PRE == 2:
+        v = _to_acc(v != 0, ACC)
+    elif PRE == 3:
+        d = v - c
+        v = d * d
+    elif PRE == 4:
+        v = v * v
+    elif PRE == 5:
+        v = tl.exp2(p * tl.log2(tl.abs(v)))
+    elif PRE == 6:
+        v = tl.exp(v - c)
+    return v
+
+
+@triton.jit
+def _reduce_kernel(x_ptr, xi_ptr, c_ptr, v_ptr, i_ptr,
+                   O, R, I, sxo, sxr, sxi, svo, svs, svi, r_chunk,
+                   scale, p,
+                   PRE: tl.constexpr, COMB: tl.constexpr, POST: tl.constexpr, ACC: tl.constexpr,
+                   ROW: tl.constexpr, HAS_XI: tl.constexpr, HAS_C: tl.constexpr,
+                   WRITE_V: tl.constexpr, WRITE_I: tl.constexpr, IDX64: tl.constexpr,
+                   BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr):
+    pid = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    r_begin = pid_s * r_chunk
+    r_end = tl.minimum(r_begin + r_chunk, R)
+    kk = tl.arange(0, BLOCK_K)
+    rr = tl.arange(0, BLOCK_R)
+    if IDX64:
+        pid = pid.to(tl.int64)
+        kk = kk.to(tl.int64)
+        rr = rr.to(tl.int64)
+    if ROW:
+        # tile [BLOCK_K rows, BLOCK_R], reduce axis 1
+        ks = pid * BLOCK_K + kk
+        kmask = ks < O
+        base = ks[:, None] * sxo
+        out_off = ks * svo
+        c_off = ks
+        RAX: tl.constexpr = 1
+    else:
+        # tile [BLOCK_R, BLOCK_K inner columns], reduce axis 0
+        nib = tl.cdiv(I, BLOCK_K)
+        o = pid // nib
+        ks = (pid % nib) * BLOCK_K + kk
+        kmask = ks < I
+        base = o * sxo + ks[None, :] * sxi
+        out_off = o * svo + ks * svi
+        c_off = o * I + ks
+        RAX: tl.constexpr = 0
+
+    if HAS_C:
+        # the center (mean or max) is a contiguous (O, I) buffer, whatever the output's layout
+        c = tl.load(c_ptr + c_off, mask=kmask, other=0.0)
+        if (PRE == 6) or (POST == 5):  # logsumexp: shift by the max only where it is finite
+            c = tl.where(tl.abs(c) == float("inf"), 0.0, c)
+        c = _to_acc(c, ACC)
+        if ROW:
+            c2 = c[:, None]
+        else:
+            c2 = c[None, :]
+    else:
+        c = 0.0
+        c2 = 0.0
+
+    # identities per combine, in the accumulation dtype
+    if COMB == 0:
+        ident = 0
+    elif COMB == 1:
+        ident = 1
+    elif (COMB == 2) or (COMB == 4):
+        if ACC <= 1:
+            ident = float("-inf")
+        elif ACC == 2:
+            ident = -9223372036854775807 - 1
+        else:
+            ident = -2147483648
+    else:
+        if ACC <= 1:
+            ident = float("inf")
+        elif ACC == 2:
+            ident = 9223372036854775807
+        else:
+            ident = 2147483647
+
+    if ROW:
+        acc = _to_acc(tl.zeros([BLOCK_K, BLOCK_R], tl.int32), ACC) + ident
+    else:
+        acc = _to_acc(tl.zeros([BLOCK_R, BLOCK_K], tl.int32), ACC) + ident
+    SENT: tl.constexpr = 9223372036854775807
+    if (COMB == 4) or (COMB == 5):
+        acci = tl.full(acc.shape, SENT, tl.int64)
+
+    for r0 in range(r_begin, r_end, BLOCK_R):
+        r = r0 + rr
+        if ROW:
+            rm = r[None, :] < r_end
+            m = kmask[:, None] & rm
+            offs = base + r[None, :] * sxr
+            rfull = r[None, :]
+        else:
+            rm = r[:, None] < r_end
+            m = kmask[None, :] & rm
+            offs = base + r[:, None] * sxr
+            rfull = r[:, None]
+        v = tl.load(x_ptr + offs, mask=m, other=0)
+        v = _pre(_to_acc(v, ACC), c2, p, PRE, ACC)
+        v = tl.where(m, v, ident)
+        if COMB == 0:
+            acc += v
+        elif COMB == 1:
+            acc *= v
+        elif COMB == 2:
+            acc = _max_nan(acc, v)
+        elif COMB == 3:
+            acc = _min_nan(acc, v)
+        else:
+            if HAS_XI:
+                ri = tl.load(xi_ptr + offs, mask=m, other=SENT)
+            else:
+                ri = rfull.to(tl.int64) + tl.zeros(acc.shape, tl.int64)
+            if COMB == 4:
+                better = (v > acc) | ((v != v) & (acc == acc))
+            else:
+                better = (v < acc) | ((v != v) & (acc == acc))
+            take = m & (better | (acci == SENT))
+            acc = tl.where(take, v, acc)
+            acci = tl.where(take, ri, acci)
+
+    if COMB == 0:
+        res = tl.sum(acc, axis=RAX)
+    elif COMB == 1:
+        res = tl.reduce(acc, RAX, _mul)
+    elif COMB == 2:
+        res = tl.reduce(acc, RAX, _max_nan)
+    elif COMB == 3:
+        res = tl.reduce(acc, RAX, _min_nan)
+    elif COMB == 4:
+        res, resi = tl.reduce((acc, acci), RAX, _argmax_comb)
+    else:
+        res, resi = tl.reduce((acc, acci), RAX, _argmin_comb)
+
+    if POST == 1:
+        res = res * scale
+    elif POST == 2:
+        res = tl.sqrt(res * scale)
+    elif POST == 3:
+        res = tl.sqrt(res)
+    elif POST == 4:
+        res = tl.exp2(tl.log2(res) / p)
+    elif POST == 5:
+        res = tl.log(res) + c
+
+    out_off = out_off + pid_s * svs
+    if WRITE_V:
+        tl.store(v_ptr + out_off, res.to(v_ptr.dtype.element_ty), mask=kmask)
+    if WRITE_I:
+        tl.store(i_ptr + out_off, resi, mask=kmask)
+
+
+@triton.jit
+def _gather_copy_kernel(src_ptr, dst_ptr, N, n1, n2, n3, n4, n5, s0, s1, s2, s3, s4, s5,
+                        BLOCK: tl.constexpr):
+    # dst (contiguous) <- src viewed with up to 6 dims (shape n0..n5, strides s0..s5)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < N
+    rem = offs
+    i5 = rem % n5
+    rem = rem // n5
+    i4 = rem % n4
+    rem = rem // n4
+    i3 = rem % n3
+    rem = rem // n3
+    i2 = rem % n2
+    rem = rem // n2
+    i1 = rem % n1
+    i0 = rem // n1
+    src = i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3 + i4 * s4 + i5 * s5
+    tl.store(dst_ptr + offs, tl.load(src_ptr + src, mask=m), mask=m)
+
+
+def contiguous_copy(x: Tensor) -> Tensor:
+    """A contiguous copy of x made by our own kernel (used to permute the reduced/sorted dim
+    into place); at most 6 dims after dropping size-1 dims."""
+    if x.is_contiguous():
+        return x
+    out = Tensor._empty(x.shape, x.dtype, x.device)
+    ent = [(n, s) for n, s in zip(x.shape, x.stride()) if n != 1]
+    if len(ent) > 6:
+        raise NotImplementedError(f"contiguous_copy: more than 6 non-unit dims ({tuple(x.shape)})")
+    ent = [(1, 0)] * (6 - len(ent)) + ent
+    n = x.numel()
+    if n:
+        launch(_gather_copy_kernel, (triton.cdiv(n, 1024),), x, out, n,
+               *[e[0] for e in ent[1:]], *[e[1] for e in ent], BLOCK=1024, num_warps=4)
+    return out
+
+
+# ------------------------------------------------------------------ launch configuration
+# Tunables per device type. interp uses tiny blocks and a tiny "fill the GPU" target so
+# that small test shapes overhang blocks, loop over R and take the split path.
+# _plan caches its answers: call _plan.cache_clear() after changing these.
+CONFIG = {
+    "cuda": {"row_tile": 4096, "row_block_r": 2048, "col_tile": 4096, "col_block_k": 128,
+             "target_programs": 132 * 4, "split_min_steps": 4},
+    "interp": {"row_tile": 64, "row_block_r": 32, "col_tile": 64, "col_block_k": 8,
+               "target_programs": 4, "split_min_steps": 2},
+}
+
+
+def _p2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(devtype, O, R, I, itemsize):
+    cfg = CONFIG[devtype]
+    if I == 1:
+        tile = cfg["row_tile"] * (2 if itemsize <= 2 and devtype == "cuda" else 1)
+        block_r = min(_p2(R), cfg["row_block_r"] * (2 if itemsize <= 2 and devtype == "cuda" else 1))
+        block_k = max(1, min(_p2(O), tile // block_r))
+        nprog = triton.cdiv(O, block_k)
+    else:
+        block_k = min(_p2(I), cfg["col_block_k"] * (2 if itemsize <= 2 and devtype == "cuda" else 1))
+        block_r = max(1, min(_p2(R), cfg["col_tile"] // block_k))
+        nprog = O * triton.cdiv(I, block_k)
+    split = 1
+    chunk = max(R, 1)
+    steps = triton.cdiv(R, block_r)
+    if nprog < cfg["target_programs"] and steps >= 2 * cfg["split_min_steps"]:
+        split = min(triton.cdiv(cfg["target_programs"], nprog), steps // cfg["split_min_steps"])
+        chunk = triton.cdiv(steps, split) * block_r
+        split = triton.cdiv(R, chunk)
+    tile = block_k * block_r
+    num_warps = 4 if tile <= 2048 else 8
+    if devtype == "cuda" and tile >= 8192:
+        num_warps = 16
+    return block_k, block_r, nprog, split, chunk, num_warps
+
+
+def _acc_code(dtype: _dt.DType) -> int:
+    if dtype.kind == "f":
+        return A_F64 if dtype is _dt.float64 else A_F32
+    return A_I64
+
+
+def _acc_dtype(code):
+    return {A_F32: _dt.float32, A_F64: _dt.float64, A_I64: _dt.int64, A_I32: _dt.int32}[code]
+
+
+def _merge(group):
+    """Merge (size, stride) dims into one, or None if they are not one strided run."""
+    if not group:
+        return 1, 0
+    n, s = group[-1]
+    for size, stride in reversed(group[:-1]):
+        if stride != s * n:
+            return None
+        n *= size
+    return n, s
+
+
+@functools.lru_cache(maxsize=4096)
+def _geometry(shape, stride, dims):
+    """(copy_order or None, O, R, I, sxo, sxr, sxi, svo, svi) for reducing `dims`; cached,
+    since small reductions pay for this Python on every call."""
+    red = set(dims)
+    ent = [(n, s, i in red) for i, (n, s) in enumerate(zip(shape, stride)) if n != 1]
+    pos = [j for j, e in enumerate(ent) if e[2]]
+    ok = not pos or pos == list(range(pos[0], pos[-1] + 1))
+    if ok:
+        a0, a1 = (pos[0], pos[-1] + 1) if pos else (len(ent), len(ent))
+        groups = [_merge([(n, s) for n, s, _ in ent[:a0]]),
+                  _merge([(n, s) for n, s, _ in ent[a0:a1]]),
+                  _merge([(n, s) for n, s, _ in ent[a1:]])]
+        ok = all(g is not None for g in groups)
+    if ok:
+        (O, sxo), (R, sxr), (I, sxi) = groups
+        svo, svi = I, 1
+        if I == 1 and O > 1 and sxo == 1 and sxr != 1 and R > 1:
+            # reduced axis strided, kept axis contiguous (a transposed input): read it as
+            # columns so the loads stay coalesced
+            O, I, sxo, sxi, svo, svi = 1, O, 0, 1, 0, 1
+        return None, O, R, I, sxo, sxr, sxi, svo, svi
+    kept = [i for i in range(len(shape)) if i not in red]
+    O = math.prod(shape[i] for i in kept)
+    R = math.prod(shape[i] for i in red)
+    return tuple(kept + sorted(red)), O, R, 1, R, 1, 0, 1, 0
+
+
+def _collapse(x: Tensor, dims):
+    """(xt, O, R, I, sxo, sxr, sxi, svo, svi): a view of x as (O, R, I) and the output's
+    strides over (O, I) in the contiguous keepdim output. Reduced dims that are not one
+    mergeable run are first permuted last and copied contiguous."""
+    order, *geo = _geometry(tuple(x.shape), tuple(x.stride()), tuple(dims))
+    xt = x if order is None else contiguous_copy(x.permute(order))
+    return (xt, *geo)
+
+
+def _reduce3(geo, codes, v, i, c=None, scale=1.0, p=1.0):
+    """Run one reduction over a collapsed input; split into two launches when it pays."""
+    xt, O, R, I, sxo, sxr, sxi, svo, svi = geo
+    PRE, COMB, POST, ACC = codes
+    devtype = xt.device.type
+    block_k, block_r, nprog, split, chunk, nw = _plan(devtype, O, R, I, xt.dtype.itemsize)
+    arg = COMB in (C_ARGMAX, C_ARGMIN)
+    idx64 = (xt.numel() + R * abs(sxr) + O * abs(sxo) + I * abs(sxi)) >= 2 ** 31 - 1
+    ctens = c if c is not None else xt
+    if split == 1:
+        launch(_reduce_kernel, (nprog, 1), xt, xt, ctens, v if v is not None else i,
+               i if i is not None else xt,
+               O, R, I, sxo, sxr, sxi, svo, 0, svi, chunk, float(scale), float(p),
+               PRE=PRE, COMB=COMB, POST=POST, ACC=ACC, ROW=(I == 1), HAS_XI=False,
+               HAS_C=c is not None, WRITE_V=v is not None, WRITE_I=i is not None,
+               IDX64=idx64, BLOCK_K=block_k, BLOCK_R=block_r, num_warps=nw)
+        return
+    # pass 1: partials (O, split, I) in the accumulation dtype
+    wv = Tensor._empty((O, split, I), _acc_dtype(ACC), xt.device)
+    wi = Tensor._empty((O, split, I), _dt.int64, xt.device) if arg else wv
+    launch(_reduce_kernel, (nprog, split), xt, xt, ctens, wv, wi,
+           O, R, I, sxo, sxr, sxi, split * I, I, 1, chunk, float(scale), float(p),
+           PRE=PRE, COMB=COMB, POST=Q_NONE, ACC=ACC, ROW=(I == 1), HAS_XI=False,
+           HAS_C=c is not None, WRITE_V=True, WRITE_I=arg, IDX64=idx64,
+           BLOCK_K=block_k, BLOCK_R=block_r, num_warps=nw)
+    # pass 2: reduce the partials with the same combine, then POST
+    block_k2, block_r2, nprog2, _, _, nw2 = _plan(devtype, O, split, I, wv.dtype.itemsize)
+    pre2 = P_ID
+    comb2 = C_SUM if COMB == C_SUM else COMB
+    launch(_reduce_kernel, (nprog2, 1), wv, wi, ctens, v if v is not None else i,
+           i if i is not None else wv,
+           O, split, I, split * I, I, 1, svo, 0, svi, split, float(scale), float(p),
+           PRE=pre2, COMB=comb2, POST=POST, ACC=ACC, ROW=(I == 1), HAS_XI=arg,
+           HAS_C=c is not None, WRITE_V=v is not None, WRITE_I=i is not None,
+           IDX64=idx64, BLOCK_K=block_k2, BLOCK_R=block_r2, num_warps=nw2)
+
+
+_SIMPLE = {  # kind -> (PRE, COMB, POST)
+    "sum": (P_ID, C_SUM, Q_NONE), "mean": (P_ID, C_SUM, Q_SCALE), "prod": (P_ID, C_PROD, Q_NONE),
+    "amax": (P_ID, C_MAX, Q_NONE), "amin": (P_ID, C_MIN, Q_NONE),
+    "max": (P_ID, C_ARGMAX, Q_NONE), "min": (P_ID, C_ARGMIN, Q_NONE),
+    "argmax": (P_ID, C_ARGMAX, Q_NONE), "argmin": (P_ID, C_ARGMIN, Q_NONE),
+    "any": (P_NZ, C_MAX, Q_NONE), "all": (P_NZ, C_MIN, Q_NONE), "nnz": (P_NZ, C_SUM, Q_NONE),
+}
+
+
+@register("reduce", "triton")
+def reduce(kind, x, dims, values, indices, **params):
+    geo = _collapse(x, dims)
+    keep = values if values is not None else indices
+    v = values.view(-1) if values is not None else None
+    i = indices.view(-1) if indices is not None else None
+    acc = _acc_code(x.dtype)
+    if kind in ("any", "all"):
+        acc = A_I32
+    if kind in _SIMPLE:
+        pre, comb, post = _SIMPLE[kind]
+        _reduce3(geo, (pre, comb, post, acc), v, i, scale=params.get("scale", 1.0))
+    elif kind in ("var", "std"):
+        n = params["count"]
+        center = Tensor._empty(keep.shape, _acc_dtype(acc), x.device).view(-1)
+        _reduce3(geo, (P_ID, C_SUM, Q_SCALE, acc), center, None, scale=1.0 / n)
+        _reduce3(geo, (P_SQDEV, C_SUM, Q_SCALE if kind == "var" else Q_SQRTSCALE, acc), v, None,
+                 c=center, scale=params["scale"])
+    elif kind == "lse":
+        center = Tensor._empty(keep.shape, _acc_dtype(acc), x.device).view(-1)
+        _reduce3(geo, (P_ID, C_MAX, Q_NONE, acc), center, None)
+        _reduce3(geo, (P_EXPDEV, C_SUM, Q_LOGADD, acc), v, None, c=center)
+    elif kind == "norm":
+        ord = params["ord"]
+        if ord == math.inf:
+            codes = (P_ABS, C_MAX, Q_NONE)
+        elif ord == -math.inf:
+            codes = (P_ABS, C_MIN, Q_NONE)
+        elif ord == 0:
+            codes = (P_NZ, C_SUM, Q_NONE)
+        elif ord == 1:
+            codes = (P_ABS, C_SUM, Q_NONE)
+        elif ord == 2:
+            codes = (P_SQ, C_SUM, Q_SQRT)
+        else:
+            codes = (P_POW, C_SUM, Q_ROOT)
+        _reduce3(geo, codes + (acc,), v, None, p=ord)
+    else:
+        raise ValueError(f"reduce: unknown kind {kind!r}")
+
+
+# ------------------------------------------------------------------ scans (cumsum, cumprod)
+@triton.jit
+def _scan_kernel(x_ptr, y_ptr, O, N, I, PROD: tl.constexpr, ACC: tl.constexpr, ROW: tl.constexpr,
+                 BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, NZ: tl.constexpr = False):
+    # NZ: scan the flags (x != 0) instead of x (positions for nonzero/unique)
+    # contiguous (O, N, I); scan along N in chunks of BLOCK_N with a carry per lane
+    pid = tl.program_id(0).to(tl.int64)
+    kk = tl.arange(0, BLOCK_K)
+    nn = tl.arange(0, BLOCK_N)
+    if ROW:  # I == 1: tile [BLOCK_K rows, BLOCK_N]
+        ks = pid * BLOCK_K + kk
+        kmask = ks < O
+        base = ks[:, None] * N
+        AX: tl.constexpr = 1
+    else:    # tile [BLOCK_N, BLOCK_K inner columns]
+        nib = tl.cdiv(I, BLOCK_K)
+        o = pid // nib
+        ks = (pid % nib) * BLOCK_K + kk
+        kmask = ks < I
+        base = o * N * I + ks[None, :]
+        AX: tl.constexpr = 0
+    carry = _to_acc(tl.zeros([BLOCK_K], tl.int32), ACC) + (1 if PROD else 0)
+    for n0 in range(0, N, BLOCK_N):
+        n = n0 + nn
+        if ROW:
+            m = kmask[:, None] & (n[None, :] < N)
+            offs = base + n[None, :]
+        else:
+            m = kmask[None, :] & (n[:, None] < N)
+            offs = base + n[:, None].to(tl.int64) * I
+        v = tl.load(x_ptr + offs, mask=m, other=0)
+        if NZ:
+            v = v != 0
+        v = tl.where(m, _to_acc(v, ACC), 1 if PROD else 0)
+        if PROD:
+            s = tl.cumprod(v, axis=AX)
+            if ROW:
+                s = s * carry[:, None]
+            else:
+                s = s * carry[None, :]
+            carry = carry * tl.reduce(v, AX, _mul)
+        else:
+            s = tl.cumsum(v, axis=AX)
+            if ROW:
+                s = s + carry[:, None]
+            else:
+                s = s + carry[None, :]
+            carry = carry + tl.sum(v, axis=AX)
+        tl.store(y_ptr + offs, s.to(y_ptr.dtype.element_ty), mask=m)
+
+
+SCAN_CONFIG = {"cuda": {"tile": 4096, "block_n": 1024, "block_k": 64},
+               "interp": {"tile": 64, "block_n": 16, "block_k": 4}}
+
+
+@register("scan", "triton")
+def scan(kind, x, dim, out, nz=False):
+    # the kernel widens on load (ints/bool -> int64, fp16/bf16 -> fp32) and stores out's dtype
+    x = contiguous_copy(x)
+    shape = x.shape if x.ndim else (1,)
+    O, N, I = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
+    cfg = SCAN_CONFIG[x.device.type]
+    acc = _acc_code(out.dtype)
+    if I == 1:
+        block_n = min(_p2(N), cfg["block_n"])
+        block_k = max(1, min(_p2(O), cfg["tile"] // block_n))
+        grid = triton.cdiv(O, block_k)
+    else:
+        block_k = min(_p2(I), cfg["block_k"])
+        block_n = max(1, min(_p2(N), cfg["tile"] // block_k))
+        grid = O * triton.cdiv(I, block_k)
+    launch(_scan_kernel, (grid,), x, out, O, N, I, PROD=kind == "cumprod", ACC=acc, ROW=I == 1,
+           BLOCK_K=block_k, BLOCK_N=block_n, NZ=nz, num_warps=4)

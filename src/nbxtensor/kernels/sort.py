@@ -1,0 +1,408 @@
+"""sort / argsort / topk for cuda and interp (Triton).
+
+Method. The sorted dim is moved last and made contiguous (rows of length N). Each
+element becomes one int64 *packed key*: the high 32 bits are an order-preserving
+signed image of the value (floats: sign-magnitude flip of the fp32 bits, NaN made the
+largest, -0.0 made +0.0; ints: the value), inverted for descending; the low 32 bits
+are the element's index. Packed keys are unique, so Triton's bitonic `tl.sort` (not
+stable by itself) gives exactly torch's stable order: equal values keep index order.
+
+  sort, N <= tile: one program per row sorts the row in registers (`tl.sort`).
+  sort, N > tile:  tiles are sorted as above, then log2(N/tile) merge passes: each
+                   element finds its place in the merged run by binary search in the
+                   partner run (keys are unique, so position = own rank + count of
+                   partner keys below it).
+  topk:            chunks of a row are reduced to their best KP = next_pow2(k)
+                   candidates with `tl.topk` (bitonic top-k); candidate lists are
+                   reduced again until one chunk is left; a last pass decodes indices
+                   and gathers the values. For k > 1024 topk is a sort and a slice.
+
+Values are gathered from the input by index, so -0.0 and NaN payloads come back as
+they were. int64 and float64 values do not fit a packed key: they sort as (int64 key, int64 index)
+pairs with a bitonic network written here that breaks ties by index, and merge passes
+that compare pairs; their topk is a sort and a slice.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .. import dtypes as _dt
+from ..dispatch import register
+from ..tensor import Tensor
+from ..backends.launch import launch
+from .reduction import contiguous_copy, _p2
+
+
+@triton.jit
+def _key32(v, IS_FLOAT: tl.constexpr, DESC: tl.constexpr):
+    """An int32 whose signed order is the value order (NaN largest), inverted if DESC."""
+    if IS_FLOAT:
+        f = v.to(tl.float32)
+        f = tl.where(f != f, float("nan"), f + 0.0)  # one NaN bit pattern; -0.0 -> +0.0
+        b = f.to(tl.int32, bitcast=True)
+        k = tl.where(b < 0, b ^ 0x7FFFFFFF, b)
+    else:
+        k = v.to(tl.int32)
+    if DESC:
+        k = ~k
+    return k
+
+
+@triton.jit
+def _pack(v, idx, IS_FLOAT: tl.constexpr, DESC: tl.constexpr, TOPK: tl.constexpr):
+    k = _key32(v, IS_FLOAT, DESC).to(tl.int64)
+    if TOPK:  # bigger packed key = better; among equal values the lower index wins
+        low = 2147483647 - idx.to(tl.int64)
+    else:     # ascending packed key; equal values keep index order (stable)
+        low = idx.to(tl.int64)
+    return (k << 32) | low
+
+
+@triton.jit
+def _sort_tile_kernel(x_ptr, k_ptr, N, TILE: tl.constexpr, IS_FLOAT: tl.constexpr,
+                      DESC: tl.constexpr):
+    # one program per (tile, row): sort TILE packed keys of a contiguous row in registers
+    t = tl.program_id(1)
+    row = tl.program_id(0).to(tl.int64)
+    idx = t * TILE + tl.arange(0, TILE)
+    m = idx < N
+    v = tl.load(x_ptr + row * N + idx, mask=m, other=0)
+    key = _pack(v, idx, IS_FLOAT, DESC, False)
+    key = tl.where(m, key, 9223372036854775807)  # padding sorts last
+    key = tl.sort(key)
+    tl.store(k_ptr + row * N + idx, key, mask=m)
+
+
+@triton.jit
+def _key64(v, IS_FLOAT: tl.constexpr, DESC: tl.constexpr):
+    """int64 order key of a 64-bit value (NaN largest, -0.0 as +0.0), inverted if DESC."""
+    if IS_FLOAT:
+        f = tl.where(v != v, float("nan"), v + 0.0)
+        b = f.to(tl.int64, bitcast=True)
+        k = tl.where(b < 0, b ^ 0x7FFFFFFFFFFFFFFF, b)
+    else:
+        k = v.to(tl.int64)
+    if DESC:
+        k = ~k
+    return k
+
+
+@triton.jit
+def _indicator(n_dims: tl.constexpr, j: tl.constexpr):
+    # 0/1 along hypercube axis j (counted from the innermost), broadcastable to [2]*n_dims
+    return tl.reshape(tl.arange(0, 2), [1] * (n_dims - j - 1) + [2] + [1] * j)
+
+
+@triton.jit
+def _cas_pairs(k, i, flip, j: tl.constexpr, n_dims: tl.constexpr):
+    # compare-and-swap (key, index) pairs with their partner along innermost axis j;
+    # the partner of a is a ^ xor(a, b) taken over that size-2 axis
+    kp = k ^ tl.xor_sum(k, n_dims - 1 - j, True)
+    ip = i ^ tl.xor_sum(i, n_dims - 1 - j, True)
+    gt = (k > kp) | ((k == kp) & (i > ip))
+    swap = gt != (flip ^ _indicator(n_dims, j))
+    return tl.where(swap, kp, k), tl.where(swap, ip, i)
+
+
+@triton.jit
+def _sort_pairs_tile_kernel(x_ptr, k_ptr, i_ptr, N, TILE: tl.constexpr, LOG: tl.constexpr,
+                            IS_FLOAT: tl.constexpr, DESC: tl.constexpr):
+    # 64-bit values: a bitonic network over (key, index) pairs, ties broken by index (stable)
+    t = tl.program_id(1)
+    row = tl.program_id(0).to(tl.int64)
+    idx = t * TILE + tl.arange(0, TILE)
+    m = idx < N
+    v = tl.load(x_ptr + row * N + idx, mask=m, other=0)
+    key = tl.where(m, _key64(v, IS_FLOAT, DESC), 9223372036854775807)
+    ii = idx.to(tl.int64)
+    k = tl.reshape(key, [2] * LOG)
+    i = tl.reshape(ii, [2] * LOG)
+    for stage in tl.static_range(1, LOG + 1):
+        for jj in tl.static_range(stage):
+            if stage < LOG:
+                k, i = _cas_pairs(k, i, _indicator(LOG, stage), stage - 1 - jj, LOG)
+            else:
+                k, i = _cas_pairs(k, i, 0, stage - 1 - jj, LOG)
+    k = tl.reshape(k, [TILE])
+    i = tl.reshape(i, [TILE])
+    tl.store(k_ptr + row * N + idx, k, mask=m)
+    tl.store(i_ptr + row * N + idx, i, mask=m)
+
+
+@triton.jit
+def _merge_pass_kernel(src_ptr, dst_ptr, srci_ptr, dsti_ptr, N, L, STEPS: tl.constexpr,
+                       BLOCK: tl.constexpr, PAIRS: tl.constexpr):
+    # merge sorted runs of length L pairwise: each key goes to own rank + partner keys below it
+    # (PAIRS: keys may repeat; (key, index) pairs are compared, and the indices move along)
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = g < N
+    base = src_ptr + row * N
+    key = tl.load(base + g, mask=m, other=0)
+    if PAIRS:
+        ibase = srci_ptr + row * N
+        idx = tl.load(ibase + g, mask=m, other=0)
+    run = g // L
+    p = g - run * L
+    partner = run ^ 1
+    lo = tl.minimum(partner * L, N)
+    hi = tl.minimum(lo + L, N)
+    start = lo
+    for _ in tl.static_range(STEPS):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        km = tl.load(base + mid, mask=m & active, other=0)
+        if PAIRS:
+            im = tl.load(ibase + mid, mask=m & active, other=0)
+            right = active & ((km < key) | ((km == key) & (im < idx)))
+        else:
+            right = active & (km < key)
+        lo = tl.where(right, mid + 1, lo)
+        hi = tl.where(active & ~right, mid, hi)
+    out = tl.minimum(run, partner) * L + p + (lo - start)
+    tl.store(dst_ptr + row * N + out, key, mask=m)
+    if PAIRS:
+        tl.store(dsti_ptr + row * N + out, idx, mask=m)
+
+
+@triton.jit
+def _topk_chunk_kernel(src_ptr, dst_ptr, N, NC, KP: tl.constexpr, CHUNK: tl.constexpr,
+                       FROM_KEYS: tl.constexpr, IS_FLOAT: tl.constexpr, DESC: tl.constexpr):
+    # the best KP packed keys of one CHUNK of a row -> dst[row, chunk*KP : (chunk+1)*KP]
+    c = tl.program_id(1)
+    row = tl.program_id(0).to(tl.int64)
+    idx = c * CHUNK + tl.arange(0, CHUNK)
+    m = idx < N
+    if FROM_KEYS:
+        key = tl.load(src_ptr + row * N + idx, mask=m, other=-9223372036854775807 - 1)
+    else:
+        v = tl.load(src_ptr + row * N + idx, mask=m, other=0)
+        key = _pack(v, idx, IS_FLOAT, DESC, True)
+        key = tl.where(m, key, -9223372036854775807 - 1)
+    best = tl.topk(key, KP)
+    tl.store(dst_ptr + row * (NC * KP) + c * KP + tl.arange(0, KP), best)
+
+
+@triton.jit
+def _decode_kernel(k_ptr, ki_ptr, x_ptr, v_ptr, i_ptr, NK, N, K, I, TOPK: tl.constexpr,
+                   PAIRS: tl.constexpr, BLOCK: tl.constexpr):
+    # packed keys (row-major, NK per row) -> indices and gathered values for the first K,
+    # written into the output's row (o, i): base o*K*I + i, element stride I
+    row = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = j < K
+    if PAIRS:
+        idx = tl.load(ki_ptr + row * NK + j, mask=m, other=0)
+    else:
+        key = tl.load(k_ptr + row * NK + j, mask=m, other=0)
+        low = key & 0xFFFFFFFF
+        if TOPK:
+            idx = 2147483647 - low
+        else:
+            idx = low
+    val = tl.load(x_ptr + row * N + idx, mask=m, other=0)
+    obase = (row // I) * K * I + (row % I)
+    tl.store(i_ptr + obase + j * I, idx, mask=m)
+    tl.store(v_ptr + obase + j * I, val, mask=m)
+
+
+# ------------------------------------------------------------------ launch configuration
+CONFIG = {"cuda": {"sort_tile": 4096, "topk_chunk": 4096, "merge_block": 1024, "max_kp": 1024},
+          "interp": {"sort_tile": 16, "topk_chunk": 32, "merge_block": 32, "max_kp": 1024}}
+
+
+def _grid(rows, per_row):
+    # rows on grid axis 0 (2^31-1); the per-row blocks on axis 1, which CUDA caps at 65535
+    if per_row > 65535:
+        raise NotImplementedError(f"sort/topk: a row of this length needs {per_row} blocks, "
+                                  f"more than the 65535 one grid axis allows")
+    return (rows, per_row)
+
+
+def _rows(x: Tensor, dim: int):
+    """The input as contiguous rows (M, N) with the sorted dim last, and I (the product of
+    the dims after `dim`, which maps a row back to the output's layout)."""
+    shape = x.shape if x.ndim else (1,)
+    n = shape[dim]
+    inner = 1
+    for s in shape[dim + 1:]:
+        inner *= s
+    order = [d for d in range(x.ndim) if d != dim] + [dim]
+    xr = contiguous_copy(x.permute(order) if x.ndim else x.reshape(1))
+    return xr, xr.numel() // n, n, inner
+
+
+def _sorted_keys(xr, M, N, desc):
+    """Sorted keys of each row: (packed int64 keys, None) for values up to 32 bits, or
+    (int64 keys, int64 indices) for 64-bit values."""
+    cfg = CONFIG[xr.device.type]
+    pairs = xr.dtype.itemsize == 8
+    tile = min(_p2(N), cfg["sort_tile"] // (2 if pairs else 1))
+    tile = max(tile, 2)
+    keys = Tensor._empty((M, N), _dt.int64, xr.device)
+    idx = Tensor._empty((M, N), _dt.int64, xr.device) if pairs else None
+    isf = xr.dtype.is_floating_point
+    nw = 16 if tile >= 8192 else (8 if tile >= 2048 else 4)
+    if pairs:
+        launch(_sort_pairs_tile_kernel, _grid(M, triton.cdiv(N, tile)), xr, keys, idx, N,
+               TILE=tile, LOG=tile.bit_length() - 1, IS_FLOAT=isf, DESC=desc, num_warps=nw)
+    else:
+        launch(_sort_tile_kernel, _grid(M, triton.cdiv(N, tile)), xr, keys, N, TILE=tile,
+               IS_FLOAT=isf, DESC=desc, num_warps=nw)
+    L = tile
+    if L < N:
+        other = Tensor._empty((M, N), _dt.int64, xr.device)
+        other_i = Tensor._empty((M, N), _dt.int64, xr.device) if pairs else None
+        blk = cfg["merge_block"]
+        while L < N:
+            launch(_merge_pass_kernel, _grid(M, triton.cdiv(N, blk)), keys, other,
+                   idx if pairs else keys, other_i if pairs else other, N, L,
+                   STEPS=L.bit_length() + 1, BLOCK=blk, PAIRS=pairs, num_warps=4)
+            keys, other = other, keys
+            if pairs:
+                idx, other_i = other_i, idx
+            L *= 2
+    return keys, idx
+
+
+def _decode(sk, xr, values, indices, NK, N, K, inner, topk):
+    keys, idx = sk
+    M = xr.numel() // N
+    blk = min(_p2(K), 1024)
+    launch(_decode_kernel, _grid(M, triton.cdiv(K, blk)), keys,
+           idx if idx is not None else keys, xr, values, indices, NK, N, K, inner, TOPK=topk,
+           PAIRS=idx is not None, BLOCK=blk, num_warps=4)
+
+
+@register("sort", "triton")
+def sort(x, dim, descending, values, indices):
+    xr, M, N, inner = _rows(x, dim)
+    keys = _sorted_keys(xr, M, N, descending)
+    _decode(keys, xr, values, indices, N, N, N, inner, False)
+
+
+@register("topk", "triton")
+def topk(x, k, dim, largest, values, indices):
+    xr, M, N, inner = _rows(x, dim)
+    cfg = CONFIG[xr.device.type]
+    kp = max(_p2(k), 2)  # tl.topk needs k >= 2 (k=1 collapses to a scalar)
+    if kp > cfg["max_kp"] or xr.dtype.itemsize == 8:  # 64-bit values: no room to pack
+        keys = _sorted_keys(xr, M, N, largest)
+        _decode(keys, xr, values, indices, N, N, k, inner, False)
+        return
+    # a chunk holds at least 2*KP keys, so each candidate round at least halves the list
+    chunk = max(2 * kp, min(_p2(N), cfg["topk_chunk"]))
+    isf = xr.dtype.is_floating_point
+    src, n, from_keys = xr, N, False
+    while True:
+        nc = triton.cdiv(n, chunk)
+        cand = Tensor._empty((M, nc * kp), _dt.int64, xr.device)
+        launch(_topk_chunk_kernel, _grid(M, nc), src, cand, n, nc, KP=kp, CHUNK=chunk,
+               FROM_KEYS=from_keys, IS_FLOAT=isf, DESC=not largest,
+               num_warps=8 if chunk >= 2048 else 4)
+        src, n, from_keys = cand, nc * kp, True
+        if nc == 1:
+            break
+    _decode((src, None), xr, values, indices, n, N, k, inner, True)
+
+
+# ------------------------------------------------------------------ nonzero, unique
+# Count, then fill: an inclusive scan of the flags gives every selected element its output
+# row; the scan's last entry (one device->host read) sizes the output.
+@triton.jit
+def _nonzero_fill_kernel(x_ptr, cs_ptr, sizes_ptr, out_ptr, n, NDIM: tl.constexpr,
+                         BLOCK: tl.constexpr):
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    sel = m & (tl.load(x_ptr + i, mask=m, other=0) != 0)
+    row = tl.load(cs_ptr + i, mask=m, other=1) - 1
+    rem = i
+    for d in tl.static_range(NDIM - 1, -1, -1):  # unravel, last dim first
+        size = tl.load(sizes_ptr + d)
+        tl.store(out_ptr + row * NDIM + d, rem % size, mask=sel)
+        rem = rem // size
+
+
+@triton.jit
+def _unique_flags_kernel(s_ptr, f_ptr, n, BLOCK: tl.constexpr):
+    # f[i] = 1 where a run of equal sorted values starts (NaN != NaN: each NaN is its own run)
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    cur = tl.load(s_ptr + i, mask=m, other=0)
+    prev = tl.load(s_ptr + i - 1, mask=m & (i > 0), other=0)
+    tl.store(f_ptr + i, ((i == 0) | (cur != prev)).to(tl.int64), mask=m)
+
+
+@triton.jit
+def _unique_fill_kernel(s_ptr, f_ptr, cs_ptr, perm_ptr, vals_ptr, inv_ptr, starts_ptr, n,
+                        BLOCK: tl.constexpr):
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    g = tl.load(cs_ptr + i, mask=m, other=1) - 1
+    first = m & (tl.load(f_ptr + i, mask=m, other=0) != 0)
+    tl.store(vals_ptr + g, tl.load(s_ptr + i, mask=m, other=0), mask=first)
+    tl.store(starts_ptr + g, i, mask=first)
+    tl.store(inv_ptr + tl.load(perm_ptr + i, mask=m, other=0), g, mask=m)
+
+
+@triton.jit
+def _unique_counts_kernel(starts_ptr, counts_ptr, u, n, BLOCK: tl.constexpr):
+    j = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = j < u
+    nxt = tl.load(starts_ptr + j + 1, mask=m & (j + 1 < u), other=n)
+    tl.store(counts_ptr + j, nxt - tl.load(starts_ptr + j, mask=m, other=0), mask=m)
+
+
+def _inclusive_flags_scan(x_flat, nz):
+    from .reduction import scan
+    cs = Tensor._empty(x_flat.shape, _dt.int64, x_flat.device)
+    scan("cumsum", x_flat, 0, cs, nz=nz)
+    return cs
+
+
+@register("nonzero", "triton")
+def nonzero(x):
+    ndim = x.ndim
+    n = x.numel()
+    if n == 0:
+        return Tensor._empty((0, ndim), _dt.int64, x.device)
+    xf = contiguous_copy(x).reshape(-1)
+    cs = _inclusive_flags_scan(xf, True)
+    count = int(cs[n - 1].item())  # the one host sync: the output's size
+    out = Tensor._empty((count, ndim), _dt.int64, x.device)
+    if count and ndim:
+        from ..creation import tensor
+        sizes = tensor(list(x.shape), dtype=_dt.int64, device=x.device)
+        blk = 1024
+        launch(_nonzero_fill_kernel, (triton.cdiv(n, blk),), xf, cs, sizes, out, n, NDIM=ndim,
+               BLOCK=blk, num_warps=4)
+    return out
+
+
+@register("unique", "triton")
+def unique(x, return_inverse, return_counts):
+    n = x.numel()
+    if n == 0:
+        e = Tensor._empty((0,), x.dtype, x.device)
+        return e, Tensor._empty((0,), _dt.int64, x.device), Tensor._empty((0,), _dt.int64, x.device)
+    xr, _, _, _ = _rows(x.reshape(-1), 0)
+    s = Tensor._empty((n,), x.dtype, x.device)
+    perm = Tensor._empty((n,), _dt.int64, x.device)
+    keys = _sorted_keys(xr, 1, n, False)
+    _decode(keys, xr, s, perm, n, n, n, 1, False)
+    blk = 1024
+    grid = (triton.cdiv(n, blk),)
+    f = Tensor._empty((n,), _dt.int64, x.device)
+    launch(_unique_flags_kernel, grid, s, f, n, BLOCK=blk, num_warps=4)
+    cs = _inclusive_flags_scan(f, False)
+    u = int(cs[n - 1].item())  # the one host sync: the number of unique values
+    vals = Tensor._empty((u,), x.dtype, x.device)
+    inv = Tensor._empty((n,), _dt.int64, x.device)
+    starts = Tensor._empty((u,), _dt.int64, x.device)
+    launch(_unique_fill_kernel, grid, s, f, cs, perm, vals, inv, starts, n, BLOCK=blk,
+           num_warps=4)
+    counts = Tensor._empty((u,), _dt.int64, x.device)
+    launch(_unique_counts_kernel, (triton.cdiv(u, blk),), starts, counts, u, n, BLOCK=blk,
+           num_warps=4)
+    return vals, inv, counts

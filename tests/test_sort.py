@@ -1,0 +1,153 @@
+"""sort / argsort / topk / nonzero / unique vs NumPy on every device.
+
+The reference for sort is NumPy's stable argsort (descending: the stable ascending
+order of the reversed row, reversed back), so ties keep input order, as torch's
+stable=True; NaN sorts as the largest value. interp runs the Triton kernels with a
+16-element sort tile and 32-element topk chunks (kernels/sort.py CONFIG), so rows of
+33 and 65 take the merge passes and several candidate rounds.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nbxtensor as nbx
+from helpers import poisoned, randn, rng
+
+
+def ref_order(a, axis, descending):
+    # bf16's NumPy kind is 'V', so ask the dtype table whether it is a float
+    isf = nbx.dtypes.as_dtype(a.dtype).is_floating_point
+    a = a.astype(np.float64) if isf else a.astype(np.int64)
+    if not descending:
+        return np.argsort(a, axis=axis, kind="stable")
+    n = a.shape[axis]
+    return (n - 1) - np.flip(np.argsort(np.flip(a, axis), axis=axis, kind="stable"), axis)
+
+
+def _input(shape, dtype, device, special=True):
+    g = rng()
+    if dtype.kind == "f":
+        a = g.integers(-4, 4, shape).astype(np.float64) + g.choice([0, 0.5], shape)  # many ties
+        if special and a.size > 6:
+            f = a.reshape(-1)
+            f[[1, 4]] = np.nan
+            f[2], f[3], f[5] = -0.0, np.inf, -np.inf
+    elif dtype.kind == "b":
+        a = g.random(shape) < 0.5
+    else:
+        lo = 0 if dtype.kind == "u" else -5
+        a = g.integers(lo, lo + 9, shape)
+    a = np.asarray(a).astype(dtype.np)
+    return nbx.tensor(a, device=device), a
+
+
+def _same(actual, expected):
+    a, e = actual.numpy(), np.asarray(expected)
+    assert a.shape == e.shape, (a.shape, e.shape)
+    if nbx.dtypes.as_dtype(a.dtype).is_floating_point:
+        a64, e64 = a.astype(np.float64), e.astype(np.float64)
+        assert np.array_equal(np.isnan(a64), np.isnan(e64)), (a64, e64)
+        m = ~np.isnan(a64)
+        np.testing.assert_array_equal(a64[m], e64[m])
+        np.testing.assert_array_equal(np.signbit(a64[m]), np.signbit(e64[m]))  # -0.0 kept
+    else:
+        np.testing.assert_array_equal(a, e)
+
+
+SORT_CASES = [((2, 33), -1), ((65,), 0), ((3, 9, 2), 1), ((4, 5), 0)]
+
+
+@pytest.mark.parametrize("dtype,shape,dim",
+                         [(nbx.float32, s, d) for s, d in SORT_CASES]
+                         + [(dt, *SORT_CASES[i % 4]) for i, dt in enumerate(
+                             [nbx.bfloat16, nbx.float16, nbx.int32, nbx.uint8, nbx.bool, nbx.int64,
+                              nbx.float64, nbx.int8])], ids=str)
+def test_sort(device, dtype, shape, dim):
+    x, a = _input(shape, dtype, device)
+    for descending in (False, True):
+        r = nbx.sort(x, dim, descending=descending, stable=True)
+        o = ref_order(a, dim, descending)
+        np.testing.assert_array_equal(r.indices.numpy(), o)
+        _same(r.values, np.take_along_axis(a, o, dim))
+        np.testing.assert_array_equal(x.argsort(dim, descending=descending).numpy(), o)
+
+
+def test_sort_noncontiguous_out_and_edges(device):
+    x, a = _input((6, 40), nbx.float32, device)
+    v = x[::2, 3:].T   # (37, 3), strided + transposed
+    av = a[::2, 3:].T
+    o = ref_order(av, 0, False)
+    vo, io = poisoned(av.shape, nbx.float32, device), poisoned(av.shape, nbx.int64, device)
+    r = nbx.sort(v, 0, out=(vo, io))
+    assert r.values is vo and r.indices is io
+    np.testing.assert_array_equal(io.numpy(), o)
+    _same(vo, np.take_along_axis(av, o, 0))
+    s = nbx.tensor(1.5, device=device)
+    assert s.sort().values.item() == 1.5 and s.sort().indices.item() == 0
+    e = nbx.empty(0, 3, device=device)
+    assert e.sort(0).values.shape == (0, 3) and e.topk(0, 0).values.shape == (0, 3)
+    with pytest.raises(IndexError, match="dim"):
+        x.sort(2)
+
+
+TOPK_CASES = [((2, 65), 1), ((2, 65), 3), ((1, 130), 17), ((3, 20), 20), ((2, 9), 5)]
+
+
+@pytest.mark.parametrize("dtype,shape,k",
+                         [(nbx.float32, s, k) for s, k in TOPK_CASES]
+                         + [(nbx.bfloat16, *TOPK_CASES[1]), (nbx.int32, *TOPK_CASES[2]),
+                            (nbx.float64, *TOPK_CASES[1]), (nbx.int64, *TOPK_CASES[4])], ids=str)
+def test_topk(device, dtype, shape, k):
+    x, a = _input(shape, dtype, device)
+    for largest in (True, False):
+        r = nbx.topk(x, k, largest=largest)
+        o = ref_order(a, -1, largest)[..., :k]   # lower index first among ties
+        _same(r.values, np.take_along_axis(a, o, -1))
+        np.testing.assert_array_equal(r.indices.numpy(), o)
+
+
+def test_topk_dims_and_sort_path(device, monkeypatch):
+    x, a = _input((5, 33, 2), nbx.float32, device)
+    r = x.topk(4, dim=1)
+    o = ref_order(a, 1, True)[:, :4]
+    np.testing.assert_array_equal(r.indices.numpy(), o)
+    _same(r.values, np.take_along_axis(a, o, 1))
+    if device != "cpu":  # k above the candidate limit: topk is a full sort and a slice
+        from nbxtensor.kernels import sort as S
+        monkeypatch.setitem(S.CONFIG[nbx.device(device).type], "max_kp", 2)
+    r = nbx.topk(x[0], 7, dim=0, largest=False)
+    o = ref_order(a[0], 0, False)[:7]
+    np.testing.assert_array_equal(r.indices.numpy(), o)
+    with pytest.raises(IndexError, match="k"):
+        x.topk(34, dim=1)
+
+
+def test_nonzero(device):
+    x, a = _input((3, 17), nbx.int32, device, special=False)
+    try:
+        r = nbx.nonzero(x)
+    except NotImplementedError:
+        pytest.skip(f"nonzero has no kernel on {device}")
+    np.testing.assert_array_equal(r.numpy(), np.argwhere(a != 0))
+    t = nbx.nonzero(x, as_tuple=True)
+    for got, ref in zip(t, np.nonzero(a)):
+        np.testing.assert_array_equal(got.numpy(), ref)
+    assert nbx.nonzero(nbx.zeros(4, device=device)).shape == (0, 1)
+    assert nbx.nonzero(nbx.tensor(2.0, device=device)).shape == (1, 0)
+
+
+@pytest.mark.parametrize("dtype", [nbx.int32, nbx.float32, nbx.int64], ids=str)
+def test_unique(device, dtype):
+    x, a = _input((4, 9), dtype, device, special=False)
+    try:
+        v, inv, cnt = nbx.unique(x, return_inverse=True, return_counts=True)
+    except NotImplementedError:
+        pytest.skip(f"unique has no kernel on {device}")
+    rv, rinv, rcnt = np.unique(a.reshape(-1), return_inverse=True, return_counts=True)
+    _same(v, rv)
+    np.testing.assert_array_equal(inv.numpy(), rinv.reshape(a.shape))
+    np.testing.assert_array_equal(cnt.numpy(), rcnt)
+    _same(nbx.unique(x), rv)
+    with pytest.raises(NotImplementedError, match="dim"):
+        nbx.unique(x, dim=0)
