@@ -1,15 +1,35 @@
-"""Public kernel launch: `nbx.launch(kernel, grid, *args, **constexprs)`.
+"""Public kernel launch: `nbx.launch(kernel, grid, *args, **constexprs_and_options)`.
 
-Tensors among `args` become typed pointers; ints and floats pass as scalars; keyword
-arguments are the kernel's constexprs plus launch options (num_warps, num_stages).
-The device of the tensor arguments picks the driver: `cuda` compiles and launches
-through our CUDA driver, `interp` runs Triton's interpreter over host memory.
+    import triton, triton.language as tl, nbxtensor as nbx
+
+    @triton.jit
+    def add(x, y, out, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out + i, tl.load(x + i, mask=i < n) + tl.load(y + i, mask=i < n), mask=i < n)
+
+    nbx.launch(add, (triton.cdiv(n, 1024),), x, y, out, n, BLOCK=1024, num_warps=4)
+
+* Positional arguments fill the kernel's parameters in order: a Tensor becomes a typed
+  pointer to its first element (its view offset included; strides are yours to pass),
+  ints and floats pass as scalars (Triton's specialisation rules: ints by range as
+  i32/i64/u64, floats as fp32, an int equal to 1 and None become constants).
+* Keyword arguments are the kernel's constexpr parameters plus compile options
+  (num_warps, num_stages, num_ctas, maxnreg, ...). Non-constexpr parameters go by position.
+* `grid` is a tuple of 1 to 3 ints, or a callable taking the dict of bound arguments
+  (as in Triton) and returning one.
+* The tensors' device picks the driver: `cuda` binds, compiles (Triton's on-disk cache),
+  loads and launches through nbxtensor's own CUDA driver on `nbx.cuda.current_stream()`;
+  `interp` runs Triton's interpreter over host memory. All tensors share one device.
+* Refusals: a wrong number of arguments, an unknown keyword or a non-kernel raise
+  `KernelArgumentError` (a TypeError); a tensor whose memory nbxtensor's allocator did
+  not hand out raises `ForeignPointerError`; a kernel needing more shared memory than
+  the device allows raises `OutOfResourcesError`; a failing CUDA call raises `CudaError`.
 """
 from __future__ import annotations
 
 from ..tensor import Tensor
-
-_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+from .cuda.launcher import launch as _cuda_launch   # imports neither triton nor libcuda
+from .cuda.launcher import launch_public
 
 
 def _device_of(args):
@@ -26,20 +46,48 @@ def _device_of(args):
     return dev
 
 
-def launch(kernel, grid, *args, **kwargs) -> None:
-    """Launch a @triton.jit `kernel` on the device of its tensor arguments."""
+# nbx.launch(kernel, grid, *args, **kwargs): defined next to the cuda launcher so the cuda
+# hot path costs one Python call; tensors elsewhere come back to `launch_other`.
+launch = launch_public
+launch.__doc__ = __doc__   # help(nbx.launch) shows the public description above
+
+
+def launch_other(kernel, grid, args, kwargs) -> None:
+    """Launch on the device of the tensor arguments when the first argument is not a cuda tensor."""
+    for a in args:
+        if isinstance(a, Tensor):
+            if a.device.type == "cuda":
+                return _cuda_launch(kernel, grid, args, kwargs, a.device)
+            break
     dev = _device_of(args)
     if dev.type == "interp":
-        from .interp.runner import HostPointer, run
-        hargs = [HostPointer(a.data_ptr(), a.dtype.triton) if isinstance(a, Tensor) else a
-                 for a in args]
-        constexprs = {k: v for k, v in kwargs.items() if k not in _LAUNCH_OPTIONS}
-        if callable(grid):
-            raise TypeError("launch: grid must be a tuple of ints (not a callable)")
-        run(kernel, tuple(grid), hargs, constexprs)
-    elif dev.type == "cuda":
-        from .cuda.launcher import launch as cuda_launch
-        cuda_launch(kernel, grid, args, kwargs, dev)
-    else:
-        raise ValueError(f"launch: tensors on {dev} cannot run Triton kernels; move them to "
-                         f"'cuda' or 'interp' first")
+        return _interp_launch(kernel, grid, args, kwargs)
+    raise ValueError(f"launch: tensors on {dev} cannot run Triton kernels; move them to "
+                     f"'cuda' or 'interp' first")
+
+
+def _interp_launch(kernel, grid, args, kwargs) -> None:
+    from .cuda.launcher import KernelArgumentError, _sig_of, bind
+    from .interp.runner import HostPointer, run
+    # the same checks as on cuda: argument count, keywords, kinds of values
+    bind(kernel, args, kwargs)
+    sig = _sig_of(kernel)
+    bad = [k for k in kwargs if k in sig.index and not sig.params[sig.index[k]].is_constexpr]
+    if bad:
+        raise KernelArgumentError(f"launch: kernel {sig.describe()}: {', '.join(map(repr, bad))} "
+                                  f"are not constexpr parameters; pass them positionally")
+    if callable(grid) and not isinstance(grid, (tuple, list)):
+        meta = {p.name: p.default for p in sig.params if p.has_default}
+        meta.update(zip(sig.names, args))
+        meta.update(kwargs)
+        grid = grid(meta)
+    if not isinstance(grid, (tuple, list)) or not 1 <= len(grid) <= 3 or not all(
+            isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in grid):
+        raise TypeError(f"launch: grid must be a tuple of 1 to 3 non-negative ints or a callable "
+                        f"returning one, got {grid!r}")
+    if 0 in grid:
+        return  # an empty grid launches nothing (as on cuda)
+    hargs = [HostPointer(a.data_ptr(), a.dtype.triton) if isinstance(a, Tensor) else a
+             for a in args]
+    constexprs = {k: v for k, v in kwargs.items() if k in sig.index}
+    run(kernel, tuple(grid), hargs, constexprs)

@@ -1,0 +1,684 @@
+"""Our Triton launcher: bind arguments, compile (Triton, on-disk cache), load, launch.
+
+Triton is only the compiler here. Everything between `nbx.launch(kernel, grid, ...)`
+and the GPU is ours:
+
+  bind      each argument gets Triton 3.6's specialisation (see `spec_of`): a tensor
+            becomes a typed pointer (`*fp16`), marked 16-byte aligned ('D' ->
+            `tt.divisibility=16`) when its address is; an int becomes i32/i64/u64 by
+            range, marked divisible by 16 when it is, and the constant 1 when it equals
+            1; a float is fp32; a bool u1; None a constexpr.
+  compile   `triton.compile(ASTSource(...), target=GPUTarget('cuda', cc, 32))`; Triton's
+            on-disk cache makes a second process's compile a file read.
+  load      cuModuleLoadData through our driver; above 48 KB of shared memory the
+            dynamic shared-memory opt-in, above the device's opt-in limit a refusal.
+  launch    the kernel-parameter buffer is kept per (kernel, argument kinds) and
+            rewritten in place by one `struct.pack_into`, then one cuLaunchKernel.
+
+The parameter list replicates Triton 3.6's generated C launcher exactly: the kernel's
+non-constexpr arguments in order, then two trailing pointers (global scratch, profile
+scratch), block = 32*num_warps, grid x multiplied by num_ctas, and cuLaunchKernelEx with
+a cluster dimension when num_ctas > 1. The count is checked against the `.entry`
+parameters declared in the kernel's PTX before the first launch.
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+import struct
+import threading
+import weakref
+
+from ... import cuda as _cuda
+from ...tensor import Tensor
+from . import driver as drv
+
+__all__ = ["launch", "bind", "spec_of", "KernelArgumentError", "ForeignPointerError",
+           "OutOfResourcesError", "cache_info", "clear_cache"]
+
+
+class KernelArgumentError(TypeError):
+    """The arguments do not match the kernel's parameters (count, kind, keyword)."""
+
+
+class ForeignPointerError(ValueError):
+    """A tensor argument's memory was not handed out by nbxtensor's cuda allocator."""
+
+
+class OutOfResourcesError(RuntimeError):
+    """The compiled kernel needs more of a per-block resource than the device has."""
+
+
+# ----------------------------------------------------------------------------- binder
+
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+_U64_MAX = (1 << 64) - 1
+
+
+def _int_type(v: int, argname: str) -> str:
+    if _I32_MIN <= v <= _I32_MAX:
+        return "i32"
+    if _I64_MIN <= v <= _I64_MAX:
+        return "i64"
+    if 0 <= v <= _U64_MAX:
+        return "u64"
+    raise KernelArgumentError(f"launch: {argname}={v} does not fit a 64-bit integer")
+
+
+def spec_of(value, *, is_const=False, specialize=True, align=True, argname="argument"):
+    """Triton 3.6's specialisation of one runtime argument: (type, attr).
+
+    The same answers as triton's `native_specialize_impl` (tested against it):
+    tensor -> ('*<dtype>' or '*k<dtype>' for const, 'D' if 16-byte aligned else '');
+    bool -> ('u1', None); int == 1 -> ('constexpr', 1) when specialised; other ints ->
+    (i32|i64|u64, 'D' if divisible by 16 else ''), or attr None when not specialised;
+    float -> ('fp32', None); None -> ('constexpr', None). `align=False` drops the 'D'.
+    """
+    if isinstance(value, Tensor):
+        t = ("*k" if is_const else "*") + value._dtype.triton
+        return t, ("D" if align and value.data_ptr() % 16 == 0 else "")
+    if isinstance(value, bool):
+        return "u1", None
+    if isinstance(value, int):
+        if not specialize:
+            return _int_type(value, argname), None
+        if value == 1:
+            return "constexpr", 1
+        return _int_type(value, argname), ("D" if align and value % 16 == 0 else "")
+    if isinstance(value, float):
+        return "fp32", None
+    if value is None:
+        return "constexpr", None
+    raise KernelArgumentError(
+        f"launch: {argname} is a {type(value).__name__}; expected a Tensor, int, float, bool or None "
+        f"(pass constexprs such as dtypes or strings as keyword arguments)")
+
+
+class _Sig:
+    """What the binder needs to know about a @triton.jit kernel's parameters, computed once."""
+
+    __slots__ = ("fn", "name", "params", "names", "index", "constexpr_pos")
+
+    def __init__(self, kernel):
+        params = getattr(kernel, "params", None)
+        if params is None or not hasattr(kernel, "arg_names") or not hasattr(kernel, "cache_key"):
+            raise KernelArgumentError(
+                f"launch: expected a @triton.jit kernel, got {type(kernel).__name__} {kernel!r}"
+                + (" (TRITON_INTERPRET=1 turns kernels into interpreted functions; unset it for cuda)"
+                   if type(kernel).__name__ == "InterpretedFunction" else ""))
+        self.fn = kernel
+        self.name = kernel.fn.__name__ if hasattr(kernel, "fn") else str(kernel)
+        self.params = list(params)
+        self.names = [p.name for p in self.params]
+        self.index = {n: i for i, n in enumerate(self.names)}
+        self.constexpr_pos = tuple(i for i, p in enumerate(self.params) if p.is_constexpr)
+
+    def describe(self) -> str:
+        return f"{self.name}({', '.join(self.names)})"
+
+
+_sigs: dict = {}
+
+
+def _sig_of(kernel) -> _Sig:
+    # keyed by id: JITFunction hashes in Python (slow); the _Sig keeps the kernel alive
+    s = _sigs.get(id(kernel))
+    if s is None:
+        s = _sigs[id(kernel)] = _Sig(kernel)
+    return s
+
+
+def _option_names():
+    from triton.backends.nvidia.compiler import CUDAOptions
+    return set(CUDAOptions.__dataclass_fields__)
+
+
+_OPTIONS: set | None = None
+
+
+def bind(kernel, args, kwargs):
+    """Bind `args`/`kwargs` to `kernel`'s parameters the way Triton 3.6 does.
+
+    Returns (signature, constexprs, attrs, options, runtime) where signature is
+    {name: type} for every parameter ('constexpr' for constants), constexprs is
+    {(i,): value}, attrs is {(i,): [['tt.divisibility', 16]]}, options the compile
+    options, and runtime the list of (param index, type, value) passed at launch.
+    Raises KernelArgumentError when the arguments do not match the parameters.
+    """
+    global _OPTIONS
+    if _OPTIONS is None:
+        _OPTIONS = _option_names()
+    sig = _sig_of(kernel)
+    n = len(sig.params)
+    if len(args) > n:
+        raise KernelArgumentError(
+            f"launch: kernel {sig.describe()} takes {n} arguments, got {len(args)} positional")
+    values: dict = dict(enumerate(args))
+    options = {}
+    for k, v in kwargs.items():
+        i = sig.index.get(k)
+        if i is None:
+            if k in _OPTIONS:
+                options[k] = v
+                continue
+            raise KernelArgumentError(
+                f"launch: unknown keyword argument {k!r} for kernel {sig.describe()}; keywords "
+                f"must name a parameter or a compile option (num_warps, num_stages, num_ctas, "
+                f"maxnreg, ...)")
+        if i in values:
+            raise KernelArgumentError(f"launch: kernel {sig.name}: argument {k!r} given both by "
+                                      f"position and by keyword")
+        values[i] = v
+    missing = []
+    for i, p in enumerate(sig.params):
+        if i not in values:
+            if p.has_default:
+                values[i] = p.default
+            else:
+                missing.append(p.name)
+    if missing:
+        raise KernelArgumentError(
+            f"launch: kernel {sig.describe()} takes {n} arguments; missing {', '.join(missing)} "
+            f"(got {len(args)} positional and keywords {sorted(kwargs) or 'none'})")
+    if getattr(kernel, "debug", None) and "debug" not in options:
+        options["debug"] = True
+
+    signature, constexprs, attrs, runtime = {}, {}, {}, []
+    for i, p in enumerate(sig.params):
+        v = values[i]
+        if p.is_constexpr:
+            signature[p.name] = "constexpr"
+            constexprs[(i,)] = v
+            continue
+        if isinstance(v, (tuple, list)):
+            raise KernelArgumentError(f"launch: kernel {sig.name}: tuple argument {p.name!r} is not "
+                                      f"supported by the nbxtensor launcher")
+        argname = f"argument {p.name!r} of {sig.name}"
+        spec = not p.do_not_specialize
+        align = not p.do_not_specialize_on_alignment
+        ann = p.annotation_type
+        if ann:
+            # an annotated parameter keeps its type; only the divisibility attribute is taken
+            # from the value, and never for floats and bools (Triton's rule)
+            if ann == "u1" or ann[:2] in ("fp", "bf"):
+                ty, attr = ann, None
+            else:
+                _, attr = spec_of(v, is_const=p.is_const, specialize=spec, align=align, argname=argname)
+                ty = ann
+                if not isinstance(attr, str):
+                    attr = None
+        else:
+            ty, attr = spec_of(v, is_const=p.is_const, specialize=spec, align=align, argname=argname)
+        signature[p.name] = ty
+        if ty == "constexpr":
+            constexprs[(i,)] = v
+            continue
+        if isinstance(attr, str):
+            # as Triton: every string attr gets an entry ('' -> []), so the compile key matches
+            attrs[(i,)] = [["tt.divisibility", 16]] if "D" in attr else []
+        runtime.append((i, ty, v))
+    return signature, constexprs, attrs, options, runtime
+
+
+# ----------------------------------------------------------------------------- compile, load
+
+_devinfo: dict = {}
+
+
+def _device_info(index: int):
+    """(compute capability as major*10+minor, opt-in shared limit, static limit) of a device."""
+    d = _devinfo.get(index)
+    if d is None:
+        p = drv.device_properties(index)
+        d = _devinfo[index] = (p["major"] * 10 + p["minor"], p["max_shared_memory_per_block_optin"],
+                               p["max_shared_memory_per_block"])
+    return d
+
+
+def _compile(kernel, signature, constexprs, attrs, options, cc: int):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    src = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", cc, 32), options=options)
+
+
+_ENTRY_RE = re.compile(r"\.entry\s+[\w$]+\s*\(([^)]*)\)", re.S)
+
+
+def declared_param_count(ptx: str) -> int:
+    """How many parameters the kernel's PTX `.entry` declares."""
+    m = _ENTRY_RE.search(ptx)
+    if m is None:
+        raise KernelArgumentError("launch: no .entry in the compiled kernel's PTX")
+    return len(re.findall(r"\.param\b", m.group(1)))
+
+
+def check_shared(name: str, shared: int, optin: int) -> None:
+    if shared > optin:
+        raise OutOfResourcesError(
+            f"launch: kernel {name} needs {shared} bytes of shared memory per block, but the device "
+            f"allows at most {optin} (opt-in limit); use a smaller BLOCK or fewer num_stages")
+
+
+_modules: dict = {}          # (compiled hash, device) -> (CUmodule, CUfunction); loaded once
+_modules_lock = threading.Lock()
+
+
+def _load(md, cubin: bytes, dev: int):
+    key = (md.hash, dev)
+    with _modules_lock:
+        hit = _modules.get(key)
+        if hit is not None:
+            return hit[1]
+        drv.set_device(dev)
+        mod = drv.module_load_data(cubin)
+        f = drv.module_get_function(mod, md.name)
+        _, optin, _ = _device_info(dev)
+        if md.shared > 49152 and optin > 49152:
+            # above the default 48 KB a kernel must opt in to dynamic shared memory
+            drv.func_set_cache_config(f, drv.FUNC_CACHE_PREFER_SHARED)
+            static = drv.func_get_attribute(f, "SHARED_SIZE_BYTES")
+            drv.func_set_attribute(f, "MAX_DYNAMIC_SHARED_SIZE_BYTES", optin - static)
+        _modules[key] = (mod, f)
+        return f
+
+
+# ----------------------------------------------------------------------------- prepared launches
+
+# struct codes, each padded to an 8-byte slot so every parameter is naturally aligned
+_PACK = {
+    "i1": "b7x", "i8": "b7x", "i16": "h6x", "i32": "i4x", "i64": "q", "u1": "B7x", "u8": "B7x",
+    "u16": "H6x", "u32": "I4x", "u64": "Q", "fp16": "e6x", "bf16": "H6x", "fp32": "f4x",
+    "f32": "f4x", "fp64": "d",
+}
+
+
+def _bf16_bits(x: float) -> int:
+    b = struct.unpack("<I", struct.pack("<f", x))[0]
+    if (b & 0x7F800000) == 0x7F800000 and b & 0x7FFFFF:
+        return 0x7FC0                                     # NaN
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF  # round to nearest even
+
+
+class _Entry:
+    """One prepared launch: the function, its parameter buffer and launch configuration."""
+
+    __slots__ = ("f", "name", "pack", "buf", "params", "block", "shared", "ctas", "sel", "tail", "fix",
+                 "conv", "ex", "config", "attrs", "gsize", "galign", "gslot", "types", "names",
+                 "bound_names", "cpos", "variants", "__weakref__")
+
+
+def _make_fix(sel, tail, conv):
+    def fix(vals):
+        if sel is not None:
+            vals = [vals[i] for i in sel]
+        if tail:
+            vals = list(vals) + list(tail)
+        if conv is not None:
+            for k, c in conv:
+                vals[k] = c(vals[k])
+        return vals
+    return fix
+
+
+def _prepare(kernel, args, kwargs, dev: int, variant: bool = False) -> _Entry:
+    sig = _sig_of(kernel)
+    cpos = tuple(i for i in sig.constexpr_pos if i < len(args))
+    if cpos and not variant:
+        # constexprs passed positionally: this entry only dispatches on their values
+        e = _Entry()
+        e.cpos, e.variants = cpos, {}
+        return e
+    bad = [k for k in kwargs if k in sig.index and not sig.params[sig.index[k]].is_constexpr]
+    if bad:
+        raise KernelArgumentError(f"launch: kernel {sig.describe()}: {', '.join(map(repr, bad))} "
+                                  f"are not constexpr parameters; pass them positionally")
+    signature, constexprs, attrs, options, runtime = bind(kernel, args, kwargs)
+    cc, optin, _ = _device_info(dev)
+    ck = _compile(kernel, signature, constexprs, attrs, options, cc)
+    md = ck.metadata
+    check_shared(sig.name, md.shared, optin)
+    if md.profile_scratch_size:
+        raise OutOfResourcesError(f"launch: kernel {sig.name} needs a profile scratch buffer "
+                                  f"(instrumentation); the nbxtensor launcher does not provide one")
+    if getattr(md, "tensordesc_meta", None):
+        raise KernelArgumentError(f"launch: kernel {sig.name} takes tensor descriptors; the "
+                                  f"nbxtensor launcher does not support them")
+    declared = declared_param_count(ck.asm["ptx"])
+    if declared != len(runtime) + 2:
+        raise KernelArgumentError(
+            f"launch: kernel {sig.name} declares {declared} parameters, but the binder prepared "
+            f"{len(runtime)} arguments + 2 scratch pointers; refusing to launch")
+    f = _load(md, ck.asm["cubin"], dev)
+
+    e = _Entry()
+    e.f, e.name = ctypes.c_void_p(f), sig.name
+    e.types = [ty for _, ty, _ in runtime]
+    e.names = [sig.names[i] for i, _, _ in runtime]
+    npos = len(args)
+    # the positional args that are packed, and the runtime params that come from defaults
+    pos_rt = [i for i, _, _ in runtime if i < npos]
+    e.sel = None if pos_rt == list(range(npos)) else tuple(pos_rt)
+    e.tail = tuple(v for i, _, v in runtime if i >= npos)   # runtime params from defaults
+    fmt = "<" + "".join("Q" if ty[0] == "*" else _PACK[ty] for ty in e.types)
+    e.pack = struct.Struct(fmt).pack_into
+    # bf16 scalars have no struct code: convert them to their bits first
+    e.conv = tuple((k, _bf16_bits) for k, ty in enumerate(e.types) if ty == "bf16") or None
+    e.fix = None if (e.sel is None and not e.tail and e.conv is None) else _make_fix(e.sel, e.tail, e.conv)
+    n = len(e.types)
+    e.buf = (ctypes.c_uint64 * max(n, 1))()
+    e.gslot = ctypes.c_uint64(0)      # global scratch pointer
+    pslot = ctypes.c_uint64(0)        # profile scratch pointer (always null here)
+    base = ctypes.addressof(e.buf)
+    e.params = (ctypes.c_void_p * (n + 2))(*[base + 8 * k for k in range(n)],
+                                           ctypes.addressof(e.gslot), ctypes.addressof(pslot))
+    e.attrs = (e.gslot, pslot)        # keep the slots alive with the entry
+    e.block = 32 * md.num_warps
+    e.shared = md.shared
+    e.ctas = md.num_ctas
+    e.gsize, e.galign = md.global_scratch_size, md.global_scratch_align
+    e.ex = md.num_ctas != 1 or bool(md.launch_cooperative_grid) or bool(md.launch_pdl)
+    e.config = _launch_config(e, md, f) if e.ex else None
+    e.bound_names = sig.names
+    e.cpos = None
+    return e
+
+
+def _launch_config(e: _Entry, md, f):
+    attrs = []
+    if md.launch_pdl:
+        attrs.append((drv.LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, (1,)))
+    if md.launch_cooperative_grid:
+        attrs.append((drv.LAUNCH_ATTRIBUTE_COOPERATIVE, (1,)))
+    if md.num_ctas != 1:
+        attrs.append((drv.LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, (md.num_ctas, 1, 1)))
+        attrs.append((drv.LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+                      (drv.CLUSTER_SCHEDULING_POLICY_SPREAD,)))
+    if md.num_ctas == 16:
+        drv.func_set_attribute(f, "NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 1)
+    arr = (drv.LaunchAttribute * 4)()
+    for k, (aid, vals) in enumerate(attrs):
+        arr[k].id = aid
+        for j, v in enumerate(vals):
+            arr[k].value[j] = v
+    cfg = drv.LaunchConfig()
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = e.block, 1, 1
+    cfg.sharedMemBytes = e.shared
+    cfg.attrs = arr
+    cfg.numAttrs = len(attrs)   # ctypes keeps `arr` alive through the pointer field
+    return cfg
+
+
+# ----------------------------------------------------------------------------- pointer check
+
+# per device: id(storage) -> weakref to it, for storages whose memory the allocator holds.
+# A weakref callback drops the entry when the storage dies (before its id can be reused),
+# so `id(st) in verified` means "this live storage was checked": one check per storage.
+_verified: dict = {}
+
+
+def _allocator_for(dev: int):
+    from . import memory
+    return memory.allocator_for(dev)
+
+
+def _verify(st, argname: str, dev: int, kname: str) -> None:
+    d = st.device
+    if d.type != "cuda" or (d.index or 0) != dev:
+        raise ValueError(f"launch: {argname} of kernel {kname} is on {d}, but the launch is on "
+                         f"cuda:{dev} (the device of the first tensor argument); move it first")
+    # an empty storage owns no memory (address 0): a kernel can only fault on it, not corrupt
+    if not (st.ptr == 0 and getattr(st, "nbytes", None) == 0) and not _allocator_for(dev).holds(st.ptr):
+        raise ForeignPointerError(
+            f"launch: {argname} of kernel {kname} points at {st.ptr:#x}, which nbxtensor's cuda "
+            f"allocator on cuda:{dev} did not hand out; refusing to launch on foreign memory")
+    vd = _verified.setdefault(dev, {})
+    k = id(st)
+    try:
+        vd[k] = weakref.ref(st, lambda _, k=k, vd=vd: vd.pop(k, None))
+    except TypeError:
+        pass  # a storage without weak references is simply checked on every launch
+
+
+# ----------------------------------------------------------------------------- scratch
+
+_scratch: dict = {}   # device -> allocator Block used as Triton's global scratch
+
+
+def _global_scratch(e: _Entry, dev: int, nprog: int, stream: int) -> None:
+    need = nprog * e.ctas * e.gsize + e.galign
+    blk = _scratch.get(dev)
+    alloc = _allocator_for(dev)
+    if blk is None or blk.size < need:
+        if blk is not None:
+            alloc.free(blk)
+        blk = _scratch[dev] = alloc.malloc(need, stream)
+    e.gslot.value = (blk.ptr + e.galign - 1) // e.galign * e.galign
+
+
+# ----------------------------------------------------------------------------- launch
+
+_state = threading.local()    # prepared entries are per thread: their buffers are rewritten
+_streams = _cuda._current_cstreams   # device -> the current stream as a c_void_p
+_tls = drv._tls               # the driver's per-thread current device
+_NULL = ctypes.c_void_p(0)
+_MAX_X, _MAX_YZ = (1 << 31) - 1, 65535
+
+def launch(kernel, grid, args, kwargs, dev) -> None:
+    """Launch a @triton.jit `kernel` on cuda device `dev` (a Device) with `args` and `kwargs`."""
+    return _launch(kernel, grid, args, kwargs, dev.index or 0)
+
+
+def launch_public(kernel, grid, *args, **kwargs) -> None:
+    """`nbx.launch`: the cuda hot path inline (one Python call), anything else routed on."""
+    if args:
+        a = args[0]
+        if type(a) is Tensor:
+            dev = a._storage.device
+            if dev.type == "cuda":
+                return _launch(kernel, grid, args, kwargs, dev.index or 0)
+    from ..launch import launch_other
+    return launch_other(kernel, grid, args, kwargs)
+
+
+def _launch(kernel, grid, args, kwargs, idx: int) -> None:
+    """The hot path (a kernel already launched with arguments of the same kinds): build the
+    key, one dict lookup, one struct.pack_into into the prepared buffer, one cuLaunchKernel."""
+    key = [id(kernel), idx, tuple(kwargs.items()) if kwargs else None]
+    vals = []
+    ap = key.append
+    vp = vals.append
+    try:
+        vd = _verified[idx]
+    except KeyError:
+        vd = _verified[idx] = {}
+    # each argument adds its kind to the key: a tensor its DType then its address mod 16; an
+    # int True/False (i32, divisible by 16 or not), 2 (the constant 1), or a string (wider);
+    # a DType is always followed by its alignment, so the key reads back unambiguously
+    for a in args:
+        t = type(a)
+        if t is Tensor:
+            st = a._storage
+            if id(st) not in vd:
+                _verify(st, f"argument {len(vals)}", idx, _sig_of(kernel).name)
+            dt = a._dtype
+            p = st.ptr + a._offset * dt.itemsize
+            ap(dt)
+            ap(p & 15)
+            vp(p)
+        elif t is int:
+            if _I32_MIN <= a <= _I32_MAX:
+                ap(not a & 15 if a != 1 else 2)
+            else:
+                ap(_wide_int_key(a))
+            vp(a)
+        elif t is float:
+            ap("fp32")
+            vp(a)
+        else:
+            ap(_slow_key(kernel, a, len(vals), idx, vd))
+            vp(a.data_ptr() if isinstance(a, Tensor) else a)
+    key = tuple(key)
+    try:
+        entries = _state.entries
+    except AttributeError:
+        entries = _state.entries = {}
+    e = entries.get(key)
+    if e is None:
+        e = entries[key] = _prepare(kernel, args, kwargs, idx)
+    if e.cpos is not None:
+        # constexprs passed positionally: their values, not their kinds, pick the kernel
+        e = _by_constexpr_values(e, kernel, args, kwargs, idx)
+    try:
+        if _tls.device != idx:
+            drv.set_device(idx)
+    except AttributeError:
+        drv.set_device(idx)
+
+    # grid: a tuple of 1 to 3 positive ints (checked: the raw call passes C ints), or a callable
+    if type(grid) is not tuple:
+        grid = _grid_of(grid, _sig_of(kernel), args, kwargs)
+    n = len(grid)
+    if n == 1:
+        gx = grid[0]
+        gy = gz = 1
+        if type(gx) is not int or not 0 < gx <= _MAX_X:
+            if _bad_grid(grid):
+                return
+    else:
+        gx = grid[0]
+        gy = grid[1]
+        gz = grid[2] if n == 3 else 1
+        if (n > 3 or type(gx) is not int or type(gy) is not int or type(gz) is not int
+                or not 0 < gx <= _MAX_X or not 0 < gy <= _MAX_YZ or not 0 < gz <= _MAX_YZ):
+            if _bad_grid(grid):
+                return
+
+    if e.fix is not None:   # constants dropped, defaults appended, bf16 converted
+        vals = e.fix(vals)
+    try:
+        e.pack(e.buf, 0, *vals)
+    except (struct.error, OverflowError) as err:
+        raise _value_error(e, vals, err) from None
+
+    stream = _streams.get(idx, _NULL)
+    if e.gsize:
+        _global_scratch(e, idx, gx * gy * gz, stream.value or 0)
+    if e.ex:
+        c = e.config
+        c.gridDimX, c.gridDimY, c.gridDimZ = gx * e.ctas, gy, gz
+        c.hStream = stream
+        drv.launch_kernel_ex(e.f, c, e.params)
+        return
+    # the raw (argtypes-free) entry point: every argument is a ctypes object or a checked C int
+    rc = _cuLaunchKernel(e.f, gx, gy, gz, e.block, 1, 1, e.shared, stream, e.params, None)
+    if rc:
+        drv.check_launch_error(rc, f"cuLaunchKernel(kernel={e.name}, grid=({gx}, {gy}, {gz}), "
+                                   f"block=({e.block}, 1, 1), shared_bytes={e.shared}, "
+                                   f"stream={stream.value or 0:#x})")
+
+
+def _wide_int_key(a: int) -> str:
+    if _I64_MIN <= a <= _I64_MAX:
+        return "i64D" if not a & 15 else "i64"
+    return "u64D" if not a & 15 else "u64"
+
+
+def _by_constexpr_values(e, kernel, args, kwargs, idx: int):
+    vals = tuple([args[i] for i in e.cpos])
+    sub = e.variants.get(vals)
+    if sub is None:
+        sub = e.variants[vals] = _prepare(kernel, args, kwargs, idx, variant=True)
+    return sub
+
+
+def _slow_key(kernel, a, pos: int, idx: int, vd: dict):
+    """Key part for arguments off the fast path: bools, None, Tensor subclasses, the rest."""
+    if a is None or type(a) is bool:
+        return "u1" if a is not None else None
+    if isinstance(a, Tensor):   # a Tensor subclass: one key part with dtype and alignment
+        st = a._storage
+        if id(st) not in vd:
+            _verify(st, f"argument {pos}", idx, _sig_of(kernel).name)
+        return ("tensor", a._dtype, a.data_ptr() & 15)
+    if isinstance(a, bool):
+        return "u1"
+    if isinstance(a, int):     # int subclasses (IntEnum): the kind, as for ints
+        t, attr = spec_of(int(a))
+        return "int:" + t + (attr or "") if t != "constexpr" else "int:c1"
+    if isinstance(a, float):   # float subclasses (numpy.float64)
+        return "fp32"
+    # anything else (the binder refuses it): keyed by type and identity, never reused
+    return (type(a), id(a))
+
+
+def _grid_of(grid, sig, args, kwargs):
+    if callable(grid):
+        grid = grid(_meta(sig, args, kwargs))
+    if isinstance(grid, list):
+        grid = tuple(grid)
+    if type(grid) is not tuple or not grid:
+        raise TypeError(f"launch: grid must be a tuple of 1 to 3 ints or a callable returning one, "
+                        f"got {grid!r}")
+    return grid
+
+
+def _bad_grid(grid) -> bool:
+    """True for an empty grid (nothing to launch, as Triton); raises for an invalid one."""
+    if not 1 <= len(grid) <= 3:
+        raise TypeError(f"launch: grid must have 1 to 3 dimensions, got {grid!r}")
+    for g in grid:
+        if type(g) is not int:
+            raise TypeError(f"launch: grid must hold ints, got {grid!r}")
+    if 0 in grid and min(grid) >= 0:
+        return True
+    lim = (_MAX_X, _MAX_YZ, _MAX_YZ)
+    for k, g in enumerate(grid):
+        if not 0 <= g <= lim[k]:
+            raise ValueError(f"launch: grid dimension {k} = {g} is outside [0, {lim[k]}] "
+                             f"(CUDA's limit); grid={grid!r}")
+    return False
+
+
+class _LazyFn:
+    """The raw cuLaunchKernel, resolved from the driver on first call, then called directly."""
+
+    def __call__(self, *a):
+        global _cuLaunchKernel
+        _cuLaunchKernel = drv.fn_raw("cuLaunchKernel")
+        return _cuLaunchKernel(*a)
+
+
+_cuLaunchKernel = _LazyFn()
+
+
+def _meta(sig: _Sig, args, kwargs) -> dict:
+    # what Triton hands a grid callable: every bound argument by name, defaults included
+    meta = {p.name: p.default for p in sig.params if p.has_default}
+    meta.update(zip(sig.names, args))
+    meta.update(kwargs)
+    return meta
+
+
+def _value_error(e: _Entry, vals, err) -> Exception:
+    for v, ty, name in zip(vals, e.types, e.names):
+        try:
+            struct.pack("<" + ("Q" if ty[0] == "*" else _PACK[ty]), v)
+        except (struct.error, OverflowError):
+            return KernelArgumentError(f"launch: argument {name!r} of {e.name} = {v!r} does not fit "
+                                       f"the kernel's {ty} parameter")
+    return KernelArgumentError(f"launch: cannot pack the arguments of {e.name}: {err}")
+
+
+def cache_info() -> dict:
+    """Sizes of the launcher's caches (this thread's prepared launches, loaded modules)."""
+    return {"prepared": len(getattr(_state, "entries", {})), "modules": len(_modules),
+            "kernels": len(_sigs)}
+
+
+def clear_cache() -> None:
+    """Forget prepared launches (this thread) and bound signatures; loaded modules stay."""
+    getattr(_state, "entries", {}).clear()
+    _sigs.clear()

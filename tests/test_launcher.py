@@ -1,0 +1,664 @@
+"""The launcher: Triton's specialisation rules, refusals, the prepared parameter buffer,
+and kernels run through `nbx.launch` on every device (interp in CI, cuda on the GPU).
+
+CI has no GPU: the cuda path is exercised up to the driver with fake cuda tensors, a
+fake allocator and a recording cuLaunchKernel; the compile step is real (sm_90).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import nbxtensor as nbx
+from nbxtensor.device import Device
+from nbxtensor.tensor import Tensor
+
+triton = pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
+
+from helpers import assert_close, poisoned, randn, rng  # noqa: E402
+from nbxtensor.backends.cuda import launcher as L  # noqa: E402
+
+
+# ----------------------------------------------------------------------------- kernels
+
+@triton.jit
+def _add(x, y, out, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(out + i, tl.load(x + i, mask=m) + tl.load(y + i, mask=m), mask=m)
+
+
+@triton.jit
+def _axpy_strided(x, out, n, sx, so, alpha, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    v = tl.load(x + i * sx, mask=m).to(tl.float32)
+    tl.store(out + i * so, (v * alpha).to(out.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _scale_rows(x, out, rows, cols, sxr, sxc, sor, soc, BLOCK: tl.constexpr):
+    r = tl.program_id(0)
+    c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = c < cols
+    v = tl.load(x + r * sxr + c * sxc, mask=m)
+    tl.store(out + r * sor + c * soc, v * (r + 1), mask=m)
+
+
+@triton.jit
+def _mixed(p, a, b, c, d, e, f, g, h: tl.constexpr):
+    tl.store(p, a + b + c + d + e + f)
+
+
+@triton.jit(do_not_specialize=["b"], do_not_specialize_on_alignment=["c"])
+def _nospec(p, a, b, c, d):
+    tl.store(p, a + b + c)
+
+
+@triton.jit
+def _annotated(p, n: tl.int64, s: tl.float32, q: tl.constexpr = 3):
+    tl.store(p, n + s + q)
+
+
+@triton.jit
+def _with_default(x, n, BLOCK: tl.constexpr = 64):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x + i, tl.load(x + i, mask=i < n) * 2, mask=i < n)
+
+
+@triton.jit
+def _big_smem(x, out, BLOCK: tl.constexpr):
+    # a BLOCK x BLOCK tile transposed through shared memory
+    r = tl.arange(0, BLOCK)
+    t = tl.load(x + r[:, None] * BLOCK + r[None, :])
+    tl.store(out + r[:, None] * BLOCK + r[None, :], tl.trans(t))
+
+
+# ----------------------------------------------------------------------------- fakes
+
+class FakeStorage:
+    __slots__ = ("device", "ptr", "nbytes", "__weakref__")
+
+    def __init__(self, ptr, nbytes=1 << 20, index=0):
+        self.device = Device("cuda", index)
+        self.ptr = ptr
+        self.nbytes = nbytes
+
+
+def fake_cuda(shape, dtype=nbx.float32, ptr=0x7F0000000000, offset=0, stride=None, index=0):
+    from nbxtensor.tensor import contiguous_strides
+    st = FakeStorage(ptr, index=index)
+    return Tensor._make(st, shape, stride or contiguous_strides(shape), offset, nbx.dtypes.as_dtype(dtype))
+
+
+class FakeAllocator:
+    def __init__(self, lo=0x7F0000000000, hi=0x7F0000000000 + (1 << 30)):
+        self.lo, self.hi, self.calls = lo, hi, 0
+
+    def holds(self, ptr):
+        self.calls += 1
+        return self.lo <= ptr < self.hi
+
+
+class Recorder:
+    """Stands in for cuLaunchKernel: decodes the parameter buffer it is handed."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        self.calls.append(dict(f=f.value, grid=(gx, gy, gz), block=(bx, by, bz), shared=shared,
+                               stream=stream.value, params=[params[i] for i in range(len(params))]))
+        return 0
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """The cuda launcher wired to fakes below the compile step (which stays real)."""
+    alloc = FakeAllocator()
+    rec = Recorder()
+    monkeypatch.setattr(L, "_allocator_for", lambda dev: alloc)
+    monkeypatch.setattr(L, "_device_info", lambda dev: (90, 232448, 49152))
+    monkeypatch.setattr(L, "_load", lambda md, cubin, dev: 0xF00 + dev)
+    monkeypatch.setattr(L, "_cuLaunchKernel", rec)
+    monkeypatch.setattr(L, "_streams", {0: ctypes.c_void_p(0x5)})
+    monkeypatch.setattr(L.drv, "set_device", lambda i: setattr(L.drv._tls, "device", i))
+    L.clear_cache()
+    L._verified.clear()
+    yield alloc, rec
+    L.clear_cache()
+    L._verified.clear()
+    L.drv._tls.__dict__.pop("device", None)
+
+
+def run_script(tmp_path, code, timeout=300):
+    """Run `code` in a fresh interpreter from a file (@triton.jit needs real source)."""
+    f = tmp_path / "script.py"
+    f.write_text(textwrap.dedent(code))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.run([sys.executable, str(f)], capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+def read_param(addr, ty):
+    fmt = {"Q": "Q", "i32": "i", "i64": "q", "u64": "Q", "fp32": "f", "u1": "B", "fp64": "d"}[ty]
+    n = struct.calcsize(fmt)
+    return struct.unpack(fmt, ctypes.string_at(addr, n))[0]
+
+
+# ----------------------------------------------------------------------------- binder vs Triton
+
+class Duck:
+    """What triton's specialiser sees of a tensor: .dtype and .data_ptr()."""
+
+    def __init__(self, t):
+        self.dtype, self._p = t.dtype, t.data_ptr()
+
+    def data_ptr(self):
+        return self._p
+
+
+def _triton_binding(kernel, args, kwargs):
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+    backend = make_backend(GPUTarget("cuda", 90, 32))
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    targs = [Duck(a) if isinstance(a, Tensor) else a for a in args]
+    bound, specialization, options = binder(*targs, **kwargs)
+    opts, signature, constexprs, attrs = kernel._pack_args(backend, dict(kwargs), bound, specialization,
+                                                           options)
+    return signature, constexprs, attrs
+
+
+VALUES = [0, 1, 2, 8, 24, 16, 17, -16, -8, -1, 2**31 + 8, 2**31 - 1, 2**31, 2**31 + 16, -2**31, -2**31 - 1, 2**63 - 1,
+          2**63, 2**64 - 16, 2**64 - 1, 1.0, 0.0, -2.5, True, False, None]
+
+
+@pytest.mark.parametrize("v", VALUES, ids=repr)
+def test_spec_of_matches_native_specialize(v):
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+    for is_const, spec, align in [(False, True, True), (False, False, True), (False, True, False)]:
+        want = native_specialize_impl(BaseBackend, v, is_const, spec, align)
+        assert L.spec_of(v, is_const=is_const, specialize=spec, align=align) == tuple(want), (v, spec, align)
+
+
+@pytest.mark.parametrize("dtype", nbx.all_dtypes, ids=str)
+@pytest.mark.parametrize("offset", [0, 1, 4])
+def test_spec_of_pointer_matches_native(dtype, offset):
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+    t = fake_cuda((64,), dtype, offset=offset)
+    for is_const, align in [(False, True), (True, True), (False, False)]:
+        want = native_specialize_impl(BaseBackend, Duck(t), is_const, True, align)
+        assert L.spec_of(t, is_const=is_const, align=align) == tuple(want)
+
+
+def test_spec_of_refuses_too_large_ints_and_other_objects():
+    with pytest.raises(L.KernelArgumentError, match="64-bit"):
+        L.spec_of(2**64)
+    with pytest.raises(L.KernelArgumentError, match="64-bit"):
+        L.spec_of(-2**63 - 1)
+    with pytest.raises(L.KernelArgumentError, match="str"):
+        L.spec_of("fp32")
+
+
+CASES = [
+    (_mixed, lambda: (fake_cuda((8,)), 1, 16, 17, 2**31, -5, 2.5, True), {"h": 4}),
+    (_mixed, lambda: (fake_cuda((8,), offset=1), 0, 1, 2**63, -16, 32, 1.0, False), {"h": 1}),
+    (_nospec, lambda: (fake_cuda((8,), nbx.bfloat16), 1, 1, 32, 48), {}),
+    (_nospec, lambda: (fake_cuda((8,), nbx.int64, offset=3), 16, 32, 1, None), {}),
+    (_annotated, lambda: (fake_cuda((8,), nbx.bool), 16, 2.0), {}),
+    (_annotated, lambda: (fake_cuda((8,)), 1, 1.0), {"q": 5}),
+    (_add, lambda: (fake_cuda((8,)), fake_cuda((8,), offset=2), fake_cuda((8,), nbx.float16), 1000),
+     {"BLOCK": 128, "num_warps": 2}),
+    (_with_default, lambda: (fake_cuda((8,), nbx.uint8), 7), {}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_bind_matches_triton_jit(case):
+    kernel, make_args, kwargs = CASES[case]
+    args = make_args()
+    sig, constexprs, attrs, options, runtime = L.bind(kernel, args, kwargs)
+    tsig, tconst, tattrs = _triton_binding(kernel, args, kwargs)
+    assert sig == tsig
+    assert constexprs == tconst
+    assert attrs == tattrs
+    assert {k: v for k, v in kwargs.items() if k not in kernel.arg_names} == options
+
+
+def test_bind_refuses_wrong_argument_count_and_keywords():
+    x = fake_cuda((8,))
+    with pytest.raises(L.KernelArgumentError, match=r"missing n.*takes 5 arguments|takes 5 arguments.*missing n"):
+        L.bind(_add, (x, x, x), {"BLOCK": 4})
+    with pytest.raises(L.KernelArgumentError, match="takes 5 arguments, got 6 positional"):
+        L.bind(_add, (x, x, x, 3, 4, 5), {})
+    with pytest.raises(L.KernelArgumentError, match="unknown keyword argument 'BLOK'"):
+        L.bind(_add, (x, x, x, 3), {"BLOK": 4})
+    with pytest.raises(L.KernelArgumentError, match="both by position and by keyword"):
+        L.bind(_add, (x, x, x, 3, 4), {"BLOCK": 4})
+    with pytest.raises(L.KernelArgumentError, match="expected a @triton.jit kernel"):
+        L.bind(lambda x: x, (x,), {})
+
+
+def test_declared_param_count_reads_ptx_entry():
+    ptx = ".visible .entry k(\n .param .u64 .ptr .global .align 1 k_param_0,\n .param .u32 k_param_1\n)\n{ }"
+    assert L.declared_param_count(ptx) == 2
+
+
+# ----------------------------------------------------------------------------- the cuda path, faked below compile
+
+def test_cuda_launch_packs_parameters_like_tritons_launcher(fake_gpu):
+    alloc, rec = fake_gpu
+    x, y = fake_cuda((1000,)), fake_cuda((1000,), offset=4)
+    out = fake_cuda((1000,), ptr=0x7F0000100000)
+    nbx.launch(_add, (8,), x, y, out, 1000, BLOCK=128, num_warps=2)
+    (c,) = rec.calls
+    assert c["grid"] == (8, 1, 1) and c["block"] == (64, 1, 1) and c["stream"] == 0x5
+    assert c["f"] == 0xF00 and c["shared"] == 0
+    p = c["params"]
+    # x, y, out, n, then Triton 3.6's two scratch pointers (global, profile), both null here
+    assert len(p) == 6
+    assert [read_param(p[i], "Q") for i in range(3)] == [x.data_ptr(), y.data_ptr(), out.data_ptr()]
+    assert read_param(p[3], "i32") == 1000
+    assert read_param(p[4], "Q") == 0 and read_param(p[5], "Q") == 0
+    assert all(a % 8 == 0 for a in p)
+
+    # the cached path rewrites the same buffer in place
+    n_prepared = L.cache_info()["prepared"]
+    nbx.launch(_add, (3, 1), y, x, out, 1016, BLOCK=128, num_warps=2)  # same kinds
+    c2 = rec.calls[-1]
+    assert L.cache_info()["prepared"] == n_prepared
+    assert c2["params"] == p
+    assert read_param(p[0], "Q") == y.data_ptr() and read_param(p[3], "i32") == 1016
+    assert c2["grid"] == (3, 1, 1)
+
+
+def test_cuda_launch_constant_one_and_wide_ints(fake_gpu):
+    alloc, rec = fake_gpu
+    p0 = fake_cuda((8,))
+    # a=1 is a constexpr (dropped from the buffer); c=2**31 is i64; e=-5 i32; f float; g bool
+    nbx.launch(_mixed, (1,), p0, 1, 16, 2**31, 2**63, -5, 2.5, True, h=3)
+    p = rec.calls[-1]["params"]
+    assert len(p) == 1 + 6 + 2
+    assert read_param(p[0], "Q") == p0.data_ptr()
+    assert read_param(p[1], "i32") == 16
+    assert read_param(p[2], "i64") == 2**31
+    assert read_param(p[3], "u64") == 2**63
+    assert read_param(p[4], "i32") == -5
+    assert read_param(p[5], "fp32") == 2.5
+    assert read_param(p[6], "u1") == 1
+    # a different kind (a != 1) prepares a separate launch with a in the buffer
+    nbx.launch(_mixed, (1,), p0, 7, 16, 2**31, 2**63, -5, 2.5, True, h=3)
+    assert len(rec.calls[-1]["params"]) == 1 + 7 + 2
+    # a bool is not the int 1 (equal hashes must not share an entry)
+    nbx.launch(_mixed, (1,), p0, True, 16, 2**31, 2**63, -5, 2.5, True, h=3)
+    assert len(rec.calls[-1]["params"]) == 1 + 7 + 2
+
+
+def test_cuda_launch_defaults_callable_grid_and_empty_grid(fake_gpu):
+    alloc, rec = fake_gpu
+    x = fake_cuda((100,))
+    nbx.launch(_with_default, lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),), x, 100)
+    assert rec.calls[-1]["grid"] == (2, 1, 1)
+    n = len(rec.calls)
+    nbx.launch(_with_default, (0,), x, 100)
+    assert len(rec.calls) == n  # nothing launched
+
+
+def test_cuda_launch_refuses_wrong_argument_count(fake_gpu):
+    x = fake_cuda((8,))
+    with pytest.raises(L.KernelArgumentError, match="takes 5 arguments"):
+        nbx.launch(_add, (1,), x, x, x, BLOCK=16)
+    with pytest.raises(L.KernelArgumentError, match="takes 5 arguments, got 6"):
+        nbx.launch(_add, (1,), x, x, x, 8, 16, 4)
+    with pytest.raises(L.KernelArgumentError, match="not constexpr"):
+        nbx.launch(_add, (1,), x, x, x, n=8, BLOCK=16)
+
+
+def test_cuda_launch_refuses_foreign_pointer(fake_gpu):
+    alloc, rec = fake_gpu
+    good = fake_cuda((8,))
+    foreign = fake_cuda((8,), ptr=0x1000)
+    with pytest.raises(L.ForeignPointerError, match=r"argument 1 .*0x1000.*did not hand out"):
+        nbx.launch(_add, (1,), good, foreign, good, 8, BLOCK=16)
+    assert rec.calls == []
+    # a storage is checked once, then remembered while it lives
+    nbx.launch(_add, (1,), good, good, good, 8, BLOCK=16)
+    calls = alloc.calls
+    nbx.launch(_add, (1,), good, good, good, 8, BLOCK=16)
+    assert alloc.calls == calls
+
+
+def test_cuda_launch_refuses_mixed_devices(fake_gpu):
+    a, b = fake_cuda((8,)), fake_cuda((8,), index=1)
+    with pytest.raises(ValueError, match="cuda:1.*launch is on cuda:0"):
+        nbx.launch(_add, (1,), a, b, a, 8, BLOCK=16)
+
+
+def test_cuda_launch_refuses_values_that_do_not_fit(fake_gpu):
+    x = fake_cuda((8,))
+    nbx.launch(_axpy_strided, (1,), x, x, 8, 1, 1, 2.0, BLOCK=16)
+    with pytest.raises(L.KernelArgumentError, match="alpha.*fp32"):
+        nbx.launch(_axpy_strided, (1,), x, x, 8, 1, 1, 1e300, BLOCK=16)
+
+
+def test_shared_memory_refusal_with_fake_device_limit(fake_gpu, monkeypatch):
+    x = fake_cuda((64 * 64,))
+    # compiles for sm_90 (real), then the device limit is checked before any load
+    monkeypatch.setattr(L, "_device_info", lambda dev: (90, 4096, 4096))
+    loads = []
+    monkeypatch.setattr(L, "_load", lambda *a: loads.append(a) or 1)
+    with pytest.raises(L.OutOfResourcesError, match=r"_big_smem needs \d+ bytes of shared memory.*at most 4096"):
+        nbx.launch(_big_smem, (1,), x, x, BLOCK=64)
+    assert loads == []
+
+
+def test_check_shared_passes_under_the_limit():
+    L.check_shared("k", 1000, 1000)
+    with pytest.raises(L.OutOfResourcesError):
+        L.check_shared("k", 1001, 1000)
+
+
+def test_compile_imports_no_torch(tmp_path):
+    r = run_script(tmp_path, """
+        import sys, importlib.abc
+        attempts = []
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name == 'torch' or name.startswith('torch.'):
+                    attempts.append(name)   # even an import that is caught counts
+                    raise ImportError('torch import attempted: ' + name)
+        sys.meta_path.insert(0, Block())
+        import nbxtensor as nbx
+        from nbxtensor.backends.cuda import launcher as L
+        import triton, triton.language as tl
+        @triton.jit
+        def k(x, n, BLOCK: tl.constexpr):
+            i = tl.arange(0, BLOCK)
+            tl.store(x + i, i, mask=i < n)
+        sig, c, a, o, rt = L.bind(k, (nbx.zeros(4, device='interp'), 5), {'BLOCK': 16})
+        L._compile(k, sig, c, a, o, 90)
+        # the interp device too: Triton's specialiser must not get to import torch
+        x = nbx.zeros(40, device='interp')
+        nbx.launch(k, (1,), x, 40, BLOCK=64)
+        assert x.numpy().tolist() == list(range(40))
+        assert not any(m == 'torch' or m.startswith('torch.') for m in sys.modules)
+        assert attempts == [], attempts
+        print('ok')
+    """, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------- kernels on every device
+
+def _skip_cpu(device):
+    if device == "cpu":
+        pytest.skip("cpu runs NumPy implementations, not Triton kernels")
+
+
+@pytest.mark.parametrize("n", [1, 257, 128 * 3 + 1])
+def test_launch_add(device, n):
+    _skip_cpu(device)
+    x, y = randn((n,), device=device), randn((n,), device=device)
+    out = poisoned((n,), nbx.float32, device)
+    nbx.launch(_add, (triton.cdiv(n, 128),), x, y, out, n, BLOCK=128, num_warps=4)
+    assert_close(out, x.numpy().astype(np.float64) + y.numpy())
+
+
+@pytest.mark.parametrize("dtype", [nbx.float32, nbx.float16, nbx.bfloat16])
+def test_launch_strided_views(device, dtype):
+    _skip_cpu(device)
+    g = rng()
+    n = 64 * 5 + 1
+    base = randn((3 * n + 5,), dtype, device=device, gen=g)
+    x = base[5::3]                               # offset view, stride 3
+    out_base = poisoned((2 * n,), dtype, device)
+    out = out_base[1::2]
+    alpha = float(g.uniform(0.5, 2.0))
+    nbx.launch(_axpy_strided, (triton.cdiv(n, 64),), x, out, n, x.stride(0), out.stride(0), alpha,
+               BLOCK=64)
+    assert_close(out, x.numpy().astype(np.float64) * np.float32(alpha), dtype=dtype)
+    assert np.isnan(out_base.numpy()[0::2].astype(np.float64)).all()   # untouched
+
+
+def test_launch_2d_transposed_input(device):
+    _skip_cpu(device)
+    rows, cols = 5, 33
+    src = randn((cols, rows), device=device)
+    x = src.t()                                       # (rows, cols), non-contiguous
+    out = poisoned((rows, cols), nbx.float32, device)
+    nbx.launch(_scale_rows, lambda m: (rows, triton.cdiv(cols, m["BLOCK"])), x, out, rows, cols,
+               *x.stride(), *out.stride(), BLOCK=16)
+    assert_close(out, x.numpy().astype(np.float64) * np.arange(1, rows + 1)[:, None])
+
+
+def test_launch_default_constexpr(device):
+    _skip_cpu(device)
+    n = 64 * 2 + 1
+    x = randn((n,), device=device)
+    ref = x.numpy().astype(np.float64) * 2
+    nbx.launch(_with_default, (triton.cdiv(n, 64),), x, n)
+    assert_close(x, ref)
+
+
+def test_launch_refusals_on_every_device(device):
+    _skip_cpu(device)
+    x = randn((8,), device=device)
+    with pytest.raises(L.KernelArgumentError, match="takes 5 arguments"):
+        nbx.launch(_add, (1,), x, x, x, BLOCK=16)
+    with pytest.raises(L.KernelArgumentError, match="unknown keyword"):
+        nbx.launch(_add, (1,), x, x, x, 8, BLOCK=16, nm_warps=4)
+    with pytest.raises(TypeError, match="grid"):
+        nbx.launch(_add, "abc", x, x, x, 8, BLOCK=16)
+
+
+def test_launch_refuses_cpu_and_no_tensor():
+    x = nbx.zeros(4)
+    with pytest.raises(ValueError, match="cannot run Triton kernels"):
+        nbx.launch(_add, (1,), x, x, x, 4, BLOCK=16)
+    with pytest.raises(ValueError, match="no tensor argument"):
+        nbx.launch(_add, (1,), 1, 2, 3, 4, BLOCK=16)
+
+
+# ----------------------------------------------------------------------------- GPU only (the lead runs these)
+
+cuda = pytest.mark.cuda
+needs_gpu = pytest.mark.skipif("cuda" not in os.environ.get("NBX_TEST_DEVICES", "cuda") or
+                               not __import__("nbxtensor.backends.cuda.driver", fromlist=["x"]).availability()[0],
+                               reason="needs a CUDA device")
+
+
+@cuda
+@needs_gpu
+def test_gpu_kernel_fault_is_a_named_error(tmp_path):
+    # an illegal address poisons the context, so it runs in its own process
+    r = run_script(tmp_path, """
+        import nbxtensor as nbx, triton, triton.language as tl
+        from nbxtensor.backends.cuda.driver import CudaError
+        @triton.jit
+        def poke(x, off):
+            tl.store(x + off, 1.0)
+        x = nbx.zeros(4, device='cuda')
+        try:
+            nbx.launch(poke, (1,), x, 1 << 40)
+            nbx.cuda.synchronize()
+        except CudaError as e:
+            print('NAME', e.name, '|', e.call)
+    """)
+    assert "NAME CUDA_ERROR_ILLEGAL_ADDRESS" in r.stdout, r.stdout + r.stderr[-2000:]
+
+
+@cuda
+@needs_gpu
+def test_gpu_bad_launch_configuration_is_a_named_error():
+    from nbxtensor.backends.cuda import driver as drv
+    x = nbx.zeros(4096, device="cuda")
+    # num_warps=64 compiles, but 2048 threads per block exceed the device's 1024
+    with pytest.raises(drv.CudaError) as ei:
+        nbx.launch(_add, (1,), x, x, x, 4096, BLOCK=4096, num_warps=64)
+    assert ei.value.name == "CUDA_ERROR_INVALID_VALUE" and "cuLaunchKernel" in ei.value.call
+    # the same through the driver entry point directly
+    nbx.launch(_add, (1,), x, x, x, 4096, BLOCK=128)
+    e = [e for e in L._state.entries.values()
+         if getattr(e, "name", None) == "_add" and e.block == 128][0]
+    with pytest.raises(drv.CudaError) as ei:
+        drv.launch_kernel(e.f.value, (1, 1, 1), (2048, 1, 1), 0, 0, e.params)
+    assert ei.value.name == "CUDA_ERROR_INVALID_VALUE"
+    with pytest.raises(ValueError, match="grid dimension 1"):
+        nbx.launch(_add, (1, 70000), x, x, x, 4096, BLOCK=128)   # checked before the driver
+    nbx.cuda.synchronize()  # the context survives all of these
+    assert (x.numpy() == 0).all()
+
+
+@cuda
+@needs_gpu
+def test_gpu_ten_thousand_launches_leave_allocated_bytes_unchanged():
+    n = 1000
+    x, y = randn((n,), device="cuda"), randn((n,), device="cuda")
+    out = nbx.empty(n, device="cuda")
+    nbx.launch(_add, (8,), x, y, out, n, BLOCK=128)
+    nbx.cuda.synchronize()
+    before = nbx.cuda.memory_allocated()
+    for _ in range(10_000):
+        nbx.launch(_add, (8,), x, y, out, n, BLOCK=128)
+    nbx.cuda.synchronize()
+    assert nbx.cuda.memory_allocated() == before
+    assert_close(out, x.numpy().astype(np.float64) + y.numpy())
+
+
+@cuda
+@needs_gpu
+def test_gpu_launch_on_a_side_stream():
+    n = 4097
+    x, y = randn((n,), device="cuda"), randn((n,), device="cuda")
+    out = poisoned((n,), nbx.float32, "cuda")
+    s = nbx.cuda.Stream()
+    nbx.cuda.synchronize()   # a non-blocking stream does not wait for the poison fill
+    with nbx.cuda.stream(s):
+        nbx.launch(_add, (triton.cdiv(n, 256),), x, y, out, n, BLOCK=256)
+    s.synchronize()
+    assert_close(out, x.numpy().astype(np.float64) + y.numpy())
+
+
+@cuda
+@needs_gpu
+def test_gpu_large_shared_memory_kernel_opts_in():
+    # 128x128 fp32 transpose through shared memory: 64 KB > the default 48 KB
+    b = 128
+    x = randn((b * b,), device="cuda")
+    out = poisoned((b * b,), nbx.float32, "cuda")
+    nbx.launch(_big_smem, (1,), x, out, BLOCK=b, num_warps=8)
+    nbx.cuda.synchronize()
+    assert_close(out, x.numpy().reshape(b, b).T.reshape(-1).astype(np.float64))
+
+
+@cuda
+@needs_gpu
+def test_gpu_cuda_run_imports_no_torch(tmp_path):
+    r = run_script(tmp_path, """
+        import sys, nbxtensor as nbx, triton, triton.language as tl
+        @triton.jit
+        def k(x, n, BLOCK: tl.constexpr):
+            i = tl.arange(0, BLOCK)
+            tl.store(x + i, i.to(tl.float32), mask=i < n)
+        x = nbx.empty(100, device='cuda')
+        nbx.launch(k, (1,), x, 100, BLOCK=128)
+        nbx.cuda.synchronize()
+        assert (x.numpy() == range(100)).all()
+        print('torch' in sys.modules)
+    """)
+    assert r.stdout.strip().endswith("False"), r.stdout + r.stderr[-2000:]
+
+
+@triton.jit
+def _rowmax(x, out, n, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(out, tl.max(tl.load(x + i, mask=i < n, other=-float("inf")), axis=0))
+
+
+def test_interp_leaves_triton_language_unpatched_so_cuda_compiles_after():
+    # Triton's interpreter leaves triton.language.core patched after nested @jit calls
+    # (tl.max is one); the runner must undo that, or every later compile fails.
+    import triton.language as tlang
+    before = dict(vars(tlang.core))
+    x = randn((37,), device="interp")
+    out = poisoned((1,), nbx.float32, "interp")
+    nbx.launch(_rowmax, (1,), x, out, 37, BLOCK=64)
+    assert_close(out, np.array([x.numpy().max()], np.float64))
+    after = vars(tlang.core)
+    assert [k for k in before if after.get(k) is not before[k]] == []
+    sig, c, a, o, _ = L.bind(_rowmax, (x, out, 37), {"BLOCK": 64})
+    L._compile(_rowmax, sig, c, a, o, 90)
+
+
+def test_cuda_launch_with_the_real_allocator_over_fake_memory(fake_gpu, monkeypatch):
+    # the allocator's own holds(): storages it handed out pass, others are refused, and
+    # a 10,000-launch loop leaves its statistics unchanged
+    memory = pytest.importorskip("nbxtensor.backends.cuda.memory")
+    from nbxtensor.backends.cuda.storage import CudaStorage
+    alloc = memory.CachingAllocator(memory.FakeRaw(), "cuda:0")
+    monkeypatch.setattr(L, "_allocator_for", lambda dev: alloc)
+    dev = Device("cuda", 0)
+
+    def tensor(n):
+        st = CudaStorage(dev, 4 * n, alloc.malloc(4 * n), alloc)
+        return Tensor._make(st, (n,), (1,), 0, nbx.float32)
+
+    x, y, out = tensor(1000), tensor(1000), tensor(1000)
+    _, rec = fake_gpu
+    nbx.launch(_add, (8,), x, y, out, 1000, BLOCK=128)
+    stats = dict(alloc.stats()) if hasattr(alloc, "stats") else None
+    for _ in range(10_000):
+        nbx.launch(_add, (8,), x, y, out, 1000, BLOCK=128)
+    assert len(rec.calls) == 10_001
+    if stats is not None:
+        assert dict(alloc.stats()) == stats
+    foreign = Tensor._make(CudaStorage(dev, 4000, None, None), (1000,), (1,), 0, nbx.float32)
+    foreign._storage.ptr = 0x1234000   # memory the allocator never handed out
+    with pytest.raises(L.ForeignPointerError, match="0x1234000"):
+        nbx.launch(_add, (8,), x, foreign, out, 1000, BLOCK=128)
+    empty = Tensor._make(CudaStorage(dev, 0, None, None), (0,), (1,), 0, nbx.float32)
+    nbx.launch(_add, (0,), empty, empty, empty, 0, BLOCK=128)   # empty: accepted, nothing launched
+    assert len(rec.calls) == 10_001
+
+
+def test_cuda_launch_clusters_go_through_launch_kernel_ex(fake_gpu, monkeypatch):
+    # num_ctas > 1: Triton's launcher multiplies grid x by num_ctas and sets a cluster
+    # dimension and the spread scheduling policy through cuLaunchKernelEx
+    from nbxtensor.backends.cuda import driver as drv
+    seen = []
+
+    def fake_ex(f, cfg, params):
+        seen.append(((cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ), cfg.blockDimX, cfg.hStream,
+                     [(cfg.attrs[i].id, list(cfg.attrs[i].value[:3])) for i in range(cfg.numAttrs)],
+                     len(params)))
+
+    monkeypatch.setattr(drv, "launch_kernel_ex", fake_ex)
+    x = fake_cuda((4096,))
+    nbx.launch(_add, (3, 2), x, x, x, 4096, BLOCK=256, num_ctas=2, num_warps=4)
+    grid, block, stream, attrs, nparams = seen[-1]
+    assert grid == (6, 2, 1) and block == 128 and stream == 0x5 and nparams == 6
+    assert attrs == [(drv.LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, [2, 1, 1]),
+                     (drv.LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+                      [drv.CLUSTER_SCHEDULING_POLICY_SPREAD, 0, 0])]
+
+
+def test_cuda_launch_constexpr_passed_positionally_dispatches_on_its_value(fake_gpu, monkeypatch):
+    compiled = []
+    real = L._compile
+    monkeypatch.setattr(L, "_compile", lambda k, sig, c, *a: compiled.append(dict(c)) or real(k, sig, c, *a))
+    x = fake_cuda((4096,))
+    for block in (128, 64, 128, 64):
+        nbx.launch(_add, (4,), x, x, x, 4096, block)
+    assert [c[(4,)] for c in compiled] == [128, 64]
