@@ -1,0 +1,129 @@
+"""BERT encoder for sentence embeddings (all-MiniLM-L6-v2): batched, padded inputs with an
+attention mask, mean pooling and L2 normalisation as sentence-transformers does."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+
+import nbxtensor as nbx
+from . import _ops as O
+from ..device import as_device
+from .config import BertConfig
+
+__all__ = ["BertModel"]
+
+
+class BertModel:
+    def __init__(self, cfg: BertConfig, weights: dict, tokenizer, device, dtype, max_seq_length=256):
+        self.cfg, self.w, self.tokenizer = cfg, weights, tokenizer
+        self.device, self.dtype = as_device(device), dtype
+        self.max_seq_length = max_seq_length
+        self.load_seconds = 0.0
+
+    @classmethod
+    def from_folder(cls, folder, device="cpu", dtype=None, max_seq_length=None):
+        """config.json + model.safetensors + tokenizer.json (sentence-transformers layout)."""
+        from tokenizers import Tokenizer
+        from ..io.safetensors import SafetensorsFile
+        t0 = time.perf_counter()
+        dev = as_device(device)
+        dtype = nbx.dtypes.as_dtype(dtype) if dtype is not None else nbx.float32
+        cfg = BertConfig.from_folder(folder)
+        f = SafetensorsFile(os.path.join(folder, "model.safetensors"))
+        prefix = "bert." if "bert.embeddings.word_embeddings.weight" in f else ""
+
+        def get(name):
+            full = prefix + name
+            if full not in f:
+                raise KeyError(f"{folder}: tensor {full!r} missing from model.safetensors")
+            t = f.get_tensor(full)
+            if t.dtype is not dtype:
+                t = nbx.from_numpy(np.asarray(f.get_numpy(full), dtype=dtype.np))
+            return t if dev.type == "cpu" else t.to(dev)
+        w = {k: get(f"embeddings.{k}") for k in
+             ("word_embeddings.weight", "position_embeddings.weight",
+              "token_type_embeddings.weight", "LayerNorm.weight", "LayerNorm.bias")}
+        w["layers"] = []
+        for i in range(cfg.num_hidden_layers):
+            p = f"encoder.layer.{i}."
+            w["layers"].append({n: get(p + n) for n in (
+                "attention.self.query.weight", "attention.self.query.bias",
+                "attention.self.key.weight", "attention.self.key.bias",
+                "attention.self.value.weight", "attention.self.value.bias",
+                "attention.output.dense.weight", "attention.output.dense.bias",
+                "attention.output.LayerNorm.weight", "attention.output.LayerNorm.bias",
+                "intermediate.dense.weight", "intermediate.dense.bias",
+                "output.dense.weight", "output.dense.bias",
+                "output.LayerNorm.weight", "output.LayerNorm.bias")})
+        if max_seq_length is None:
+            max_seq_length = 256
+            sb = os.path.join(folder, "sentence_bert_config.json")
+            if os.path.isfile(sb):
+                with open(sb) as fh:
+                    max_seq_length = json.load(fh).get("max_seq_length", 256)
+        tk = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+        tk.no_padding()   # the file pads every input to 128; we pad per batch instead
+        tk.enable_truncation(max_length=min(max_seq_length, cfg.max_position_embeddings))
+        m = cls(cfg, w, tk, dev, dtype, max_seq_length)
+        m.load_seconds = time.perf_counter() - t0
+        return m
+
+    def tokenize(self, texts):
+        """-> (ids int64 (B, T), mask bool (B, T)) padded on the right to the longest."""
+        if isinstance(texts, str):
+            texts = [texts]
+        if not texts:
+            raise ValueError("embed: texts is empty")
+        enc = self.tokenizer.encode_batch(list(texts))
+        T = max(len(e.ids) for e in enc)
+        ids = np.zeros((len(enc), T), np.int64)
+        mask = np.zeros((len(enc), T), bool)
+        for i, e in enumerate(enc):
+            ids[i, :len(e.ids)] = e.ids
+            mask[i, :len(e.ids)] = True
+        return ids, mask
+
+    def forward(self, ids: np.ndarray, mask: np.ndarray):
+        """Last hidden states (B, T, hidden)."""
+        cfg, w = self.cfg, self.w
+        B, T = ids.shape
+        H = cfg.num_attention_heads
+        D = cfg.hidden_size // H
+        ids_t = nbx.tensor(ids.reshape(-1), device=self.device)
+        pos_t = nbx.tensor(np.tile(np.arange(T), B), device=self.device)
+        typ_t = nbx.zeros((B * T,), dtype=nbx.int64, device=self.device)
+        x = O.add(O.add(O.embedding(ids_t, w["word_embeddings.weight"]),
+                        O.embedding(pos_t, w["position_embeddings.weight"])),
+                  O.embedding(typ_t, w["token_type_embeddings.weight"]))
+        x = O.layer_norm(x, w["LayerNorm.weight"], w["LayerNorm.bias"], cfg.layer_norm_eps)
+        mask_t = nbx.tensor(mask, device=self.device)
+        for L in w["layers"]:
+            def proj(n):
+                return O.linear(x, L[f"attention.self.{n}.weight"], L[f"attention.self.{n}.bias"]) \
+                    .view(B, T, H, D).transpose(1, 2)
+            a = O.attention(proj("query"), proj("key"), proj("value"), causal=False,
+                            key_mask=mask_t)
+            a = a.transpose(1, 2).reshape(B * T, H * D)
+            a = O.linear(a, L["attention.output.dense.weight"], L["attention.output.dense.bias"])
+            x = O.layer_norm(O.add(a, x), L["attention.output.LayerNorm.weight"],
+                             L["attention.output.LayerNorm.bias"], cfg.layer_norm_eps)
+            h = O.gelu(O.linear(x, L["intermediate.dense.weight"], L["intermediate.dense.bias"]))
+            h = O.linear(h, L["output.dense.weight"], L["output.dense.bias"])
+            x = O.layer_norm(O.add(h, x), L["output.LayerNorm.weight"], L["output.LayerNorm.bias"],
+                             cfg.layer_norm_eps)
+        return x.view(B, T, cfg.hidden_size), mask_t
+
+    def embed(self, texts, batch_size: int = 32) -> np.ndarray:
+        """Unit-length sentence embeddings, float32 (N, hidden)."""
+        if isinstance(texts, str):
+            texts = [texts]
+        texts = list(texts)
+        out = []
+        for i in range(0, len(texts), batch_size):
+            ids, mask = self.tokenize(texts[i:i + batch_size])
+            x, m = self.forward(ids, mask)
+            out.append(O.mean_pool_normalize(x, m).numpy().astype(np.float32))
+        return np.concatenate(out) if out else np.zeros((0, self.cfg.hidden_size), np.float32)

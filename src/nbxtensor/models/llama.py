@@ -1,0 +1,246 @@
+"""Llama-family decoder (Llama, Mistral, Qwen2, SmolLM): GQA, RoPE (HF rotate_half),
+RMSNorm, SwiGLU, tied embeddings, prefill + KV-cache decode.
+
+Weights come from a GGUF file or an HF folder (config.json + *.safetensors). GGUF
+files of architecture `llama` store Q and K rows permuted for llama.cpp's interleaved
+RoPE; we undo that at load so one rotate_half RoPE serves every source.
+
+On cuda, Q8_0 / Q4_1 weights stay quantised and run through the fused dequantise-GEMV
+kernel; every other GGUF type is dequantised at load to the compute dtype.
+
+The decode step is shaped for later CUDA-graph capture: the KV cache is preallocated
+per layer, and the current position also lives in a device tensor (`KVCache.pos_t`).
+"""
+from __future__ import annotations
+
+import glob
+import os
+import time
+
+import numpy as np
+
+import nbxtensor as nbx
+from . import _ops as O
+from ..device import as_device
+from .config import LlamaConfig, rope_inv_freq
+
+__all__ = ["LlamaModel", "KVCache"]
+
+# GGUF types with a fused dequant-GEMV kernel: kept quantised on the GPU
+GPU_QUANT_TYPES = ("Q8_0", "Q4_1")
+
+
+class KVCache:
+    """Preallocated K and V per layer: (1, n_kv_heads, max_len, head_dim) each."""
+
+    def __init__(self, cfg: LlamaConfig, max_len: int, dtype, device):
+        shape = (1, cfg.num_key_value_heads, max_len, cfg.head_dim)
+        self.k = [nbx.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
+        self.v = [nbx.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
+        self.max_len = max_len
+        self.pos = 0                                     # host mirror of pos_t
+        self.pos_t = nbx.zeros((1,), dtype=nbx.int32, device=device)
+
+    def reset(self) -> None:
+        self.pos = 0
+        self.pos_t.fill_(0)
+
+    def advance(self, n: int) -> None:
+        self.pos += n
+        self.pos_t.fill_(self.pos)
+
+
+def _unpermute_rows(a: np.ndarray, n_head: int) -> np.ndarray:
+    """Undo llama.cpp's Q/K row permutation (rows grouped (head, pair, half) -> (head, half, pair))."""
+    rows = a.shape[0]
+    return a.reshape(n_head, rows // n_head // 2, 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)
+
+
+class LlamaModel:
+    def __init__(self, cfg: LlamaConfig, weights: dict, tokenizer, device, dtype, freq_factors=None):
+        self.cfg = cfg
+        self.w = weights
+        self.tokenizer = tokenizer
+        self.device = as_device(device)
+        self.dtype = dtype
+        inv = rope_inv_freq(cfg, freq_factors)
+        self._inv_freq = inv
+        self._rope_len = 0
+        self._ensure_rope(min(cfg.max_position_embeddings, 4096))
+        self.load_seconds = 0.0
+
+    # ----------------------------------------------------------------- loading
+    @classmethod
+    def from_gguf(cls, path, device="cpu", dtype=None, quantized: bool | None = None):
+        """Load a GGUF file. quantized=None keeps Q8_0/Q4_1 quantised on cuda only."""
+        from ..io.gguf import GGUFFile
+        from .tokenizer import Tokenizer
+        t0 = time.perf_counter()
+        dev = as_device(device)
+        dtype = nbx.dtypes.as_dtype(dtype) if dtype is not None else (
+            nbx.bfloat16 if dev.type == "cuda" else nbx.float32)
+        keep_q = (dev.type != "cpu") if quantized is None else quantized
+        if keep_q and dev.type == "cpu":
+            raise ValueError("from_gguf: quantized=True needs a cuda or interp device; on cpu "
+                             "weights are dequantised to the compute dtype")
+        g = GGUFFile(path)
+        cfg = LlamaConfig.from_gguf(g)
+        permuted = g.architecture in ("llama", "mistral")
+
+        def get(name, heads=None):
+            t = g.tensor(name)
+            if keep_q and t.qtype in GPU_QUANT_TYPES and len(t.shape) == 2:
+                blocks = t.blocks()
+                if heads and permuted:
+                    blocks = _unpermute_rows(blocks, heads)
+                dev_blocks = nbx.from_numpy(np.ascontiguousarray(blocks)).to(dev)
+                return O.QuantWeight(dev_blocks, t.qtype, t.shape)
+            a = t.dequantize(np.float32)
+            if heads and permuted:
+                a = _unpermute_rows(a, heads)
+            return _to_device(a, dtype, dev)
+        w = {"embed": get("token_embd.weight"), "norm": get("output_norm.weight"), "layers": []}
+        w["lm_head"] = get("output.weight") if "output.weight" in g.tensors else w["embed"]
+        for i in range(cfg.num_hidden_layers):
+            p = f"blk.{i}."
+            L = {"attn_norm": get(p + "attn_norm.weight"), "ffn_norm": get(p + "ffn_norm.weight"),
+                 "wq": get(p + "attn_q.weight", cfg.num_attention_heads),
+                 "wk": get(p + "attn_k.weight", cfg.num_key_value_heads),
+                 "wv": get(p + "attn_v.weight"), "wo": get(p + "attn_output.weight"),
+                 "w_gate": get(p + "ffn_gate.weight"), "w_up": get(p + "ffn_up.weight"),
+                 "w_down": get(p + "ffn_down.weight")}
+            if cfg.attention_bias:
+                L["bq"] = get(p + "attn_q.bias", cfg.num_attention_heads)
+                L["bk"] = get(p + "attn_k.bias", cfg.num_key_value_heads)
+                L["bv"] = get(p + "attn_v.bias")
+            w["layers"].append(L)
+        ff = g.tensor("rope_freqs.weight").dequantize() if "rope_freqs.weight" in g.tensors else None
+        tok = Tokenizer.from_gguf(g)
+        m = cls(cfg, w, tok, dev, dtype, ff)
+        m.load_seconds = time.perf_counter() - t0
+        return m
+
+    @classmethod
+    def from_folder(cls, folder, device="cpu", dtype=None):
+        """Load an HF folder: config.json, *.safetensors, tokenizer.json."""
+        from ..io.safetensors import SafetensorsFile
+        from .tokenizer import Tokenizer
+        t0 = time.perf_counter()
+        dev = as_device(device)
+        dtype = nbx.dtypes.as_dtype(dtype) if dtype is not None else (
+            nbx.bfloat16 if dev.type == "cuda" else nbx.float32)
+        cfg = LlamaConfig.from_folder(folder)
+        files = sorted(glob.glob(os.path.join(folder, "*.safetensors")))
+        if not files:
+            raise FileNotFoundError(f"{folder}: no *.safetensors files")
+        from ..io.safetensors import _Progress
+        index = {}
+        opened = [SafetensorsFile(f) for f in files]
+        prog = _Progress(sum(f.nbytes() for f in opened), f"loading {os.path.basename(folder)}")
+        for f in opened:
+            for k in f.keys():
+                index[k] = f
+
+        def get(name, required=True):
+            f = index.get(name)
+            if f is None:
+                if required:
+                    raise KeyError(f"{folder}: tensor {name!r} not found in {len(files)} "
+                                   f"safetensors file(s)")
+                return None
+            a = f.get_numpy(name)
+            prog.update(a.nbytes)
+            return _to_device(a, dtype, dev)
+        w = {"embed": get("model.embed_tokens.weight"), "norm": get("model.norm.weight"),
+             "layers": []}
+        lm = None if cfg.tie_word_embeddings else get("lm_head.weight", required=False)
+        w["lm_head"] = lm if lm is not None else w["embed"]
+        for i in range(cfg.num_hidden_layers):
+            p = f"model.layers.{i}."
+            L = {"attn_norm": get(p + "input_layernorm.weight"),
+                 "ffn_norm": get(p + "post_attention_layernorm.weight"),
+                 "wq": get(p + "self_attn.q_proj.weight"), "wk": get(p + "self_attn.k_proj.weight"),
+                 "wv": get(p + "self_attn.v_proj.weight"), "wo": get(p + "self_attn.o_proj.weight"),
+                 "w_gate": get(p + "mlp.gate_proj.weight"), "w_up": get(p + "mlp.up_proj.weight"),
+                 "w_down": get(p + "mlp.down_proj.weight")}
+            if cfg.attention_bias:
+                L["bq"] = get(p + "self_attn.q_proj.bias")
+                L["bk"] = get(p + "self_attn.k_proj.bias")
+                L["bv"] = get(p + "self_attn.v_proj.bias")
+            w["layers"].append(L)
+        prog.close()
+        tok = Tokenizer.from_folder(folder, cfg.eos_token_ids)
+        m = cls(cfg, w, tok, dev, dtype)
+        m.load_seconds = time.perf_counter() - t0
+        return m
+
+    # ----------------------------------------------------------------- compute
+    def _ensure_rope(self, n: int) -> None:
+        if n <= self._rope_len:
+            return
+        ang = np.arange(n, dtype=np.float64)[:, None] * self._inv_freq[None, :]
+        ang = np.concatenate([ang, ang], axis=1)          # rotate_half layout
+        self._cos = nbx.tensor(np.cos(ang).astype(np.float32), device=self.device)
+        self._sin = nbx.tensor(np.sin(ang).astype(np.float32), device=self.device)
+        self._rope_len = n
+
+    def new_cache(self, max_len: int | None = None) -> KVCache:
+        n = max_len or min(self.cfg.max_position_embeddings, 4096)
+        self._ensure_rope(n)
+        return KVCache(self.cfg, n, self.dtype, self.device)
+
+    def forward(self, ids, cache: KVCache, all_logits: bool = False):
+        """Run `ids` (list of ints or int Tensor of shape (T,)) after the cached tokens.
+
+        Returns logits (vocab,) for the last token, or (T, vocab) with all_logits.
+        """
+        cfg = self.cfg
+        if not isinstance(ids, nbx.Tensor):
+            ids = nbx.tensor(np.asarray(ids, np.int64), device=self.device)
+        T = ids.shape[0]
+        pos = cache.pos
+        if pos + T > cache.max_len:
+            raise ValueError(f"forward: {pos} cached + {T} new tokens exceed the KV cache's "
+                             f"max_len {cache.max_len}")
+        Hq, Hkv, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        cos, sin = self._cos[pos:pos + T], self._sin[pos:pos + T]
+        x = O.embedding(ids, self.w["embed"])
+        if x.dtype != self.dtype:
+            x = x.to(self.dtype)
+        for i, L in enumerate(self.w["layers"]):
+            h = O.rms_norm(x, L["attn_norm"], cfg.rms_norm_eps)
+            q = O.linear(h, L["wq"], L.get("bq")).view(1, T, Hq, D).transpose(1, 2)
+            k = O.linear(h, L["wk"], L.get("bk")).view(1, T, Hkv, D).transpose(1, 2)
+            v = O.linear(h, L["wv"], L.get("bv")).view(1, T, Hkv, D).transpose(1, 2)
+            q, k = O.rope(q, cos, sin), O.rope(k, cos, sin)
+            cache.k[i][:, :, pos:pos + T] = k
+            cache.v[i][:, :, pos:pos + T] = v
+            a = O.attention(q, cache.k[i][:, :, :pos + T], cache.v[i][:, :, :pos + T],
+                            causal=True, q_offset=pos)
+            a = a.transpose(1, 2).reshape(T, Hq * D)
+            x = O.add(x, O.linear(a, L["wo"]))
+            h = O.rms_norm(x, L["ffn_norm"], cfg.rms_norm_eps)
+            f = O.silu_mul(O.linear(h, L["w_gate"]), O.linear(h, L["w_up"]))
+            x = O.add(x, O.linear(f, L["w_down"]))
+        cache.advance(T)
+        if not all_logits:
+            x = x[T - 1:T]
+        x = O.rms_norm(x, self.w["norm"], cfg.rms_norm_eps)
+        if isinstance(self.w["lm_head"], O.QuantWeight) and x.dtype is not nbx.float32:
+            # fp32 logits: bf16 rounding would create false argmax ties over 49k entries
+            x = x.to(nbx.float32)
+        logits = O.linear(x, self.w["lm_head"])
+        return logits if all_logits else logits[0]
+
+    def generate(self, prompt_ids, max_new_tokens=32, **kw):
+        from .generate import generate
+        return generate(self, prompt_ids, max_new_tokens=max_new_tokens, **kw)
+
+
+def _to_device(a: np.ndarray, dtype, dev):
+    """A host array -> a tensor of `dtype` on `dev` (zero-copy when nothing changes on cpu)."""
+    t = nbx.from_numpy(a if a.flags.c_contiguous else np.ascontiguousarray(a))
+    if t.dtype is not dtype:
+        # host-side cast (the model's dtype conversion happens once at load)
+        t = nbx.from_numpy(np.asarray(a, dtype=dtype.np))
+    return t if dev.type == "cpu" else t.to(dev)
