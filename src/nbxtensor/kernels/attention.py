@@ -1,0 +1,207 @@
+"""Flash attention (prefill) on cuda/interp: online softmax over KV blocks, no score matrix.
+
+One program owns BLOCK_M query rows of one (batch, query head) and walks the keys in
+BLOCK_N blocks, keeping the running max m, the running sum l and the unnormalised output
+acc in registers. Scores are scaled by scale*log2(e) so the softmax uses exp2.
+
+GQA: query head h reads kv head h // GROUP; K/V are never repeated in memory.
+Causal (top-left aligned, key j <= query i): keys below the block's first row need no mask
+(the off-diagonal loop); only the blocks that cross the diagonal are masked; blocks above
+it are skipped. Tails (L, S not multiples of the tile, head dims that are not a power of
+two) are masked loads. A row with every key masked gives 0 (torch >= 2.5 safe softmax).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ..dispatch import register
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _fa_block(acc, l_i, m_i, q, k_base, v_base, mk_base, offs_m, offs_d, offs_dv, lo, hi,
+              S, D, DV, s_kn, s_kd, s_vn, s_vd, s_mm, s_mn, qk_scale,
+              BLOCK_N: tl.constexpr, DIAG: tl.constexpr, BOUNDS: tl.constexpr,
+              MASK_KIND: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+              PREC: tl.constexpr, F64: tl.constexpr, SCALE_POS: tl.constexpr):
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        kt_ptr = k_base + offs_d[:, None] * s_kd + offs_n[None, :] * s_kn
+        v_ptr = v_base + offs_n[:, None] * s_vn + offs_dv[None, :] * s_vd
+        if BOUNDS:
+            nk = offs_n[None, :] < S
+            nv = offs_n[:, None] < S
+            if not EVEN_D:
+                nk = nk & (offs_d[:, None] < D)
+            if not EVEN_DV:
+                nv = nv & (offs_dv[None, :] < DV)
+            kt = tl.load(kt_ptr, mask=nk, other=0.0)
+            v = tl.load(v_ptr, mask=nv, other=0.0)
+        else:
+            if EVEN_D:
+                kt = tl.load(kt_ptr)
+            else:
+                kt = tl.load(kt_ptr, mask=offs_d[:, None] < D, other=0.0)
+            if EVEN_DV:
+                v = tl.load(v_ptr)
+            else:
+                v = tl.load(v_ptr, mask=offs_dv[None, :] < DV, other=0.0)
+        if F64:
+            qk = tl.dot(q, kt, input_precision=PREC, out_dtype=tl.float64)
+        else:
+            qk = tl.dot(q, kt, input_precision=PREC)
+        if MASK_KIND == 0 and not DIAG and not BOUNDS and SCALE_POS:
+            # the hot loop: scale inside the exponent's argument (one FMA an element);
+            # max(qk) * scale is the max of the scaled scores only for a positive scale
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(qk * qk_scale - m_new[:, None])
+        else:
+            qk = qk * qk_scale
+            if MASK_KIND == 1:
+                mk = tl.load(mk_base + offs_m[:, None] * s_mm + offs_n[None, :] * s_mn,
+                             mask=offs_n[None, :] < S, other=0)
+                qk = tl.where(mk != 0, qk, -float("inf"))
+            if MASK_KIND == 2:
+                mk = tl.load(mk_base + offs_m[:, None] * s_mm + offs_n[None, :] * s_mn,
+                             mask=offs_n[None, :] < S, other=0.0)
+                if F64:
+                    qk = qk + mk.to(tl.float64) * 1.4426950408889634
+                else:
+                    qk = qk + mk.to(tl.float32) * 1.4426950408889634
+            if DIAG:
+                qk = tl.where(offs_m[:, None] >= offs_n[None, :], qk, -float("inf"))
+            if BOUNDS:
+                qk = tl.where(offs_n[None, :] < S, qk, -float("inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            if MASK_KIND != 0:
+                # a row that has seen only masked keys shifts by 0, so exp2 gives 0, not NaN
+                m_use = tl.where(m_new == -float("inf"), 0.0, m_new)
+            else:
+                m_use = m_new
+            alpha = tl.exp2(m_i - m_use)
+            p = tl.exp2(qk - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if F64:
+            acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PREC, out_dtype=tl.float64)
+        else:
+            acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PREC)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _flash_fwd(q_ptr, k_ptr, v_ptr, o_ptr, mk_ptr,
+               s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd,
+               s_ob, s_oh, s_om, s_od, s_mb, s_mh, s_mm, s_mn,
+               H, L, S, D, DV, qk_scale,
+               GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, CAUSAL: tl.constexpr,
+               MASK_KIND: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+               PREC: tl.constexpr, F64: tl.constexpr, SCALE_POS: tl.constexpr):
+    if CAUSAL:
+        # the longest rows first: they have the most key blocks
+        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H).to(tl.int64)
+    h = pid_bh % H
+    hk = (h // GROUP).to(tl.int64)
+    h = h.to(tl.int64)
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    q_base = q_ptr + b * s_qb + h * s_qh
+    k_base = k_ptr + b * s_kb + hk * s_kh
+    v_base = v_ptr + b * s_vb + hk * s_vh
+    mk_base = mk_ptr + b * s_mb + h * s_mh
+    q = tl.load(q_base + offs_m[:, None] * s_qm + offs_d[None, :] * s_qd,
+                mask=(offs_m[:, None] < L) & (offs_d[None, :] < D), other=0.0)
+    if F64:
+        acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float64)
+        l_i = tl.zeros((BLOCK_M,), tl.float64)
+        m_i = tl.full((BLOCK_M,), -float("inf"), tl.float64)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
+        l_i = tl.zeros((BLOCK_M,), tl.float32)
+        m_i = tl.full((BLOCK_M,), -float("inf"), tl.float32)
+    if CAUSAL:
+        hi_off = tl.minimum(start_m, S)          # keys every row of the block may see
+        hi_diag = tl.minimum(start_m + BLOCK_M, S)
+    else:
+        hi_off = S
+        hi_diag = S
+    full = (hi_off // BLOCK_N) * BLOCK_N
+    acc, l_i, m_i = _fa_block(acc, l_i, m_i, q, k_base, v_base, mk_base, offs_m, offs_d, offs_dv,
+                              0, full, S, D, DV, s_kn, s_kd, s_vn, s_vd, s_mm, s_mn, qk_scale,
+                              BLOCK_N, False, False, MASK_KIND, EVEN_D, EVEN_DV, PREC, F64,
+                              SCALE_POS)
+    # the tail of the unmasked range (keys full..hi_off-1, bounded by S) and, when causal,
+    # the blocks crossing the diagonal (start_m is a multiple of BLOCK_N, so they follow)
+    acc, l_i, m_i = _fa_block(acc, l_i, m_i, q, k_base, v_base, mk_base, offs_m, offs_d, offs_dv,
+                              full, hi_diag, S, D, DV, s_kn, s_kd, s_vn, s_vd, s_mm, s_mn,
+                              qk_scale, BLOCK_N, CAUSAL, True, MASK_KIND, EVEN_D, EVEN_DV,
+                              PREC, F64, SCALE_POS)
+    l_i = tl.where(l_i == 0.0, 1.0, l_i)
+    o = acc / l_i[:, None]
+    o_base = o_ptr + b * s_ob + h * s_oh
+    tl.store(o_base + offs_m[:, None] * s_om + offs_dv[None, :] * s_od,
+             o.to(o_ptr.dtype.element_ty),
+             mask=(offs_m[:, None] < L) & (offs_dv[None, :] < DV))
+
+
+# ------------------------------------------------------------------ launch configuration
+# Hopper, fp16/bf16: BLOCK_M=128, BLOCK_N=64 (32 for head dims > 128 to fit shared
+# memory), 8 warps, 3 stages. fp32/fp64 tiles are smaller (twice/four times the bytes).
+# BLOCK_M must be a multiple of BLOCK_N (the causal split relies on it).
+def flash_config(D, DV, dtype_size, interp=False):
+    bd = max(16, triton.next_power_of_2(max(D, DV)))
+    if interp:
+        return dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
+    if dtype_size >= 8:
+        return dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
+    if dtype_size == 4:
+        return dict(BLOCK_M=64, BLOCK_N=32 if bd <= 128 else 16, num_warps=4, num_stages=2)
+    if bd <= 64:
+        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)
+    if bd <= 128:
+        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+    return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
+
+
+_OVERRIDE: dict | None = None   # tests set e.g. {"BLOCK_M": 16, "BLOCK_N": 16}
+
+
+@register("sdpa", "triton")
+def sdpa(out, q, k, v, mask, *, scale, is_causal):
+    from .. import dtypes as _dt
+    from ..backends.launch import launch
+    B, H, L, D = q.shape
+    Hk, S, DV = k.shape[1], k.shape[2], v.shape[3]
+    cfg = flash_config(D, DV, q.dtype.itemsize, q.device.type == "interp")
+    if _OVERRIDE:
+        cfg.update(_OVERRIDE)
+    if cfg["BLOCK_M"] % cfg["BLOCK_N"]:
+        raise ValueError(f"sdpa: BLOCK_M ({cfg['BLOCK_M']}) must be a multiple of BLOCK_N "
+                         f"({cfg['BLOCK_N']})")
+    bd = max(16, triton.next_power_of_2(D))
+    bdv = max(16, triton.next_power_of_2(DV))
+    f64 = q.dtype is _dt.float64
+    if mask is None:
+        kind, mk, ms = 0, q, (0, 0, 0, 0)
+    else:
+        kind, mk, ms = (1 if mask.dtype is _dt.bool else 2), mask, mask.stride()
+    grid = (triton.cdiv(L, cfg["BLOCK_M"]), B * H)
+    launch(_flash_fwd, grid, q, k, v, out, mk, *q.stride(), *k.stride(), *v.stride(),
+           *out.stride(), *ms, H, L, S, D, DV, scale * LOG2E,
+           GROUP=H // Hk, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_D=bd,
+           BLOCK_DV=bdv, CAUSAL=is_causal, MASK_KIND=kind, EVEN_D=bd == D, EVEN_DV=bdv == DV,
+           PREC="ieee" if q.dtype.itemsize >= 4 else "tf32", F64=f64, SCALE_POS=scale > 0,
+           num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    return out

@@ -1,0 +1,182 @@
+"""Token sampling on cuda/interp: one program per row of logits, the token stays on the device.
+
+Order (HF's): repetition penalty -> temperature -> top-k -> top-p -> draw.
+* Penalty (a pre-pass into an fp32 copy): logit/penalty where > 0, logit*penalty otherwise,
+  for each token id in previous_tokens (ids outside [0, V) are ignored; a repeated id is
+  penalised once, as HF's gather/scatter).
+* Thresholds are found without sorting, by a 16-ary search over the order-preserving int
+  key of the fp32 value: top-k keeps every token >= the k-th largest value (ties at the
+  boundary all kept, as HF's `scores < topk[-1]` filter); top-p keeps every token whose
+  value is >= the smallest value v with mass(tokens > v) < top_p (HF's rule; tokens tied
+  with the boundary value are all kept). Each round is one pass over the row.
+* The draw is Gumbel-max over the kept tokens: argmax(z + g), g = -log(-log(u)), u from
+  Philox keyed by the generator's seed with counter (token, row, step); the generator's
+  step lives on the device and a one-program kernel advances it after each draw, so a
+  captured graph draws new numbers at every replay.
+* Greedy (temperature 0): argmax, first index on ties (as torch).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ..dispatch import register
+
+
+@triton.jit
+def _key(x):
+    # order-preserving int of an fp32: positives as is, negatives with the magnitude flipped
+    bits = x.to(tl.int32, bitcast=True)
+    return tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).to(tl.int64)
+
+
+@triton.jit
+def _penalty_kernel(x_ptr, w_ptr, prev_ptr, s_xb, s_xv, s_pb, s_pp, V, NP, penalty,
+                    BLOCK: tl.constexpr, BLOCK_P: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    xb = x_ptr + row * s_xb
+    wb = w_ptr + row * V
+    for start in range(0, V, BLOCK):
+        i = start + tl.arange(0, BLOCK)
+        tl.store(wb + i, tl.load(xb + i * s_xv, mask=i < V).to(tl.float32), mask=i < V)
+    tl.debug_barrier()
+    for start in range(0, NP, BLOCK_P):
+        j = start + tl.arange(0, BLOCK_P)
+        tok = tl.load(prev_ptr + row * s_pb + j * s_pp, mask=j < NP, other=-1).to(tl.int64)
+        ok = (tok >= 0) & (tok < V)
+        tok = tl.where(ok, tok, 0)
+        # from the original logit, so a repeated id writes the same value twice
+        x = tl.load(xb + tok * s_xv, mask=ok, other=0.0).to(tl.float32)
+        tl.store(wb + tok, tl.where(x > 0, x / penalty, x * penalty), mask=ok)
+
+
+@triton.jit
+def _search(xb, s_xv, V, lo, hi, target, floor_key, mz, inv_temp,
+            WEIGHTED: tl.constexpr, BLOCK: tl.constexpr):
+    """Largest key c in [lo, hi] with S(c) >= target, where S(c) sums over tokens with
+    key >= max(c, floor_key) a weight (1, or exp(z - mz) when WEIGHTED). S(lo) >= target."""
+    j = tl.arange(0, 16).to(tl.int64)
+    while lo < hi:
+        step = (hi - lo + 16) // 16
+        cand = lo + j * step
+        acc = tl.zeros((16,), tl.float32)
+        for start in range(0, V, BLOCK):
+            i = start + tl.arange(0, BLOCK)
+            x = tl.load(xb + i * s_xv, mask=i < V, other=-float("inf")).to(tl.float32)
+            k = _key(x)
+            if WEIGHTED:
+                w = tl.where((k >= floor_key) & (i < V),
+                             tl.exp2((x * inv_temp - mz) * 1.4426950408889634), 0.0)
+            else:
+                w = tl.where(i < V, 1.0, 0.0)
+            acc += tl.sum(tl.where(k[:, None] >= cand[None, :], w[:, None], 0.0), 0)
+        ok = (acc >= target) & (cand <= hi)
+        jb = tl.max(tl.where(ok, j, 0), 0)
+        lo_new = lo + jb * step
+        hi = tl.minimum(lo_new + step - 1, hi)
+        lo = lo_new
+    return lo
+
+
+@triton.jit
+def _sample_kernel(x_ptr, out_ptr, state_ptr, s_xb, s_xv, V, inv_temp, top_k, top_p,
+                   GREEDY: tl.constexpr, TOPK: tl.constexpr, TOPP: tl.constexpr,
+                   BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    xb = x_ptr + row * s_xb
+    offs = tl.arange(0, BLOCK)
+    if GREEDY:
+        best = -float("inf")
+        best_i = tl.zeros((), tl.int64) - 1
+        for start in range(0, V, BLOCK):
+            i = start + offs
+            x = tl.load(xb + i * s_xv, mask=i < V, other=-float("inf")).to(tl.float32)
+            m = tl.max(x, 0)
+            mi = tl.min(tl.where(x == m, i, V), 0).to(tl.int64)
+            take = (m > best) | (best_i < 0)
+            best_i = tl.where(take, mi, best_i)
+            best = tl.where(take, m, best)
+        tl.store(out_ptr + row, best_i)
+    else:
+        # pass 1: max (softmax shift) and the key range
+        mx = -float("inf")
+        kmin = tl.zeros((), tl.int64) + 0x7FFFFFFF
+        for start in range(0, V, BLOCK):
+            i = start + offs
+            x = tl.load(xb + i * s_xv, mask=i < V, other=-float("inf")).to(tl.float32)
+            mx = tl.maximum(mx, tl.max(x, 0))
+            kmin = tl.minimum(kmin, tl.min(tl.where(i < V, _key(x), 0x7FFFFFFF), 0))
+        kmax = _key(mx)
+        mz = mx * inv_temp
+        floor_key = kmin
+        if TOPK:
+            floor_key = _search(xb, s_xv, V, kmin, kmax, top_k * 1.0, kmin, mz,
+                                inv_temp, False, BLOCK)
+        if TOPP:
+            z = tl.zeros((), tl.float32)
+            for start in range(0, V, BLOCK):
+                i = start + offs
+                x = tl.load(xb + i * s_xv, mask=i < V, other=-float("inf")).to(tl.float32)
+                z += tl.sum(tl.where((_key(x) >= floor_key) & (i < V),
+                                     tl.exp2((x * inv_temp - mz) * 1.4426950408889634), 0.0), 0)
+            floor_key = _search(xb, s_xv, V, floor_key, kmax, top_p * z, floor_key, mz,
+                                inv_temp, True, BLOCK)
+        seed = tl.load(state_ptr)
+        step = tl.load(state_ptr + 1)
+        c2 = (step & 0xFFFFFFFF).to(tl.uint32)
+        c3 = ((step >> 32) & 0xFFFFFFFF).to(tl.uint32)
+        best = -float("inf")
+        best_i = tl.zeros((), tl.int64) - 1
+        for start in range(0, V, BLOCK):
+            i = start + offs
+            x = tl.load(xb + i * s_xv, mask=i < V, other=-float("inf")).to(tl.float32)
+            r, _r1, _r2, _r3 = tl.philox(seed, i.to(tl.uint32), (offs * 0 + row).to(tl.uint32),
+                                         offs.to(tl.uint32) * 0 + c2,
+                                         offs.to(tl.uint32) * 0 + c3)
+            u = (r >> 8).to(tl.float32) * 5.9604644775390625e-08 + 2.9802322387695312e-08
+            g = -tl.log(-tl.log(u))
+            s = tl.where((_key(x) >= floor_key) & (i < V), x * inv_temp + g, -float("inf"))
+            m = tl.max(s, 0)
+            mi = tl.min(tl.where(s == m, i, V), 0).to(tl.int64)
+            take = (m > best) | (best_i < 0)
+            best_i = tl.where(take, mi, best_i)
+            best = tl.where(take, m, best)
+        tl.store(out_ptr + row, best_i)
+
+
+@triton.jit
+def _advance_kernel(state_ptr):
+    tl.store(state_ptr + 1, tl.load(state_ptr + 1) + 1)
+
+
+# ------------------------------------------------------------------ launch configuration
+# One program per row, BLOCK=2048 (1024 for the 16-wide threshold search tiles), 8 warps.
+_OVERRIDE: dict | None = None
+
+
+@register("sample", "triton")
+def sample(out, logits, state, *, temperature, top_k, top_p, penalty, previous):
+    from .. import dtypes as _dt
+    from ..backends.launch import launch
+    from ..tensor import Tensor
+    B, V = logits.shape
+    block = 1024 if logits.device.type != "interp" else 64
+    if _OVERRIDE:
+        block = _OVERRIDE.get("BLOCK", block)
+    x = logits
+    if penalty is not None:
+        x = Tensor._empty((B, V), _dt.float32, logits.device)
+        NP = previous.shape[1]
+        launch(_penalty_kernel, (B,), logits, x, previous, *logits.stride(), *previous.stride(),
+               V, NP, float(penalty), BLOCK=block,
+               BLOCK_P=max(2, min(1024, triton.next_power_of_2(max(NP, 1)))), num_warps=8)
+    greedy = temperature == 0
+    use_k = top_k is not None and top_k < V
+    use_p = top_p is not None and top_p < 1.0
+    launch(_sample_kernel, (B,), x, out, state, *x.stride(), V,
+           1.0 if greedy else 1.0 / temperature, int(top_k or 0) if use_k else 0,
+           float(top_p) if use_p else 1.0, GREEDY=greedy, TOPK=use_k, TOPP=use_p,
+           BLOCK=block, num_warps=8)
+    if not greedy:
+        launch(_advance_kernel, (1,), state, num_warps=1)
+    return out

@@ -1,0 +1,363 @@
+"""scaled_dot_product_attention, decode_attention and the KV cache vs float64 NumPy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nbxtensor as nbx
+from helpers import rng
+
+TOL = {nbx.float32: 2e-5, nbx.float16: 4e-3, nbx.bfloat16: 3e-2, nbx.float64: 1e-10}
+
+
+def ref_sdpa(q, k, v, mask=None, causal=False, scale=None):
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    H, Hk = q.shape[-3], k.shape[-3]
+    k = np.repeat(k, H // Hk, -3)
+    v = np.repeat(v, H // Hk, -3)
+    s = q @ np.swapaxes(k, -1, -2) * (scale if scale is not None else 1 / np.sqrt(q.shape[-1]))
+    L, S = s.shape[-2:]
+    if causal:
+        s = np.where(np.tril(np.ones((L, S), bool)), s, -np.inf)
+    if mask is not None:
+        s = np.where(mask, s, -np.inf) if mask.dtype == bool else s + mask.astype(np.float64)
+    m = s.max(-1, keepdims=True)
+    m = np.where(np.isinf(m), 0, m)
+    e = np.exp(s - m)
+    z = e.sum(-1, keepdims=True)
+    return e / np.where(z == 0, 1, z) @ v
+
+
+@pytest.fixture
+def small_blocks():
+    """Blocks of 16 on interp so shapes of 17..40 exercise tails and several KV blocks."""
+    from nbxtensor.kernels import attention as ka, decode_attention as kd
+    ka._OVERRIDE = {"BLOCK_M": 16, "BLOCK_N": 16}
+    kd._OVERRIDE = {"P": 3, "BLOCK_N": 16}
+    yield
+    ka._OVERRIDE = None
+    kd._OVERRIDE = None
+
+
+def _t(a, dtype, device):
+    return nbx.tensor(np.asarray(a).astype(nbx.dtypes.as_dtype(dtype).np), device=device)
+
+
+def _rand(g, shape, dtype):
+    return g.standard_normal(shape).astype(nbx.dtypes.as_dtype(dtype).np)
+
+
+CASES = [  # B, Hq, Hk, L, S, D, causal
+    (1, 2, 2, 17, 33, 16, False),
+    (2, 2, 2, 33, 17, 16, True),    # L > S causal
+    (1, 4, 2, 17, 40, 24, True),    # GQA, L < S causal (top-left), D not a power of two
+    (1, 2, 1, 1, 19, 16, False),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_sdpa_shapes(device, small_blocks, case):
+    B, Hq, Hk, L, S, D, causal = case
+    g = rng()
+    q, k, v = _rand(g, (B, Hq, L, D), "float32"), _rand(g, (B, Hk, S, D), "float32"), \
+        _rand(g, (B, Hk, S, D), "float32")
+    o = nbx.scaled_dot_product_attention(_t(q, "float32", device), _t(k, "float32", device),
+                                         _t(v, "float32", device), is_causal=causal,
+                                         enable_gqa=Hq != Hk)
+    np.testing.assert_allclose(o.numpy(), ref_sdpa(q, k, v, causal=causal), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", [nbx.float16, nbx.bfloat16, nbx.float64])
+def test_sdpa_dtypes(device, small_blocks, dtype):
+    g = rng()
+    q, k, v = (_rand(g, (1, 2, n, 16), dtype) for n in (18, 21, 21))
+    o = nbx.scaled_dot_product_attention(_t(q, dtype, device), _t(k, dtype, device),
+                                         _t(v, dtype, device), is_causal=True)
+    assert o.dtype == dtype
+    np.testing.assert_allclose(o.numpy().astype(np.float64), ref_sdpa(q, k, v, causal=True),
+                               rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("D", [127, 128, 129])
+def test_sdpa_head_dims(device, small_blocks, D):
+    g = rng()
+    L = 5 if device == "interp" else 37
+    q, k, v = (_rand(g, (1, 1, L, D), "float32") for _ in range(3))
+    o = nbx.scaled_dot_product_attention(*(_t(a, "float32", device) for a in (q, k, v)),
+                                         scale=0.3)
+    np.testing.assert_allclose(o.numpy(), ref_sdpa(q, k, v, scale=0.3), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("form", ["bool_full", "bool_bcast", "float_full", "float_row"])
+def test_sdpa_masks(device, small_blocks, form):
+    g = rng()
+    B, H, L, S, D = 2, 2, 17, 20, 16
+    q, k, v = _rand(g, (B, H, L, D), "float32"), _rand(g, (B, H, S, D), "float32"), \
+        _rand(g, (B, H, S, D), "float32")
+    if form == "bool_full":
+        m = g.random((B, H, L, S)) < 0.6
+        m[0, 1, 4] = False            # a fully masked row: 0 (torch's safe softmax)
+        m[1, 0, :, 0] = True
+    elif form == "bool_bcast":
+        m = g.random((L, S)) < 0.6     # broadcast over B and H (stride 0)
+        m[3] = False
+    elif form == "float_full":
+        m = g.standard_normal((B, H, L, S)).astype(np.float32)
+        m[1, 1, 2] = -np.inf
+    else:
+        m = g.standard_normal((B, 1, 1, S)).astype(np.float32)
+    o = nbx.scaled_dot_product_attention(*(_t(a, "float32", device) for a in (q, k, v)),
+                                         attn_mask=nbx.tensor(m, device=device))
+    r = ref_sdpa(q, k, v, mask=m)
+    out = o.numpy()
+    assert not np.isnan(out).any()
+    np.testing.assert_allclose(out, r, rtol=2e-5, atol=2e-5)
+
+
+def test_sdpa_strided_and_determinism(device, small_blocks):
+    """(B, L, H, D) memory viewed as (B, H, L, D), as models produce; three calls agree."""
+    g = rng()
+    B, L, H, D = 2, 19, 4, 16
+    buf = _rand(g, (B, L, 3, H, D), "float16")
+    t = nbx.tensor(buf, device=device)
+    q, k, v = (t[:, :, i].transpose(1, 2) for i in range(3))
+    assert not q.is_contiguous()
+    outs = [nbx.scaled_dot_product_attention(q, k, v, is_causal=True).numpy() for _ in range(3)]
+    r = ref_sdpa(*(np.swapaxes(buf[:, :, i], 1, 2) for i in range(3)), causal=True)
+    np.testing.assert_allclose(outs[0].astype(np.float64), r, rtol=4e-3, atol=4e-3)
+    assert all(np.array_equal(outs[0], o) for o in outs[1:])
+
+
+def test_sdpa_3d_and_empty(device):
+    g = rng()
+    q, k, v = (_rand(g, (2, n, 8), "float32") for n in (3, 5, 5))
+    o = nbx.scaled_dot_product_attention(*(_t(a, "float32", device) for a in (q, k, v)))
+    assert tuple(o.shape) == (2, 3, 8)
+    np.testing.assert_allclose(o.numpy(), ref_sdpa(q, k, v), rtol=2e-5, atol=2e-5)
+    e = nbx.scaled_dot_product_attention(*(_t(a, "float32", device) for a in
+                                           (q, k[:, :0], v[:, :0])))
+    assert np.array_equal(e.numpy(), np.zeros((2, 3, 8), np.float32))
+
+
+def test_sdpa_refusals(device):
+    z = nbx.zeros(1, 4, 3, 8, device=device)
+    kv = nbx.zeros(1, 2, 3, 8, device=device)
+    with pytest.raises(ValueError, match="enable_gqa"):
+        nbx.scaled_dot_product_attention(z, kv, kv)
+    with pytest.raises(ValueError, match="multiple"):
+        nbx.scaled_dot_product_attention(z, nbx.zeros(1, 3, 3, 8, device=device),
+                                         nbx.zeros(1, 3, 3, 8, device=device), enable_gqa=True)
+    with pytest.raises(NotImplementedError, match="dropout_p"):
+        nbx.scaled_dot_product_attention(z, z, z, dropout_p=0.1)
+    with pytest.raises(ValueError, match="not both"):
+        nbx.scaled_dot_product_attention(z, z, z, is_causal=True,
+                                         attn_mask=nbx.ones(3, 3, dtype=nbx.bool, device=device))
+    with pytest.raises(TypeError, match="attn_mask"):
+        nbx.scaled_dot_product_attention(z, z, z, attn_mask=nbx.ones(3, 3, dtype=nbx.int32,
+                                                                      device=device))
+    with pytest.raises(ValueError, match="broadcast"):
+        nbx.scaled_dot_product_attention(z, z, z, attn_mask=nbx.ones(2, 3, dtype=nbx.bool,
+                                                                      device=device))
+    with pytest.raises(TypeError, match="dtype"):
+        nbx.scaled_dot_product_attention(z, z.half(), z)
+
+
+# ------------------------------------------------------------------ decode attention
+def ref_decode(q, kc, vc, n):
+    T = q.shape[2]
+    keep = np.arange(n)[None, :] <= (n - T + np.arange(T))[:, None]
+    return ref_sdpa(q, kc[:, :, :n], vc[:, :, :n], mask=keep)
+
+
+@pytest.mark.parametrize("n,T,Hq", [(1, 1, 4), (16, 1, 4), (37, 1, 4), (48, 1, 4), (50, 3, 4),
+                                    (64, 2, 4), (29, 3, 12)])
+def test_decode_attention(device, small_blocks, n, T, Hq):
+    """Lengths 1, a chunk multiple and not, T new tokens; Hq=12/Hk=2 gives 18 rows (> 16)."""
+    g = rng()
+    B, Hk, C, D = 1, 2, 70, 20
+    q = _rand(g, (B, Hq, T, D), "float32")
+    kc, vc = _rand(g, (B, Hk, C, D), "float32"), _rand(g, (B, Hk, C, D), "float32")
+    o = nbx.decode_attention(_t(q, "float32", device), _t(kc, "float32", device),
+                             _t(vc, "float32", device),
+                             nbx.tensor(np.array(n, np.int32), device=device))
+    np.testing.assert_allclose(o.numpy(), ref_decode(q, kc, vc, n), rtol=2e-5, atol=2e-5)
+
+
+def test_decode_attention_per_batch_lengths_bf16(device, small_blocks):
+    g = rng()
+    B, Hq, Hk, C, D = 2, 2, 1, 40, 16
+    q = _rand(g, (B, Hq, 1, D), "bfloat16")
+    kc, vc = _rand(g, (B, Hk, C, D), "bfloat16"), _rand(g, (B, Hk, C, D), "bfloat16")
+    lens = np.array([33, 5], np.int64)
+    o = nbx.decode_attention(_t(q, "bfloat16", device), _t(kc, "bfloat16", device),
+                             _t(vc, "bfloat16", device), nbx.tensor(lens, device=device))
+    for b in range(B):
+        np.testing.assert_allclose(o.numpy()[b:b + 1].astype(np.float64),
+                                   ref_decode(q[b:b + 1], kc[b:b + 1], vc[b:b + 1], lens[b]),
+                                   rtol=3e-2, atol=3e-2)
+
+
+def test_decode_same_launch_new_length(device, small_blocks):
+    """The length lives on the device: change it in place, call again, get the new answer."""
+    g = rng()
+    q = _rand(g, (1, 2, 1, 16), "float32")
+    kc, vc = _rand(g, (1, 1, 40, 16), "float32"), _rand(g, (1, 1, 40, 16), "float32")
+    lens = nbx.tensor(np.array([9], np.int32), device=device)
+    args = [_t(a, "float32", device) for a in (q, kc, vc)]
+    o1 = nbx.decode_attention(*args, lens).numpy()
+    lens.fill_(35)
+    o2 = nbx.decode_attention(*args, lens).numpy()
+    np.testing.assert_allclose(o1, ref_decode(q, kc, vc, 9), rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(o2, ref_decode(q, kc, vc, 35), rtol=2e-5, atol=2e-5)
+
+
+def test_kv_cache_append_then_decode(device, small_blocks):
+    g = rng()
+    L, B, Hk, C, D, Hq = 2, 2, 2, 24, 8, 4
+    cache = nbx.KVCache(L, B, Hk, C, D, dtype=nbx.float32, device=device)
+    k, v = _rand(g, (B, Hk, 5, D), "float32"), _rand(g, (B, Hk, 5, D), "float32")
+    # (B, T, Hk, D) memory viewed as (B, Hk, T, D): strided input
+    kt = nbx.tensor(np.ascontiguousarray(np.swapaxes(k, 1, 2)), device=device).transpose(1, 2)
+    pos = nbx.tensor(np.arange(5), device=device)
+    cache.append(1, kt, _t(v, "float32", device), pos)
+    assert cache.lengths.numpy().tolist() == [5, 5]
+    kl, vl, lens = cache.view(1)
+    np.testing.assert_array_equal(kl.numpy()[:, :, :5], k)
+    np.testing.assert_array_equal(vl.numpy()[:, :, :5], v)
+    assert not np.any(cache.k.numpy()[0]) and not np.any(kl.numpy()[:, :, 5:])
+    # one more token per batch at different positions, read from the device
+    k1, v1 = _rand(g, (B, Hk, 1, D), "float32"), _rand(g, (B, Hk, 1, D), "float32")
+    cache.append(1, _t(k1, "float32", device), _t(v1, "float32", device),
+                 nbx.tensor(np.array([[5], [9]]), device=device))
+    assert cache.lengths.numpy().tolist() == [6, 10]
+    np.testing.assert_array_equal(kl.numpy()[1, :, 9], k1[1, :, 0])
+    q = _rand(g, (B, Hq, 1, D), "float32")
+    o = nbx.decode_attention(_t(q, "float32", device), kl, vl, lens)
+    kn, vn = kl.numpy(), vl.numpy()
+    for b, n in enumerate([6, 10]):
+        np.testing.assert_allclose(o.numpy()[b:b + 1], ref_decode(q[b:b + 1], kn[b:b + 1],
+                                                                   vn[b:b + 1], n),
+                                   rtol=2e-5, atol=2e-5)
+    # out of range positions are skipped on the device; check_positions refuses on the host
+    bad = nbx.tensor(np.array([C]), device=device)
+    cache.append(0, _t(k1, "float32", device), _t(v1, "float32", device), bad)
+    assert not np.any(cache.k.numpy()[0])
+    with pytest.raises(IndexError):
+        cache.check_positions(bad)
+    with pytest.raises(ValueError, match="shape"):
+        cache.append(0, _t(k, "float32", device)[:, :1], _t(v, "float32", device), pos)
+
+
+def test_fully_masked_row_matches_torch(device):
+    """torch (optional, cpu) decides what a fully masked row gives; we must agree."""
+    torch = pytest.importorskip("torch")
+    q = torch.randn(1, 1, 3, 8)
+    kv = torch.randn(1, 1, 4, 8)
+    m = torch.ones(3, 4, dtype=torch.bool)
+    m[1] = False
+    r = torch.nn.functional.scaled_dot_product_attention(q, kv, kv, attn_mask=m)
+    o = nbx.scaled_dot_product_attention(nbx.tensor(q.numpy(), device=device),
+                                         nbx.tensor(kv.numpy(), device=device),
+                                         nbx.tensor(kv.numpy(), device=device),
+                                         attn_mask=nbx.tensor(m.numpy(), device=device))
+    np.testing.assert_allclose(o.numpy(), r.numpy(), rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("blocks", [(32, 16), (16, 16)])
+@pytest.mark.parametrize("L,S", [(45, 45), (40, 70), (70, 21)])
+def test_sdpa_causal_tiles(device, blocks, L, S):
+    """BLOCK_M > BLOCK_N: several diagonal blocks per query tile; skipped blocks above it."""
+    from nbxtensor.kernels import attention as ka
+    ka._OVERRIDE = {"BLOCK_M": blocks[0], "BLOCK_N": blocks[1]}
+    try:
+        g = rng()
+        q = _rand(g, (1, 1, L, 16), "float32")
+        k, v = _rand(g, (1, 1, S, 16), "float32"), _rand(g, (1, 1, S, 16), "float32")
+        o = nbx.scaled_dot_product_attention(*(_t(a, "float32", device) for a in (q, k, v)),
+                                             is_causal=True)
+    finally:
+        ka._OVERRIDE = None
+    np.testing.assert_allclose(o.numpy(), ref_sdpa(q, k, v, causal=True), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("D", [64, 80, 128, 256])
+def test_sdpa_vs_torch_cuda(device, causal, D):
+    """On the GPU machine: the production tile configs at model sizes, against torch SDPA."""
+    if device != "cuda":
+        pytest.skip("cuda only (production tiles, large shapes)")
+    torch = pytest.importorskip("torch")
+    import ml_dtypes
+    g = torch.Generator().manual_seed(0)
+    tq, tk, tv = (torch.randn(2, 8, n, D, generator=g, dtype=torch.bfloat16)
+                  for n in (1000, 1000, 1000))
+    tk, tv = tk[:, :2], tv[:, :2]                      # GQA 8/2
+    r = torch.nn.functional.scaled_dot_product_attention(
+        tq.float(), tk.float(), tv.float(), is_causal=causal, enable_gqa=True)
+    conv = [nbx.tensor(t.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16),
+                       device="cuda") for t in (tq, tk, tv)]
+    o = nbx.scaled_dot_product_attention(*conv, is_causal=causal, enable_gqa=True)
+    np.testing.assert_allclose(o.numpy().astype(np.float32), r.numpy(), rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.parametrize("scale", [-0.7, 0.0])
+def test_sdpa_nonpositive_scale(device, small_blocks, scale):
+    g = rng()
+    q, k, v = (_rand(g, (1, 2, n, 16), "float32") for n in (17, 33, 33))
+    o = nbx.scaled_dot_product_attention(*(_t(a, "float32", device) for a in (q, k, v)),
+                                         scale=scale)
+    np.testing.assert_allclose(o.numpy(), ref_sdpa(q, k, v, scale=scale), rtol=2e-5, atol=2e-5)
+
+
+def test_decode_step_graph_replay(device):
+    """cuda: RoPE+append, decode attention and sampling captured once, replayed at the next
+    positions (changed in place on the device) == the eager step."""
+    if device != "cuda":
+        pytest.skip("CUDA graphs need the GPU")
+    g = rng()
+    B, Hq, Hk, C, D = 1, 8, 2, 256, 64
+    cache = nbx.KVCache(1, B, Hk, C, D, dtype=nbx.bfloat16, device="cuda")
+    k0 = nbx.tensor(_rand(g, (B, Hk, 100, D), "bfloat16"), device="cuda")
+    cache.append(0, k0, k0, nbx.tensor(np.arange(100), device="cuda"))
+    q = nbx.tensor(_rand(g, (B, Hq, 1, D), "bfloat16"), device="cuda")
+    k = nbx.tensor(_rand(g, (B, Hk, 1, D), "bfloat16"), device="cuda")
+    zero = nbx.tensor(np.array([0]), device="cuda")
+    pos = nbx.tensor(np.array([100]), device="cuda")
+    gen = nbx.Generator(7, device="cuda")
+
+    def step():
+        qq = nbx.apply_rotary_emb(q, zero)     # a fresh copy of q (angle 0), our kernels only
+        cache.append_rope(0, qq, k, k, pos)
+        o = nbx.decode_attention(qq, *cache.view(0))
+        return o, nbx.sample(o.reshape(B, Hq * D), temperature=0.7, top_k=20, generator=gen)
+
+    step()                                     # compile + load before capture
+    pos.fill_(101)
+    graph = nbx.cuda.CUDAGraph()
+    with nbx.cuda.graph(graph):
+        o_g, tok_g = step()
+    pos.fill_(102)
+    gen.manual_seed(3)
+    graph.replay()
+    got_o, got_tok = o_g.numpy(), tok_g.numpy()
+    pos.fill_(102)
+    gen.manual_seed(3)
+    e_o, e_tok = step()
+    np.testing.assert_array_equal(got_o, e_o.numpy())
+    np.testing.assert_array_equal(got_tok, e_tok.numpy())
+    assert cache.lengths.numpy().tolist() == [103]
+
+
+def test_sdpa_nan_propagation(device, small_blocks):
+    """NaN in a query row poisons that row only; a NaN key is invisible to rows that mask it."""
+    g = rng()
+    L = S = 19
+    q, k, v = (_rand(g, (1, 1, n, 16), "float32") for n in (L, S, S))
+    q[0, 0, 3, 5] = np.nan
+    k[0, 0, 10, 2] = np.nan
+    o = nbx.scaled_dot_product_attention(*(_t(a, "float32", device) for a in (q, k, v)),
+                                         is_causal=True).numpy()[0, 0]
+    assert np.isnan(o[3]).all() and np.isnan(o[10:]).all()
+    fine = [i for i in range(L) if i != 3 and i < 10]
+    r = ref_sdpa(q, k, v, causal=True)[0, 0]
+    np.testing.assert_allclose(o[fine], r[fine], rtol=2e-5, atol=2e-5)
