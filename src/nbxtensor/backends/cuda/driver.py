@@ -807,6 +807,26 @@ def _guarded_copy(f, what):
     return guarded
 
 
+def _mem_alloc_relaxed(f):
+    # cuMemAlloc is a "potentially unsafe" call: under a GLOBAL / THREAD_LOCAL capture it fails
+    # with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture. Allocating a new
+    # segment for the graph's private pool is safe (nothing frees it before the graph is
+    # destroyed; replays do not allocate), so this thread is switched to RELAXED mode around
+    # the call, as PyTorch's allocator does (cudaMallocMaybeCapturing).
+    def mem_alloc(nbytes: int) -> int:
+        if not _capturing:
+            return f(nbytes)
+        prev = exchange_capture_mode(CAPTURE_MODE_RELAXED)
+        try:
+            return f(nbytes)
+        finally:
+            exchange_capture_mode(prev)
+    mem_alloc.__doc__ = f.__doc__
+    mem_alloc.__wrapped__ = f
+    return mem_alloc
+
+
+mem_alloc = _mem_alloc_relaxed(mem_alloc)
 ctx_synchronize = _guarded(ctx_synchronize, "ctx_synchronize (cuCtxSynchronize)")
 stream_synchronize = _guarded(stream_synchronize, "stream_synchronize (cuStreamSynchronize)")
 stream_query = _guarded(stream_query, "stream_query (cuStreamQuery)")

@@ -151,6 +151,9 @@ class CachingAllocator:
         self._next_pool = 1
         self._released_pools = set()
         self._trace = _trace
+        # [graphs hook] set by backends/cuda/graphs.py while a CUDA graph is captured:
+        # capture_guard(allocator, stream) raises CaptureError for a shared-pool allocation
+        self.capture_guard = None
         # statistics (bytes of rounded blocks, as torch counts them; `requested` as asked)
         self.allocated = self.reserved = self.requested = 0
         self.peak_allocated = self.peak_reserved = self.peak_requested = 0
@@ -163,6 +166,8 @@ class CachingAllocator:
         """A block of at least `nbytes` (> 0) bytes for use on `stream` (a raw CUstream)."""
         if nbytes.__class__ is not int or nbytes <= 0:
             nbytes = self._check_nbytes(nbytes)
+        if self.capture_guard is not None:      # [graphs hook] refuse what a graph cannot own
+            self.capture_guard(self, stream)
         size = (nbytes + 511) & -512
         small = size <= SMALL_SIZE
         with self._lock:

@@ -77,6 +77,8 @@ class CudaStorage:
     def to_host(self, offset: int, nbytes: int) -> np.ndarray:
         """A NumPy uint8 copy of bytes [offset, offset + nbytes)."""
         self._check("to_host", offset, nbytes)
+        if driver._capturing:       # [graphs hook] a host read cannot be recorded in a graph
+            driver.capture_refuse("Tensor.numpy() / .item() / .tolist() (a device-to-host read)")
         out = np.empty(nbytes, np.uint8)
         if nbytes:
             index = self.device.index or 0
@@ -89,6 +91,8 @@ class CudaStorage:
         """Write the bytes of `arr` (made contiguous) at `offset`."""
         src = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
         self._check("from_host", offset, src.nbytes)
+        if driver._capturing:       # [graphs hook] a synchronous host write cannot be recorded
+            driver.capture_refuse("a tensor made from host data (a synchronous host-to-device copy)")
         if src.nbytes:
             index = self.device.index or 0
             driver.set_device(index)

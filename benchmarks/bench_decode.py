@@ -1,0 +1,397 @@
+"""Decode speed on the H200: nbxtensor's CUDA-graph replayed decode step against eager
+nbxtensor and hand-written torch decode loops (eager, and captured with torch.cuda.CUDAGraph),
+all with random bf16 weights of the same shapes (nothing is downloaded).
+
+    PYTHONPATH=src python3 benchmarks/bench_decode.py [--quick] [--steps N] [OUTDIR]
+
+Models: SmolLM2-135M architecture and a Llama-3.2-1B-shaped model (hidden 2048, 16 layers,
+32/8 heads, FFN 8192, vocab 128256). For each model x batch (1, 4, 16) x cache length
+(128, 4096): tok/s of
+  nbx-graph   GraphDecoder replay (models/graph_decode.py), N steps
+  nbx-eager   the same step launched op by op
+  torch-eager a hand-written torch decode loop with a static KV cache
+  torch-graph that loop's step captured with torch.cuda.CUDAGraph
+plus kernels per step (graph kernel nodes), the weight-bandwidth limit (weight bytes read
+per token against the measured device copy bandwidth) and our fraction of it, and a
+sanity check that nbx and torch agree on the first step's logits (same weights).
+--quick: batch 1, cache 128 only (both models). Prints a table last; JSON to
+$OUT/bench_decode.json (or OUTDIR). Each configuration runs on its own: a failure is
+recorded and the rest goes on.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "src"))
+
+MODELS = {
+    "SmolLM2-135M": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                         num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                         head_dim=64, rms_norm_eps=1e-5, rope_theta=100000.0,
+                         tie_word_embeddings=True, max_position_embeddings=8192),
+    "Llama-3.2-1B-shape": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
+                               num_hidden_layers=16, num_attention_heads=32,
+                               num_key_value_heads=8, head_dim=64, rms_norm_eps=1e-5,
+                               rope_theta=500000.0, tie_word_embeddings=True,
+                               max_position_embeddings=8192),
+}
+
+
+# ------------------------------------------------------------------------------ weights
+
+class RandomWeights:
+    """bf16 weights as NumPy (uint16 bit patterns): windows of one random pool, so making a
+    1B-parameter model takes seconds (values do not change the timing)."""
+
+    def __init__(self, seed=0, pool=1 << 24):
+        import ml_dtypes
+        rng = np.random.default_rng(seed)
+        a = (rng.standard_normal(pool, dtype=np.float32) * 0.02).astype(ml_dtypes.bfloat16)
+        self.pool = np.concatenate([a, a]).view(np.uint16)
+        self.n = pool
+        self.rng = rng
+
+    def matrix(self, *shape):
+        size = int(np.prod(shape))
+        out = np.empty(size, np.uint16)
+        done = 0
+        while done < size:
+            k = min(self.n, size - done)
+            o = int(self.rng.integers(0, self.n))
+            out[done:done + k] = self.pool[o:o + k]
+            done += k
+        return out.reshape(shape)
+
+    @staticmethod
+    def ones(n):
+        import ml_dtypes
+        return np.ones(n, ml_dtypes.bfloat16).view(np.uint16)
+
+
+def make_weights(cfg, seed=0):
+    rw = RandomWeights(seed)
+    H, F, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    Hq, Hkv, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    w = {"embed": rw.matrix(V, H), "norm": rw.ones(H), "layers": []}
+    for _ in range(cfg["num_hidden_layers"]):
+        w["layers"].append({"attn_norm": rw.ones(H), "ffn_norm": rw.ones(H),
+                            "wq": rw.matrix(Hq * D, H), "wk": rw.matrix(Hkv * D, H),
+                            "wv": rw.matrix(Hkv * D, H), "wo": rw.matrix(H, Hq * D),
+                            "w_gate": rw.matrix(F, H), "w_up": rw.matrix(F, H),
+                            "w_down": rw.matrix(H, F)})
+    return w
+
+
+def weight_bytes(w):
+    n = w["embed"].nbytes + w["norm"].nbytes        # tied head: the embedding read once
+    for L in w["layers"]:
+        n += sum(a.nbytes for a in L.values())
+    return n
+
+
+def nbx_model(cfg, w):
+    import nbxtensor as nbx
+    from nbxtensor.models.config import LlamaConfig
+    from nbxtensor.models.llama import LlamaModel
+
+    import ml_dtypes
+
+    def dev(a):
+        return nbx.from_numpy(np.ascontiguousarray(a).view(ml_dtypes.bfloat16)).to("cuda")
+    W = {"embed": dev(w["embed"]), "norm": dev(w["norm"]), "layers": []}
+    W["lm_head"] = W["embed"]
+    for L in w["layers"]:
+        W["layers"].append({k: dev(v) for k, v in L.items()})
+    return LlamaModel(LlamaConfig(**cfg), W, None, "cuda", nbx.bfloat16)
+
+
+# ------------------------------------------------------------------------------ torch reference
+
+class TorchDecoder:
+    """A hand-written Llama decode step in torch with a static KV cache; positions live on
+    the device so the step can be captured with torch.cuda.CUDAGraph."""
+
+    def __init__(self, torch, cfg, w, batch, capacity):
+        self.t = torch
+        dev = "cuda"
+
+        def tt(a):
+            return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).to(dev).view(torch.bfloat16)
+        self.cfg = cfg
+        self.embed = tt(w["embed"])
+        self.norm = tt(w["norm"])
+        self.layers = [{k: tt(v) for k, v in L.items()} for L in w["layers"]]
+        Ln, Hkv, D = cfg["num_hidden_layers"], cfg["num_key_value_heads"], cfg["head_dim"]
+        self.k = torch.zeros(Ln, batch, Hkv, capacity, D, dtype=torch.bfloat16, device=dev)
+        self.v = torch.zeros_like(self.k)
+        self.B, self.C = batch, capacity
+        inv = 1.0 / cfg["rope_theta"] ** (np.arange(0, D, 2, dtype=np.float64) / D)
+        ang = np.arange(capacity, dtype=np.float64)[:, None] * inv[None]
+        ang = np.concatenate([ang, ang], 1)
+        self.cos = torch.tensor(np.cos(ang), dtype=torch.float32, device=dev)
+        self.sin = torch.tensor(np.sin(ang), dtype=torch.float32, device=dev)
+        self.tokens = torch.zeros(batch, 1, dtype=torch.long, device=dev)
+        self.pos = torch.zeros(1, dtype=torch.long, device=dev)
+        self.arange = torch.arange(capacity, device=dev)
+        self.logits = None
+
+    def rms(self, x, w):
+        xf = x.float()
+        return (xf * torch_rsqrt(self.t, xf.pow(2).mean(-1, keepdim=True) + self.cfg["rms_norm_eps"])
+                ).to(x.dtype) * w
+
+    def rope(self, x, cos, sin):
+        h = x.shape[-1] // 2
+        xf = x.float()
+        rot = self.t.cat([-xf[..., h:], xf[..., :h]], -1)
+        return (xf * cos + rot * sin).to(x.dtype)
+
+    def step(self):
+        t, cfg, B = self.t, self.cfg, self.B
+        F = t.nn.functional
+        Hq, Hkv, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+        x = F.embedding(self.tokens, self.embed)                      # (B, 1, H)
+        cos, sin = self.cos[self.pos].view(1, 1, 1, D), self.sin[self.pos].view(1, 1, 1, D)
+        mask = (self.arange <= self.pos).view(1, 1, 1, self.C)
+        for i, L in enumerate(self.layers):
+            h = self.rms(x, L["attn_norm"])
+            q = F.linear(h, L["wq"]).view(B, 1, Hq, D).transpose(1, 2)
+            k = F.linear(h, L["wk"]).view(B, 1, Hkv, D).transpose(1, 2)
+            v = F.linear(h, L["wv"]).view(B, 1, Hkv, D).transpose(1, 2)
+            q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
+            self.k[i].index_copy_(2, self.pos, k)
+            self.v[i].index_copy_(2, self.pos, v)
+            a = F.scaled_dot_product_attention(q, self.k[i], self.v[i], attn_mask=mask,
+                                               enable_gqa=True)
+            x = x + F.linear(a.transpose(1, 2).reshape(B, 1, Hq * D), L["wo"])
+            h = self.rms(x, L["ffn_norm"])
+            x = x + F.linear(F.silu(F.linear(h, L["w_gate"])) * F.linear(h, L["w_up"]), L["w_down"])
+        logits = F.linear(self.rms(x, self.norm), self.embed)[:, 0]      # (B, V)
+        self.tokens.copy_(logits.argmax(-1, keepdim=True))
+        self.pos.add_(1)
+        self.logits = logits
+        return logits
+
+    def start_at(self, p, tokens=None):
+        self.pos.fill_(p)
+        if tokens is not None:
+            self.tokens.copy_(self.t.tensor(np.asarray(tokens).reshape(self.B, 1), device="cuda"))
+        else:
+            self.tokens.zero_()
+
+
+def torch_rsqrt(torch, x):
+    return torch.rsqrt(x)
+
+
+def count_torch_graph_kernels(g):
+    """Kernel nodes of a torch CUDA graph through our driver (same context), or None."""
+    try:
+        from nbxtensor.backends.cuda import driver
+        h = g.raw_cuda_graph()
+        return driver.graph_node_types(int(h)).get("kernel", 0)
+    except Exception:  # noqa: BLE001 - older torch, or the graph was not kept
+        return None
+
+
+# ------------------------------------------------------------------------------ measurement
+
+def copy_bandwidth():
+    """Device copy bandwidth in bytes/s (read + write), from a 1 GiB cuMemcpyDtoDAsync."""
+    import nbxtensor as nbx
+    from nbxtensor.backends.cuda import driver
+    n = 1 << 30
+    a = nbx.empty(n, dtype=nbx.uint8, device="cuda")
+    b = nbx.empty(n, dtype=nbx.uint8, device="cuda")
+    s = nbx.cuda.current_stream()
+    for _ in range(2):
+        driver.memcpy_dtod(b.data_ptr(), a.data_ptr(), n, stream=s.handle)
+    e0, e1 = nbx.cuda.Event(enable_timing=True), nbx.cuda.Event(enable_timing=True)
+    reps = 10
+    e0.record()
+    for _ in range(reps):
+        driver.memcpy_dtod(b.data_ptr(), a.data_ptr(), n, stream=s.handle)
+    e1.record()
+    e1.synchronize()
+    ms = e0.elapsed_time(e1) / reps
+    return 2 * n / (ms / 1e3)
+
+
+def timed(fn, n, sync):
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    sync()
+    return time.perf_counter() - t0
+
+
+def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res):
+    import nbxtensor as nbx
+    from nbxtensor.models.graph_decode import GraphDecoder
+    cap = L + steps + 8
+    row = {"model": name, "batch": B, "cache_len": L, "steps": steps}
+    rng = np.random.default_rng(B * 1000 + L)
+    toks = rng.integers(0, cfg["vocab_size"], B)
+    nsync = nbx.cuda.synchronize
+
+    # nbx graph
+    g = GraphDecoder(m, batch=B, capacity=cap, use_graph=True)
+    g.start_at(L, toks)
+    t0 = time.perf_counter()
+    g.capture()
+    row["nbx_capture_s"] = round(time.perf_counter() - t0, 3)
+    row["nbx_kernels_per_step"] = g.kernels_per_step
+    row["nbx_graph_nodes"] = dict(g.graph.node_types)
+    g.start_at(L, toks)
+    first = None
+    g.step()
+    nsync()
+    first = g.logits.to(nbx.float32).numpy()
+    first_tokens = g.tokens.numpy().reshape(-1).tolist()
+    g.start_at(L, toks)
+    dt = timed(g.step, steps, nsync)
+    row["nbx_graph_tok_s"] = B * steps / dt
+    row["nbx_graph_step_us"] = dt / steps * 1e6
+
+    # nbx eager (same step, op by op)
+    e = GraphDecoder(m, batch=B, capacity=cap, use_graph=False)
+    e.start_at(L, toks)
+    e.step()
+    nsync()
+    eager_first = e.logits.to(nbx.float32).numpy()
+    row["nbx_graph_equals_eager_first_step"] = bool(eager_first.tobytes() == first.tobytes())
+    e.start_at(L, toks)
+    dt = timed(e.step, eager_steps, nsync)
+    row["nbx_eager_tok_s"] = B * eager_steps / dt
+    row["nbx_eager_step_us"] = dt / eager_steps * 1e6
+    del e, g
+    nbx.cuda.empty_cache()
+
+    if torch is not None:
+        tsync = torch.cuda.synchronize
+        td = TorchDecoder(torch, cfg, w, B, cap)
+        with torch.inference_mode():
+            td.start_at(L, toks)
+            ref = td.step().float().cpu().numpy()
+            row["logits_max_abs_diff_vs_torch"] = float(np.max(np.abs(ref - first)))
+            row["first_token_agreement_vs_torch"] = float(np.mean(
+                np.asarray(first_tokens) == ref.argmax(-1)))
+            td.start_at(L, toks)
+            dt = timed(td.step, eager_steps, tsync)
+            row["torch_eager_tok_s"] = B * eager_steps / dt
+            # capture (warm up on a side stream first, as torch requires)
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(2):
+                    td.start_at(L, toks)
+                    td.step()
+            torch.cuda.current_stream().wait_stream(s)
+            try:
+                tg = torch.cuda.CUDAGraph(keep_graph=True)
+            except TypeError:
+                tg = torch.cuda.CUDAGraph()
+            td.start_at(L, toks)
+            with torch.cuda.graph(tg):
+                td.step()
+            try:
+                tg.instantiate()
+            except Exception:  # noqa: BLE001 - older torch instantiates in capture_end
+                pass
+            row["torch_graph_kernels_per_step"] = count_torch_graph_kernels(tg)
+            td.start_at(L, toks)
+            dt = timed(tg.replay, steps, tsync)
+            row["torch_graph_tok_s"] = B * steps / dt
+        del td, tg
+        torch.cuda.empty_cache()
+    res.append(row)
+    return row
+
+
+def main(argv):
+    quick = "--quick" in argv
+    steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else 256
+    args = [a for i, a in enumerate(argv) if not a.startswith("--")
+            and (i == 0 or argv[i - 1] != "--steps")]
+    out_dir = args[0] if args else os.environ.get("OUT", ".")
+    os.makedirs(out_dir, exist_ok=True)
+    import nbxtensor as nbx
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    report = {"argv": argv, "quick": quick, "steps": steps, "rows": [], "errors": [],
+              "device": nbx.cuda.get_device_name(0), "torch": getattr(torch, "__version__", None),
+              "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    try:
+        import subprocess
+        report["commit"] = subprocess.run(["git", "-C", HERE, "rev-parse", "HEAD"],
+                                          capture_output=True, text=True).stdout.strip()
+    except Exception:  # noqa: BLE001
+        report["commit"] = None
+    bw = copy_bandwidth()
+    report["copy_bandwidth_GBps"] = bw / 1e9
+    print(f"device {report['device']}, copy bandwidth {bw / 1e9:.0f} GB/s (read+write)", flush=True)
+    batches = [1] if quick else [1, 4, 16]
+    lens = [128] if quick else [128, 4096]
+    eager_steps = 16 if quick else 32
+    for name, cfg in MODELS.items():
+        t0 = time.perf_counter()
+        w = make_weights(cfg)
+        wb = weight_bytes(w)
+        m = nbx_model(cfg, w)
+        print(f"{name}: {wb / 1e9:.3f} GB of weights, built in {time.perf_counter() - t0:.1f} s",
+              flush=True)
+        limit = bw / wb
+        for L in lens:
+            for B in batches:
+                try:
+                    row = run_config(name, cfg, w, m, torch, B, L, steps, eager_steps,
+                                     report["rows"])
+                    row["weight_bytes"] = wb
+                    row["weight_bw_limit_steps_s"] = limit
+                    row["nbx_graph_frac_of_limit"] = row["nbx_graph_tok_s"] / B / limit
+                    print(json.dumps(row), flush=True)
+                except Exception as e:  # noqa: BLE001 - record and go on
+                    report["errors"].append({"model": name, "batch": B, "cache_len": L,
+                                             "error": f"{type(e).__name__}: {e}",
+                                             "trace": traceback.format_exc()[-3000:]})
+                    print(f"FAILED {name} B={B} L={L}: {type(e).__name__}: {e}", flush=True)
+                with open(os.path.join(out_dir, "bench_decode.json"), "w") as f:
+                    json.dump(report, f, indent=1)
+        del m, w
+        nbx.cuda.empty_cache()
+
+    hdr = (f"{'model':20} {'B':>3} {'L':>5} {'nbx-graph':>10} {'nbx-eager':>10} {'torch-eag':>10} "
+           f"{'torch-grph':>10} {'kern/step':>9} {'trch-kern':>9} {'limit/seq':>9} {'%limit':>6} "
+           f"{'|dlogit|':>8}")
+    print("\ntok/s (all sequences; limit = weight-bandwidth steps/s per sequence)")
+    print(hdr)
+    for r in report["rows"]:
+        def f(k, fmt="{:10.0f}"):
+            v = r.get(k)
+            return fmt.format(v) if isinstance(v, (int, float)) else f"{'-':>10}"
+        print(f"{r['model']:20} {r['batch']:>3} {r['cache_len']:>5} {f('nbx_graph_tok_s')} "
+              f"{f('nbx_eager_tok_s')} {f('torch_eager_tok_s')} {f('torch_graph_tok_s')} "
+              f"{f('nbx_kernels_per_step', '{:9d}')} "
+              f"{f('torch_graph_kernels_per_step', '{:9d}')} "
+              f"{f('weight_bw_limit_steps_s', '{:9.0f}')} "
+              f"{f('nbx_graph_frac_of_limit', '{:6.1%}')} "
+              f"{f('logits_max_abs_diff_vs_torch', '{:8.3g}')}")
+    for e in report["errors"]:
+        print(f"ERROR {e['model']} B={e['batch']} L={e['cache_len']}: {e['error']}")
+    with open(os.path.join(out_dir, "bench_decode.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"JSON: {os.path.join(out_dir, 'bench_decode.json')}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

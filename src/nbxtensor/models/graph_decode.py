@@ -1,0 +1,307 @@
+"""Static decode step for the Llama decoder, captured once as a CUDA graph and replayed per token.
+
+    dec = GraphDecoder(model, batch=1, capacity=512)          # use_graph=None: on cuda only
+    out = dec.generate([prompt_ids], max_new_tokens=256, on_tokens=print_fn)
+
+Everything a step needs lives on the device at a fixed address:
+  tokens   (B, 1) int64   the token each sequence feeds in (the sampled token is copied here
+                          on the device at the end of the step: no host round trip)
+  positions(B, 1) int32   its position; the step adds 1 on the device
+  cache    nbx.KVCache    (layers, B, Hkv, capacity, D) K and V, device lengths (B,)
+  logits   (B, vocab)     the last step's logits (an output of the graph)
+A step: embedding -> per layer [RMSNorm, Q/K/V GEMV, RoPE fused with the KV-cache append
+(KVCache.append_rope), flash-decoding attention over the device lengths, O GEMV + residual,
+RMSNorm, gate/up GEMV, SiLU*up, down GEMV + residual] -> RMSNorm -> lm_head -> argmax ->
+tokens <- argmax, positions += 1. Its grid sizes depend on (batch, capacity) only, so the
+graph is captured once per (batch, capacity) and replayed for every token.
+
+Tokens reach the host asynchronously for printing only: after each replay an async copy
+puts the (B,) tokens into a row of a pinned host buffer, and an event recorded every
+`sync_every` steps tells the host which rows have landed. The host never waits on the
+device inside the loop except when it must (stop tokens are noticed when their row lands,
+so up to `sync_every` extra steps may run past an end-of-sequence: their tokens are dropped).
+
+The step is built here from the model's public pieces (`model.cfg`, `model.w`, the ops in
+models/_ops.py), not from `LlamaModel.forward`: that method reads its position on the host
+(`cache.pos` slices the RoPE tables, the KV write and the attention length, and
+`cache.advance` fills the position with a host scalar), so a captured forward would replay
+one fixed position. docs/notes/graphs.md lists what llama.py would need to change for the
+model to own a capturable step. Greedy decoding only (argmax on the device).
+"""
+from __future__ import annotations
+
+import ctypes
+import time
+
+import numpy as np
+
+import nbxtensor as nbx
+from . import _ops as O
+
+__all__ = ["GraphDecoder", "DecodeResult"]
+
+
+class DecodeResult:
+    def __init__(self, tokens, prefill_seconds, decode_seconds, steps):
+        self.tokens = tokens                      # list (per sequence) of generated ids
+        self.prefill_seconds = prefill_seconds
+        self.decode_seconds = decode_seconds
+        self.steps = steps
+
+    @property
+    def decode_tps(self) -> float:
+        """Decode steps per second (per sequence); multiply by the batch for total tokens/s."""
+        return self.steps / self.decode_seconds if self.decode_seconds else 0.0
+
+
+class GraphDecoder:
+    """Greedy batched decoding of a LlamaModel with a static, graph-replayed step."""
+
+    def __init__(self, model, batch: int = 1, capacity: int | None = None,
+                 use_graph: bool | None = None):
+        cfg = model.cfg
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0:
+            raise ValueError(f"GraphDecoder: batch must be a positive int, got {batch!r}")
+        capacity = capacity or min(cfg.max_position_embeddings, 4096)
+        if not isinstance(capacity, int) or capacity <= 0:
+            raise ValueError(f"GraphDecoder: capacity must be a positive int, got {capacity!r}")
+        dev = model.device
+        if use_graph is None:
+            use_graph = dev.type == "cuda"
+        if use_graph and dev.type != "cuda":
+            raise ValueError(f"GraphDecoder: use_graph=True needs a cuda model, got {dev}")
+        self.model, self.cfg, self.device = model, cfg, dev
+        self.batch, self.capacity, self.use_graph = batch, capacity, use_graph
+        self.dtype = model.dtype
+        self.cache = nbx.KVCache(cfg.num_hidden_layers, batch, cfg.num_key_value_heads,
+                                 capacity, cfg.head_dim, dtype=self.dtype, device=dev)
+        self.tokens = nbx.zeros((batch, 1), dtype=nbx.int64, device=dev)
+        self.positions = nbx.zeros((batch, 1), dtype=nbx.int32, device=dev)
+        self.logits = None
+        self.graph = None
+        self.pos = 0                   # host count of the position (no device read needed)
+
+    # ------------------------------------------------------------------ the step
+    def _forward(self, tokens, positions):
+        """Logits (B, vocab) of the last of T tokens (B, T) at `positions` (B, T) (device)."""
+        cfg, w, cache = self.cfg, self.model.w, self.cache
+        B, T = tokens.shape
+        Hq, Hkv, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        x = O.embedding(tokens.reshape(B * T), w["embed"])
+        if x.dtype != self.dtype:
+            x = x.to(self.dtype)
+        for i, L in enumerate(w["layers"]):
+            h = O.rms_norm(x, L["attn_norm"], cfg.rms_norm_eps)
+            q = O.linear(h, L["wq"], L.get("bq")).view(B, T, Hq, D).transpose(1, 2)
+            k = O.linear(h, L["wk"], L.get("bk")).view(B, T, Hkv, D).transpose(1, 2)
+            v = O.linear(h, L["wv"], L.get("bv")).view(B, T, Hkv, D).transpose(1, 2)
+            q = q.contiguous()        # append_rope rotates q in place
+            cache.append_rope(i, q, k, v, positions, theta=cfg.rope_theta,
+                              scaling=cfg.rope_scaling)
+            kl, vl, lengths = cache.view(i)
+            if T == 1:     # the decode step: length read on the device (capturable)
+                a = nbx.decode_attention(q, kl, vl, lengths)          # (B, Hq, 1, D)
+            else:          # the prefill (from position 0, never captured): causal over [0, T)
+                a = O.attention(q, kl[:, :, :T], vl[:, :, :T], causal=True)
+            a = a.transpose(1, 2).reshape(B * T, Hq * D)
+            x = O.add(x, O.linear(a, L["wo"]))
+            h = O.rms_norm(x, L["ffn_norm"], cfg.rms_norm_eps)
+            f = O.silu_mul(O.linear(h, L["w_gate"]), O.linear(h, L["w_up"]))
+            x = O.add(x, O.linear(f, L["w_down"]))
+        x = x.reshape(B, T, -1)[:, T - 1]
+        x = O.rms_norm(x, w["norm"], cfg.rms_norm_eps)
+        if isinstance(w["lm_head"], O.QuantWeight) and x.dtype is not nbx.float32:
+            x = x.to(nbx.float32)     # as the model: fp32 logits for the quantised head
+        return O.linear(x, w["lm_head"])
+
+    def _step(self):
+        """One decode step on the static tensors (what the graph records)."""
+        logits = self._forward(self.tokens, self.positions)
+        nxt = nbx.argmax(logits, dim=-1)                   # (B,) int64, on the device
+        self.tokens.copy_(nxt.reshape(self.batch, 1))
+        nbx.add(self.positions, 1, out=self.positions)
+        return logits
+
+    def capture(self) -> None:
+        """Capture the step (after one eager warm-up step that compiles every kernel). The
+        warm-up and capture leave tokens, positions and the cache as they found them."""
+        if not self.use_graph:
+            raise RuntimeError("GraphDecoder.capture: use_graph is False")
+        if self.graph is not None:
+            return
+        saved = (self.tokens.clone(), self.positions.clone(), self.cache.lengths.clone())
+        self._step()                                       # warm-up: compile + load modules
+        nbx.cuda.synchronize()
+        self.tokens.copy_(saved[0]); self.positions.copy_(saved[1])
+        self.cache.lengths.copy_(saved[2])
+        g = nbx.cuda.CUDAGraph()
+        with nbx.cuda.graph(g):
+            self.logits = self._step()
+        self.graph = g
+        # capture records, it does not run: the state is still the saved one (the KV rows the
+        # warm-up wrote at this position are rewritten by the first replay)
+
+    def step(self):
+        """Advance every sequence by one token (replay or eager). Returns the tokens tensor."""
+        if self.pos >= self.capacity:
+            raise ValueError(f"GraphDecoder.step: the KV cache (capacity {self.capacity}) is full")
+        if self.use_graph:
+            if self.graph is None:
+                self.capture()
+            self.graph.replay()
+        else:
+            self.logits = self._step()
+        self.pos += 1
+        return self.tokens
+
+    @property
+    def kernels_per_step(self) -> int:
+        return self.graph.kernel_count if self.graph is not None else 0
+
+    # ------------------------------------------------------------------ prefill + loop
+    def prefill(self, prompts) -> None:
+        """Run the prompts (B lists of equal length) through the model and put each
+        sequence's first generated token (greedy) in `self.tokens`."""
+        if prompts and isinstance(prompts[0], int):
+            prompts = [prompts]
+        if len(prompts) != self.batch:
+            raise ValueError(f"prefill: expected {self.batch} prompts, got {len(prompts)}")
+        T = len(prompts[0])
+        if T == 0 or any(len(p) != T for p in prompts):
+            raise ValueError("prefill: prompts must be non-empty and of equal length "
+                             f"(got lengths {[len(p) for p in prompts]})")
+        if T >= self.capacity:
+            raise ValueError(f"prefill: {T} prompt tokens leave no room in capacity {self.capacity}")
+        self.cache.reset()
+        ids = nbx.tensor(np.asarray(prompts, np.int64), device=self.device)
+        pos = nbx.tensor(np.broadcast_to(np.arange(T, dtype=np.int32), (self.batch, T)).copy(),
+                         device=self.device)
+        logits = self._forward(ids, pos)
+        self.tokens.copy_(nbx.argmax(logits, dim=-1).reshape(self.batch, 1))
+        self.positions.fill_(T)
+        self.pos = T
+
+    def start_at(self, position: int, tokens=None) -> None:
+        """Benchmarks: put every sequence at `position` (the cache holds `position` tokens,
+        whatever their values) feeding `tokens` (B ints; default 0) -- no prefill."""
+        if not 0 <= position < self.capacity:
+            raise ValueError(f"start_at: position must lie in [0, {self.capacity}), got {position}")
+        toks = np.zeros((self.batch, 1), np.int64) if tokens is None else \
+            np.asarray(tokens, np.int64).reshape(self.batch, 1)
+        self.tokens.copy_(nbx.tensor(toks, device=self.device))
+        self.positions.fill_(position)
+        self.cache.lengths.fill_(position)
+        self.pos = position
+
+    def generate(self, prompts, max_new_tokens: int = 32, stop_ids=(), on_tokens=None,
+                 sync_every: int = 16) -> DecodeResult:
+        """Greedy generation: prefill, then `max_new_tokens - 1` steps (the first token comes
+        from the prefill). on_tokens(step, tokens (B,) ndarray) is called as tokens land."""
+        if prompts and isinstance(prompts[0], int):
+            prompts = [prompts]
+        t0 = time.perf_counter()
+        self.prefill(prompts)
+        if self.use_graph:
+            self.capture()
+        n = min(max_new_tokens, self.capacity - self.pos + 1)
+        host = _HostTokens(self, n)
+        host.push(0)                                  # the prefill's token
+        if self.use_graph:
+            nbx.cuda.synchronize()
+        t1 = time.perf_counter()
+        stop = set(stop_ids)
+        done = np.zeros(self.batch, bool)
+        seen = 0
+        for i in range(1, n):
+            self.step()
+            host.push(i)
+            if on_tokens is not None or stop:
+                if i % sync_every == 0 or i == n - 1:
+                    host.mark()
+                ready = host.ready()
+                while seen < ready:
+                    row = host.row(seen)
+                    if on_tokens is not None:
+                        on_tokens(seen, row)
+                    done |= np.isin(row, list(stop)) if stop else False
+                    seen += 1
+                if stop and done.all():
+                    n = seen
+                    break
+        host.finish()
+        t2 = time.perf_counter()
+        rows = host.rows(n)
+        for j in range(seen, n):
+            if on_tokens is not None:
+                on_tokens(j, rows[j])
+        toks = []
+        for b in range(self.batch):
+            seq = []
+            for t in rows[:, b].tolist():
+                seq.append(t)
+                if t in stop:
+                    break
+            toks.append(seq)
+        host.close()
+        return DecodeResult(toks, t1 - t0, t2 - t1, max(n - 1, 0))
+
+
+class _HostTokens:
+    """Per-step (B,) token rows copied to the host: pinned buffer + async copy + events on
+    cuda; a plain .numpy() copy elsewhere."""
+
+    def __init__(self, dec: GraphDecoder, n: int):
+        self.dec, self.n, self.B = dec, max(n, 1), dec.batch
+        self.cuda = dec.device.type == "cuda"
+        self.landed = 0          # rows known to be on the host
+        self.pending = []        # (event, rows covered)
+        if self.cuda:
+            from ..backends.cuda import driver
+            self._drv = driver
+            nbytes = self.n * self.B * 8
+            self.ptr = driver.mem_host_alloc(nbytes)
+            self.buf = np.ctypeslib.as_array(
+                (ctypes.c_int64 * (self.n * self.B)).from_address(self.ptr)).reshape(self.n, self.B)
+            self.pushed = 0
+        else:
+            self.buf = np.zeros((self.n, self.B), np.int64)
+
+    def push(self, i):
+        t = self.dec.tokens
+        if self.cuda:
+            s = nbx.cuda.current_stream(self.dec.device)
+            self._drv.memcpy_dtoh(self.ptr + i * self.B * 8, t.data_ptr(), self.B * 8,
+                                  stream=s.handle)
+            self.pushed = i + 1
+        else:
+            self.buf[i] = t.numpy().reshape(-1)
+            self.landed = i + 1
+
+    def mark(self):
+        if self.cuda:
+            e = nbx.cuda.Event()
+            e.record()
+            self.pending.append((e, self.pushed))
+
+    def ready(self) -> int:
+        while self.pending and self.pending[0][0].query():
+            self.landed = max(self.landed, self.pending.pop(0)[1])
+        return self.landed
+
+    def finish(self):
+        if self.cuda:
+            nbx.cuda.current_stream(self.dec.device).synchronize()
+            self.landed = self.pushed
+            self.pending.clear()
+
+    def row(self, i):
+        return self.buf[i].copy()
+
+    def rows(self, n):
+        return self.buf[:n].copy()
+
+    def close(self):
+        if self.cuda and self.ptr:
+            self.buf = None
+            self._drv.mem_free_host(self.ptr)
+            self.ptr = 0

@@ -1,0 +1,586 @@
+"""CUDA graphs: capture bookkeeping and refusals against a fake driver (CI), and capture +
+replay of real nbx ops on the GPU (marked cuda)."""
+from __future__ import annotations
+
+import ctypes
+import gc
+
+import numpy as np
+import pytest
+
+import nbxtensor as nbx
+from nbxtensor.backends.cuda import driver, memory
+from nbxtensor.backends.cuda.memory import CachingAllocator, FakeRaw
+from nbxtensor.cuda import CaptureError
+
+MiB = 1 << 20
+
+
+# ----------------------------------------------------------------------------- fake driver
+
+class FakeDriver:
+    """Stands in for libcuda behind driver.fn(name): records calls, hands out handles,
+    emulates stream capture (ops on a capturing stream are recorded into the graph, a
+    synchronising call during capture invalidates it, as the real driver does)."""
+
+    def __init__(self):
+        self.calls = []          # (name, args) in order
+        self.next = 0x1000
+        self.capturing = {}      # stream -> list of recorded ops
+        self.invalidated = set()
+        self.graphs = {}         # graph handle -> ops
+        self.execs = {}          # exec handle -> ops
+        self.launched = []       # (exec, stream)
+        self.destroyed = []
+        self.thread_mode = driver.CAPTURE_MODE_GLOBAL
+
+    def _handle(self):
+        self.next += 0x100
+        return self.next
+
+    @staticmethod
+    def _out(arg, value):
+        arg._obj.value = value          # byref(x) -> write x
+
+    def fn(self, name):
+        def call(*args):
+            a = [(x.value or 0) if isinstance(x, ctypes.c_void_p) else x for x in args]
+            self.calls.append((name, a))
+            return self.handle(name, args, a)
+        return call
+
+    def handle(self, name, args, a):
+        if name == "cuDeviceGetCount":
+            self._out(args[0], 1)
+        elif name == "cuThreadExchangeStreamCaptureMode":
+            prev = self.thread_mode
+            self.thread_mode = args[0]._obj.value
+            args[0]._obj.value = prev
+        elif name == "cuMemAlloc":
+            if self.capturing and self.thread_mode != driver.CAPTURE_MODE_RELAXED:
+                for s in self.capturing:     # unsafe under a global capture: invalidates it
+                    self.invalidated.add(s)
+                return 900
+            self._out(args[0], self._handle() << 20)
+        elif name == "cuStreamCreate":
+            self._out(args[0], self._handle())
+        elif name == "cuStreamBeginCapture":
+            if not a[0]:
+                return 1
+            self.capturing[a[0]] = []
+        elif name == "cuStreamEndCapture":
+            ops = self.capturing.pop(a[0], None)
+            if ops is None:
+                return 1
+            if a[0] in self.invalidated:
+                self.invalidated.discard(a[0])
+                return 901
+            h = self._handle()
+            self.graphs[h] = ops
+            self._out(args[1], h)
+        elif name == "cuGraphGetNodes":
+            ops = self.graphs[a[0]]
+            args[2]._obj.value = len(ops)
+        elif name == "cuGraphInstantiateWithFlags":
+            h = self._handle()
+            self.execs[h] = list(self.graphs[a[1]])
+            self._out(args[0], h)
+        elif name == "cuGraphLaunch":
+            self.launched.append((a[0], a[1]))
+        elif name in ("cuGraphExecDestroy", "cuGraphDestroy", "cuStreamDestroy"):
+            self.destroyed.append((name, a[0]))
+        elif name in ("cuMemsetD32Async", "cuMemcpyDtoDAsync", "cuMemcpyHtoDAsync"):
+            s = a[-1]
+            if s in self.capturing:
+                self.capturing[s].append((name, a[:-1]))
+        elif name in ("cuCtxSynchronize", "cuStreamSynchronize", "cuMemcpyDtoH", "cuMemcpyHtoD"):
+            for s in self.capturing:         # what the real driver does: the capture is lost
+                self.invalidated.add(s)
+        return 0
+
+    def names(self):
+        return [n for n, _ in self.calls]
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """The driver over FakeDriver, device 0's allocator over FakeRaw, fresh stream tables."""
+    from nbxtensor import cuda
+    from nbxtensor.backends.cuda import graphs
+    f = FakeDriver()
+    monkeypatch.setattr(driver, "fn", f.fn)
+    monkeypatch.setattr(driver._tls, "device", 0, raising=False)
+    alloc = CachingAllocator(FakeRaw(), "cuda:0")
+    monkeypatch.setitem(memory._allocators, 0, alloc)
+    monkeypatch.setattr(cuda, "_current", {})
+    monkeypatch.setattr(cuda, "_current_cstreams", {})
+    monkeypatch.setattr(cuda, "_default", {})
+    monkeypatch.setattr(graphs, "_side_streams", {})
+    from nbxtensor.backends.cuda import storage
+    monkeypatch.setattr(storage, "_current", cuda._current)
+    monkeypatch.setattr(driver, "_capturing", {})
+    f.alloc = alloc
+    yield f
+    gc.collect()
+
+
+def _memset(t, value, stream=None):
+    """A 'kernel' the fake can record: an async memset of t's bytes on the current stream."""
+    s = nbx.cuda.current_stream(0).handle if stream is None else stream
+    driver.memset_d32(t.data_ptr(), value, t.nbytes // 4, stream=s)
+
+
+def _cuda_empty(n):
+    return nbx.empty(n, dtype=nbx.float32, device="cuda")
+
+
+def test_capture_records_on_a_side_stream_and_replays_on_the_current_stream(fake):
+    x = _cuda_empty(1000)
+    g = nbx.cuda.CUDAGraph()
+    assert repr(g).startswith("<nbxtensor.cuda.CUDAGraph empty")
+    before = nbx.cuda.current_stream(0)
+    with nbx.cuda.graph(g) as gg:
+        assert gg is g
+        side = nbx.cuda.current_stream(0)
+        assert side.handle != 0 and side != before
+        assert nbx.cuda.is_current_stream_capturing()
+        assert driver.capture_active()
+        _memset(x, 7)
+        y = _cuda_empty(300)           # from the graph's private pool
+        _memset(y, 9)
+    assert nbx.cuda.current_stream(0) == before and not driver.capture_active()
+    assert not nbx.cuda.is_current_stream_capturing()
+    names = fake.names()
+    # synchronised before the capture, captured on the side stream, instantiated
+    i = names.index("cuStreamBeginCapture")
+    assert "cuCtxSynchronize" in names[:i]
+    assert fake.calls[i][1] == [side.handle, driver.CAPTURE_MODE_GLOBAL]
+    assert names[i:].count("cuMemsetD32Async") == 2
+    assert "cuGraphInstantiateWithFlags" in names
+    (exec_h, ops), = fake.execs.items()
+    assert [op[1][0] for op in ops] == [x.data_ptr(), y.data_ptr()]
+    assert g.node_types == {"kernel": 2} and g.kernel_count == 2   # fake reports type 0
+    # y lives in the private pool, on the capture stream
+    blk = fake.alloc.find(y.data_ptr())
+    assert blk.seg.pool == g.pool().id != 0 and blk.seg.stream == side.handle
+    assert fake.alloc.find(x.data_ptr()).seg.pool == 0
+    g.replay()
+    g.replay()
+    assert fake.launched == [(exec_h, 0), (exec_h, 0)]      # current stream: legacy (0)
+    s2 = nbx.cuda.Stream()
+    with nbx.cuda.stream(s2):
+        g.replay()
+    assert fake.launched[-1] == (exec_h, s2.handle)
+
+
+def test_reset_destroys_and_releases_the_pool(fake):
+    g = nbx.cuda.CUDAGraph()
+    with nbx.cuda.graph(g):
+        t = _cuda_empty(1000)
+        _memset(t, 1)
+        tmp = _cuda_empty(5000)
+        del tmp                        # freed during capture: back to the private pool
+    reserved = fake.alloc.reserved
+    assert reserved == 2 * MiB
+    exec_h = next(iter(fake.execs))
+    g.reset()
+    assert ("cuGraphExecDestroy", exec_h) in fake.destroyed
+    assert any(n == "cuGraphDestroy" for n, _ in fake.destroyed)
+    assert g.pool() is None and fake.alloc.reserved == reserved   # t still alive: kept
+    with pytest.raises(RuntimeError, match="nothing captured"):
+        g.replay()
+    del t                                                          # ... released with it
+    assert fake.alloc.reserved == 0 and fake.alloc.allocated == 0
+    # the graph can capture again after reset
+    with nbx.cuda.graph(g):
+        u = _cuda_empty(10)
+        _memset(u, 2)
+    g.replay()
+    del u
+    g.reset()
+    assert fake.alloc.reserved == 0
+
+
+def test_graph_death_releases_its_pool(fake):
+    g = nbx.cuda.CUDAGraph()
+    with nbx.cuda.graph(g):
+        _memset(_cuda_empty(1000), 3)       # a temporary: dies inside the capture
+    assert fake.alloc.reserved == 2 * MiB
+    del g
+    gc.collect()
+    assert fake.alloc.reserved == 0
+    assert any(n == "cuGraphExecDestroy" for n, _ in fake.destroyed)
+
+
+def test_host_reads_and_synchronising_calls_raise_during_capture(fake):
+    x = _cuda_empty(16)
+    refusals = [
+        (lambda: x.numpy(), r"Tensor.numpy\(\) / .item\(\)"),
+        (lambda: x.item() if x.numel() == 1 else x[0].item(), r"\.item\(\)"),
+        (lambda: nbx.cuda.synchronize(), "ctx_synchronize"),
+        (lambda: nbx.cuda.current_stream().synchronize(), "stream_synchronize"),
+        (lambda: nbx.cuda.default_stream().query(), "stream_query"),
+        (lambda: nbx.tensor(np.ones(4, np.float32), device="cuda"), "host data"),
+        (lambda: driver.memcpy_dtod(x.data_ptr(), x.data_ptr(), 4), "cuMemcpyDtoD"),
+        (lambda: driver.memset_d8(x.data_ptr(), 0, 4), "cuMemsetD8"),
+        (lambda: driver.memcpy_htod(x.data_ptr(), 0, 4), "cuMemcpyHtoD"),
+        (lambda: driver.mem_free(x.data_ptr()), "cuMemFree"),
+        (lambda: driver.event_synchronize(1), "cuEventSynchronize"),
+    ]
+    for bad, match in refusals:
+        n_calls = len(fake.calls)
+        g = nbx.cuda.CUDAGraph()
+        with pytest.raises(CaptureError, match=match):
+            with nbx.cuda.graph(g):
+                _memset(x, 1)
+                bad()
+        # refused before reaching the driver: the capture was ended, nothing instantiated
+        names = [n for n, _ in fake.calls[n_calls:]]
+        during = names[names.index("cuStreamBeginCapture") + 1:names.index("cuStreamEndCapture")]
+        assert during == ["cuMemsetD32Async"], during
+        assert "cuStreamEndCapture" in names and "cuGraphInstantiateWithFlags" not in names
+        assert not driver.capture_active() and nbx.cuda.current_stream(0).handle == 0
+        with pytest.raises(RuntimeError, match="nothing captured"):
+            g.replay()
+    # the async forms are captured, not refused
+    g = nbx.cuda.CUDAGraph()
+    with nbx.cuda.graph(g):
+        s = nbx.cuda.current_stream().handle
+        driver.memcpy_dtod(x.data_ptr(), x.data_ptr(), 4, stream=s)
+    assert len(next(iter(fake.execs.values()))) == 1
+    # and outside a capture the same calls work again
+    nbx.cuda.synchronize()
+    x.numpy()
+    assert fake.alloc.allocated == memory.round_size(64)
+
+
+def test_shared_pool_allocation_during_capture_raises(fake):
+    other = nbx.cuda.Stream()
+    g = nbx.cuda.CUDAGraph()
+    with pytest.raises(CaptureError, match="shared pool"):
+        with nbx.cuda.graph(g):
+            _cuda_empty(10)
+            with nbx.cuda.stream(other):
+                _cuda_empty(10)        # another stream: not the graph's pool
+    assert fake.alloc.capture_guard is None and fake.alloc._pool == 0
+    with pytest.raises(CaptureError, match="shared pool"):
+        with nbx.cuda.graph(g):
+            fake.alloc.malloc(512, 0)  # directly from the allocator, on the legacy stream
+    assert fake.alloc.allocated == 0 and fake.alloc.reserved == 0   # failed captures released
+    y = _cuda_empty(10)                 # after the capture: the shared pool again
+    assert fake.alloc.find(y.data_ptr()).seg.pool == 0
+
+
+def test_capture_refusals(fake):
+    g = nbx.cuda.CUDAGraph()
+    with pytest.raises(CaptureError, match="legacy default stream"):
+        with nbx.cuda.graph(g, stream=nbx.cuda.default_stream()):
+            pass
+    with pytest.raises(TypeError, match="expected an nbx.cuda.CUDAGraph"):
+        with nbx.cuda.graph(object()):
+            pass
+    with pytest.raises(TypeError, match="stream must be an nbx.cuda.Stream"):
+        with nbx.cuda.graph(g, stream=5):
+            pass
+    with pytest.raises(ValueError, match="capture_error_mode"):
+        with nbx.cuda.graph(g, capture_error_mode="loose"):
+            pass
+    # one capture at a time; no replay or reset while capturing
+    g2 = nbx.cuda.CUDAGraph()
+    with nbx.cuda.graph(g):
+        with pytest.raises(CaptureError, match="another capture is in progress"):
+            with nbx.cuda.graph(g2, stream=nbx.cuda.Stream()):
+                pass
+        with pytest.raises(CaptureError, match="still capturing"):
+            g.reset()
+        with pytest.raises(CaptureError, match="already capturing"):
+            g.capture_begin(nbx.cuda.current_stream())
+    with pytest.raises(CaptureError, match="already holds a capture"):
+        with nbx.cuda.graph(g):
+            pass
+    with nbx.cuda.graph(g2, stream=nbx.cuda.Stream()):
+        with pytest.raises(CaptureError, match="while a capture is in progress"):
+            g.replay()
+    with pytest.raises(CaptureError, match="not capturing"):
+        g.capture_end()
+
+
+def test_modes_and_an_invalidated_capture(fake):
+    g = nbx.cuda.CUDAGraph()
+    with nbx.cuda.graph(g, capture_error_mode="thread_local"):
+        pass
+    begin = [a for n, a in fake.calls if n == "cuStreamBeginCapture"]
+    assert begin[-1][1] == driver.CAPTURE_MODE_THREAD_LOCAL
+    # the driver invalidates a capture (e.g. another thread synchronised): a named CudaError
+    g = nbx.cuda.CUDAGraph()
+    with pytest.raises(driver.CudaError, match="CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"):
+        with nbx.cuda.graph(g):
+            fake.invalidated.add(nbx.cuda.current_stream().handle)
+    assert not driver.capture_active() and fake.alloc.capture_guard is None
+    with pytest.raises(RuntimeError, match="nothing captured"):
+        g.replay()
+
+
+def test_raw_device_allocation_during_capture_runs_in_relaxed_mode(fake):
+    # a new private-pool segment needs cuMemAlloc, which the driver refuses under a global
+    # capture: the thread is switched to relaxed mode around it and switched back
+    assert driver.mem_alloc(1 << 21)
+    assert "cuThreadExchangeStreamCaptureMode" not in fake.names()
+    g = nbx.cuda.CUDAGraph()
+    with nbx.cuda.graph(g):
+        n = len(fake.calls)
+        ptr = driver.mem_alloc(1 << 21)
+        assert ptr
+        assert [(c, a) for c, a in fake.calls[n:]][1][0] == "cuMemAlloc"
+        modes = [a for c, a in fake.calls[n:] if c == "cuThreadExchangeStreamCaptureMode"]
+        assert len(modes) == 2 and fake.thread_mode == driver.CAPTURE_MODE_GLOBAL
+    g.replay()
+
+
+def test_replay_many_times_leaves_allocator_unchanged(fake):
+    x = _cuda_empty(256)
+    g = nbx.cuda.CUDAGraph()
+    with nbx.cuda.graph(g):
+        y = _cuda_empty(256)
+        _memset(y, 1)
+    stats = fake.alloc.stats()
+    for _ in range(1000):
+        g.replay()
+    assert fake.alloc.stats() == stats and len(fake.launched) == 1000
+    del x, y
+
+
+def test_import_does_not_load_libcuda():
+    import subprocess
+    import sys
+    code = ("import nbxtensor as nbx, sys; g = nbx.cuda.CUDAGraph(); "
+            "from nbxtensor.backends.cuda import driver; "
+            "assert driver._lib is None and 'triton' not in sys.modules and 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ----------------------------------------------------------------------------- GPU
+
+def _cuda_ok():
+    try:
+        return driver.availability()[0]
+    except Exception:
+        return False
+
+
+def _rand(shape, dtype, seed):
+    a = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    return nbx.tensor(a, device="cuda").to(dtype)
+
+
+def _step(x, w, b, r):
+    """A chain of elementwise kernels and a linear: y = silu(x @ w.T + b) * r + x[:, :N]."""
+    h = nbx.linear(x, w, b)
+    h = nbx.mul(nbx.silu(h), r)
+    return nbx.add(h, nbx.exp(nbx.neg(nbx.abs(h))))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _cuda_ok(), reason="no CUDA device")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("m", [1, 37])
+def test_cuda_capture_replay_equals_eager_bit_for_bit(dtype, m):
+    dt = getattr(nbx, dtype)
+    K, N = 257, 385
+    x, w, b, r = (_rand((m, K), dt, 1), _rand((N, K), dt, 2), _rand((N,), dt, 3),
+                  _rand((m, N), dt, 4))
+    eager = _step(x, w, b, r).numpy()          # also compiles and loads every kernel
+    g = nbx.cuda.CUDAGraph()
+    with nbx.cuda.graph(g):
+        y = _step(x, w, b, r)
+    assert g.kernel_count >= 5, g.node_types
+    y.fill_(float("nan"))                      # poisoned: only the replay writes it
+    g.replay()
+    got = y.numpy()
+    assert got.tobytes() == eager.tobytes()
+    # new values in place: the replay picks them up
+    x2 = np.random.default_rng(9).standard_normal((m, K)).astype(np.float32)
+    x.copy_(nbx.tensor(x2, device="cuda").to(dt))
+    eager2 = _step(x, w, b, r).numpy()
+    assert eager2.tobytes() != eager.tobytes()
+    g.replay()
+    assert y.numpy().tobytes() == eager2.tobytes()
+    # against an independent float64 reference (loose: the point above is equality)
+    xf, wf, bf, rf = (t.to(nbx.float32).numpy().astype(np.float64) for t in (x, w, b, r))
+    h = xf @ wf.T + bf
+    h = h / (1 + np.exp(-h)) * rf
+    ref = h + np.exp(-np.abs(h))
+    tol = 2e-2 if dtype == "bfloat16" else 1e-4
+    np.testing.assert_allclose(y.to(nbx.float32).numpy(), ref, rtol=tol, atol=tol)
+    g.reset()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _cuda_ok(), reason="no CUDA device")
+def test_cuda_refusals_during_capture_and_context_survives():
+    x = _rand((64,), nbx.float32, 5)
+    nbx.add(x, 1.0)                           # warm up
+    for bad, match in [(lambda: x[0].item(), r"\.item\(\)"),
+                       (lambda: x.numpy(), r"numpy"),
+                       (lambda: nbx.cuda.synchronize(), "ctx_synchronize"),
+                       (lambda: nbx.cuda.current_stream().synchronize(), "stream_synchronize"),
+                       (lambda: nbx.tensor(np.ones(3, np.float32), device="cuda"), "host data")]:
+        g = nbx.cuda.CUDAGraph()
+        with pytest.raises(CaptureError, match=match):
+            with nbx.cuda.graph(g):
+                nbx.add(x, 1.0)
+                bad()
+    other = nbx.cuda.Stream()
+    g = nbx.cuda.CUDAGraph()
+    with pytest.raises(CaptureError, match="shared pool"):
+        with nbx.cuda.graph(g):
+            with nbx.cuda.stream(other):
+                nbx.empty(10, device="cuda")
+    # the device and the eager path are fine afterwards
+    y = nbx.add(x, 1.0)
+    np.testing.assert_array_equal(y.numpy(), x.numpy() + np.float32(1.0))
+    assert not driver.capture_active()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _cuda_ok(), reason="no CUDA device")
+def test_cuda_1000_replays_leave_memory_unchanged_and_reset_releases():
+    x = _rand((4, 1024), nbx.bfloat16, 6)
+    w = _rand((512, 1024), nbx.bfloat16, 7)
+    nbx.silu(nbx.linear(x, w)).numpy()
+    nbx.cuda.synchronize()
+    base_alloc, base_res = nbx.cuda.memory_allocated(), nbx.cuda.memory_reserved()
+    g = nbx.cuda.CUDAGraph()
+    with nbx.cuda.graph(g):
+        y = nbx.silu(nbx.linear(x, w))
+    after = nbx.cuda.memory_allocated()
+    for _ in range(1000):
+        g.replay()
+    nbx.cuda.synchronize()
+    assert nbx.cuda.memory_allocated() == after
+    ref = nbx.silu(nbx.linear(x, w)).numpy()
+    assert y.numpy().tobytes() == ref.tobytes()
+    del y, ref
+    g.reset()
+    assert nbx.cuda.memory_allocated() == base_alloc
+    assert nbx.cuda.memory_reserved() == base_res
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _cuda_ok(), reason="no CUDA device")
+def test_cuda_captured_copies_and_a_counter_advance_on_device():
+    # a device-side counter: each replay adds 1 (the decode step's position update)
+    pos = nbx.zeros((1,), dtype=nbx.int32, device="cuda")
+    nbx.add(pos, 1, out=pos)
+    pos.zero_()
+    src = _rand((100,), nbx.float32, 8)
+    dst = nbx.zeros((100,), dtype=nbx.float32, device="cuda")
+    g = nbx.cuda.CUDAGraph()
+    with nbx.cuda.graph(g):
+        nbx.add(pos, 1, out=pos)
+        dst.copy_(src)
+    for _ in range(5):
+        g.replay()
+    assert pos.item() == 5
+    np.testing.assert_array_equal(dst.numpy(), src.numpy())
+
+
+# ----------------------------------------------------------------------------- static decode
+
+def _tiny_llama(device, dtype=None, seed=0, V=97, H=64, L=2, Hq=4, Hkv=2, F=96):
+    from nbxtensor.models.config import LlamaConfig
+    from nbxtensor.models.llama import LlamaModel
+    dtype = dtype or nbx.float32
+    cfg = LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=F, num_hidden_layers=L,
+                      num_attention_heads=Hq, num_key_value_heads=Hkv, head_dim=H // Hq,
+                      max_position_embeddings=64)
+    rng = np.random.default_rng(seed)
+
+    def t(*s, scale=None, shift=0.0):
+        a = rng.standard_normal(s).astype(np.float32) * (scale or 1 / np.sqrt(s[-1])) + shift
+        return nbx.tensor(a, device=device).to(dtype)
+    D = H // Hq
+    w = {"embed": t(V, H, scale=1.0), "norm": t(H, scale=0.1, shift=1.0),
+         "lm_head": t(V, H, scale=3 / np.sqrt(H)), "layers": []}
+    for _ in range(L):
+        w["layers"].append({"attn_norm": t(H, scale=0.1, shift=1.0),
+                            "ffn_norm": t(H, scale=0.1, shift=1.0),
+                            "wq": t(Hq * D, H), "wk": t(Hkv * D, H), "wv": t(Hkv * D, H),
+                            "wo": t(H, H), "w_gate": t(F, H), "w_up": t(F, H), "w_down": t(H, F)})
+    return LlamaModel(cfg, w, None, device, dtype)
+
+
+def _model_greedy(m, prompt, n):
+    """Greedy tokens from LlamaModel.forward (the model's own eager path): the reference."""
+    cache = m.new_cache(32)
+    toks = [int(np.argmax(m.forward(prompt, cache).numpy()))]
+    while len(toks) < n:
+        toks.append(int(np.argmax(m.forward([toks[-1]], cache).numpy())))
+    return toks
+
+
+def test_static_decode_step_matches_the_model(device):
+    from nbxtensor.models.graph_decode import GraphDecoder
+    L, n = (2, 8) if device == "cpu" else (1, 4)       # interp is slow
+    m = _tiny_llama(device, L=L)
+    p1, p2 = [3, 14, 15, 92, 65], [7, 7, 1, 50, 2]
+    ref = [_model_greedy(m, p, n) for p in (p1, p2)]
+    assert ref[0] != ref[1]
+    dec = GraphDecoder(m, batch=2, capacity=24)
+    assert dec.use_graph == (device == "cuda")
+    seen = []
+    res = dec.generate([p1, p2], max_new_tokens=n, on_tokens=lambda i, row: seen.append(list(row)),
+                       sync_every=2)
+    assert res.tokens == ref
+    assert [list(r) for r in zip(*ref)] == seen and res.steps == n - 1
+    assert dec.pos == len(p1) + n - 1
+    # stop ids cut each sequence after its stop token
+    stop = ref[0][2]
+    res = dec.generate([p1, p2], max_new_tokens=n, stop_ids=[stop], sync_every=1)
+    assert res.tokens[0] == ref[0][:ref[0].index(stop) + 1]
+
+
+def test_static_decode_refusals():
+    from nbxtensor.models.graph_decode import GraphDecoder
+    m = _tiny_llama("cpu", L=1)
+    with pytest.raises(ValueError, match="use_graph=True needs a cuda model"):
+        GraphDecoder(m, use_graph=True)
+    with pytest.raises(ValueError, match="batch must be a positive int"):
+        GraphDecoder(m, batch=0)
+    dec = GraphDecoder(m, batch=2, capacity=8)
+    with pytest.raises(ValueError, match="expected 2 prompts"):
+        dec.prefill([[1, 2]])
+    with pytest.raises(ValueError, match="equal length"):
+        dec.prefill([[1, 2], [3]])
+    with pytest.raises(ValueError, match="no room"):
+        dec.prefill([[1] * 8, [2] * 8])
+    dec.prefill([[1] * 6, [2] * 6])
+    dec.step()
+    dec.step()
+    with pytest.raises(ValueError, match="is full"):
+        dec.step()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _cuda_ok(), reason="no CUDA device")
+@pytest.mark.parametrize("batch", [1, 3])
+def test_cuda_static_decode_replay_equals_eager_step_bit_for_bit(batch):
+    from nbxtensor.models.graph_decode import GraphDecoder
+    m = _tiny_llama("cuda", dtype=nbx.bfloat16, L=2, V=300, H=128, Hq=4, Hkv=2, F=256)
+    prompts = [[5 + b, 17, 3 * b + 1, 200, 9] for b in range(batch)]
+    eager = GraphDecoder(m, batch=batch, capacity=40, use_graph=False)
+    graph = GraphDecoder(m, batch=batch, capacity=40, use_graph=True)
+    eager.prefill(prompts)
+    graph.prefill(prompts)
+    graph.capture()
+    assert graph.kernels_per_step > 0
+    for i in range(12):
+        te = eager.step().numpy()
+        tg = graph.step().numpy()
+        assert te.tobytes() == tg.tobytes(), i
+        assert eager.logits.numpy().tobytes() == graph.logits.numpy().tobytes(), i
+        assert graph.positions.numpy().tolist() == [[len(prompts[0]) + i + 1]] * batch
+    # and generate() through the graph equals the eager loop
+    r1 = GraphDecoder(m, batch=batch, capacity=40, use_graph=False).generate(prompts, 16)
+    r2 = GraphDecoder(m, batch=batch, capacity=40, use_graph=True).generate(prompts, 16)
+    assert r1.tokens == r2.tokens
