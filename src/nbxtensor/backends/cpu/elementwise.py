@@ -1,0 +1,176 @@
+"""cpu: element-wise ops with NumPy.
+
+Each entry gets (out, inputs, params, compute_dtype) from ops.elementwise: inputs are
+host tensors expanded to out's shape or Python numbers. Every input is converted to
+the compute dtype (float32 for every float below float64, so a float16 add computes in
+float32 and rounds once), the op runs in NumPy, and the result is cast into `out` by the
+dtype table's cast rule (NumPy/ml_dtypes astype).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...dispatch import register
+
+# math.erf is exact; NumPy has no erf (and SciPy is not a dependency)
+_erf64 = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x):
+    return _erf64(x.astype(np.float64)).astype(x.dtype) if x.size else x.copy()
+
+
+def _int_div_trunc(x, y):
+    ys = np.where(y == 0, 1, y).astype(x.dtype)
+    q = x // ys
+    q = np.where((x % ys != 0) & ((x < 0) != (ys < 0)), q + 1, q)
+    return np.where(y == 0, 0, q).astype(x.dtype)
+
+
+def _div_trunc(x, y):
+    if x.dtype.kind == "f":
+        return np.trunc(x / y)
+    return _int_div_trunc(x, y)
+
+
+def _pow(x, y):
+    if x.dtype.kind == "f":
+        return np.power(x, y)
+    if x.dtype.kind == "b":
+        return np.where(y, x, True)
+    r = np.power(x, np.maximum(y, 0).astype(x.dtype))
+    odd = (y & 1) != 0
+    neg = np.where(x == 1, 1, np.where(x == -1, np.where(odd, -1, 1), 0)).astype(x.dtype)
+    return np.where(y < 0, neg, r).astype(x.dtype)
+
+
+def _shift(x, y, left):
+    bits = x.dtype.itemsize * 8
+    ok = (y >= 0) & (y < bits)
+    sh = np.where(ok, y, 0).astype(x.dtype)
+    if left:
+        return np.where(ok, np.left_shift(x, sh), 0).astype(x.dtype)
+    sh = np.where(ok, y, bits - 1).astype(x.dtype)
+    return np.where(ok | (x < 0), np.right_shift(x, sh), 0).astype(x.dtype)
+
+
+def _softplus(x, beta, threshold):
+    bx = x * beta
+    return np.where(bx > threshold, x, np.log1p(np.exp(bx)) / beta)
+
+
+def _hard(x):
+    return np.minimum(np.maximum(x + 3, 0), 6) / 6
+
+
+_OPS = {
+    "copy": lambda x, y, z, p, q: x,
+    "neg": lambda x, y, z, p, q: np.negative(x),
+    "abs": lambda x, y, z, p, q: np.abs(x),
+    "sign": lambda x, y, z, p, q: np.sign(x),
+    "exp": lambda x, y, z, p, q: np.exp(x),
+    "exp2": lambda x, y, z, p, q: np.exp2(x),
+    "expm1": lambda x, y, z, p, q: np.expm1(x),
+    "log": lambda x, y, z, p, q: np.log(x),
+    "log2": lambda x, y, z, p, q: np.log2(x),
+    "log10": lambda x, y, z, p, q: np.log10(x),
+    "log1p": lambda x, y, z, p, q: np.log1p(x),
+    "sqrt": lambda x, y, z, p, q: np.sqrt(x),
+    "rsqrt": lambda x, y, z, p, q: 1 / np.sqrt(x),
+    "reciprocal": lambda x, y, z, p, q: 1 / x,
+    "sin": lambda x, y, z, p, q: np.sin(x),
+    "cos": lambda x, y, z, p, q: np.cos(x),
+    "tan": lambda x, y, z, p, q: np.tan(x),
+    "tanh": lambda x, y, z, p, q: np.tanh(x),
+    "sigmoid": lambda x, y, z, p, q: 1 / (1 + np.exp(-x)),
+    "erf": lambda x, y, z, p, q: _erf(x),
+    "floor": lambda x, y, z, p, q: np.floor(x),
+    "ceil": lambda x, y, z, p, q: np.ceil(x),
+    "round": lambda x, y, z, p, q: np.round(x),
+    "trunc": lambda x, y, z, p, q: np.trunc(x),
+    "isnan": lambda x, y, z, p, q: np.isnan(x),
+    "isinf": lambda x, y, z, p, q: np.isinf(x),
+    "isfinite": lambda x, y, z, p, q: np.isfinite(x),
+    "logical_not": lambda x, y, z, p, q: x == 0,
+    "bitwise_not": lambda x, y, z, p, q: np.invert(x),
+    "nan_to_num": lambda x, y, z, p, q: np.where(np.isnan(x), p, np.where(
+        x == np.inf, y, np.where(x == -np.inf, z, x))),
+    "clamp": lambda x, y, z, p, q: np.minimum(np.maximum(x, y), z),
+    "clamp_min": lambda x, y, z, p, q: np.maximum(x, y),
+    "clamp_max": lambda x, y, z, p, q: np.minimum(x, y),
+    # activations
+    "relu": lambda x, y, z, p, q: np.where(x < 0, x.dtype.type(0), x),
+    "gelu": lambda x, y, z, p, q: 0.5 * x * (1 + _erf(x * x.dtype.type(0.7071067811865476))),
+    "gelu_tanh": lambda x, y, z, p, q: 0.5 * x * (1 + np.tanh(
+        x.dtype.type(0.7978845608028654) * (x + x.dtype.type(0.044715) * x * x * x))),
+    "silu": lambda x, y, z, p, q: x / (1 + np.exp(-x)),
+    "mish": lambda x, y, z, p, q: x * np.tanh(_softplus(x, x.dtype.type(1), x.dtype.type(20))),
+    "softplus": lambda x, y, z, p, q: _softplus(x, p, q),
+    "elu": lambda x, y, z, p, q: np.where(x > 0, x, p * np.expm1(x)),
+    "leaky_relu": lambda x, y, z, p, q: np.where(x > 0, x, x * p),
+    "hardsigmoid": lambda x, y, z, p, q: _hard(x),
+    "hardswish": lambda x, y, z, p, q: x * _hard(x),
+    "glu": lambda x, y, z, p, q: x / (1 + np.exp(-y)),
+    # binary
+    "add": lambda x, y, z, p, q: x + y,
+    "add_alpha": lambda x, y, z, p, q: x + p * y,
+    "sub": lambda x, y, z, p, q: x - y,
+    "sub_alpha": lambda x, y, z, p, q: x - p * y,
+    "mul": lambda x, y, z, p, q: x * y,
+    "div": lambda x, y, z, p, q: x / y,
+    "div_floor": lambda x, y, z, p, q: np.floor_divide(x, y),
+    "div_trunc": lambda x, y, z, p, q: _div_trunc(x, y),
+    "remainder": lambda x, y, z, p, q: np.remainder(x, y),
+    "fmod": lambda x, y, z, p, q: np.fmod(x, y),
+    "pow": lambda x, y, z, p, q: _pow(x, y),
+    "maximum": lambda x, y, z, p, q: np.maximum(x, y),
+    "minimum": lambda x, y, z, p, q: np.minimum(x, y),
+    "atan2": lambda x, y, z, p, q: np.arctan2(x, y),
+    "eq": lambda x, y, z, p, q: x == y,
+    "ne": lambda x, y, z, p, q: x != y,
+    "lt": lambda x, y, z, p, q: x < y,
+    "le": lambda x, y, z, p, q: x <= y,
+    "gt": lambda x, y, z, p, q: x > y,
+    "ge": lambda x, y, z, p, q: x >= y,
+    "logical_and": lambda x, y, z, p, q: (x != 0) & (y != 0),
+    "logical_or": lambda x, y, z, p, q: (x != 0) | (y != 0),
+    "logical_xor": lambda x, y, z, p, q: (x != 0) ^ (y != 0),
+    "bitwise_and": lambda x, y, z, p, q: x & y,
+    "bitwise_or": lambda x, y, z, p, q: x | y,
+    "bitwise_xor": lambda x, y, z, p, q: x ^ y,
+    "lshift": lambda x, y, z, p, q: _shift(x, y, True),
+    "rshift": lambda x, y, z, p, q: _shift(x, y, False),
+    # ternary
+    "where": lambda x, y, z, p, q: np.where(x != 0, y, z),
+    "lerp": lambda x, y, z, p, q: np.where(np.abs(z) < 0.5, x + z * (y - x),
+                                           y - (y - x) * (1 - z)),
+    "addcmul": lambda x, y, z, p, q: x + p * (y * z),
+    "addcdiv": lambda x, y, z, p, q: x + p * (y / z),
+}
+
+
+def _as_ct(x, ct):
+    if x is None:
+        return None
+    if hasattr(x, "_host_view"):
+        return x._host_view().astype(ct.np, copy=False)
+    return np.asarray(x).astype(ct.np)
+
+
+def _make(name):
+    fn = _OPS[name]
+
+    def run(out, inputs, params, ct):
+        args = [_as_ct(x, ct) for x in inputs] + [None] * (3 - len(inputs))
+        p = [np.asarray(v).astype(ct.np)[()] for v in params]
+        with np.errstate(all="ignore"):
+            r = np.asarray(fn(*args, *p))
+            np.copyto(out._host_view(), r.astype(out.dtype.np, copy=False), casting="unsafe")
+    run.__name__ = f"numpy_{name}"
+    return run
+
+
+for _name in _OPS:
+    register(_name, "numpy")(_make(_name))

@@ -1,0 +1,962 @@
+"""Element-wise kernels (cuda and interp): one generic template for every op, copy_, fill_.
+
+Reading order: storage codecs (bf16/fp8/bool are moved as raw integers and decoded by
+hand, so interp and cuda round bit-for-bit the same way), the scalar op table, the
+kernel, then the launch plan (dim collapsing) and the registered entries.
+
+Casting rules (see dtypes.py) as implemented here:
+  * float -> bfloat16 / float8: exact round-to-nearest-even from float32 bits, in
+    integer arithmetic; overflow -> inf (bf16, e5m2) or NaN (e4m3fn, which has no inf).
+    A float64 source is first rounded to float32 (ml_dtypes and torch do the same).
+  * float -> float16 / float32: the hardware conversion (round-to-nearest-even; numpy on interp).
+  * float -> int8/int16/uint8 goes through int32 (so -1.0 -> 255 as in NumPy); to bool is x != 0.
+  * int -> bf16/fp8/fp16 goes through float32 (as ml_dtypes).
+"""
+from __future__ import annotations
+
+import numpy as np
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from .. import dtypes as _dt
+from ..backends.launch import launch
+from ..dispatch import register
+from ..tensor import Tensor
+
+# ----------------------------------------------------------------------------- codecs
+
+_NAN = tl.constexpr(float("nan"))
+_INF = tl.constexpr(float("inf"))
+
+
+
+@triton.jit
+def _f32_to_small(x, E: tl.constexpr, M: tl.constexpr, FN: tl.constexpr):
+    """float32 -> bits (int32) of a float with E exponent and M mantissa bits, RNE.
+
+    FN: the e4m3fn layout (no inf; all-ones exponent holds finite values; 0x7F is NaN).
+    """
+    BIAS: tl.constexpr = (1 << (E - 1)) - 1
+    SH: tl.constexpr = 23 - M
+    u = x.to(tl.int32, bitcast=True)
+    sign = (u >> 31) & 1
+    a = u & 0x7FFFFFFF
+    ac = tl.minimum(a, 0x7F800000)              # inf/NaN: keep the rounding add from wrapping
+    e = ac >> 23
+    # normal target: rebias the exponent and round the mantissa in place
+    r = ac - ((127 - BIAS) << 23)
+    r = (r + ((1 << (SH - 1)) - 1) + ((r >> SH) & 1)) >> SH
+    # subnormal target: shift the full significand right, rounding to nearest even
+    m = (ac & 0x7FFFFF) | tl.where(e > 0, 0x800000, 0)
+    e_eff = tl.maximum(e, 1)
+    s = tl.minimum(tl.maximum(SH + 1 - (e_eff - 127 + BIAS), 1), 25)
+    half = (1 << (s - 1)) - 1
+    sub = (m + half + ((m >> s) & 1)) >> s
+    res = tl.where(e_eff - 127 + BIAS >= 1, r, sub)
+    if FN:
+        res = tl.where(res > 0x7E, 0x7F, res)
+        res = tl.where(a > 0x7F800000, 0x7F, res)
+    else:
+        INF: tl.constexpr = ((1 << E) - 1) << M
+        res = tl.minimum(res, INF)
+        res = tl.where(a > 0x7F800000, INF | (1 << (M - 1)), res)
+    return res | (sign << (E + M))
+
+
+@triton.jit
+def _e4m3_to_f32(raw):
+    r = raw.to(tl.int32) & 0xFF
+    e = (r >> 3) & 0xF
+    m = r & 7
+    normal = (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True)
+    sub = m.to(tl.float32) * 0.001953125        # m * 2**-9
+    v = tl.where(e == 0, sub, normal)
+    v = tl.where((r & 0x7F) == 0x7F, _NAN, v)
+    # the sign goes into the bits: Triton's -x is 0 - x, which loses -0.0
+    return (v.to(tl.int32, bitcast=True) | ((r & 0x80) << 24)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _negf(x):
+    """IEEE negation (flips the sign bit, so -0.0 and NaN signs come out right)."""
+    if x.dtype == tl.float64:
+        r = (x.to(tl.int64, bitcast=True) ^ (-9223372036854775807 - 1)).to(tl.float64, bitcast=True)
+    elif x.dtype == tl.float32:
+        r = (x.to(tl.int32, bitcast=True) ^ (-2147483647 - 1)).to(tl.float32, bitcast=True)
+    else:
+        r = -x
+    return r
+
+
+@triton.jit
+def _decode(raw, ENC: tl.constexpr):
+    """Raw storage -> the natural compute value (bool -> 0/1 uint8, bf16/fp8 -> float32)."""
+    if ENC == "bf":
+        v = ((raw.to(tl.int32) & 0xFFFF) << 16).to(tl.float32, bitcast=True)
+    elif ENC == "e5":
+        v = ((raw.to(tl.int16) & 0xFF) << 8).to(tl.float16, bitcast=True).to(tl.float32)
+    elif ENC == "e4":
+        v = _e4m3_to_f32(raw)
+    else:
+        v = raw
+    return v
+
+
+@triton.jit
+def _encode(x, ENC: tl.constexpr, RAW: tl.constexpr):
+    """A compute value -> raw storage of the output dtype (RAW is the raw element type)."""
+    if ENC == "b":
+        r = (x != 0).to(tl.uint8)
+    elif ENC == "bf":
+        r = _f32_to_small(x.to(tl.float32), 8, 7, False).to(tl.int16)
+    elif ENC == "e4":
+        r = _f32_to_small(x.to(tl.float32), 4, 3, True).to(tl.uint8)
+    elif ENC == "e5":
+        r = _f32_to_small(x.to(tl.float32), 5, 2, False).to(tl.uint8)
+    elif RAW.is_floating():
+        if RAW == tl.float16 and not x.dtype.is_floating():
+            r = x.to(tl.float32).to(tl.float16)
+        else:
+            r = x.to(RAW)
+    else:  # integer output
+        if x.dtype.is_floating() and RAW.primitive_bitwidth < 32:
+            r = x.to(tl.int32).to(RAW)
+        else:
+            r = x.to(RAW)
+    return r
+
+
+# ----------------------------------------------------------------------------- math helpers
+# libdevice on cuda (accurate, C99 special cases); on interp (which has no libdevice)
+# compositions of the numpy-backed primitives, computed in float64 where that helps.
+
+
+@triton.jit
+def _expm1(x, INTERP: tl.constexpr):
+    if INTERP:
+        u = tl.exp(x)
+        r = tl.where(u == 1.0, x, (u - 1.0) * x / tl.log(u))   # Kahan's trick
+        r = tl.where(u - 1.0 == -1.0, -1.0, r)
+        r = tl.where(x > 700.0, u, r)
+    else:
+        r = libdevice.expm1(x)
+    return r
+
+
+@triton.jit
+def _log1p(x, INTERP: tl.constexpr):
+    if INTERP:
+        u = 1.0 + x
+        r = tl.where(u == 1.0, x, tl.log(u) * x / (u - 1.0))
+        r = tl.where((u == _INF) | (x <= -1.0), tl.log(u), r)
+    else:
+        r = libdevice.log1p(x)
+    return r
+
+
+@triton.jit
+def _tanh(x, INTERP: tl.constexpr):
+    if INTERP:
+        t = _expm1(-2.0 * tl.abs(x), INTERP)
+        r = -t / (2.0 + t)
+        r = tl.where(x < 0, -r, r)
+    else:
+        r = libdevice.tanh(x)
+    return r
+
+
+@triton.jit
+def _atan_small(t):
+    # |t| <= tan(pi/12): odd Taylor series to t**41 (error < 1e-17 in float64)
+    t2 = t * t
+    p = t2 * 0.0 + 1.0 / 41.0
+    for k in tl.static_range(20):
+        p = (1.0 / (2 * (19 - k) + 1)) - t2 * p
+    return t * p
+
+
+@triton.jit
+def _atan2(y, x, INTERP: tl.constexpr):
+    if INTERP:
+        yd = y.to(tl.float64)
+        xd = x.to(tl.float64)
+        ay = tl.abs(yd)
+        ax = tl.abs(xd)
+        big = ay > ax
+        t = tl.where(big, ax / ay, ay / ax)        # in [0, 1]
+        t = tl.where(ax == ay, 1.0, t)            # inf/inf
+        SQ3: tl.constexpr = 1.7320508075688772
+        red = t > 0.2679491924311227
+        tr = tl.where(red, (t * SQ3 - 1.0) / (SQ3 + t), t)
+        a = _atan_small(tr)
+        a = tl.where(red, a + 0.5235987755982989, a)
+        a = tl.where(big, 1.5707963267948966 - a, a)
+        a = tl.where(xd < 0, 3.141592653589793 - a, a)
+        # atan2(+-0, -0) = +-pi: -0 has the sign bit set
+        if x.dtype == tl.float64:
+            xneg = (x.to(tl.int64, bitcast=True) < 0)
+        else:
+            xneg = (x.to(tl.float32).to(tl.int32, bitcast=True) < 0)
+        # (tl.where would materialise a float literal as float32: build pi in float64)
+        a = tl.where((xd == 0) & (yd == 0), tl.where(xneg, xd * 0.0 + 3.141592653589793,
+                                                     xd * 0.0), a)
+        if y.dtype == tl.float64:
+            yneg = (y.to(tl.int64, bitcast=True) < 0)
+        else:
+            yneg = (y.to(tl.float32).to(tl.int32, bitcast=True) < 0)
+        a = tl.where(yneg, _negf(a), a)
+        a = tl.where((yd != yd) | (xd != xd), _NAN, a)
+        r = a.to(x.dtype)
+    else:
+        r = libdevice.atan2(y, x)
+    return r
+
+
+@triton.jit
+def _pow_f(x, y, INTERP: tl.constexpr):
+    if INTERP:
+        xd = x.to(tl.float64)
+        yd = y.to(tl.float64)
+        ax = tl.abs(xd)
+        r = tl.exp(yd * tl.log(ax))
+        y_int = tl.floor(yd) == yd
+        y_odd = y_int & (tl.floor(yd * 0.5) * 2.0 != yd)
+        r = tl.where(xd < 0, tl.where(y_int, tl.where(y_odd, -r, r), _NAN), r)
+        r = tl.where((xd == 0) & (yd > 0), tl.where(y_odd, xd, 0.0), r)
+        r = tl.where((xd == 0) & (yd < 0), tl.where(y_odd, 1.0 / xd, _INF), r)
+        r = tl.where((ax == 1.0) & ((yd == _INF) | (yd == -_INF)), 1.0, r)
+        r = tl.where((yd == 0) | (xd == 1.0), 1.0, r)
+        r = r.to(x.dtype)
+    else:
+        r = libdevice.pow(x, y)
+    return r
+
+
+@triton.jit
+def _pow_i(x, y):
+    # integer power by squaring; negative exponents give 0 except for bases 1 and -1
+    r = tl.full(x.shape, 1, x.dtype)
+    base = x
+    e = y
+    BITS: tl.constexpr = x.dtype.primitive_bitwidth
+    for _ in tl.static_range(BITS - 1):
+        r = tl.where((e & 1) != 0, r * base, r)
+        base = base * base
+        e = e >> 1
+    e_odd = (y & 1) != 0
+    neg = tl.where(x == 1, 1, tl.where(x == -1, tl.where(e_odd, -1, 1), 0)).to(x.dtype)
+    return tl.where(y < 0, neg, r)
+
+
+@triton.jit
+def _fmod(x, y, INTERP: tl.constexpr):
+    if INTERP:
+        r = x % y                                    # numpy fmod on interp
+    else:
+        r = libdevice.fmod(x, y)
+    return r
+
+
+@triton.jit
+def _rint(x, INTERP: tl.constexpr):
+    """Round half to even."""
+    if INTERP:
+        f = tl.floor(x)
+        d = x - f
+        f_even = tl.floor(f * 0.5) * 2.0 == f
+        r = tl.where(d > 0.5, f + 1.0, tl.where(d < 0.5, f, tl.where(f_even, f, f + 1.0)))
+    else:
+        r = libdevice.rint(x)
+    return r
+
+
+@triton.jit
+def _fdiv(x, y):
+    """IEEE division: fp32 `/` compiles to the approximate div.full.f32 on cuda."""
+    if x.dtype == tl.float32:
+        r = tl.math.div_rn(x, y)
+    else:
+        r = x / y
+    return r
+
+
+@triton.jit
+def _one(x):
+    return tl.full(x.shape, 1.0, x.dtype)
+
+
+@triton.jit
+def _trunc(x):
+    return tl.where(x < 0, tl.ceil(x), tl.floor(x))
+
+
+@triton.jit
+def _max_nan(a, b):
+    m = tl.where(a > b, a, b)
+    return tl.where(a != a, a, m)
+
+
+@triton.jit
+def _min_nan(a, b):
+    m = tl.where(a < b, a, b)
+    return tl.where(a != a, a, m)
+
+
+@triton.jit
+def _softplus(x, beta, threshold, INTERP: tl.constexpr):
+    bx = x * beta
+    return tl.where(bx > threshold, x, _fdiv(_log1p(_exp(bx, INTERP), INTERP), _one(x) * beta))
+
+
+@triton.jit
+def _exp(x, INTERP: tl.constexpr):
+    if INTERP:
+        r = tl.exp(x)
+    else:
+        r = libdevice.exp(x)
+    return r
+
+
+@triton.jit
+def _log(x, INTERP: tl.constexpr):
+    if INTERP:
+        r = tl.log(x)
+    else:
+        r = libdevice.log(x)
+    return r
+
+
+@triton.jit
+def _floor_div(x, y, IS_FLOAT: tl.constexpr, INTERP: tl.constexpr):
+    if IS_FLOAT:
+        # NumPy's / torch's algorithm: exact floor of the true quotient
+        mod = _fmod(x, y, INTERP)
+        div = _fdiv(x - mod, y)
+        div = tl.where((mod != 0) & ((y < 0) != (mod < 0)), div - 1.0, div)
+        fl = tl.floor(div)
+        fl = tl.where(div - fl > 0.5, fl + 1.0, fl)
+        q = _fdiv(x, y)
+        fl = tl.where(div == 0, tl.where(q < 0, -0.0, 0.0), fl)
+        r = tl.where(y == 0, q, fl)
+    else:
+        ys = tl.where(y == 0, 1, y)
+        q = x // ys                                  # truncates (C)
+        q = tl.where(((x % ys) != 0) & ((x < 0) != (ys < 0)), q - 1, q)
+        r = tl.where(y == 0, 0, q)
+    return r
+
+
+@triton.jit
+def _remainder(x, y, IS_FLOAT: tl.constexpr, INTERP: tl.constexpr):
+    if IS_FLOAT:
+        m = _fmod(x, y, INTERP)
+        r = tl.where((m != 0) & ((m < 0) != (y < 0)), m + y, m)
+    else:
+        ys = tl.where(y == 0, 1, y)
+        m = x % ys
+        r = tl.where((m != 0) & ((m < 0) != (ys < 0)), m + ys, m)
+        r = tl.where(y == 0, 0, r)
+    return r
+
+
+@triton.jit
+def _apply(OP: tl.constexpr, x, y, z, p0, p1, INTERP: tl.constexpr):
+    """The scalar op. x, y, z are in the compute type; p0, p1 are op parameters."""
+    IS_FLOAT: tl.constexpr = x.dtype.is_floating()
+    if OP == "copy":
+        r = x
+    elif OP == "neg":
+        r = _negf(x)
+    elif OP == "abs":
+        if IS_FLOAT:
+            r = tl.abs(x)
+        else:
+            r = tl.where(x < 0, -x, x)
+    elif OP == "sign":
+        r = tl.where(x > 0, 1, tl.where(x < 0, -1, 0)).to(x.dtype)
+        if IS_FLOAT:
+            r = tl.where(x != x, x, r)
+    elif OP == "exp":
+        r = _exp(x, INTERP)
+    elif OP == "exp2":
+        if INTERP:
+            r = tl.exp2(x)
+        else:
+            r = libdevice.exp2(x)
+    elif OP == "expm1":
+        r = _expm1(x, INTERP)
+    elif OP == "log":
+        r = _log(x, INTERP)
+    elif OP == "log2":
+        if INTERP:
+            r = tl.log2(x)
+        else:
+            r = libdevice.log2(x)
+    elif OP == "log10":
+        if INTERP:
+            r = (tl.log(x.to(tl.float64)) * 0.4342944819032518).to(x.dtype)
+        else:
+            r = libdevice.log10(x)
+    elif OP == "log1p":
+        r = _log1p(x, INTERP)
+    elif OP == "sqrt":
+        if x.dtype == tl.float32 and not INTERP:
+            r = tl.sqrt_rn(x)           # IEEE (tl.sqrt may be approximate for fp32)
+        else:
+            r = tl.sqrt(x)
+    elif OP == "rsqrt":
+        if INTERP:
+            r = 1.0 / tl.sqrt(x)
+        else:
+            r = libdevice.rsqrt(x)
+    elif OP == "reciprocal":
+        r = _fdiv(_one(x), x)
+    elif OP == "sin":
+        if INTERP:
+            r = tl.sin(x)
+        else:
+            r = libdevice.sin(x)
+    elif OP == "cos":
+        if INTERP:
+            r = tl.cos(x)
+        else:
+            r = libdevice.cos(x)
+    elif OP == "tan":
+        if INTERP:
+            xd = x.to(tl.float64)
+            r = (tl.sin(xd) / tl.cos(xd)).to(x.dtype)
+        else:
+            r = libdevice.tan(x)
+    elif OP == "tanh":
+        r = _tanh(x, INTERP)
+    elif OP == "sigmoid":
+        r = _fdiv(_one(x), 1.0 + _exp(-x, INTERP))
+    elif OP == "erf":
+        if INTERP:
+            r = tl.erf(x)
+        else:
+            r = libdevice.erf(x)
+    elif OP == "floor":
+        r = tl.floor(x)
+    elif OP == "ceil":
+        r = tl.ceil(x)
+    elif OP == "round":
+        r = _rint(x, INTERP)
+    elif OP == "trunc":
+        r = _trunc(x)
+    elif OP == "isnan":
+        r = x != x
+    elif OP == "isinf":
+        r = (x == _INF) | (x == -_INF)
+    elif OP == "isfinite":
+        r = (x == x) & (x != _INF) & (x != -_INF)
+    elif OP == "logical_not":
+        r = x == 0
+    elif OP == "bitwise_not":
+        r = ~x
+    elif OP == "nan_to_num":      # y = posinf, z = neginf, p0 = nan
+        r = tl.where(x != x, p0, x)
+        r = tl.where(x == _INF, y, r)
+        r = tl.where(x == -_INF, z, r)
+    elif OP == "clamp":
+        if IS_FLOAT:
+            r = _min_nan(_max_nan(x, y), z)
+            r = tl.where(z != z, z, r)
+        else:
+            r = tl.minimum(tl.maximum(x, y), z)
+    elif OP == "clamp_min":
+        if IS_FLOAT:
+            r = _max_nan(x, y)
+            r = tl.where(y != y, y, r)
+        else:
+            r = tl.maximum(x, y)
+    elif OP == "clamp_max":
+        if IS_FLOAT:
+            r = _min_nan(x, y)
+            r = tl.where(y != y, y, r)
+        else:
+            r = tl.minimum(x, y)
+    # ------------------------------------------------------------ activations
+    elif OP == "relu":
+        r = tl.where(x < 0, 0, x).to(x.dtype)
+    elif OP == "gelu":
+        r = 0.5 * x * (1.0 + _erf_any(x * 0.7071067811865476, INTERP))
+    elif OP == "gelu_tanh":
+        r = 0.5 * x * (1.0 + _tanh(0.7978845608028654 * (x + 0.044715 * x * x * x), INTERP))
+    elif OP == "silu":
+        r = _fdiv(x, 1.0 + _exp(-x, INTERP))
+    elif OP == "mish":
+        r = x * _tanh(_softplus(x, 1.0, 20.0, INTERP), INTERP)
+    elif OP == "softplus":
+        r = _softplus(x, p0, p1, INTERP)
+    elif OP == "elu":
+        r = tl.where(x > 0, x, p0 * _expm1(x, INTERP))
+    elif OP == "leaky_relu":
+        r = tl.where(x > 0, x, x * p0)
+    elif OP == "hardsigmoid":
+        r = _fdiv(tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0), _one(x) * 6.0)
+        r = tl.where(x != x, x, r)
+    elif OP == "hardswish":
+        r = _fdiv(x * tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0), _one(x) * 6.0)
+    elif OP == "glu":
+        r = _fdiv(x, 1.0 + _exp(-y, INTERP))
+    # ------------------------------------------------------------ binary
+    elif OP == "add":
+        r = x + y
+    elif OP == "add_alpha":
+        r = x + p0 * y
+    elif OP == "sub":
+        r = x - y
+    elif OP == "sub_alpha":
+        r = x - p0 * y
+    elif OP == "mul":
+        r = x * y
+    elif OP == "div":
+        r = _fdiv(x, y)
+    elif OP == "div_floor":
+        r = _floor_div(x, y, IS_FLOAT, INTERP)
+    elif OP == "div_trunc":
+        if IS_FLOAT:
+            r = _trunc(_fdiv(x, y))
+        else:
+            ys = tl.where(y == 0, 1, y)
+            r = tl.where(y == 0, 0, x // ys)
+    elif OP == "remainder":
+        r = _remainder(x, y, IS_FLOAT, INTERP)
+    elif OP == "fmod":
+        if IS_FLOAT:
+            r = _fmod(x, y, INTERP)
+        else:
+            ys = tl.where(y == 0, 1, y)
+            r = tl.where(y == 0, 0, x % ys)
+    elif OP == "pow":
+        if IS_FLOAT:
+            r = _pow_f(x, y, INTERP)
+        else:
+            r = _pow_i(x, y)
+    elif OP == "maximum":
+        if IS_FLOAT:
+            r = _max_nan(x, y)
+            r = tl.where(y != y, y, r)
+        else:
+            r = tl.maximum(x, y)
+    elif OP == "minimum":
+        if IS_FLOAT:
+            r = _min_nan(x, y)
+            r = tl.where(y != y, y, r)
+        else:
+            r = tl.minimum(x, y)
+    elif OP == "atan2":
+        r = _atan2(x, y, INTERP)
+    elif OP == "eq":
+        r = x == y
+    elif OP == "ne":
+        r = x != y
+    elif OP == "lt":
+        r = x < y
+    elif OP == "le":
+        r = x <= y
+    elif OP == "gt":
+        r = x > y
+    elif OP == "ge":
+        r = x >= y
+    elif OP == "logical_and":
+        r = (x != 0) & (y != 0)
+    elif OP == "logical_or":
+        r = (x != 0) | (y != 0)
+    elif OP == "logical_xor":
+        r = (x != 0) ^ (y != 0)
+    elif OP == "bitwise_and":
+        r = x & y
+    elif OP == "bitwise_or":
+        r = x | y
+    elif OP == "bitwise_xor":
+        r = x ^ y
+    elif OP == "lshift":
+        ok = (y >= 0) & (y < x.dtype.primitive_bitwidth)
+        r = tl.where(ok, x << tl.where(ok, y, 0), 0)
+    elif OP == "rshift":
+        ok = (y >= 0) & (y < x.dtype.primitive_bitwidth)
+        sh = tl.where(ok, y, x.dtype.primitive_bitwidth - 1)
+        r = tl.where(ok | (x < 0), x >> sh, 0)
+    # ------------------------------------------------------------ ternary
+    elif OP == "where":          # x = condition
+        r = tl.where(x != 0, y, z)
+    elif OP == "lerp":           # x + w * (y - x), torch's two-sided form
+        d = y - x
+        r = tl.where(tl.abs(z) < 0.5, x + z * d, y - d * (1.0 - z))
+    elif OP == "addcmul":
+        r = x + p0 * (y * z)
+    elif OP == "addcdiv":
+        r = x + p0 * _fdiv(y, z)
+    else:
+        tl.static_assert(False, "unknown element-wise op")
+    return r
+
+
+@triton.jit
+def _erf_any(x, INTERP: tl.constexpr):
+    if INTERP:
+        r = tl.erf(x)
+    else:
+        r = libdevice.erf(x)
+    return r
+
+
+# ----------------------------------------------------------------------------- the kernel
+
+
+@triton.jit
+def _bits_f64(v):
+    return (tl.zeros([1], tl.int64) + v).to(tl.float64, bitcast=True)
+
+
+@triton.jit
+def _dim(rem, d, so, sa, sb, sc, oo, ao, bo, co, LAST: tl.constexpr):
+    if LAST:
+        i = rem
+    else:
+        i = rem % d
+        rem = rem // d
+    return rem, oo + i * so, ao + i * sa, bo + i * sb, co + i * sc
+
+
+@triton.jit
+def _operand(ptr, off, mask, sval, MODE: tl.constexpr, ENC: tl.constexpr, CT: tl.constexpr):
+    """One input in the compute type, shaped like `off`: MODE 't' tensor, '1' one element
+    (a broadcast 0-dim tensor: loaded once), 's' scalar argument, 'z' absent."""
+    if MODE == "t":
+        v = _decode(tl.load(ptr + off, mask=mask), ENC).to(CT)
+    elif MODE == "1":
+        v = tl.zeros(off.shape, CT) + _decode(tl.load(ptr), ENC).to(CT)
+    elif MODE == "s":
+        v = (tl.zeros(off.shape, CT) + sval).to(CT)
+    else:
+        v = tl.zeros(off.shape, CT)
+    return v
+
+
+@triton.jit
+def _ew_flat_kernel(out, a, b, c, sa, sb, sc, p0, p1, N,
+                    OP: tl.constexpr, CT: tl.constexpr,
+                    MA: tl.constexpr, MB: tl.constexpr, MC: tl.constexpr,
+                    EA: tl.constexpr, EB: tl.constexpr, EC: tl.constexpr, EO: tl.constexpr,
+                    F64S: tl.constexpr, IDX64: tl.constexpr, INTERP: tl.constexpr,
+                    BLOCK: tl.constexpr):
+    """out[i] = OP(a[i], b[i], c[i]) for contiguous operands: no index math, wide accesses."""
+    if F64S:
+        sa = _bits_f64(sa)
+        sb = _bits_f64(sb)
+        sc = _bits_f64(sc)
+        p0 = _bits_f64(p0)
+        p1 = _bits_f64(p1)
+    pid = tl.program_id(0)
+    if IDX64:
+        offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    else:
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < N
+    x = _operand(a, offs, mask, sa, MA, EA, CT)
+    y = _operand(b, offs, mask, sb, MB, EB, CT)
+    z = _operand(c, offs, mask, sc, MC, EC, CT)
+    r = _apply(OP, x, y, z, p0, p1, INTERP)
+    tl.store(out + offs, _encode(r, EO, out.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _ew_2d_kernel(out, a, b, c, sa, sb, sc, p0, p1, M, N,
+                  o0, o1, a0, a1, b0, b1, c0, c1,
+                  OP: tl.constexpr, CT: tl.constexpr,
+                  MA: tl.constexpr, MB: tl.constexpr, MC: tl.constexpr,
+                  EA: tl.constexpr, EB: tl.constexpr, EC: tl.constexpr, EO: tl.constexpr,
+                  F64S: tl.constexpr, IDX64: tl.constexpr, INTERP: tl.constexpr,
+                  BM: tl.constexpr, BN: tl.constexpr):
+    """Two dims left after collapsing (broadcast rows/columns, transposes): [BM, BN] tiles.
+
+    No div/mod per element, and the compiler stages a tile through shared memory when
+    an operand is contiguous along the other axis than the output, so a transposed
+    operand is read coalesced as well.
+    """
+    if F64S:
+        sa = _bits_f64(sa)
+        sb = _bits_f64(sb)
+        sc = _bits_f64(sc)
+        p0 = _bits_f64(p0)
+        p1 = _bits_f64(p1)
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    mask = (rm < M)[:, None] & (rn < N)[None, :]
+    if IDX64:
+        rm = rm.to(tl.int64)
+        rn = rn.to(tl.int64)
+    x = _operand(a, rm[:, None] * a0 + rn[None, :] * a1, mask, sa, MA, EA, CT)
+    y = _operand(b, rm[:, None] * b0 + rn[None, :] * b1, mask, sb, MB, EB, CT)
+    z = _operand(c, rm[:, None] * c0 + rn[None, :] * c1, mask, sc, MC, EC, CT)
+    r = _apply(OP, x, y, z, p0, p1, INTERP)
+    tl.store(out + (rm[:, None] * o0 + rn[None, :] * o1), _encode(r, EO, out.dtype.element_ty),
+             mask=mask)
+
+
+@triton.jit
+def _ew_kernel(out, a, b, c, sa, sb, sc, p0, p1, N,
+               d0, d1, d2, d3, d4, d5,
+               o0, o1, o2, o3, o4, o5,
+               a0, a1, a2, a3, a4, a5,
+               b0, b1, b2, b3, b4, b5,
+               c0, c1, c2, c3, c4, c5,
+               OP: tl.constexpr, NDIM: tl.constexpr, CT: tl.constexpr,
+               MA: tl.constexpr, MB: tl.constexpr, MC: tl.constexpr,
+               EA: tl.constexpr, EB: tl.constexpr, EC: tl.constexpr, EO: tl.constexpr,
+               F64S: tl.constexpr, IDX64: tl.constexpr, INTERP: tl.constexpr,
+               BLOCK: tl.constexpr):
+    """out[i] = OP(a[i], b[i], c[i]) over N elements of any strides (0 where broadcast).
+
+    NDIM >= 1 dims remain after collapsing: sizes d(6-NDIM)..d5 (d5 innermost) and
+    per-operand strides, in elements.
+    """
+    if F64S:     # float64 scalars arrive as their int64 bit patterns
+        sa = _bits_f64(sa)
+        sb = _bits_f64(sb)
+        sc = _bits_f64(sc)
+        p0 = _bits_f64(p0)
+        p1 = _bits_f64(p1)
+    pid = tl.program_id(0)
+    if IDX64:
+        offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    else:
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < N
+    rem = offs
+    oo = offs * 0
+    ao = oo
+    bo = oo
+    co = oo
+    rem, oo, ao, bo, co = _dim(rem, d5, o5, a5, b5, c5, oo, ao, bo, co, NDIM == 1)
+    if NDIM >= 2:
+        rem, oo, ao, bo, co = _dim(rem, d4, o4, a4, b4, c4, oo, ao, bo, co, NDIM == 2)
+    if NDIM >= 3:
+        rem, oo, ao, bo, co = _dim(rem, d3, o3, a3, b3, c3, oo, ao, bo, co, NDIM == 3)
+    if NDIM >= 4:
+        rem, oo, ao, bo, co = _dim(rem, d2, o2, a2, b2, c2, oo, ao, bo, co, NDIM == 4)
+    if NDIM >= 5:
+        rem, oo, ao, bo, co = _dim(rem, d1, o1, a1, b1, c1, oo, ao, bo, co, NDIM == 5)
+    if NDIM >= 6:
+        rem, oo, ao, bo, co = _dim(rem, d0, o0, a0, b0, c0, oo, ao, bo, co, True)
+    x = _operand(a, ao, mask, sa, MA, EA, CT)
+    y = _operand(b, bo, mask, sb, MB, EB, CT)
+    z = _operand(c, co, mask, sc, MC, EC, CT)
+    r = _apply(OP, x, y, z, p0, p1, INTERP)
+    tl.store(out + oo, _encode(r, EO, out.dtype.element_ty), mask=mask)
+
+
+# ----------------------------------------------------------------------------- launch plan
+
+FLAT_BLOCK, FLAT_WARPS = 4096, 8        # contiguous: 16 elements per thread, wide vector access
+STRIDED_BLOCK, STRIDED_WARPS = 1024, 4  # 1 or 3+ dims after collapsing: index math per element
+TILE_M, TILE_N, TILE_WARPS = 64, 64, 4  # 2 dims after collapsing: 2-D tiles
+MAX_DIMS = 6
+IDX64_LIMIT = 2**31                     # int64 offsets from here (tests lower it to run that path)
+
+# bf16, fp8 and bool move as raw integers of the same width (decoded in _decode/_encode)
+_RAW = {"bfloat16": (_dt.int16, "bf"), "float8_e4m3fn": (_dt.uint8, "e4"),
+        "float8_e5m2": (_dt.uint8, "e5"), "bool": (_dt.uint8, "b")}
+_CT = {"float64": tl.float64, "float32": tl.float32, "int64": tl.int64, "int32": tl.int32,
+       "int16": tl.int16, "int8": tl.int8, "uint8": tl.uint8, "bool": tl.uint8}
+
+
+def _raw(t: Tensor):
+    """(a same-width integer view for bf16/fp8/bool tensors, its codec name)."""
+    r = _RAW.get(t.dtype.name)
+    if r is None:
+        return t, "n"
+    return Tensor._make(t._storage, t.shape, t.stride(), t._offset, r[0]), r[1]
+
+
+def compute_type(dtype):
+    """The type an op computes in for a common dtype: float32 for every float below float64."""
+    if dtype.kind == "f":
+        return tl.float64 if dtype.itemsize == 8 else tl.float32
+    return _CT[dtype.name]
+
+
+def collapse(shape, strides_list):
+    """Drop size-1 dims and merge neighbours contiguous in every operand.
+
+    Returns (sizes, [strides per operand]) with the innermost dim last.
+    """
+    dims = [i for i, n in enumerate(shape) if n != 1]
+    sizes = [shape[i] for i in dims]
+    strides = [[s[i] for i in dims] for s in strides_list]
+    if not sizes:
+        return [1], [[0] for _ in strides_list]
+    out_sizes, out_strides = [sizes[-1]], [[s[-1]] for s in strides]
+    for j in range(len(sizes) - 2, -1, -1):
+        inner_n = out_sizes[0]
+        if all(s[j] == st[0] * inner_n for s, st in zip(strides, out_strides)):
+            out_sizes[0] *= sizes[j]
+        else:
+            out_sizes.insert(0, sizes[j])
+            for s, st in zip(strides, out_strides):
+                st.insert(0, s[j])
+    return out_sizes, out_strides
+
+
+def _extent(sizes, strides):
+    return sum((n - 1) * abs(s) for n, s in zip(sizes, strides))
+
+
+def _is_interp(t):
+    return t.device.type == "interp"
+
+
+def _pow2(n):
+    return 1 << (n - 1).bit_length()
+
+
+def _cdiv(a, b):
+    return -(-a // b)     # (triton.cdiv is a jit function: slow to call from Python)
+
+
+def _f64_bits(v) -> int:
+    return int(np.array(float(v), np.float64).view(np.int64))
+
+
+def run(op, out, inputs, params=(0, 0), ct=None):
+    """Launch `op` writing `out`.
+
+    inputs: up to 3 operands, each a Tensor already broadcast to out's shape (any
+    strides, stride 0 allowed, same device) or a Python number; params: two op
+    parameters (alpha, slope, ...). ct: the compute type (default from out's dtype).
+    """
+    n = out.numel()
+    if n == 0:
+        return out
+    ct = ct if ct is not None else compute_type(out.dtype)
+    raw_out, eo = _raw(out)
+    ptrs, modes, encs, svals = [], [], [], []
+    for x in list(inputs) + [None] * (3 - len(inputs)):
+        if isinstance(x, Tensor):
+            rx, e = _raw(x)
+            ptrs.append(rx), encs.append(e), svals.append(0)
+            modes.append("1" if x.numel() == 1 and n > 1 else "t")
+        else:
+            ptrs.append(raw_out), encs.append("n")
+            modes.append("z" if x is None else "s")
+            svals.append(0 if x is None else x)
+    params = list(params)
+    f64 = ct == tl.float64
+    if f64:      # Python floats travel as float32 kernel arguments: send float64 bits instead
+        svals = [_f64_bits(v) for v in svals]
+        params = [_f64_bits(p) for p in params]
+    elif ct.is_floating():
+        svals = [float(v) for v in svals]
+        params = [float(p) for p in params]
+    else:
+        svals = [int(v) for v in svals]
+        params = [int(p) if not isinstance(p, float) else p for p in params]
+    tensor_ops = [raw_out] + [p for p, m in zip(ptrs, modes) if m == "t"]
+    # fast check first: a contiguous output and inputs in the output's layout are flat
+    ost = out._stride
+    flat = all(t._stride == ost for t in tensor_ops) and out.is_contiguous()
+    if not flat:
+        shape = tuple(out.shape)
+        sizes, strides = collapse(shape, [t.stride() for t in tensor_ops])
+        if len(sizes) > MAX_DIMS:
+            raise NotImplementedError(
+                f"element-wise {op}: {len(sizes)} dims remain after merging contiguous dims of "
+                f"shape {shape}; at most {MAX_DIMS} are supported (call .contiguous() first)")
+        flat = len(sizes) == 1 and all(s[0] == 1 for s in strides)
+    idx64 = n >= IDX64_LIMIT or (not flat and any(_extent(sizes, s) >= IDX64_LIMIT
+                                                  for s in strides))
+    consts = dict(OP=op, CT=ct, MA=modes[0], MB=modes[1], MC=modes[2], EA=encs[0], EB=encs[1],
+                  EC=encs[2], EO=eo, F64S=f64, IDX64=idx64, INTERP=_is_interp(out))
+    if flat:
+        launch(_ew_flat_kernel, (_cdiv(n, FLAT_BLOCK),), raw_out, *ptrs, *svals, *params, n,
+               BLOCK=FLAT_BLOCK, num_warps=FLAT_WARPS, **consts)
+        return out
+    if len(sizes) == 2:
+        # square tiles for big dims (transposes); a short outer dim gets wide, flat tiles
+        bm = min(TILE_M, _pow2(sizes[0]))
+        bn = max(TILE_M * TILE_N // bm if bm < TILE_M else TILE_N, 16)
+        bn = min(bn, max(16, _pow2(sizes[1])))
+        if _cdiv(sizes[1], bn) < 65536:
+            st = iter(strides)
+            per = [list(next(st))]
+            for m in modes:
+                per.append(list(next(st)) if m == "t" else [0, 0])
+            grid = (_cdiv(sizes[0], bm), _cdiv(sizes[1], bn))
+            launch(_ew_2d_kernel, grid, raw_out, *ptrs, *svals, *params, sizes[0], sizes[1],
+                   *per[0], *per[1], *per[2], *per[3], BM=bm, BN=bn,
+                   num_warps=TILE_WARPS, **consts)
+            return out
+    lead = [0] * (MAX_DIMS - len(sizes))
+    pad = [1] * len(lead) + list(sizes)
+    st = iter(strides)
+    per = [lead + list(next(st))]
+    for m in modes:
+        per.append(lead + list(next(st)) if m == "t" else [0] * MAX_DIMS)
+    launch(_ew_kernel, (_cdiv(n, STRIDED_BLOCK),), raw_out, *ptrs, *svals, *params, n,
+           *pad, *per[0], *per[1], *per[2], *per[3], NDIM=len(sizes), BLOCK=STRIDED_BLOCK,
+           num_warps=STRIDED_WARPS, **consts)
+    return out
+
+
+# ----------------------------------------------------------------------------- entries
+
+_SAME_WIDTH = {1: _dt.uint8, 2: _dt.int16, 4: _dt.int32, 8: _dt.int64}
+
+
+@register("copy_", "triton")
+def copy_(dst, src):
+    """dst[...] = src (src already expanded to dst's shape), casting by dtypes.py's rules."""
+    if dst.dtype is src.dtype:
+        # a bit copy: NaN payloads and every value survive unchanged
+        w = _SAME_WIDTH[dst.dtype.itemsize]
+        d = Tensor._make(dst._storage, dst.shape, dst.stride(), dst._offset, w)
+        s = Tensor._make(src._storage, src.shape, src.stride(), src._offset, w)
+        return run("copy", d, [s], ct=compute_type(w))
+    sd = src.dtype
+    if sd.kind == "f":
+        ct = tl.float64 if sd.itemsize == 8 else tl.float32
+    elif sd.kind == "b":
+        ct = tl.uint8
+    else:
+        ct = _CT[sd.name]
+    return run("copy", dst, [src], ct=ct)
+
+
+@register("fill_", "triton")
+def fill_(dst, value):
+    """Every element of dst = value, converted on the host by the cpu rules (bit-exact)."""
+    with np.errstate(all="ignore"):
+        bits = np.asarray(value).astype(dst.dtype.np).reshape(1)
+    w = _SAME_WIDTH[dst.dtype.itemsize]
+    ival = int(bits.view(w.np)[0])
+    d = Tensor._make(dst._storage, dst.shape, dst.stride(), dst._offset, w)
+    return run("copy", d, [ival], ct=compute_type(w))
+
+
+# every element-wise op of ops.elementwise, by its dispatch name (the kernel's OP)
+OPS = (
+    "copy", "neg", "abs", "sign", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p",
+    "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "floor",
+    "ceil", "round", "trunc", "isnan", "isinf", "isfinite", "logical_not", "bitwise_not",
+    "nan_to_num", "clamp", "clamp_min", "clamp_max", "relu", "gelu", "gelu_tanh", "silu", "mish",
+    "softplus", "elu", "leaky_relu", "hardsigmoid", "hardswish", "glu", "add", "add_alpha",
+    "sub", "sub_alpha", "mul", "div", "div_floor", "div_trunc", "remainder", "fmod", "pow",
+    "maximum", "minimum", "atan2", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
+    "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "lshift", "rshift",
+    "where", "lerp", "addcmul", "addcdiv",
+)
+
+
+def _make(op):
+    def entry(out, inputs, params, compute_dtype):
+        return run(op, out, inputs, params, compute_type(compute_dtype))
+    entry.__name__ = f"triton_{op}"
+    return entry
+
+
+for _op in OPS:
+    register(_op, "triton")(_make(_op))
