@@ -1,0 +1,341 @@
+"""Matrix products on the H200, side by side with torch (cuBLAS) in the same run.
+
+    PYTHONPATH=src python3 benchmarks/bench_matmul.py [--quick] [--sweep] [OUTDIR]
+
+Sections
+  big      bf16 / fp16 matmul at 4096^3 and 8192^3: TFLOP/s of nbx and torch, ratio
+           (goal >= 0.90 of torch).
+  model    linear layers of a 1B model (2048->2048, 2048->512, 2048->8192, 8192->2048,
+           2048->128256) at M in {1, 16, 128, 2048}, bf16, plus odd sizes.
+  gemv     decode GEMV (M = 1, bf16) at in 576..8192 x out 576..128256: achieved GB/s
+           (weight + x + out bytes / time) vs a device-to-device copy measured in the same
+           run (goal >= 0.80 of copy) and vs torch.
+  sweep    (--sweep) a few tile configs at 4096^3 / 8192^3 bf16, to re-tune the rule in
+           kernels/matmul.py `matmul_config`, and GEMV configs (kernels/gemv.py); for
+           GEMV rows the table's "TF/s" column is TB/s and "ratio" is the fraction of copy.
+
+Timing: CUDA events (torch.cuda.Event on the legacy default stream, which nbxtensor also
+launches on). Kernel time, not Python time: a torch.cuda._sleep spin kernel is queued
+first so the CPU can queue all iterations while the GPU is busy, then
+[start event, N calls, end event]; median over repeats. Memory-bound cases flush L2
+(a 256 MB write) before each timed batch and use fresh buffers in rotation where the
+weight is smaller than L2. Each nbx result is compared with torch's (max relative error).
+JSON to OUTDIR/matmul.json (default: $OUT, else the current directory); the table last.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+
+import torch  # noqa: E402  (the reference only)
+
+import nbxtensor as nbx  # noqa: E402
+
+QUICK = "--quick" in sys.argv
+SWEEP = "--sweep" in sys.argv
+ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
+OUTDIR = ARGS[0] if ARGS else os.environ.get("OUT", ".")
+DEV = "cuda"
+TORCH_DT = {nbx.bfloat16: torch.bfloat16, nbx.float16: torch.float16, nbx.float32: torch.float32}
+
+
+def to_nbx(t: torch.Tensor):
+    """A torch cuda tensor -> an nbx cuda tensor with the same values (through the host)."""
+    t = t.contiguous().cpu()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+        a = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    else:
+        a = t.numpy()
+    return nbx.tensor(a, device=DEV)
+
+
+def to_np(x) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.float().cpu().numpy().astype(np.float64)
+    return x.numpy().astype(np.float64)
+
+
+_flush_buf = None
+
+
+def flush_l2():
+    global _flush_buf
+    if _flush_buf is None:
+        _flush_buf = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+    _flush_buf.zero_()
+
+
+def time_gpu(fn, n_inner, repeats=5, flush=False, warmup=2):
+    """Median seconds per call of fn() measured as kernel time (see module doc)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    # calibrate how long the CPU needs to queue n_inner calls, to size the spin kernel
+    t0 = time.perf_counter()
+    for _ in range(n_inner):
+        fn()
+    cpu_s = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        if flush:
+            flush_l2()
+        torch.cuda._sleep(int(min(cpu_s * 1.5 + 1e-4, 0.5) * 2.0e9))   # ~2 GHz cycles
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(n_inner):
+            fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / 1e3 / n_inner)
+    return statistics.median(times)
+
+
+def rel_err(got, ref):
+    g, r = to_np(got), to_np(ref)
+    return float(np.max(np.abs(g - r)) / max(np.max(np.abs(r)), 1e-30))
+
+
+ROWS: list[dict] = []
+
+
+def record(**row):
+    ROWS.append(row)
+    print("  " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in row.items()), flush=True)
+
+
+# ------------------------------------------------------------------ sections
+def bench_big():
+    sizes = [4096] if QUICK else [4096, 8192]
+    for dt in (nbx.bfloat16, nbx.float16):
+        for n in sizes:
+            tdt = TORCH_DT[dt]
+            ta = torch.randn(n, n, device="cuda", dtype=tdt)
+            tb = torch.randn(n, n, device="cuda", dtype=tdt)
+            a, b = to_nbx(ta), to_nbx(tb)
+            out = nbx.empty((n, n), dtype=dt, device=DEV)
+            tout = torch.empty(n, n, device="cuda", dtype=tdt)
+            inner = 5 if n == 4096 else 3
+            t_nbx = time_gpu(lambda: nbx.matmul(a, b, out=out), inner)
+            t_tor = time_gpu(lambda: torch.matmul(ta, tb, out=tout), inner)
+            fl = 2.0 * n ** 3
+            record(section="big", dtype=dt.name, M=n, N=n, K=n,
+                   nbx_tflops=fl / t_nbx / 1e12, torch_tflops=fl / t_tor / 1e12,
+                   ratio=t_tor / t_nbx, err=rel_err(out, tout))
+            del ta, tb, a, b, out, tout
+
+
+LINEARS = [(2048, 2048), (2048, 512), (2048, 8192), (8192, 2048), (2048, 128256)]
+
+
+def bench_model():
+    Ms = [1, 16, 128] if QUICK else [1, 16, 128, 2048]
+    lins = LINEARS[:3] + LINEARS[4:] if QUICK else LINEARS
+    dt = nbx.bfloat16
+    for K, N in lins:
+        tw = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
+        w = to_nbx(tw)
+        for M in Ms:
+            tx = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+            x = to_nbx(tx)
+            out = nbx.empty((M, N), dtype=dt, device=DEV)
+            inner = 20 if M * N * K < 2 ** 33 else 5
+            flush = M <= 16
+            t_nbx = time_gpu(lambda: nbx.linear(x, w, out=out), inner, flush=flush)
+            t_tor = time_gpu(lambda: torch.nn.functional.linear(tx, tw), inner, flush=flush)
+            fl = 2.0 * M * N * K
+            byts = 2.0 * (N * K + M * K + M * N)
+            record(section="model", dtype=dt.name, M=M, N=N, K=K,
+                   nbx_tflops=fl / t_nbx / 1e12, torch_tflops=fl / t_tor / 1e12,
+                   nbx_gbs=byts / t_nbx / 1e9, ratio=t_tor / t_nbx, nbx_us=t_nbx * 1e6,
+                   torch_us=t_tor * 1e6, err=rel_err(out, torch.nn.functional.linear(tx, tw)))
+    # odd sizes: nothing a multiple of the tiles (and of 8: no vector hints)
+    odd = [(1000, 1000, 1000), (4097, 4095, 4093)] if not QUICK else [(1000, 1000, 1000)]
+    for M, N, K in odd:
+        ta = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        tb = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+        a, b = to_nbx(ta), to_nbx(tb)
+        t_nbx = time_gpu(lambda: nbx.matmul(a, b), 5)
+        t_tor = time_gpu(lambda: torch.matmul(ta, tb), 5)
+        fl = 2.0 * M * N * K
+        record(section="odd", dtype="bfloat16", M=M, N=N, K=K, nbx_tflops=fl / t_nbx / 1e12,
+               torch_tflops=fl / t_tor / 1e12, ratio=t_tor / t_nbx,
+               err=rel_err(nbx.matmul(a, b), torch.matmul(ta, tb)))
+
+
+def copy_bandwidth():
+    n = 1 << 30   # 1 GiB
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    t = time_gpu(lambda: dst.copy_(src), 5)
+    bw = 2.0 * n / t / 1e9
+    record(section="copy", bytes=n, gbs=bw)
+    del src, dst
+    return bw
+
+
+GEMVS = [(576, 576), (576, 1536), (2048, 2048), (2048, 512), (2048, 8192), (8192, 2048),
+         (4096, 14336), (14336, 4096), (2048, 128256), (4096, 128256), (8192, 28672)]
+
+
+def bench_gemv(copy_bw):
+    shapes = [(2048, 2048), (4096, 14336), (2048, 128256)] if QUICK else GEMVS
+    for K, N in shapes:
+        wbytes = 2 * N * K
+        # small weights fit in L2 (50 MB): rotate through enough copies to defeat it
+        n_copies = max(1, min(256, -(-(128 << 20) // wbytes)))
+        tws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
+               for _ in range(n_copies)]
+        ws = [to_nbx(t) for t in tws]
+        tx = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
+        x = to_nbx(tx)
+        out = nbx.empty((1, N), dtype=nbx.bfloat16, device=DEV)
+        it = {"i": 0}
+
+        def run_nbx():
+            it["i"] = (it["i"] + 1) % n_copies
+            nbx.linear(x, ws[it["i"]], out=out)
+
+        def run_torch():
+            it["i"] = (it["i"] + 1) % n_copies
+            torch.nn.functional.linear(tx, tws[it["i"]])
+
+        inner = max(n_copies, 5)
+        t_nbx = time_gpu(run_nbx, inner, flush=True)
+        t_tor = time_gpu(run_torch, inner, flush=True)
+        byts = wbytes + 2 * K + 2 * N
+        nbx.linear(x, ws[0], out=out)
+        record(section="gemv", dtype="bfloat16", M=1, N=N, K=K, nbx_gbs=byts / t_nbx / 1e9,
+               torch_gbs=byts / t_tor / 1e9, frac_copy=byts / t_nbx / 1e9 / copy_bw,
+               ratio=t_tor / t_nbx, nbx_us=t_nbx * 1e6, torch_us=t_tor * 1e6,
+               err=rel_err(out, torch.nn.functional.linear(tx, tws[0])))
+        del tws, ws
+
+
+def bench_sweep():
+    from nbxtensor.kernels.matmul import config_override
+    configs = [dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
+               dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=4),
+               dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3),
+               dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4),
+               dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, GROUP_M=16),
+               dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3,
+                    PERSISTENT=True),
+               dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3,
+                    PERSISTENT=True, FLATTEN=True),
+               dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=4,
+                    PERSISTENT=True, FLATTEN=True),
+               dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4,
+                    PERSISTENT=True, FLATTEN=True, NUM_PROGS=264)]
+    for n in (4096, 8192):
+        ta = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        tb = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        a, b = to_nbx(ta), to_nbx(tb)
+        out = nbx.empty((n, n), dtype=nbx.bfloat16, device=DEV)
+        t_tor = time_gpu(lambda: torch.matmul(ta, tb), 3)
+        for cfg in configs:
+            try:
+                with config_override(**cfg):
+                    t = time_gpu(lambda: nbx.matmul(a, b, out=out), 3)
+                record(section="sweep", M=n, cfg=" ".join(f"{k}={v}" for k, v in cfg.items()),
+                       nbx_tflops=2.0 * n ** 3 / t / 1e12, ratio=t_tor / t)
+            except Exception as e:  # a config that does not fit is a finding, not a crash
+                record(section="sweep", M=n, cfg=str(cfg), error=f"{type(e).__name__}: {e}"[:200])
+
+
+def bench_gemv_sweep(copy_bw):
+    """A few GEMV configs at two decode shapes (kernels/gemv.py `_OVERRIDE`)."""
+    import nbxtensor.kernels.gemv as kg
+    configs = [dict(), dict(BLOCK_N=16), dict(BLOCK_N=64), dict(BLOCK_K=128),
+               dict(num_warps=8), dict(BLOCK_N=64, num_warps=8), dict(TARGET=8 * 132),
+               dict(TARGET=2 * 132)]
+    for K, N in [(2048, 2048), (4096, 14336), (2048, 128256)]:
+        n_copies = max(1, min(256, -(-(128 << 20) // (2 * N * K))))
+        ws = [to_nbx(torch.randn(N, K, device="cuda", dtype=torch.bfloat16))
+              for _ in range(n_copies)]
+        x = to_nbx(torch.randn(1, K, device="cuda", dtype=torch.bfloat16))
+        out = nbx.empty((1, N), dtype=nbx.bfloat16, device=DEV)
+        it = {"i": 0}
+
+        def run():
+            it["i"] = (it["i"] + 1) % n_copies
+            nbx.linear(x, ws[it["i"]], out=out)
+        for cfg in configs:
+            old = kg._OVERRIDE
+            kg._OVERRIDE = cfg or None
+            try:
+                t = time_gpu(run, max(n_copies, 5), flush=True)
+                gbs = (2 * N * K) / t / 1e9
+                record(section="sweep", M=1, cfg=f"gemv K={K} N={N} {cfg}", nbx_tflops=gbs / 1e3,
+                       ratio=gbs / copy_bw)
+            except Exception as e:
+                record(section="sweep", M=1, cfg=f"gemv {cfg}", error=f"{type(e).__name__}: {e}"[:200])
+            finally:
+                kg._OVERRIDE = old
+        del ws
+
+
+def main():
+    t0 = time.time()
+    print(f"torch {torch.__version__}  device {torch.cuda.get_device_name()}  quick={QUICK}",
+          flush=True)
+    failures = []
+    sections = [("big", bench_big), ("model", bench_model)]
+    for name, fn in sections:
+        try:
+            fn()
+        except Exception:
+            failures.append(name)
+            traceback.print_exc()
+    try:
+        bw = copy_bandwidth()
+        bench_gemv(bw)
+    except Exception:
+        failures.append("gemv")
+        traceback.print_exc()
+    if SWEEP:
+        try:
+            bench_gemv_sweep(bw)
+            bench_sweep()
+        except Exception:
+            failures.append("sweep")
+            traceback.print_exc()
+    os.makedirs(OUTDIR, exist_ok=True)
+    with open(os.path.join(OUTDIR, "matmul.json"), "w") as f:
+        json.dump({"quick": QUICK, "rows": ROWS, "failures": failures,
+                   "seconds": time.time() - t0}, f, indent=1)
+    # the table, last
+    print("\n== matmul (nbx vs torch; ratio = torch_time / nbx_time, > 1 means nbx faster)")
+    print(f"{'section':7} {'dtype':9} {'M':>6} {'N':>7} {'K':>6} {'nbx':>10} {'torch':>10} "
+          f"{'ratio':>6} {'%copy':>6} {'err':>8}")
+    for r in ROWS:
+        if r["section"] in ("big", "model", "odd"):
+            print(f"{r['section']:7} {r['dtype']:9} {r['M']:>6} {r['N']:>7} {r['K']:>6} "
+                  f"{r['nbx_tflops']:>7.1f}TF/s {r['torch_tflops']:>6.1f}TF/s {r['ratio']:>6.2f} "
+                  f"{'':>6} {r['err']:>8.1e}")
+        elif r["section"] == "gemv":
+            print(f"{'gemv':7} {r['dtype']:9} {r['M']:>6} {r['N']:>7} {r['K']:>6} "
+                  f"{r['nbx_gbs']:>7.0f}GB/s {r['torch_gbs']:>6.0f}GB/s {r['ratio']:>6.2f} "
+                  f"{100 * r['frac_copy']:>5.0f}% {r['err']:>8.1e}")
+        elif r["section"] == "copy":
+            print(f"{'copy':7} {'':9} {'':>6} {'':>7} {'':>6} {r['gbs']:>7.0f}GB/s")
+        elif r["section"] == "sweep" and "error" not in r:
+            print(f"{'sweep':7} {r['M']:>6} {r['cfg']}: {r['nbx_tflops']:.1f} TF/s ratio {r['ratio']:.2f}")
+    if failures:
+        print(f"FAILED sections: {failures}")
+    print(f"({time.time() - t0:.0f} s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

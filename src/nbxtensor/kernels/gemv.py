@@ -1,0 +1,195 @@
+"""GEMV for decode: out[M, N] = x[M, K] @ W^T with M <= 16 (W stored [N, K], as linear's).
+
+Memory-bound: the whole weight is streamed once, so the kernel is built to keep every SM
+loading. Each program owns BLOCK_N weight rows and one K-slice of length K_SPLIT
+(split-K); the grid has about 4 waves of programs over the 132 SMs whatever N is.
+  * M == 1: the [BLOCK_N, BLOCK_K] weight tile is multiplied by the x chunk and
+    accumulated element-wise in fp32 (no reduction inside the loop); one row-sum at the end.
+  * 2 <= M <= 16: x is padded to 16 rows and the tile goes through tl.dot.
+Loads along K are unit-stride (constexpr) when W and x are K-contiguous, so they
+vectorise to 16-byte loads.
+With one K-slice the epilogue (bias, activation, residual) is fused into the store;
+with several, each slice writes fp32 partials to a workspace [SPLIT, M, N] and a small
+second kernel sums them in a fixed order (deterministic) and applies the epilogue.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .. import autotune as _autotune   # autotune seam (autotune engineer): pick() below
+from .matmul import _apply_epilogue
+
+
+@triton.jit
+def _gemv_kernel(x_ptr, w_ptr, o_ptr, bias_ptr, r_ptr,
+                 M, N, K, K_SPLIT,
+                 s_xm, s_xk, s_wn, s_wk, s_om, s_on, s_rm, s_rn, s_bias, alpha, beta,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 K1: tl.constexpr, EVEN_K: tl.constexpr, PARTIAL: tl.constexpr,
+                 HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
+                 ACT: tl.constexpr, PRECISION: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    k_lo = pid_k * K_SPLIT
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_wn = tl.where(offs_n < N, offs_n, 0).to(tl.int64)   # tail rows re-read row 0
+    offs_k = tl.arange(0, BLOCK_K)
+    if K1:
+        w_ptrs = w_ptr + offs_wn[:, None] * s_wn + (k_lo + offs_k)[None, :]
+    else:
+        w_ptrs = w_ptr + offs_wn[:, None] * s_wn + (k_lo + offs_k)[None, :] * s_wk
+    offs_m = tl.arange(0, BLOCK_M)
+    if BLOCK_M == 1:
+        if K1:
+            x_ptrs = x_ptr + k_lo + offs_k
+        else:
+            x_ptrs = x_ptr + (k_lo + offs_k) * s_xk
+        acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        for kk in range(0, K_SPLIT, BLOCK_K):
+            k = k_lo + kk
+            if EVEN_K:
+                w = tl.load(w_ptrs)
+                xv = tl.load(x_ptrs)
+            else:
+                kmask = offs_k < K - k
+                w = tl.load(w_ptrs, mask=kmask[None, :], other=0.0)
+                xv = tl.load(x_ptrs, mask=kmask, other=0.0)
+            acc2 += w.to(tl.float32) * xv.to(tl.float32)[None, :]
+            if K1:
+                w_ptrs += BLOCK_K
+                x_ptrs += BLOCK_K
+            else:
+                w_ptrs += BLOCK_K * s_wk
+                x_ptrs += BLOCK_K * s_xk
+        acc = tl.sum(acc2, axis=1)[None, :]
+    else:
+        offs_xm = tl.where(offs_m < M, offs_m, 0).to(tl.int64)
+        if K1:
+            x_ptrs = x_ptr + offs_xm[:, None] * s_xm + (k_lo + offs_k)[None, :]
+        else:
+            x_ptrs = x_ptr + offs_xm[:, None] * s_xm + (k_lo + offs_k)[None, :] * s_xk
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kk in range(0, K_SPLIT, BLOCK_K):
+            k = k_lo + kk
+            if EVEN_K:
+                w = tl.load(w_ptrs)
+                xv = tl.load(x_ptrs)
+            else:
+                kmask = offs_k < K - k
+                w = tl.load(w_ptrs, mask=kmask[None, :], other=0.0)
+                xv = tl.load(x_ptrs, mask=kmask[None, :], other=0.0)
+            acc = tl.dot(xv, tl.trans(w), acc, input_precision=PRECISION)
+            if K1:
+                w_ptrs += BLOCK_K
+                x_ptrs += BLOCK_K
+            else:
+                w_ptrs += BLOCK_K * s_wk
+                x_ptrs += BLOCK_K * s_xk
+    omask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if PARTIAL:   # fp32 partial sums into workspace[pid_k]; contiguous [SPLIT, M, N]
+        o_ptrs = o_ptr + pid_k.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(o_ptrs, acc, mask=omask)
+    else:
+        acc = _apply_epilogue(acc, offs_m, offs_n, M, N, bias_ptr, s_bias, r_ptr, s_rm, s_rn,
+                              alpha, beta, HAS_ALPHA, HAS_BIAS, HAS_RES, ACT)
+        o_ptrs = o_ptr + offs_m[:, None].to(tl.int64) * s_om + offs_n[None, :] * s_on
+        tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=omask)
+
+
+@triton.jit
+def _splitk_reduce_kernel(ws_ptr, o_ptr, bias_ptr, r_ptr, M, N, SPLIT,
+                          s_om, s_on, s_rm, s_rn, s_bias, alpha, beta,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
+                          ACT: tl.constexpr):
+    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    ptrs = ws_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for s in range(0, SPLIT):   # fixed order: the result does not depend on scheduling
+        acc += tl.load(ptrs, mask=mask, other=0.0)
+        ptrs += M * N
+    acc = _apply_epilogue(acc, offs_m, offs_n, M, N, bias_ptr, s_bias, r_ptr, s_rm, s_rn,
+                          alpha, beta, HAS_ALPHA, HAS_BIAS, HAS_RES, ACT)
+    tl.store(o_ptr + offs_m[:, None].to(tl.int64) * s_om + offs_n[None, :] * s_on,
+             acc.to(o_ptr.dtype.element_ty), mask=mask)
+
+
+# ------------------------------------------------------------------ launch configuration
+#
+# Rule: BLOCK_K = 256 for 16-bit weights (512 contiguous bytes per row per step), 128 for
+# fp32; BLOCK_N = 32 rows for M == 1 (a 32 x 256 tile = 64 fp32 accumulators a thread at
+# 4 warps) and 64 for the tl.dot path. The K split is chosen so that the grid has about
+# TARGET_PROGRAMS programs (4 waves of 132 SMs) and never more slices than K blocks.
+TARGET_PROGRAMS = 4 * 132
+_OVERRIDE: dict | None = None
+
+
+def gemv_config(M, N, K, dtype, device=None) -> dict:
+    bk = 256 if dtype.itemsize == 2 else 128
+    bk = min(bk, max(16, triton.next_power_of_2(K)))
+    cfg = dict(BLOCK_M=1 if M == 1 else 16, BLOCK_N=32 if M == 1 else 64, BLOCK_K=bk,
+               num_warps=4, num_stages=4, TARGET=TARGET_PROGRAMS)
+    if _OVERRIDE:   # for sweeps: any of the keys above (K_SPLIT is always derived)
+        cfg.update(_OVERRIDE)
+    elif device is not None:
+        # autotune seam: a screened config from the user cache / shipped table, else the rule
+        cfg = _autotune.pick("gemv", (M, N, K), cfg, dtype=dtype.name, device=device)
+    bk = cfg["BLOCK_K"]
+    n_blocks = triton.cdiv(N, cfg["BLOCK_N"])
+    k_blocks = triton.cdiv(K, bk)
+    split = max(1, min(k_blocks, triton.cdiv(cfg["TARGET"], n_blocks)))
+    cfg["K_SPLIT"] = triton.cdiv(k_blocks, split) * bk
+    return cfg
+
+
+def gemv(out, a, b, *, bias, residual, alpha, beta, act, precision):
+    """a: (1,1,M,K) view of x; b: (1,1,K,N) view (W^T for linear); out: (1,1,M,N)."""
+    from .. import dtypes as _dt
+    from ..backends.launch import launch
+    from ..tensor import Tensor
+    M, K = a.shape[2:]
+    N = b.shape[3]
+    x, w = a[0, 0], b[0, 0].t()          # x [M, K], w [N, K]
+    o = out[0, 0]
+    r = residual[0, 0] if residual is not None else None
+    cfg = gemv_config(M, N, K, a.dtype, a.device)
+    bk, ks = cfg["BLOCK_K"], cfg["K_SPLIT"]
+    split = triton.cdiv(K, ks) if K else 1
+    k1 = w.stride(1) == 1 and x.stride(1) == 1
+    rs = r.stride() if r is not None else (0, 0)
+    flags = dict(HAS_ALPHA=alpha != 1, HAS_BIAS=bias is not None, HAS_RES=r is not None, ACT=act)
+    bias_arg = bias if bias is not None else o
+    s_bias = bias.stride(0) if bias is not None else 0
+    grid = (triton.cdiv(N, cfg["BLOCK_N"]), split)
+    prec = precision if a.dtype is _dt.float32 else "ieee"
+    common = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=bk, K1=k1,
+                  EVEN_K=K % ks == 0, PRECISION=prec, num_warps=cfg["num_warps"],
+                  num_stages=cfg["num_stages"])
+    if split == 1:
+        launch(_gemv_kernel, grid, x, w, o, bias_arg, r if r is not None else o, M, N, K, max(ks, bk),
+               *x.stride(), *w.stride(), *o.stride(), *rs, s_bias, float(alpha), float(beta),
+               PARTIAL=False, **flags, **common)
+        return out
+    ws = Tensor._empty((split, M, N), _dt.float32, out.device)
+    launch(_gemv_kernel, grid, x, w, ws, ws, ws, M, N, K, ks,
+           *x.stride(), *w.stride(), 0, 0, 0, 0, 0, 1.0, 1.0,
+           PARTIAL=True, HAS_ALPHA=False, HAS_BIAS=False, HAS_RES=False, ACT=0, **common)
+    splitk_reduce(ws, o, bias, r, alpha, beta, act)
+    return out
+
+
+def splitk_reduce(ws, o, bias, r, alpha, beta, act):
+    """o[M, N] = epilogue(sum_s ws[s]) with ws a contiguous fp32 [SPLIT, M, N] (fixed order)."""
+    from ..backends.launch import launch
+    split, M, N = ws.shape
+    bm = min(triton.next_power_of_2(M), 16)
+    bn = 128
+    launch(_splitk_reduce_kernel, (triton.cdiv(N, bn), triton.cdiv(M, bm)), ws, o,
+           bias if bias is not None else o, r if r is not None else o, M, N, split,
+           *o.stride(), *(r.stride() if r is not None else (0, 0)),
+           bias.stride(0) if bias is not None else 0, float(alpha), float(beta),
+           BLOCK_M=bm, BLOCK_N=bn, HAS_ALPHA=alpha != 1, HAS_BIAS=bias is not None,
+           HAS_RES=r is not None, ACT=act, num_warps=4)

@@ -1,0 +1,115 @@
+"""softmax / log_softmax over one dim, on cuda/interp.
+
+The op layer describes the problem as rows: row r = (i0, i1) with i0 = r // R1,
+i1 = r % R1 (the dims before and after `dim`, each merged to one where strides allow),
+and the reduced dim of length N with stride s_n. Softmax over the last dim of a
+contiguous tensor is R1 = 1, s_n = 1 (unit stride, so the loads vectorise).
+
+Rows of up to MAX_SINGLE elements live in registers: one read, one write, BLOCK_R rows
+per program. Longer rows (a 128k vocabulary) take the online path: one pass for the
+running max and sum, one pass to write -- two reads, one write.
+
+A row that is all -inf gives NaN, as torch (exp(-inf - -inf) is NaN).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ..dispatch import register
+
+
+@triton.jit
+def _softmax_kernel(x_ptr, o_ptr, R, R1, N, s_x0, s_x1, s_xn, s_o0, s_o1, s_on,
+                    BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr,
+                    LOG: tl.constexpr, F64: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
+    rmask = rows < R
+    rows = tl.where(rmask, rows, 0)
+    i0 = (rows // R1).to(tl.int64)
+    i1 = (rows % R1).to(tl.int64)
+    xrow = x_ptr + i0 * s_x0 + i1 * s_x1
+    orow = o_ptr + i0 * s_o0 + i1 * s_o1
+    cols = tl.arange(0, BLOCK_N)
+    if SINGLE:
+        mask = rmask[:, None] & (cols[None, :] < N)
+        x = tl.load(xrow[:, None] + cols[None, :] * s_xn, mask=mask, other=-float("inf"))
+        x = x.to(tl.float64) if F64 else x.to(tl.float32)
+        m = tl.max(x, axis=1)
+        e = tl.exp(x - m[:, None])
+        s = tl.sum(e, axis=1)
+        if LOG:
+            y = x - m[:, None] - tl.log(s)[:, None]
+        else:
+            y = e / s[:, None]
+        tl.store(orow[:, None] + cols[None, :] * s_on, y.to(o_ptr.dtype.element_ty), mask=mask)
+    else:
+        if F64:
+            m = tl.full((BLOCK_R,), -float("inf"), tl.float64)
+            s = tl.zeros((BLOCK_R,), tl.float64)
+        else:
+            m = tl.full((BLOCK_R,), -float("inf"), tl.float32)
+            s = tl.zeros((BLOCK_R,), tl.float32)
+        for start in range(0, N, BLOCK_N):
+            c = start + cols
+            mask = rmask[:, None] & (c[None, :] < N)
+            x = tl.load(xrow[:, None] + c[None, :] * s_xn, mask=mask, other=-float("inf"))
+            x = x.to(tl.float64) if F64 else x.to(tl.float32)
+            m_new = tl.maximum(m, tl.max(x, axis=1))
+            # while a row has seen only -inf, shift by 0 so exp() gives 0 instead of NaN
+            m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+            s = s * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe[:, None]), axis=1)
+            m = m_new
+        m_safe = tl.where(m == -float("inf"), 0.0, m)
+        if LOG:
+            shift = m_safe + tl.log(s)
+        else:
+            inv = 1.0 / s
+        for start in range(0, N, BLOCK_N):
+            c = start + cols
+            mask = rmask[:, None] & (c[None, :] < N)
+            x = tl.load(xrow[:, None] + c[None, :] * s_xn, mask=mask, other=-float("inf"))
+            x = x.to(tl.float64) if F64 else x.to(tl.float32)
+            if LOG:
+                y = x - shift[:, None]
+            else:
+                y = tl.exp(x - m_safe[:, None]) * inv[:, None]
+            tl.store(orow[:, None] + c[None, :] * s_on, y.to(o_ptr.dtype.element_ty), mask=mask)
+
+
+# ------------------------------------------------------------------ launch configuration
+# Rule: a row of N <= MAX_SINGLE elements is held whole (BLOCK_N = next_pow2(N)); enough
+# rows share a program to make a tile of >= 2048 elements; warps grow with the tile
+# (tile / 256, between 1 and 16). Longer rows: BLOCK_N = 4096, one row a program, 8 warps.
+MAX_SINGLE = 16384
+
+
+def row_config(N, max_single=MAX_SINGLE):
+    if N <= max_single:
+        bn = max(triton.next_power_of_2(N), 1)
+        br = max(1, min(64, 2048 // bn))
+        tile = bn * br
+        return dict(BLOCK_R=br, BLOCK_N=bn, SINGLE=True,
+                    num_warps=max(1, min(16, tile // 256)))
+    return dict(BLOCK_R=1, BLOCK_N=4096, SINGLE=False, num_warps=8)
+
+
+_OVERRIDE: dict | None = None
+
+
+@register("softmax", "triton")
+def softmax(out, x, rows, *, dim, log=False):
+    """rows = (R, R1, N, (s_x0, s_x1, s_xn), (s_o0, s_o1, s_on)) from ops/nn.py."""
+    from .. import dtypes as _dt
+    from ..backends.launch import launch
+    R, R1, N, sx, so = rows
+    if R == 0 or N == 0:
+        return out
+    cfg = row_config(N)
+    if _OVERRIDE:
+        cfg.update(_OVERRIDE)
+    launch(_softmax_kernel, (triton.cdiv(R, cfg["BLOCK_R"]),), x, out, R, R1, N, *sx, *so,
+           BLOCK_R=cfg["BLOCK_R"], BLOCK_N=cfg["BLOCK_N"], SINGLE=cfg["SINGLE"], LOG=log,
+           F64=out.dtype is _dt.float64 or x.dtype is _dt.float64, num_warps=cfg["num_warps"])
+    return out

@@ -1,0 +1,418 @@
+"""Matrix products against float64 NumPy: every matmul broadcasting case, mm/bmm/mv/dot/outer,
+addmm/baddbmm (alpha, beta), linear and its fused epilogues, the GEMV path, tails of every
+tile, transposed and broadcast (stride-0) inputs, poisoned outputs, NaN/inf, fp32 policy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nbxtensor as nbx
+from helpers import rng
+
+@pytest.fixture(autouse=True)
+def poison_new_tensors(monkeypatch):
+    """Every float tensor the ops allocate (outputs, split-K workspaces) starts as NaN."""
+    from nbxtensor.tensor import Tensor
+    orig = Tensor._empty.__func__
+
+    def _empty(cls, shape, dtype, device):
+        t = orig(cls, shape, dtype, device)
+        if dtype.kind == "f" and t.numel():
+            t.untyped_storage().from_host(0, np.full(t.numel(), np.nan, dtype.np))
+        return t
+    monkeypatch.setattr(Tensor, "_empty", classmethod(_empty))
+
+
+# relative tolerance of a K-term fp32-accumulated product, scaled by |A| @ |B|
+MM_TOL = {nbx.float32: 1e-5, nbx.float16: 1e-2, nbx.bfloat16: 1e-2, nbx.float64: 1e-12}
+DTYPES = [nbx.float32, nbx.bfloat16, nbx.float16]
+
+
+def arr(shape, dtype, gen=None):
+    """Random values exactly representable in `dtype` (so the reference sees the same inputs)."""
+    gen = gen or rng()
+    return gen.standard_normal(shape).astype(dtype.np).astype(np.float64)
+
+
+def T(a, dtype, device):
+    return nbx.tensor(np.asarray(a).astype(dtype.np), device=device)
+
+
+def poison(shape, dtype, device):
+    return nbx.tensor(np.full(shape, np.nan, dtype=dtype.np), device=device)
+
+
+def check(out, ref, scale, dtype, tol=None):
+    """|out - ref| <= tol * scale elementwise, scale = |A| @ |B| (+ |epilogue terms|)."""
+    got = out.numpy().astype(np.float64) if isinstance(out, nbx.Tensor) else out
+    assert got.shape == np.shape(ref), f"shape {got.shape} != {np.shape(ref)}"
+    tol = MM_TOL[dtype] if tol is None else tol
+    err = np.abs(got - ref)
+    bound = tol * (np.abs(scale) + 1e-30) + 1e-30
+    bad = ~(err <= bound)
+    assert not bad.any(), (f"{bad.sum()} of {bad.size} elements off; worst err "
+                           f"{np.nanmax(err)}, at bound {bound[np.unravel_index(np.argmax(np.where(bad, err, -1)), err.shape)] if err.ndim else bound}")
+
+
+def ref_mm(a, b):
+    return np.matmul(a, b), np.matmul(np.abs(a), np.abs(b))
+
+
+# ------------------------------------------------------------------ matmul shapes
+MATMUL_CASES = [
+    ((7,), (7,)),                 # dot -> 0-dim
+    ((5, 7), (7,)),               # mv
+    ((7,), (7, 9)),               # vec @ mat
+    ((33, 17), (17, 19)),         # mm
+    ((3, 5, 7), (7,)),            # batched @ vec
+    ((7,), (2, 7, 4)),            # vec @ batched
+    ((3, 5, 7), (7, 6)),          # batched @ mat (folded into one mm)
+    ((2, 5, 7), (2, 7, 6)),       # bmm
+    ((2, 1, 5, 7), (3, 7, 6)),    # broadcast batch
+    ((1, 5, 7), (4, 3, 7, 6)),    # broadcast batch, other side
+    ((5, 7), (2, 3, 7, 4)),       # matrix @ batched
+]
+
+
+@pytest.mark.parametrize("sa,sb", MATMUL_CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_matmul_broadcasting(device, sa, sb, dtype):
+    g = rng()
+    a, b = arr(sa, dtype, g), arr(sb, dtype, g)
+    out = nbx.matmul(T(a, dtype, device), T(b, dtype, device))
+    ref, scale = ref_mm(a, b)
+    assert out.dtype is dtype and out.device == nbx.device(device)
+    check(out, ref, scale, dtype)
+    # the operator and the method agree
+    check(T(a, dtype, device) @ T(b, dtype, device), ref, scale, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_tiles_overhang_every_block(device, dtype):
+    """Small forced tiles: M, N overhang BLOCK_M/N by one, K is not a multiple of BLOCK_K."""
+    from nbxtensor.kernels.matmul import config_override  # noqa: F401 (triton present in CI)
+    g = rng()
+    M, N, K = 16 * 4 + 1, 16 * 5 + 1, 40
+    a, b = arr((M, K), dtype, g), arr((K, N), dtype, g)
+    ref, scale = ref_mm(a, b)
+    with config_override(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=3, num_warps=4,
+                         num_stages=2):
+        out = poison((M, N), dtype, device)
+        r = nbx.matmul(T(a, dtype, device), T(b, dtype, device), out=out)
+    assert r is out
+    check(out, ref, scale, dtype)
+
+
+@pytest.mark.parametrize("ta,tb", [(True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("dtype", [nbx.float32, nbx.bfloat16])
+def test_transposed_and_sliced_inputs(device, ta, tb, dtype):
+    """Transposed views and column slices go to the kernel as strides, without a copy."""
+    g = rng()
+    M, N, K = 37, 45, 29
+    a = arr((K, M) if ta else (M, K + 3), dtype, g)
+    b = arr((N, K) if tb else (K, N + 5), dtype, g)
+    A = T(a, dtype, device).t() if ta else T(a, dtype, device)[:, 2:K + 2]
+    B = T(b, dtype, device).t() if tb else T(b, dtype, device)[:, 1:N + 1]
+    an = a.T if ta else a[:, 2:K + 2]
+    bn = b.T if tb else b[:, 1:N + 1]
+    ref, scale = ref_mm(an, bn)
+    check(nbx.mm(A, B), ref, scale, dtype)
+
+
+def test_batched_broadcast_strided(device):
+    dtype = nbx.float32
+    g = rng()
+    a = arr((3, 5, 9), dtype, g)                     # take a permuted batch view
+    b = arr((9, 2, 6), dtype, g)
+    A = T(a, dtype, device).permute(0, 1, 2)[:, None]   # (3, 1, 5, 9)
+    B = T(b, dtype, device).permute(1, 0, 2)            # (2, 9, 6) non-contiguous batch
+    ref, scale = ref_mm(a[:, None], b.transpose(1, 0, 2))
+    check(nbx.matmul(A, B), ref, scale, dtype)
+    # an expanded (stride-0) operand
+    E = T(a[0], dtype, device).expand(4, 5, 9)
+    ref, scale = ref_mm(np.broadcast_to(a[0], (4, 5, 9)), b.transpose(1, 0, 2)[0])
+    check(nbx.matmul(E, B[0]), ref, scale, dtype)
+    # three batch dims whose strides cannot merge: the Python loop over the outermost
+    a5 = arr((2, 3, 4, 3, 5), dtype, g)
+    b5 = arr((3, 2, 4, 5, 2), dtype, g)
+    A5 = T(a5, dtype, device).permute(0, 2, 1, 3, 4)
+    B5 = T(b5, dtype, device).permute(1, 2, 0, 3, 4)
+    ref, scale = ref_mm(a5.transpose(0, 2, 1, 3, 4), b5.transpose(1, 2, 0, 3, 4))
+    check(nbx.matmul(A5, B5), ref, scale, dtype)
+
+
+def test_bmm_mm_mv_dot_outer_inner(device):
+    dtype = nbx.float32
+    g = rng()
+    a, b = arr((3, 4, 5), dtype, g), arr((3, 5, 6), dtype, g)
+    check(nbx.bmm(T(a, dtype, device), T(b, dtype, device)), *ref_mm(a, b), dtype)
+    m, v = arr((4, 5), dtype, g), arr((5,), dtype, g)
+    check(nbx.mv(T(m, dtype, device), T(v, dtype, device)), *ref_mm(m, v), dtype)
+    check(T(m, dtype, device).mv(T(v, dtype, device)), *ref_mm(m, v), dtype)
+    w = arr((5,), dtype, g)
+    d = nbx.dot(T(v, dtype, device), T(w, dtype, device))
+    assert d.shape == ()
+    check(d, *ref_mm(v, w), dtype)
+    x, y = arr((4,), dtype, g), arr((6,), dtype, g)
+    check(nbx.outer(T(x, dtype, device), T(y, dtype, device)), np.outer(x, y),
+          np.abs(np.outer(x, y)), dtype)
+    c = arr((3, 5), dtype, g)
+    check(nbx.inner(T(m, dtype, device), T(c, dtype, device)), *ref_mm(m, c.T), dtype)
+
+
+@pytest.mark.parametrize("beta,alpha", [(1, 1), (0.5, -2.0), (0, 1.5)])
+def test_addmm_baddbmm(device, beta, alpha):
+    dtype = nbx.float32
+    g = rng()
+    inp, m1, m2 = arr((1, 7), dtype, g), arr((6, 5), dtype, g), arr((5, 7), dtype, g)
+    if beta == 0:
+        inp[0, 3] = np.nan          # beta=0 ignores input: NaN must not propagate
+    ref = alpha * (m1 @ m2) + (beta * inp if beta else 0)
+    scale = abs(alpha) * (np.abs(m1) @ np.abs(m2)) + (abs(beta) * np.abs(np.nan_to_num(inp)) if beta else 0)
+    out = nbx.addmm(T(inp, dtype, device), T(m1, dtype, device), T(m2, dtype, device),
+                    beta=beta, alpha=alpha)
+    check(out, ref, scale, dtype)
+    bi, b1, b2 = arr((3, 6, 1), dtype, g), arr((3, 6, 5), dtype, g), arr((3, 5, 4), dtype, g)
+    ref = alpha * (b1 @ b2) + beta * bi
+    scale = abs(alpha) * (np.abs(b1) @ np.abs(b2)) + abs(beta) * np.abs(bi)
+    o = poison((3, 6, 4), dtype, device)
+    nbx.baddbmm(T(bi, dtype, device), T(b1, dtype, device), T(b2, dtype, device),
+                beta=beta, alpha=alpha, out=o)
+    check(o, ref, scale, dtype)
+
+
+def _act(x, act):
+    from math import erf
+    if act is None:
+        return x
+    if act == "gelu":
+        return 0.5 * x * (1 + np.vectorize(erf)(x / np.sqrt(2)))
+    if act == "gelu_tanh":
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    if act == "silu":
+        return x / (1 + np.exp(-x))
+    if act == "relu":
+        return np.maximum(x, 0)
+
+
+@pytest.mark.parametrize("M", [1, 3, 16, 17, 33])      # 1..16 take the GEMV kernel
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_linear_bias_3d(device, M, dtype):
+    g = rng()
+    K, N = 300, 70                                     # K: one full 256-block plus a tail
+    x, w, b = arr((1, M, K), dtype, g), arr((N, K), dtype, g), arr((N,), dtype, g)
+    ref = x @ w.T + b
+    scale = np.abs(x) @ np.abs(w.T) + np.abs(b)
+    out = nbx.nn.functional.linear(T(x, dtype, device), T(w, dtype, device), T(b, dtype, device))
+    assert out.shape == (1, M, N)
+    check(out, ref, scale, dtype)
+    out = nbx.linear(T(x, dtype, device)[0], T(w, dtype, device))   # no bias, 2-D
+    check(out, x[0] @ w.T, np.abs(x[0]) @ np.abs(w.T), dtype)
+
+
+@pytest.mark.parametrize("M", [1, 4, 20])
+@pytest.mark.parametrize("act", [None, "gelu", "gelu_tanh", "silu", "relu"])
+def test_fused_linear_epilogue(device, M, act):
+    dtype = nbx.float32
+    g = rng()
+    K, N = 45, 37
+    x, w, b, r = arr((M, K), dtype, g), arr((N, K), dtype, g), arr((N,), dtype, g), arr((M, N), dtype, g)
+    z = x @ w.T + b
+    ref = _act(z, act) + r
+    scale = np.abs(x) @ np.abs(w.T) + np.abs(b) + np.abs(r)
+    out = nbx.linear(T(x, dtype, device), T(w, dtype, device), T(b, dtype, device),
+                     activation=act, residual=T(r, dtype, device))
+    check(out, ref, scale, dtype, tol=1e-5 if act != "gelu_tanh" else 2e-5)
+
+
+@pytest.mark.parametrize("M,K", [(1, 600), (5, 600), (2, 40)])
+def test_gemv_split_k_and_poison(device, M, K):
+    """K split over several programs (deterministic two-pass reduce) and a single slice;
+    weight as a transposed view (stride along K != 1) too."""
+    dtype = nbx.bfloat16
+    g = rng()
+    N = 70
+    x, w, b, r = arr((M, K), dtype, g), arr((N, K), dtype, g), arr((N,), dtype, g), arr((M, N), dtype, g)
+    ref = _act(x @ w.T + b, "silu") + r
+    scale = np.abs(x) @ np.abs(w.T) + np.abs(b) + np.abs(r)
+    out = poison((M, N), dtype, device)
+    nbx.ops.linalg.fused_linear(T(x, dtype, device), T(w, dtype, device), T(b, dtype, device),
+                                activation="silu", residual=T(r, dtype, device), out=out)
+    check(out, ref, scale, dtype)
+    wt = T(w.T.copy(), dtype, device).t()             # [N, K] view with stride (1, N)
+    check(nbx.linear(T(x, dtype, device), wt), x @ w.T, np.abs(x) @ np.abs(w.T), dtype)
+
+
+def test_nan_inf_propagate(device):
+    dtype = nbx.float32
+    g = rng()
+    for M in (1, 12):                                 # GEMV and tiled kernels
+        a, b = arr((M, 20), dtype, g), arr((20, 9), dtype, g)
+        a[0, 3] = np.nan
+        a[-1, 5] = np.inf
+        out = nbx.matmul(T(a, dtype, device), T(b, dtype, device)).numpy()
+        assert np.isnan(out[0]).all()
+        with np.errstate(invalid="ignore"):
+            ref = a[-1] @ b
+        if M > 1:
+            np.testing.assert_array_equal(out[-1], ref)   # +-inf by the sign of b[5]
+        np.testing.assert_allclose(out[1:-1], a[1:-1] @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_empty_and_k0(device):
+    dtype = nbx.float32
+    z = nbx.matmul(T(np.ones((0, 4)), dtype, device), T(np.ones((4, 5)), dtype, device))
+    assert z.shape == (0, 5)
+    k0 = nbx.matmul(T(np.ones((3, 0)), dtype, device), T(np.ones((0, 5)), dtype, device))
+    np.testing.assert_array_equal(k0.numpy(), np.zeros((3, 5)))
+    b = arr((5,), dtype)
+    lin = nbx.linear(T(np.ones((2, 0)), dtype, device), T(np.ones((5, 0)), dtype, device),
+                     T(b, dtype, device))
+    np.testing.assert_allclose(lin.numpy(), np.broadcast_to(b, (2, 5)), rtol=1e-6)
+
+
+def test_float64(device):
+    g = rng()
+    a, b = arr((9, 13), nbx.float64, g), arr((13, 11), nbx.float64, g)
+    check(nbx.matmul(T(a, nbx.float64, device), T(b, nbx.float64, device)), *ref_mm(a, b),
+          nbx.float64)
+
+
+def test_fp32_precision_policy(device):
+    assert nbx.get_float32_matmul_precision() == "highest"
+    g = rng()
+    a, b = arr((20, 70), nbx.float32, g), arr((70, 18), nbx.float32, g)
+    try:
+        nbx.set_float32_matmul_precision("high")      # TF32 allowed: ~1e-3
+        check(nbx.matmul(T(a, nbx.float32, device), T(b, nbx.float32, device)), *ref_mm(a, b),
+              nbx.float32, tol=2e-3)
+    finally:
+        nbx.set_float32_matmul_precision("highest")
+    with pytest.raises(ValueError, match="precision"):
+        nbx.set_float32_matmul_precision("fast")
+
+
+def test_errors(device):
+    f32, f16 = nbx.float32, nbx.float16
+    a = T(np.ones((3, 4)), f32, device)
+    with pytest.raises(ValueError, match="cannot be multiplied"):
+        nbx.matmul(a, T(np.ones((5, 2)), f32, device))
+    with pytest.raises(TypeError, match="same dtype"):
+        nbx.matmul(a, T(np.ones((4, 2)), f16, device))
+    with pytest.raises(ValueError, match="at least 1 dim"):
+        nbx.matmul(a, T(np.float32(2), f32, device))
+    with pytest.raises(ValueError, match="2-D"):
+        nbx.mm(a, T(np.ones(4), f32, device))
+    with pytest.raises(ValueError, match="batch sizes"):
+        nbx.bmm(T(np.ones((2, 3, 4)), f32, device), T(np.ones((3, 4, 2)), f32, device))
+    with pytest.raises(ValueError, match="weight"):
+        nbx.linear(a, T(np.ones((5, 3)), f32, device))
+    with pytest.raises(ValueError, match="bias"):
+        nbx.linear(a, T(np.ones((5, 4)), f32, device), T(np.ones(4), f32, device))
+    with pytest.raises(ValueError, match="activation"):
+        nbx.linear(a, T(np.ones((5, 4)), f32, device), activation="swish")
+    with pytest.raises(ValueError, match="out has shape"):
+        nbx.matmul(a, T(np.ones((4, 2)), f32, device), out=T(np.ones((3, 3)), f32, device))
+    with pytest.raises(ValueError, match="broadcast"):
+        nbx.addmm(T(np.ones((2, 3)), f32, device), a, T(np.ones((4, 2)), f32, device))
+    if device != "cpu":
+        i = nbx.tensor(np.ones((3, 4), np.int32), device=device)
+        with pytest.raises(TypeError, match="int32"):
+            nbx.matmul(i, nbx.tensor(np.ones((4, 2), np.int32), device=device))
+
+
+def test_int_matmul_cpu():
+    a = nbx.tensor(np.arange(12, dtype=np.int64).reshape(3, 4))
+    b = nbx.tensor(np.arange(8, dtype=np.int64).reshape(4, 2))
+    np.testing.assert_array_equal(nbx.matmul(a, b).numpy(), a.numpy() @ b.numpy())
+
+
+def test_linalg_namespace():
+    assert nbx.linalg.matmul is nbx.matmul
+    assert callable(nbx.linalg.vector_norm)
+    F = nbx.nn.functional
+    assert F.linear is nbx.linear and F.softmax is nbx.softmax
+
+
+@pytest.mark.slow
+def test_configs_compile_for_sm90():
+    """Every tile the config rule can pick compiles for sm_90 within 227 KB of shared memory;
+    16-bit tiles use wgmma. Needs triton's CUDA backend (no GPU)."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from nbxtensor.kernels.matmul import _matmul_kernel, matmul_config
+    names = _matmul_kernel.arg_names
+    seen = set()
+    for dt in (nbx.bfloat16, nbx.float32):
+        for M, N in ((4096, 4096), (128, 128), (16, 4096)):
+            cfg = matmul_config(M, N, 4096, dt)
+            key = (dt.name, tuple(sorted(cfg.items())))
+            if key in seen:
+                continue
+            seen.add(key)
+            ce = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+                      GROUP_M=8, EVEN_K=True, HINT_M=True, HINT_N=True, A_K1=True, B_N1=True,
+                      B_K1=False, HAS_ALPHA=False, HAS_BIAS=True, HAS_RES=False, ACT=0,
+                      PRECISION="ieee", ACC_F64=False)
+            sig = {n: ("constexpr" if n in ce else "*" + dt.triton if n.endswith("_ptr")
+                       else "fp32" if n in ("alpha", "beta") else "i32") for n in names}
+            attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names
+                     if n not in ce and n not in ("s_ak", "s_bn", "alpha", "beta", "B1")}
+            src = ASTSource(fn=_matmul_kernel, signature=sig, attrs=attrs,
+                            constexprs={(names.index(k),): v for k, v in ce.items()})
+            k = triton.compile(src, target=GPUTarget("cuda", 90, 64),
+                               options=dict(num_warps=cfg["num_warps"],
+                                            num_stages=cfg["num_stages"]))
+            assert k.metadata.shared <= 227 * 1024, (key, k.metadata.shared)
+            if dt.itemsize == 2:
+                assert "wgmma.mma_async" in k.asm["ptx"], key
+
+
+@pytest.mark.parametrize("flatten", [False, True])
+def test_persistent_variant(device, flatten):
+    """The persistent kernel (a sweep option): few programs striding over all tiles of all
+    batches, tails in M, N and K, broadcast batch, bias + residual epilogue."""
+    if device == "cpu":
+        pytest.skip("kernel variant")
+    from nbxtensor.kernels.matmul import config_override
+    dtype = nbx.float32
+    g = rng()
+    a, b = arr((2, 33, 40), dtype, g), arr((40, 35), dtype, g)
+    r = arr((2, 33, 35), dtype, g)
+    with config_override(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, PERSISTENT=True, NUM_PROGS=5,
+                         FLATTEN=flatten):
+        out = nbx.baddbmm(T(r, dtype, device), T(a, dtype, device),
+                          T(b, dtype, device).expand(2, 40, 35), beta=0.5)
+    check(out, a @ b + 0.5 * r, np.abs(a) @ np.abs(b) + np.abs(r), dtype)
+
+
+@pytest.mark.parametrize("split", [2, 3])
+def test_tiled_split_k(device, split):
+    """The tiled kernel's split-K (used when the tiles do not fill the SMs): forced with small
+    tiles, K = 70 (a 16-block tail in the last slice), bias + gelu + residual and alpha in the
+    reduce kernel's epilogue."""
+    if device == "cpu":
+        pytest.skip("kernel path")
+    from nbxtensor.kernels.matmul import config_override
+    for dtype in (nbx.float32, nbx.bfloat16):
+        g = rng()
+        M, N, K = 33, 35, 70
+        x, w, b, r = arr((M, K), dtype, g), arr((N, K), dtype, g), arr((N,), dtype, g), \
+            arr((M, N), dtype, g)
+        with config_override(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, SPLIT=split):
+            out = nbx.linear(T(x, dtype, device), T(w, dtype, device), T(b, dtype, device),
+                             activation="gelu", residual=T(r, dtype, device))
+            o2 = nbx.addmm(T(r, dtype, device), T(x, dtype, device), T(w.T.copy(), dtype, device),
+                           alpha=0.5, beta=2.0)
+        check(out, _act(x @ w.T + b, "gelu") + r,
+              np.abs(x) @ np.abs(w.T) + np.abs(b) + np.abs(r), dtype)
+        check(o2, 0.5 * (x @ w.T) + 2 * r, np.abs(x) @ np.abs(w.T) + 2 * np.abs(r), dtype)
+
+
+def test_split_k_rule():
+    from nbxtensor.kernels.matmul import splitk_factor
+    assert splitk_factor(4096, 4096, 4096, 64, 512, 2) == 1        # a full wave: no split
+    assert splitk_factor(128, 2048, 8192, 64, 16, 2) > 1           # 16 tiles, long K: split
+    assert splitk_factor(128, 2048, 128, 64, 16, 2) == 1           # short K: no split
+    assert splitk_factor(128, 2048, 8192, 64, 16, 8) == 1          # fp64: never
