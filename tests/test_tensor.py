@@ -450,6 +450,8 @@ def test_device_parsing():
     assert repr(nbx.device("cuda:0")) == "device(type='cuda', index=0)"
     from nbxtensor.device import as_device
     assert as_device("cuda") == "cuda:0" and as_device(None) == "cpu" and as_device(1) == "cuda:1"
+    # documented difference from torch: a bare 'cuda' is cuda:0, so it equals a tensor's device
+    assert nbx.device("cuda") == nbx.device("cuda:0") and nbx.device("cuda").index == 0
     for bad, err, msg in [("gpu", ValueError, "unknown device type 'gpu'"),
                           ("cuda:x", ValueError, "bad device index"),
                           ("cpu:1", ValueError, "has only index 0"),

@@ -40,6 +40,10 @@ class Device:
                 raise ValueError(f"device: {type!r} has only index 0, got {index}")
             if type != "cuda":
                 index = None
+        if type == "cuda" and index is None:
+            # Unlike torch (index None = "the current device"), a bare 'cuda' names cuda:0, so
+            # that Device('cuda') == a tensor's device; we have no per-thread current device.
+            index = 0
         self.type = type
         self.index = index
 
