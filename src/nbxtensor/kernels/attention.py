@@ -12,6 +12,8 @@ two) are masked loads. A row with every key masked gives 0 (torch >= 2.5 safe so
 """
 from __future__ import annotations
 
+import struct
+
 import triton
 import triton.language as tl
 
@@ -94,6 +96,11 @@ def _fa_block(acc, l_i, m_i, q, k_base, v_base, mk_base, offs_m, offs_d, offs_dv
     return acc, l_i, m_i
 
 
+def _f64_bits(x: float) -> int:
+    """A float64 scalar as the int64 with the same bits (see the F64 branch of the kernel)."""
+    return struct.unpack("<q", struct.pack("<d", x))[0]
+
+
 @triton.jit
 def _flash_fwd(q_ptr, k_ptr, v_ptr, o_ptr, mk_ptr,
                s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd,
@@ -124,6 +131,9 @@ def _flash_fwd(q_ptr, k_ptr, v_ptr, o_ptr, mk_ptr,
     q = tl.load(q_base + offs_m[:, None] * s_qm + offs_d[None, :] * s_qd,
                 mask=(offs_m[:, None] < L) & (offs_d[None, :] < D), other=0.0)
     if F64:
+        # float64: the scale arrives as its int64 bit pattern (a Python float would be bound
+        # as an fp32 parameter and lose precision; seen on the H200: 1e-6 relative error)
+        qk_scale = qk_scale.to(tl.float64, bitcast=True)
         acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float64)
         l_i = tl.zeros((BLOCK_M,), tl.float64)
         m_i = tl.full((BLOCK_M,), -float("inf"), tl.float64)
@@ -199,7 +209,8 @@ def sdpa(out, q, k, v, mask, *, scale, is_causal):
         kind, mk, ms = (1 if mask.dtype is _dt.bool else 2), mask, mask.stride()
     grid = (triton.cdiv(L, cfg["BLOCK_M"]), B * H)
     launch(_flash_fwd, grid, q, k, v, out, mk, *q.stride(), *k.stride(), *v.stride(),
-           *out.stride(), *ms, H, L, S, D, DV, scale * LOG2E,
+           *out.stride(), *ms, H, L, S, D, DV,
+           _f64_bits(scale * LOG2E) if f64 else scale * LOG2E,
            GROUP=H // Hk, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_D=bd,
            BLOCK_DV=bdv, CAUSAL=is_causal, MASK_KIND=kind, EVEN_D=bd == D, EVEN_DV=bdv == DV,
            PREC="ieee" if q.dtype.itemsize >= 4 else "tf32", F64=f64, SCALE_POS=scale > 0,
