@@ -9,12 +9,20 @@ then one synchronize; the figure is wall time / N, median over repeats, interlea
                             parameter buffer: the floor named in issue 3
   floor (ctypes, raw)       the same call through an argtypes-free binding (ctypes
                             objects passed as they are), which is what our launcher uses
-  nbx.launch                ours: bind key + dict lookup + pack_into + raw cuLaunchKernel
+  nbx.launch                ours: the generated fast launcher of this kernel's argument
+                            kinds (guards + pack_into + raw cuLaunchKernel)
+  nbx prepare()(...)        ours, the prepared-launch API (`launcher.prepare`), for our ops
   triton kernel[grid]       Triton 3.6's own launcher on torch tensors
   torch.add(out=)           torch eager
 
 Goal (issue 3): nbx.launch <= 1.15x the floor, and below torch eager.
 torch is imported only after our rows ran, for its own rows.
+
+    PYTHONPATH=src python3 benchmarks/bench_launch.py --cpu-overhead [--quick] [OUTDIR]
+
+needs no GPU: the launcher's Python cost per cached launch with a no-op C function of
+cuLaunchKernel's arity in its place (compiled with `cc` into a temp dir), beside the same
+stub called bare through ctypes; writes bench_launch_cpu.json.
 """
 from __future__ import annotations
 
@@ -89,6 +97,24 @@ def main(argv):
         for _ in range(n):
             launch(add_kernel, (1,), x, y, out, N_ELEM, BLOCK=BLOCK)
 
+    prepared = L.prepare(add_kernel, x, y, out, N_ELEM, BLOCK=BLOCK) if hasattr(L, "prepare") else None
+
+    if prepared is not None:   # the prepared path computes the same sum (2nd call: fast)
+        out2 = nbx.empty(N_ELEM, device="cuda")
+        prepared((1,), x, y, out2, N_ELEM)
+        nbx.cuda.synchronize()
+        got = out2.numpy()
+        out2 = nbx.empty(N_ELEM, device="cuda")
+        prepared((1,), x, y, out2, N_ELEM)
+        prepared((1,), x, y, out2, N_ELEM)
+        nbx.cuda.synchronize()
+        assert (got == [float(i) + 1 for i in range(N_ELEM)]).all(), "prepare() computed a wrong sum"
+        assert (out2.numpy() == got).all(), "prepare() (fast launcher) computed a wrong sum"
+
+    def run_prepared(n):
+        for _ in range(n):
+            prepared((1,), x, y, out, N_ELEM)
+
     def run_floor_decl(n):
         for _ in range(n):
             decl(f_int, 1, 1, 1, blk, 1, 1, shared, 0, params, None)
@@ -97,10 +123,31 @@ def main(argv):
         for _ in range(n):
             raw(f_obj, 1, 1, 1, blk, 1, 1, shared, s_obj, params, None)
 
+    # cuLaunchKernelEx, 4 arguments, grid/block/shared/stream in a prepared config: if this
+    # row is clearly below "floor (ctypes, raw)", the fast launchers could pack the config
+    # (grid, stream) and the parameters with one pack_into and call Ex (see launchspeed.md)
+    ex_cfg = drv.LaunchConfig()
+    ex_cfg.gridDimX = ex_cfg.gridDimY = ex_cfg.gridDimZ = 1
+    ex_cfg.blockDimX, ex_cfg.blockDimY, ex_cfg.blockDimZ = blk, 1, 1
+    ex_cfg.sharedMemBytes, ex_cfg.numAttrs = shared, 0
+    ex_ptr = ctypes.c_void_p(ctypes.addressof(ex_cfg))
+    try:
+        raw_ex = drv.fn_raw("cuLaunchKernelEx")
+    except Exception:        # an old driver without it: the row is left out
+        raw_ex = None
+
+    def run_floor_ex(n):
+        for _ in range(n):
+            raw_ex(ex_ptr, f_obj, params, None)
+
     nsync = nbx.cuda.synchronize
     rows = {"floor (ctypes, argtypes)": (run_floor_decl, nsync),
             "floor (ctypes, raw)": (run_floor_raw, nsync),
             "nbx.launch": (run_ours, nsync)}
+    if raw_ex is not None:
+        rows["floor (raw, cuLaunchKernelEx)"] = (run_floor_ex, nsync)
+    if prepared is not None:
+        rows["nbx prepare()(...)"] = (run_prepared, nsync)
     before_alloc = nbx.cuda.memory_allocated() if hasattr(nbx.cuda, "memory_allocated") else None
     results = {k: [] for k in rows}
     for _ in range(repeats):
@@ -149,6 +196,8 @@ def main(argv):
     ratio = med["nbx.launch"] / floor
     verdict = {"ours_over_floor": ratio, "ours_over_raw_floor": med["nbx.launch"] / med["floor (ctypes, raw)"],
                "goal_floor_1.15x": ratio <= 1.15}
+    if "nbx prepare()(...)" in med:
+        verdict["prepared_over_floor"] = med["nbx prepare()(...)"] / floor
     if "torch.add(out=)" in med:
         verdict["ours_over_torch"] = med["nbx.launch"] / med["torch.add(out=)"]
         verdict["goal_below_torch"] = med["nbx.launch"] < med["torch.add(out=)"]
@@ -172,5 +221,161 @@ def main(argv):
     return 0
 
 
+# ----------------------------------------------------------------------------- --cpu-overhead
+
+_STUB_C = """
+int nbx_stub_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                    unsigned bz, unsigned shared, void *stream, void **params, void **extra)
+{ return 0; }
+"""
+
+
+def _stub_launch():
+    """A no-op C function of cuLaunchKernel's arity, argtypes-free (as the launcher binds it)."""
+    import shutil
+    import subprocess
+    import tempfile
+    d = tempfile.mkdtemp(prefix="nbx_stub_")
+    c, so = os.path.join(d, "stub.c"), os.path.join(d, "stub.so")
+    with open(c, "w") as fh:
+        fh.write(_STUB_C)
+    try:
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", so, c], check=True, capture_output=True)
+        lib = ctypes.CDLL(so)
+        raw, decl = lib.nbx_stub_launch, ctypes.CDLL(so).nbx_stub_launch
+        what = "no-op C function (cc)"
+    except (OSError, subprocess.CalledProcessError):
+        # no C compiler: libc's labs ignores the extra arguments (cdecl: the caller cleans up)
+        libc = ctypes.CDLL(None)
+        raw, decl = libc.labs, ctypes.CDLL(None).labs
+        what = "libc labs (no C compiler)"
+    shutil.rmtree(d, ignore_errors=True)   # the loaded library stays mapped
+    raw.restype = ctypes.c_int
+    decl.restype = ctypes.c_int
+    decl.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
+                     ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
+                     ctypes.c_void_p]
+    return raw, decl, what
+
+
+class _FakeStorage:
+    """A cuda storage without a GPU: what the launcher reads of one (device, ptr, nbytes)."""
+    __slots__ = ("device", "ptr", "nbytes", "__weakref__")
+
+    def __init__(self, ptr, nbytes):
+        from nbxtensor.device import Device
+        self.device, self.ptr, self.nbytes = Device("cuda", 0), ptr, nbytes
+
+
+class _FakeAllocator:
+    def holds(self, ptr):
+        return True
+
+
+def _fake_cuda_tensor(ptr, n):
+    import nbxtensor as nbx
+    from nbxtensor.tensor import Tensor
+    return Tensor._make(_FakeStorage(ptr, 4 * n), (n,), (1,), 0, nbx.float32)
+
+
+def _wire_fakes(L, raw):
+    """Point launcher module `L` at the stub and fakes below the (real, sm_90) compile step."""
+    saved = {k: getattr(L, k) for k in ("_cuLaunchKernel", "_allocator_for", "_device_info", "_load",
+                                        "_streams")}
+    L._cuLaunchKernel = raw
+    L._allocator_for = lambda dev: _FakeAllocator()
+    L._device_info = lambda dev: (90, 232448, 49152)
+    L._load = lambda md, cubin, dev: 0xF00
+    L._streams = {0: ctypes.c_void_p(0x5)}
+    if hasattr(L, "_wire_hot_path"):
+        L._wire_hot_path()
+    L.drv._tls.device = 0
+    return saved
+
+
+def _min_us(fn, n, repeats):
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn(n)
+        best = min(best, time.perf_counter() - t0)
+    return best / n * 1e6
+
+
+def cpu_overhead_compare(modules: dict, n_calls=1000, repeats=300, out=None):
+    """Python cost per cached launch of `add_kernel` for each launcher module, same process and
+    stub: the minimum over `repeats` interleaved runs of `n_calls` calls. Short runs, many of
+    them: on a loaded machine only a run that was not preempted shows the true cost."""
+    raw, decl, what = _stub_launch()
+    x, y, o = (_fake_cuda_tensor(0x7F0000000000 + k * 4096, N_ELEM) for k in range(3))
+    f, s = ctypes.c_void_p(0xF00), ctypes.c_void_p(0x5)
+    params = (ctypes.c_void_p * 6)()
+    fi, si = 0xF00, 0x5
+
+    def run_decl(n):
+        for _ in range(n):
+            decl(fi, 1, 1, 1, 128, 1, 1, 0, si, params, None)
+
+    def run_raw(n):
+        for _ in range(n):
+            raw(f, 1, 1, 1, 128, 1, 1, 0, s, params, None)
+
+    rows = {"stub (ctypes, argtypes)": run_decl, "stub (ctypes, raw)": run_raw}
+    saved = {}
+    for name, L in modules.items():
+        saved[name] = _wire_fakes(L, raw)
+        lp = L.launch_public
+        lp(add_kernel, (1,), x, y, o, N_ELEM, BLOCK=BLOCK)      # compile (sm_90) + prepare
+
+        def run(n, lp=lp):
+            for _ in range(n):
+                lp(add_kernel, (1,), x, y, o, N_ELEM, BLOCK=BLOCK)
+        rows[f"launch_public [{name}]"] = run
+        if hasattr(L, "prepare"):
+            pk = L.prepare(add_kernel, x, y, o, N_ELEM, BLOCK=BLOCK)
+
+            def runp(n, pk=pk):
+                for _ in range(n):
+                    pk((1,), x, y, o, N_ELEM)
+            rows[f"prepare()(...) [{name}]"] = runp
+    best = {k: float("inf") for k in rows}
+    for _ in range(repeats):            # interleaved: a burst of load hits every row alike
+        for k, fn in rows.items():
+            best[k] = min(best[k], _min_us(fn, n_calls, 1))
+    for name, L in modules.items():
+        for k, v in saved[name].items():
+            setattr(L, k, v)
+        if hasattr(L, "_wire_hot_path"):
+            L._wire_hot_path()
+    floor = best["stub (ctypes, raw)"]
+    print(f"\nPython cost per cached launch, CPU only ({what} in place of cuLaunchKernel), "
+          f"{n_calls} calls, min of {repeats}")
+    print(f"{'':34s} {'us/call':>8s} {'above raw stub':>15s}")
+    for k, v in best.items():
+        print(f"{k:34s} {v:8.3f} {v - floor:15.3f}")
+    report = {"benchmark": "launch_cpu_overhead", "stub": what, "n_calls": n_calls,
+              "repeats": repeats, "min_us": best,
+              "above_raw_stub_us": {k: v - floor for k, v in best.items()}}
+    if out:
+        os.makedirs(out, exist_ok=True)
+        path = os.path.join(out, "bench_launch_cpu.json")
+        with open(path, "w") as fh:
+            json.dump(report, fh, indent=1)
+        print(f"wrote {path}")
+    return report
+
+
+def cpu_overhead(argv):
+    from nbxtensor.backends.cuda import launcher as L
+    quick = "--quick" in argv
+    rest = [a for a in argv if not a.startswith("--")]
+    outdir = rest[0] if rest else os.environ.get("OUT")
+    n, r = (1000, 60) if quick else (1000, 400)
+    cpu_overhead_compare({"nbx": L}, n, r, outdir)
+    return 0
+
+
 if __name__ == "__main__":
+    if "--cpu-overhead" in sys.argv[1:]:
+        sys.exit(cpu_overhead(sys.argv[1:]))
     sys.exit(main(sys.argv[1:]))

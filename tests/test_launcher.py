@@ -662,3 +662,258 @@ def test_cuda_launch_constexpr_passed_positionally_dispatches_on_its_value(fake_
     for block in (128, 64, 128, 64):
         nbx.launch(_add, (4,), x, x, x, 4096, block)
     assert [c[(4,)] for c in compiled] == [128, 64]
+
+
+# ----------------------------------------------------------------------------- fast launchers, prepare()
+
+def _decoded(call, types):
+    """A recorded launch as comparable values: function, grid, block, stream, parameters."""
+    p = call["params"]
+    return (call["f"], call["grid"], call["block"], call["shared"], call["stream"],
+            [read_param(p[i], ty) for i, ty in enumerate(types)], len(p))
+
+
+@pytest.fixture
+def distinct_loads(fake_gpu, monkeypatch):
+    # one fake CUfunction per compiled kernel, so a launch shows which compilation it used
+    loaded = {}
+    monkeypatch.setattr(L, "_load", lambda md, cubin, dev: loaded.setdefault(md.hash, 0xF000 + 16 * len(loaded)))
+    return fake_gpu
+
+
+def test_fast_launcher_is_used_after_the_first_launch(fake_gpu, monkeypatch):
+    alloc, rec = fake_gpu
+    x, y, out = fake_cuda((1000,)), fake_cuda((1000,), offset=4), fake_cuda((1000,), ptr=0x7F0000100000)
+    nbx.launch(_add, (8,), x, y, out, 1000, BLOCK=128)
+    slow = []
+    real = L._lookup
+    monkeypatch.setattr(L, "_lookup", lambda *a: slow.append(a) or real(*a))
+    nbx.launch(_add, (3, 2), y, x, out, 1000 + 32, BLOCK=128)      # same kinds, new values
+    assert slow == []
+    c = rec.calls[-1]
+    assert c["grid"] == (3, 2, 1) and c["stream"] == 0x5
+    assert [read_param(c["params"][i], "Q") for i in range(3)] == [y.data_ptr(), x.data_ptr(), out.data_ptr()]
+    assert read_param(c["params"][3], "i32") == 1032
+    # the current stream is read on every launch
+    monkeypatch.setitem(L._streams, 0, ctypes.c_void_p(0x77))
+    nbx.launch(_add, (2, 1, 3), y, x, out, 1000, BLOCK=128)
+    assert rec.calls[-1]["stream"] == 0x77 and rec.calls[-1]["grid"] == (2, 1, 3) and slow == []
+
+
+# argument values of every class the general path keys on; each launch is compared with the
+# same launch through the general path (fast launchers forgotten first)
+_MIXED_VALUES = dict(
+    a=[1, 16, 17, -32, 2**31 + 16, 2**31 + 3, 2**63 + 16, True, 2.5],
+    b=[0, 5, -2**31, 2**32],
+    c=[7, 1, 64],
+)
+_MIXED_FEW = dict(a=[16, 17, 1], b=[0, 5], c=[7])     # few kinds: launchers meet other kinds often
+
+
+def test_fast_launchers_agree_with_the_general_path(distinct_loads):
+    alloc, rec = distinct_loads
+    g = rng()
+    bases = [fake_cuda((64,), dt) for dt in (nbx.float32, nbx.int64)]
+    for step in range(100):
+        p0 = bases[int(g.integers(2))]
+        p0 = p0[int(g.integers(3)):]                       # 16-byte aligned or not
+        values = _MIXED_VALUES if step < 30 else _MIXED_FEW
+        a, b, c = (v[int(g.integers(len(v)))] for v in values.values())
+        grid = tuple(int(v) for v in g.integers(1, 5, size=int(g.integers(1, 4))))
+        args = (p0, a, b, c, -5, 1.5, 2.0, False)
+        _, _, _, _, runtime = L.bind(_mixed, args, {"h": 2})
+        types = ["Q" if ty[0] == "*" else ty for _, ty, _ in runtime]
+        nbx.launch(_mixed, grid, *args, h=2)             # a fast launcher where one matches
+        fast = _decoded(rec.calls[-1], types)
+        kept = L._state.fast.pop(id(_mixed), [])
+        nbx.launch(_mixed, grid, *args, h=2)             # the general path
+        slow = _decoded(rec.calls[-1], types)
+        # keep the recent launchers (other kinds) in line, as in a real sequence of launches
+        fl = L._state.fast[id(_mixed)]
+        fl += [k for k in kept if k[1] is not fl[0][1]][:3]
+        assert fast == slow, (step, args)
+        assert slow[5] == [p0.data_ptr() if t == "Q" else v for t, (_, _, v) in zip(types, runtime)]
+        assert slow[6] == len(runtime) + 2
+
+
+def test_fast_launcher_redispatches_when_kinds_change(distinct_loads):
+    alloc, rec = distinct_loads
+    x, out = fake_cuda((4096,)), fake_cuda((4096,), ptr=0x7F0000100000)
+    nbx.launch(_add, (1,), x, x, out, 4096, BLOCK=128)
+    f_aligned = rec.calls[-1]["f"]
+    nbx.launch(_add, (1,), x[1:], x, out, 4095, BLOCK=128)      # misaligned pointer, n % 16 != 0
+    assert rec.calls[-1]["f"] != f_aligned
+    nbx.launch(_add, (1,), x, x, out, 4096, BLOCK=128)          # back: the first compilation
+    assert rec.calls[-1]["f"] == f_aligned
+    nbx.launch(_add, (1,), x, x, out, 1, BLOCK=128)             # the constant 1: not packed
+    assert len(rec.calls[-1]["params"]) == 3 + 2
+    nbx.launch(_add, (1,), x, x, out, 4096, BLOCK=64)           # other constexpr
+    assert rec.calls[-1]["f"] not in (f_aligned,)
+    h = fake_cuda((4096,), nbx.float16)
+    nbx.launch(_add, (1,), h, h, h, 4096, BLOCK=128)            # other dtype
+    assert rec.calls[-1]["f"] != f_aligned
+    assert read_param(rec.calls[-1]["params"][0], "Q") == h.data_ptr()
+
+
+def test_fast_launcher_keeps_every_refusal(fake_gpu):
+    alloc, rec = fake_gpu
+    x = fake_cuda((64,))
+    nbx.launch(_axpy_strided, (1,), x, x, 8, 1, 1, 2.0, BLOCK=16)
+    n = len(rec.calls)
+    foreign = fake_cuda((64,), ptr=0x1000)                       # a new storage: checked
+    with pytest.raises(L.ForeignPointerError, match="0x1000"):
+        nbx.launch(_axpy_strided, (1,), foreign, x, 8, 1, 1, 2.0, BLOCK=16)
+    with pytest.raises(L.KernelArgumentError, match="alpha.*fp32"):
+        nbx.launch(_axpy_strided, (1,), x, x, 8, 1, 1, 1e300, BLOCK=16)
+    with pytest.raises(L.KernelArgumentError, match="takes 7 arguments"):
+        nbx.launch(_axpy_strided, (1,), x, x, 8, 1, 1, BLOCK=16)
+    with pytest.raises(ValueError, match="grid dimension 1 = 70000"):
+        nbx.launch(_axpy_strided, (1, 70000), x, x, 8, 1, 1, 2.0, BLOCK=16)
+    with pytest.raises(TypeError, match="grid must hold ints"):
+        nbx.launch(_axpy_strided, (1.0,), x, x, 8, 1, 1, 2.0, BLOCK=16)
+    with pytest.raises(ValueError, match="cuda:1.*launch is on cuda:0"):
+        nbx.launch(_axpy_strided, (1,), x, fake_cuda((64,), index=1), 8, 1, 1, 2.0, BLOCK=16)
+    nbx.launch(_axpy_strided, (0,), x, x, 8, 1, 1, 2.0, BLOCK=16)          # empty grid: nothing
+    assert len(rec.calls) == n
+
+
+def test_fast_launcher_makes_its_device_current(fake_gpu, monkeypatch):
+    alloc, rec = fake_gpu
+    x = fake_cuda((64,))
+    nbx.launch(_add, (1,), x, x, x, 64, BLOCK=16)
+    made = []
+    monkeypatch.setattr(L.drv, "set_device", lambda i: made.append(i) or setattr(L.drv._tls, "device", i))
+    L.drv._tls.device = 1          # another device's context became current in this thread
+    nbx.launch(_add, (1,), x, x, x, 64, BLOCK=16)
+    assert made == [0] and len(rec.calls) == 2
+
+
+def test_fast_launcher_launch_error_is_named(fake_gpu, monkeypatch):
+    from nbxtensor.backends.cuda.driver import CudaError
+    alloc, rec = fake_gpu
+    x = fake_cuda((64,))
+    nbx.launch(_add, (1,), x, x, x, 64, BLOCK=16)
+    monkeypatch.setattr(L, "_cuLaunchKernel", lambda *a: 1)
+    with pytest.raises(CudaError, match=r"cuLaunchKernel\(kernel=_add, grid=\(2, 1, 1\).*INVALID_VALUE"):
+        nbx.launch(_add, (2,), x, x, x, 64, BLOCK=16)
+
+
+def test_fast_launchers_are_per_thread(fake_gpu):
+    import threading
+    alloc, rec = fake_gpu
+    x, y = fake_cuda((64,)), fake_cuda((64,), ptr=0x7F0000100000)
+    nbx.launch(_add, (1,), x, x, x, 64, BLOCK=16)
+    nbx.launch(_add, (1,), x, x, x, 64, BLOCK=16)
+    main_params = rec.calls[-1]["params"]
+    err, seen = [], []
+
+    def other():
+        try:
+            nbx.launch(_add, (1,), y, y, y, 48, BLOCK=16)
+            nbx.launch(_add, (1,), y, y, y, 48, BLOCK=16)
+            p = rec.calls[-1]["params"]   # read while the thread (and its buffers) live
+            seen.extend([p[0], read_param(p[0], "Q"), read_param(p[3], "i32")])
+        except BaseException as e:   # pragma: no cover - reported below
+            err.append(e)
+
+    th = threading.Thread(target=other)
+    th.start()
+    th.join()
+    assert not err, err
+    # the other thread packed its own buffer: this thread's still holds x and 64
+    assert seen[0] != main_params[0] and seen[1:] == [y.data_ptr(), 48]
+    assert read_param(main_params[0], "Q") == x.data_ptr() and read_param(main_params[3], "i32") == 64
+
+
+def test_prepare_launches_and_redispatches(distinct_loads, monkeypatch):
+    alloc, rec = distinct_loads
+    x, out = fake_cuda((4096,)), fake_cuda((4096,), ptr=0x7F0000100000)
+    add = L.prepare(_add, x, x, out, 4096, BLOCK=128, num_warps=2)
+    assert rec.calls == []                       # prepare compiles, launches nothing
+    slow = []
+    real = L._lookup
+    monkeypatch.setattr(L, "_lookup", lambda *a: slow.append(a) or real(*a))
+    add((4,), out, x, x, 4064)       # the first call makes the device current (general path)
+    add((4,), out, x, x, 4064)
+    assert len(slow) == 1
+    c = rec.calls[-1]
+    f0 = c["f"]
+    assert c["grid"] == (4, 1, 1) and c["block"] == (64, 1, 1)
+    assert [read_param(c["params"][i], "Q") for i in range(3)] == [out.data_ptr(), x.data_ptr(), x.data_ptr()]
+    # an assumption the compiled kernel relies on breaks (16-byte alignment): re-dispatched
+    add((1,), x[2:], x, out, 4064)
+    assert len(slow) == 2 and rec.calls[-1]["f"] != f0
+    assert read_param(rec.calls[-1]["params"][0], "Q") == x.data_ptr() + 8
+    assert len(add.launchers) == 2
+    add((1,), x[2:], x, out, 4064)               # now a prepared kind too
+    add((1,), x, x, out, 4064)
+    assert len(slow) == 2
+    with pytest.raises(L.KernelArgumentError, match="takes 5 arguments"):
+        add((1,), x, x, out)
+    with pytest.raises(L.ForeignPointerError):
+        add((1,), fake_cuda((8,), ptr=0x1000), x, out, 8)
+
+
+def test_prepare_refuses_non_cuda():
+    with pytest.raises(ValueError, match="no tensor argument"):
+        L.prepare(_add, 1, 2, 3, 4, BLOCK=16)
+    x = nbx.zeros(8, device="interp")
+    with pytest.raises(ValueError, match="interp"):
+        L.prepare(_add, x, x, x, 8, BLOCK=16)
+
+
+@triton.jit
+def _rt_default(x, n, scale=2.5, m=48, BLOCK: tl.constexpr = 16):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x + i, tl.load(x + i, mask=i < n) * scale + m, mask=i < n)
+
+
+def test_fast_launcher_none_constants_and_runtime_defaults(fake_gpu):
+    # None and the constant 1 are guarded, not packed; runtime defaults are appended
+    alloc, rec = fake_gpu
+    p = fake_cuda((8,))
+    for _ in range(2):
+        nbx.launch(_nospec, (1,), p, 1, 1, 32, None)
+        assert len(rec.calls[-1]["params"]) == 3 + 2     # p, b (=1, not specialised), c
+        nbx.launch(_rt_default, (1,), p, 7)
+        prm = rec.calls[-1]["params"]
+        assert (read_param(prm[1], "i32"), read_param(prm[2], "fp32"), read_param(prm[3], "i32")) == (7, 2.5, 48)
+    srcs = [fn.source for fl in L._state.fast.values() for _, fn in fl]
+    assert any("a4 is not None" in s for s in srcs) and any("*TAIL" in s for s in srcs)
+
+
+@cuda
+@needs_gpu
+def test_gpu_fast_launchers_and_prepare_compute_the_right_results():
+    # alternating kinds (aligned / misaligned views, n divisible by 16 or not) through
+    # nbx.launch and a prepared launcher: every launch checked against NumPy
+    n = 4096
+    x, y = randn((n + 16,), device="cuda"), randn((n + 16,), device="cuda")
+    add = L.prepare(_add, x, y, x, n, BLOCK=256)
+    for step in range(6):
+        off, m = (0, n) if step % 2 == 0 else (1, n - 3)
+        a, b = x[off:off + m], y[off:off + m]
+        for launcher in ("launch", "prepared"):
+            out = poisoned((m,), nbx.float32, "cuda")
+            if launcher == "launch":
+                nbx.launch(_add, (triton.cdiv(m, 256),), a, b, out, m, BLOCK=256)
+            else:
+                add((triton.cdiv(m, 256),), a, b, out, m)
+            assert_close(out, a.numpy().astype(np.float64) + b.numpy())
+
+
+def test_bench_launch_cpu_overhead_mode_runs(tmp_path):
+    # the no-GPU microbenchmark of benchmarks/bench_launch.py: runs, and reports each row
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = run_script(tmp_path, f"""
+        import sys
+        sys.path.insert(0, {os.path.join(root, 'benchmarks')!r})
+        import bench_launch
+        from nbxtensor.backends.cuda import launcher as L
+        rep = bench_launch.cpu_overhead_compare({{"nbx": L}}, n_calls=50, repeats=2)
+        assert set(rep["min_us"]) == {{"stub (ctypes, argtypes)", "stub (ctypes, raw)",
+                                       "launch_public [nbx]", "prepare()(...) [nbx]"}}, rep
+        assert all(v > 0 for v in rep["min_us"].values())
+        print("ok")
+    """, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]

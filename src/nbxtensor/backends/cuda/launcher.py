@@ -14,6 +14,11 @@ and the GPU is ours:
             dynamic shared-memory opt-in, above the device's opt-in limit a refusal.
   launch    the kernel-parameter buffer is kept per (kernel, argument kinds) and
             rewritten in place by one `struct.pack_into`, then one cuLaunchKernel.
+  fast      after its first launch, each prepared entry gets a generated Python function
+            (`_fast_launcher`, built once with exec, as Triton generates its binder) that
+            checks the arguments still have the entry's kinds, packs and launches: no key
+            building, no dict lookup. `nbx.launch` tries this thread's recent ones for the
+            kernel first; `prepare()` hands one to our own kernel wrappers directly.
 
 The parameter list replicates Triton 3.6's generated C launcher exactly: the kernel's
 non-constexpr arguments in order, then two trailing pointers (global scratch, profile
@@ -33,7 +38,7 @@ from ... import cuda as _cuda
 from ...tensor import Tensor
 from . import driver as drv
 
-__all__ = ["launch", "bind", "spec_of", "KernelArgumentError", "ForeignPointerError",
+__all__ = ["launch", "prepare", "bind", "spec_of", "KernelArgumentError", "ForeignPointerError",
            "OutOfResourcesError", "cache_info", "clear_cache"]
 
 
@@ -307,7 +312,7 @@ class _Entry:
 
     __slots__ = ("f", "name", "pack", "buf", "params", "block", "shared", "ctas", "sel", "tail", "fix",
                  "conv", "ex", "config", "attrs", "gsize", "galign", "gslot", "types", "names",
-                 "bound_names", "cpos", "variants", "__weakref__")
+                 "bound_names", "cpos", "variants", "fast", "kernel", "__weakref__")
 
 
 def _make_fix(sel, tail, conv):
@@ -329,7 +334,7 @@ def _prepare(kernel, args, kwargs, dev: int, variant: bool = False) -> _Entry:
     if cpos and not variant:
         # constexprs passed positionally: this entry only dispatches on their values
         e = _Entry()
-        e.cpos, e.variants = cpos, {}
+        e.cpos, e.variants, e.kernel = cpos, {}, kernel
         return e
     bad = [k for k in kwargs if k in sig.index and not sig.params[sig.index[k]].is_constexpr]
     if bad:
@@ -383,6 +388,8 @@ def _prepare(kernel, args, kwargs, dev: int, variant: bool = False) -> _Entry:
     e.config = _launch_config(e, md, f) if e.ex else None
     e.bound_names = sig.names
     e.cpos = None
+    e.fast = None     # the generated guarded launcher, made on the first launch (`_fast_launcher`)
+    e.kernel = kernel  # caches are keyed by id(kernel): keep it alive so the id is not reused
     return e
 
 
@@ -472,20 +479,33 @@ def launch(kernel, grid, args, kwargs, dev) -> None:
 
 
 def launch_public(kernel, grid, *args, **kwargs) -> None:
-    """`nbx.launch`: the cuda hot path inline (one Python call), anything else routed on."""
+    """`nbx.launch`: the generated fast launchers first, then the general path.
+
+    This thread's fast launchers of `kernel` (one per prepared entry launched recently, see
+    `_fast_launcher`) are tried in turn: each checks that the arguments have exactly the
+    kinds its entry was compiled for and launches, or declines without side effects.
+    """
+    try:
+        fl = _state.fast[id(kernel)]
+    except (AttributeError, KeyError):
+        fl = ()
+    for kw, fn in fl:
+        if kw == kwargs and fn(grid, args):
+            return
     if args:
         a = args[0]
         if type(a) is Tensor:
             dev = a._storage.device
             if dev.type == "cuda":
-                return _launch(kernel, grid, args, kwargs, dev.index or 0)
+                _launch(kernel, grid, args, kwargs, dev.index or 0)
+                return
     from ..launch import launch_other
     return launch_other(kernel, grid, args, kwargs)
 
 
-def _launch(kernel, grid, args, kwargs, idx: int) -> None:
-    """The hot path (a kernel already launched with arguments of the same kinds): build the
-    key, one dict lookup, one struct.pack_into into the prepared buffer, one cuLaunchKernel."""
+def _lookup(kernel, args, kwargs, idx: int):
+    """The prepared entry for these arguments' kinds (verified, compiled, loaded), and the
+    values to pack (before `e.fix`)."""
     key = [id(kernel), idx, tuple(kwargs.items()) if kwargs else None]
     vals = []
     ap = key.append
@@ -531,6 +551,14 @@ def _launch(kernel, grid, args, kwargs, idx: int) -> None:
     if e.cpos is not None:
         # constexprs passed positionally: their values, not their kinds, pick the kernel
         e = _by_constexpr_values(e, kernel, args, kwargs, idx)
+    return e, vals
+
+
+def _launch(kernel, grid, args, kwargs, idx: int) -> None:
+    """The general path: build the key, one dict lookup, one struct.pack_into into the
+    prepared buffer, one cuLaunchKernel; then this entry's fast launcher is put first in
+    line for the next launch of `kernel` with these keywords."""
+    e, vals = _lookup(kernel, args, kwargs, idx)
     try:
         if _tls.device != idx:
             drv.set_device(idx)
@@ -571,13 +599,222 @@ def _launch(kernel, grid, args, kwargs, idx: int) -> None:
         c.gridDimX, c.gridDimY, c.gridDimZ = gx * e.ctas, gy, gz
         c.hStream = stream
         drv.launch_kernel_ex(e.f, c, e.params)
+    else:
+        # the raw (argtypes-free) entry point: every argument is a ctypes object or a checked C int
+        rc = _cuLaunchKernel(e.f, gx, gy, gz, e.block, 1, 1, e.shared, stream, e.params, None)
+        if rc:
+            _launch_failed(rc, e.name, gx, gy, gz, e.block, e.shared, stream)
+    _install_fast(kernel, e, args, kwargs, idx)
+
+
+def _launch_failed(rc, name, gx, gy, gz, block, shared, stream):
+    drv.check_launch_error(rc, f"cuLaunchKernel(kernel={name}, grid=({gx}, {gy}, {gz}), "
+                               f"block=({block}, 1, 1), shared_bytes={shared}, "
+                               f"stream={stream.value or 0:#x})")
+
+
+# ----------------------------------------------------------------------------- fast launchers
+
+_FAST_PER_KERNEL = 4      # fast launchers kept per kernel and thread (most recent first)
+_NO_FAST = object()       # an entry whose arguments the fast launcher cannot guard
+
+
+def _install_fast(kernel, e: _Entry, args, kwargs, idx: int) -> None:
+    fn = e.fast
+    if fn is None:
+        fn = e.fast = _fast_launcher(e, args, idx) or _NO_FAST
+    if fn is _NO_FAST:
         return
-    # the raw (argtypes-free) entry point: every argument is a ctypes object or a checked C int
-    rc = _cuLaunchKernel(e.f, gx, gy, gz, e.block, 1, 1, e.shared, stream, e.params, None)
-    if rc:
-        drv.check_launch_error(rc, f"cuLaunchKernel(kernel={e.name}, grid=({gx}, {gy}, {gz}), "
-                                   f"block=({e.block}, 1, 1), shared_bytes={e.shared}, "
-                                   f"stream={stream.value or 0:#x})")
+    try:
+        fast = _state.fast
+    except AttributeError:
+        fast = _state.fast = {}
+    fl = fast.get(id(kernel))
+    if fl is None:
+        fl = fast[id(kernel)] = []
+    for k, (kw, f) in enumerate(fl):
+        if f is fn and kw == kwargs:
+            if k:
+                fl.insert(0, fl.pop(k))
+            return
+    fl.insert(0, (dict(kwargs), fn))
+    del fl[_FAST_PER_KERNEL:]
+
+
+def _fast_launcher(e: _Entry, args, idx: int):
+    """Generate `fast(grid, args) -> bool` for entry `e` from the arguments that built its key.
+
+    It launches only when every argument has the kind this entry was compiled for, with the
+    same classes the general path keys on (tensor: exact dtype, storage already verified on
+    device `idx`, 16-byte aligned or not; int: exact type, the constant 1 / i32 / i64 / u64
+    by range, divisible by 16 or not; float; bool; None), the grid is a tuple of in-range
+    ints and device `idx` is current. Otherwise it returns False having changed nothing that
+    matters (the general path then re-dispatches, refuses or raises the documented error).
+    None when the entry needs more than one raw cuLaunchKernel (cluster launch, scratch,
+    bf16 scalars, positional constexprs).
+    """
+    if e.ex or e.gsize or e.conv is not None or e.cpos is not None:
+        return None
+    n = len(args)
+    packed = list(e.sel) if e.sel is not None else list(range(n))
+    # pack_into a memoryview of the buffer: a little cheaper than through the ctypes array
+    env = {"T": Tensor, "vd": _verified.setdefault(idx, {}), "pack": e.pack,
+           "buf": memoryview(e.buf).cast("B"), "F": e.f, "PARAMS": e.params, "NAME": e.name,
+           "TAIL": e.tail}
+    names = [f"a{i}" for i in range(n)]
+    if n:
+        body = ["try:", f"    {', '.join(names)}{',' if n == 1 else ''} = args",
+                "except ValueError:", "    return False"]
+    else:
+        body = ["if args:", "    return False"]
+    types, tensors, checks, aligned, unaligned = [], [], [], [], []
+    for i, v in enumerate(args):
+        a = names[i]
+        t = type(v)
+        if t is Tensor:
+            types.append(f"type({a}) is not T")
+            tensors.append(i)
+            env[f"D{i}"] = v._dtype
+            p = v._storage.ptr + v._offset * v._dtype.itemsize
+            (aligned if p % 16 == 0 else unaligned).append(i)
+        elif t is int:
+            types.append(f"type({a}) is not int")
+            if _I32_MIN <= v <= _I32_MAX:
+                # no range test: the parameter is then packed as i32 (whose struct code refuses
+                # wider values: the general path takes over), or has an annotated type that
+                # a wider value compiles to as well, or is the constant 1
+                rng = ""
+            elif _I64_MIN <= v <= _I64_MAX:
+                rng = (f" or not ({a} < {_I32_MIN} or {a} > {_I32_MAX})"
+                       f" or not {_I64_MIN} <= {a} <= {_I64_MAX}")
+            else:
+                rng = f" or not {_I64_MAX} < {a} <= {_U64_MAX}"
+            if v == 1:
+                checks.append(f"{a} != 1")
+            elif v % 16 == 0:
+                checks.append(f"{a} & 15{rng}")
+            else:
+                checks.append(f"not {a} & 15 or {a} == 1{rng}")
+        elif t is float:
+            types.append(f"type({a}) is not float")
+        elif t is bool:
+            types.append(f"type({a}) is not bool")
+        elif v is None:
+            types.append(f"{a} is not None")
+        else:
+            return None   # subclasses and the rest: the general path only
+    if types:
+        body += [f"if {' or '.join(types)}:", "    return False"]
+    if tensors:
+        body.append("; ".join(f"s{i} = a{i}._storage" for i in tensors))
+        # a storage in `vd` was checked against device idx's allocator (and is on idx)
+        body += [f"if {' or '.join(f'id(s{i}) not in vd' for i in tensors)}:", "    return False"]
+        body += [f"if {' or '.join(f'a{i}._dtype is not D{i}' for i in tensors)}:", "    return False"]
+        for i in tensors:
+            body.append(f"p{i} = s{i}.ptr + a{i}._offset * {args[i]._dtype.itemsize}")
+        if aligned:
+            body += [f"if ({' | '.join(f'p{i}' for i in aligned)}) & 15:", "    return False"]
+        if unaligned:
+            body += [f"if {' or '.join(f'not p{i} & 15' for i in unaligned)}:", "    return False"]
+    if checks:
+        body += [f"if {' or '.join(f'({c})' for c in checks)}:", "    return False"]
+    body += [
+        "if type(grid) is not tuple:", "    return False",
+        "ng = len(grid)",
+        "if ng == 1:",
+        "    gx = grid[0]; gy = gz = 1",
+        f"    if type(gx) is not int or not 0 < gx <= {_MAX_X}:", "        return False",
+        "elif ng == 2:",
+        "    gx, gy = grid; gz = 1",
+        f"    if type(gx) is not int or type(gy) is not int or not 0 < gx <= {_MAX_X} "
+        f"or not 0 < gy <= {_MAX_YZ}:", "        return False",
+        "elif ng == 3:",
+        "    gx, gy, gz = grid",
+        "    if (type(gx) is not int or type(gy) is not int or type(gz) is not int",
+        f"            or not 0 < gx <= {_MAX_X} or not 0 < gy <= {_MAX_YZ} or not 0 < gz <= {_MAX_YZ}):",
+        "        return False",
+        "else:", "    return False",
+        "try:",
+        f"    if _tls.device != {idx}:", "        return False",
+        "except AttributeError:", "    return False",
+    ]
+    vals = [f"p{i}" if i in tensors else f"a{i}" for i in packed]
+    if e.tail:
+        vals.append("*TAIL")
+    body += [
+        "try:",
+        f"    pack(buf, 0{''.join(', ' + v for v in vals)})",
+        "except (struct_error, OverflowError):",
+        "    return False   # the general path names the argument that does not fit",
+        f"stream = _streams.get({idx}, _NULL)",
+        f"rc = _cuLaunchKernel(F, gx, gy, gz, {e.block}, 1, 1, {e.shared}, stream, PARAMS, None)",
+        "if rc:",
+        f"    _launch_failed(rc, NAME, gx, gy, gz, {e.block}, {e.shared}, stream)",
+        "return True",
+    ]
+    src = (f"def make({', '.join(env)}):\n    def fast(grid, args):\n"
+           + "".join(f"        {line}\n" for line in body) + "    return fast\n")
+    ns = {}
+    # module globals: `_streams`, `_cuLaunchKernel`, `_tls` are read at call time (they change)
+    exec(compile(src, f"<nbx fast launcher {e.name}>", "exec"), globals(), ns)
+    fast = ns["make"](**env)
+    fast.source = src
+    fast.kernel = e.kernel   # keyed by id(kernel) in the fast lists: keep the id from reuse
+    return fast
+
+
+struct_error = struct.error
+
+
+def prepare(kernel, *example_args, **kwargs):
+    """A launcher of `kernel` prepared for arguments of the kinds of `example_args` (cuda
+    tensors, ints, floats, bools, None) with the constexprs and options `kwargs` fixed.
+
+        add = prepare(add_kernel, x, y, out, n, BLOCK=1024, num_warps=4)   # binds, compiles
+        add((triton.cdiv(n, 1024),), x, y, out, n)                          # launches
+
+    The call skips the keyword matching of `nbx.launch` and goes straight to the generated
+    fast launchers. Each still checks every argument's kind (dtype, storage verified on the
+    device, 16-byte alignment, integer range and divisibility, the constant 1), the grid and
+    the current device; arguments of another kind are re-dispatched through the general path
+    (new kinds are compiled and join the prepared launchers), so a call is never wrong, only
+    slower. Nothing is launched by `prepare` itself. Used from another thread, the call takes
+    the general path (prepared buffers belong to the thread that prepared them).
+    """
+    for a in example_args:
+        if isinstance(a, Tensor):
+            dev = a.device
+            break
+    else:
+        raise ValueError("prepare: no tensor argument, so the device is unknown")
+    if dev.type != "cuda":
+        raise ValueError(f"prepare: tensors on {dev}; prepared launches are for cuda tensors "
+                         f"(use nbx.launch on other devices)")
+    idx = dev.index or 0
+    kw = dict(kwargs)
+    e, _ = _lookup(kernel, example_args, kw, idx)
+    fn = e.fast
+    if fn is None:
+        fn = e.fast = _fast_launcher(e, example_args, idx) or _NO_FAST
+    fns = [] if fn is _NO_FAST else [fn]
+    owner = threading.get_ident()
+    get_ident = threading.get_ident
+
+    def prepared(grid, *args):
+        if get_ident() == owner:
+            for f in fns:
+                if f(grid, args):
+                    return
+        launch_public(kernel, grid, *args, **kw)
+        if get_ident() == owner:   # what the general path prepared joins this launcher
+            for k, f in _state.fast.get(id(kernel), ()):
+                if k == kw and f not in fns:
+                    fns.insert(0, f)
+                    del fns[_FAST_PER_KERNEL:]
+
+    prepared.kernel, prepared.kwargs, prepared.launchers = kernel, kw, fns
+    prepared.__doc__ = f"prepared launch of {e.name} with {kw}: prepared(grid, *args)"
+    return prepared
 
 
 def _wide_int_key(a: int) -> str:
@@ -591,6 +828,7 @@ def _by_constexpr_values(e, kernel, args, kwargs, idx: int):
     sub = e.variants.get(vals)
     if sub is None:
         sub = e.variants[vals] = _prepare(kernel, args, kwargs, idx, variant=True)
+        sub.fast = _NO_FAST   # picked by values, which a fast launcher does not guard
     return sub
 
 
@@ -673,12 +911,16 @@ def _value_error(e: _Entry, vals, err) -> Exception:
 
 
 def cache_info() -> dict:
-    """Sizes of the launcher's caches (this thread's prepared launches, loaded modules)."""
+    """Sizes of the launcher's caches (this thread's prepared launches and fast launchers,
+    loaded modules)."""
     return {"prepared": len(getattr(_state, "entries", {})), "modules": len(_modules),
-            "kernels": len(_sigs)}
+            "kernels": len(_sigs),
+            "fast": sum(len(fl) for fl in getattr(_state, "fast", {}).values())}
 
 
 def clear_cache() -> None:
-    """Forget prepared launches (this thread) and bound signatures; loaded modules stay."""
+    """Forget prepared launches and fast launchers (this thread) and bound signatures;
+    loaded modules stay. Launchers made by `prepare` keep their own entries."""
     getattr(_state, "entries", {}).clear()
+    getattr(_state, "fast", {}).clear()
     _sigs.clear()
