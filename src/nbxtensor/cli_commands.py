@@ -23,6 +23,9 @@ def add_commands(sub) -> None:
     p.add_argument("--dtype", default=None, help="compute dtype (default: float32 on cpu, "
                                                  "bfloat16 on cuda)")
     p.add_argument("--no-chat", action="store_true", help="feed the prompt as raw text")
+    p.add_argument("--no-graph", action="store_true",
+                   help="cuda: launch the decode step op by op instead of replaying it as a "
+                        "CUDA graph (for comparison)")
     p.set_defaults(fn=cmd_generate)
 
     p = sub.add_parser("embed", help="sentence embeddings with a BERT model",
@@ -75,11 +78,21 @@ def cmd_generate(args) -> int:
     def out(s):
         sys.stdout.write(s)
         sys.stdout.flush()
-    res = generate(model, ids, max_new_tokens=args.max_new_tokens, sampler=sampler, on_text=out)
+    if args.no_graph and model.device.type != "cuda":
+        print("nbx: note: --no-graph only matters on cuda", file=sys.stderr)
+    try:
+        res = generate(model, ids, max_new_tokens=args.max_new_tokens, sampler=sampler,
+                       on_text=out, graph=False if args.no_graph else None)
+    except ValueError as e:
+        return _fail(str(e))
     sys.stdout.write("\n")
+    how = ""
+    if model.device.type == "cuda":
+        how = (f" | graph replay, {res.kernels_per_step} kernels/step, capture "
+               f"{res.setup_seconds:.2f} s" if res.graph else " | eager step (--no-graph)")
     print(f"[prefill {res.prompt_tokens} tokens: {res.prefill_tps:.1f} tok/s | decode "
-          f"{len(res.tokens)} tokens: {res.decode_tps:.1f} tok/s | stopped by {res.stopped_by}]",
-          file=sys.stderr)
+          f"{len(res.tokens)} tokens: {res.decode_tps:.1f} tok/s | stopped by {res.stopped_by}"
+          f"{how}]", file=sys.stderr)
     return 0
 
 

@@ -1,0 +1,220 @@
+"""Declared configuration spaces and shape-key bucketing, one `Tunable` per kernel.
+
+A space is a finite list of config dicts. Only configs that are in today's space are ever
+used: a cache entry whose config is not (the space shrank, a key was renamed) is ignored.
+
+Shape keys are tuples of ints; the dtype is kept apart (it is its own cache field).
+`bucket(key)` maps a raw key to the key the cache stores, so that a new shape finds an
+entry tuned for a near one:
+  matmul (M, N, K): M rounded up to a power of two (M is the token count: it varies), N and K
+                    exact (they are the weight's shape: fixed per layer).
+  gemv   (M, N, K): M in {1, 2, 4, 8, 16} (rounded up), N and K exact.
+  rms_norm, softmax (R, N): rows rounded up to a power of two, row length N exact.
+  attention (L, H, Hk, D): sequence length rounded up to a power of two, heads/dim exact.
+`near(a, b)` says whether an entry for bucket b may serve bucket a when a has no entry of
+its own: same N and K, M within a factor of 4 (distance = |log2 ratio|, nearest wins).
+
+Nothing here imports triton: `pick` (the seam the kernels call) must stay cheap.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+def _pow2_ceil(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def _grid(**axes) -> list[dict]:
+    names = list(axes)
+    return [dict(zip(names, vals)) for vals in itertools.product(*(axes[n] for n in names))]
+
+
+def canon(cfg: dict) -> tuple:
+    """A hashable, order-free spelling of a config (JSON round-trips lists; normalise them)."""
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in cfg.items()))
+
+
+@dataclass
+class Tunable:
+    name: str
+    space: Callable[[str], list]          # dtype name -> the candidate configs
+    bucket: Callable[[tuple], tuple]      # raw shape key -> cache key
+    near: Callable[[tuple, tuple], float | None] = None   # distance, None = not usable
+    applies: Callable[[dict, tuple], bool] = None  # may this config run this raw key?
+    doc: str = ""
+    _canon: dict = field(default_factory=dict, repr=False)
+
+    def candidates(self, dtype: str) -> list[dict]:
+        return [dict(c) for c in self.space(dtype)]
+
+    def contains(self, config: dict, dtype: str) -> bool:
+        s = self._canon.get(dtype)
+        if s is None:
+            s = self._canon[dtype] = {canon(c) for c in self.space(dtype)}
+        try:
+            return canon(config) in s
+        except TypeError:      # an unhashable value in a hand-edited cache file
+            return False
+
+
+def _m_near(a: tuple, b: tuple) -> float | None:
+    if a[1:] != b[1:] or a[0] <= 0 or b[0] <= 0:
+        return None
+    d = abs(math.log2(b[0] / a[0]))
+    return d if d <= 2 else None
+
+
+# ------------------------------------------------------------------------------ matmul
+# Tiled tensor-core kernel (kernels/matmul.py). Keys of kernels.matmul.matmul_config; the
+# persistent variant rides on the same kernel family (PERSISTENT / FLATTEN). Configs over
+# the sm_90 shared-memory limit are in the space on purpose: the screen rejects them from
+# the compiled kernel's metadata before any launch (reported, not silently pruned here).
+
+def _matmul_space(dtype: str) -> list[dict]:
+    if dtype in ("bfloat16", "float16"):
+        tiles = _grid(BLOCK_M=[64, 128], BLOCK_N=[64, 128, 256], BLOCK_K=[32, 64],
+                      num_warps=[4, 8], num_stages=[3, 4], GROUP_M=[8])
+        pers = _grid(BLOCK_M=[128], BLOCK_N=[128, 256], BLOCK_K=[64], num_warps=[8],
+                     num_stages=[3, 4], GROUP_M=[8], PERSISTENT=[True], FLATTEN=[False, True])
+        return tiles + pers
+    if dtype == "float32":
+        return _grid(BLOCK_M=[64, 128], BLOCK_N=[64, 128], BLOCK_K=[16, 32],
+                     num_warps=[4, 8], num_stages=[2, 3], GROUP_M=[8])
+    if dtype == "float64":
+        return _grid(BLOCK_M=[32, 64], BLOCK_N=[32, 64], BLOCK_K=[16], num_warps=[4],
+                     num_stages=[2], GROUP_M=[8])
+    return []
+
+
+def _matmul_bucket(key: tuple) -> tuple:
+    M, N, K = (int(v) for v in key)
+    return (_pow2_ceil(M), N, K)
+
+
+# ------------------------------------------------------------------------------ gemv
+# Decode GEMV (kernels/gemv.py, M <= 16). Keys of kernels.gemv.gemv_config; K_SPLIT is
+# derived from TARGET there, so it is not part of the space.
+
+def _gemv_space(dtype: str) -> list[dict]:
+    if dtype not in ("bfloat16", "float16", "float32"):
+        return []
+    bks = [128, 256, 512] if dtype != "float32" else [64, 128, 256]
+    # num_stages stays at the rule's 4: a streaming loop with few iterations a program
+    # gains little from it, and every value doubles the compile time of a cold sweep
+    one = _grid(BLOCK_M=[1], BLOCK_N=[16, 32, 64], BLOCK_K=bks, num_warps=[4, 8],
+                num_stages=[4], TARGET=[264, 528, 1056])
+    many = _grid(BLOCK_M=[16], BLOCK_N=[32, 64, 128], BLOCK_K=[64, 128, 256], num_warps=[4, 8],
+                 num_stages=[4], TARGET=[264, 528, 1056])
+    return one + many
+
+
+def _gemv_bucket(key: tuple) -> tuple:
+    M, N, K = (int(v) for v in key)
+    return (min(_pow2_ceil(M), 16), N, K)
+
+
+def _gemv_near(a: tuple, b: tuple) -> float | None:
+    # never across M == 1: BLOCK_M = 1 configs compute one row only
+    return None if (a[0] == 1) != (b[0] == 1) else _m_near(a, b)
+
+
+def _gemv_applies(cfg: dict, key: tuple) -> bool:
+    return cfg.get("BLOCK_M") != 1 or int(key[0]) == 1
+
+
+def gemv_candidates(dtype: str, M: int) -> list[dict]:
+    """The part of the gemv space that applies to M rows (BLOCK_M 1 only for M == 1)."""
+    want = 1 if M == 1 else 16
+    return [c for c in _gemv_space(dtype) if c["BLOCK_M"] == want]
+
+
+# ------------------------------------------------------------------------------ row kernels
+# rms_norm (kernels/norm.py) and softmax (kernels/softmax.py) share the rows rule
+# (softmax.row_config): key (R, N) = rows x row length. SINGLE holds a whole row in
+# registers and is only correct with BLOCK_N >= N (`applies`); the multi-pass form works for
+# any N. Tuning them runs through their _OVERRIDE hooks; their config functions do not call
+# pick() yet (see docs/notes/autotune.md for the two-line patch).
+
+def _rows_space(dtype: str) -> list[dict]:
+    if dtype not in ("bfloat16", "float16", "float32"):
+        return []
+    single = [c for c in _grid(BLOCK_N=[1 << i for i in range(0, 15)],
+                               BLOCK_R=[1, 2, 4, 8, 16, 32, 64], SINGLE=[True],
+                               num_warps=[1, 2, 4, 8, 16])
+              if c["BLOCK_N"] * c["BLOCK_R"] <= 16384]
+    multi = _grid(BLOCK_R=[1], BLOCK_N=[1024, 2048, 4096, 8192], SINGLE=[False],
+                  num_warps=[4, 8, 16])
+    return single + multi
+
+
+def _rows_bucket(key: tuple) -> tuple:
+    return (_pow2_ceil(int(key[0])), int(key[1]))
+
+
+def _rows_applies(cfg: dict, key: tuple) -> bool:
+    return not cfg.get("SINGLE") or cfg.get("BLOCK_N", 0) >= int(key[1])
+
+
+def rows_candidates(dtype: str, N: int) -> list[dict]:
+    """The part of the rows space worth sweeping for row length N: SINGLE with
+    BLOCK_N = next_pow2(N) (any BLOCK_R, warps), plus the multi-pass forms for N > 4096."""
+    bn = _pow2_ceil(N)
+    return [c for c in _rows_space(dtype)
+            if (c["SINGLE"] and c["BLOCK_N"] == bn) or (not c["SINGLE"] and N > 4096)]
+
+
+# ------------------------------------------------------------------------ attention prefill
+# Flash attention (kernels/attention.py sdpa), causal self-attention of one sequence:
+# key (L, H, Hk, D) = sequence length, query heads, kv heads, head dim. BLOCK_M must be a
+# multiple of BLOCK_N (the kernel's causal split relies on it). Tuned through its
+# _OVERRIDE; sdpa does not call pick() yet.
+
+def _attn_space(dtype: str) -> list[dict]:
+    if dtype not in ("bfloat16", "float16", "float32"):
+        return []
+    return [c for c in _grid(BLOCK_M=[16, 32, 64, 128], BLOCK_N=[16, 32, 64, 128],
+                             num_warps=[4, 8], num_stages=[1, 2, 3, 4])
+            if c["BLOCK_M"] % c["BLOCK_N"] == 0]
+
+
+def _attn_bucket(key: tuple) -> tuple:
+    L, H, Hk, D = (int(v) for v in key)
+    return (_pow2_ceil(L), H, Hk, D)
+
+
+TUNABLES: dict[str, Tunable] = {}
+
+
+def register_tunable(t: Tunable) -> Tunable:
+    """Declare a tunable kernel (tests register toy ones); the name must be new."""
+    if t.name in TUNABLES and TUNABLES[t.name] is not t:
+        raise ValueError(f"register_tunable: {t.name!r} is already declared")
+    TUNABLES[t.name] = t
+    return t
+
+
+def unregister_tunable(name: str) -> None:
+    TUNABLES.pop(name, None)
+
+
+def get_tunable(name: str) -> Tunable:
+    t = TUNABLES.get(name)
+    if t is None:
+        raise KeyError(f"autotune: no tunable kernel {name!r}; declared: {', '.join(sorted(TUNABLES))}")
+    return t
+
+
+register_tunable(Tunable("matmul", _matmul_space, _matmul_bucket, _m_near, None,
+                         doc="tiled matmul (kernels/matmul.py), x[M,K] @ W[N,K]^T"))
+register_tunable(Tunable("gemv", _gemv_space, _gemv_bucket, _gemv_near, _gemv_applies,
+                         doc="decode GEMV (kernels/gemv.py), M <= 16"))
+register_tunable(Tunable("rms_norm", _rows_space, _rows_bucket, _m_near, _rows_applies,
+                         doc="rms_norm rows (kernels/norm.py), key (rows, N)"))
+register_tunable(Tunable("softmax", _rows_space, _rows_bucket, _m_near, _rows_applies,
+                         doc="softmax rows (kernels/softmax.py), key (rows, N)"))
+register_tunable(Tunable("attention", _attn_space, _attn_bucket, _m_near, None,
+                         doc="flash attention prefill (kernels/attention.py), key (L, H, Hk, D)"))

@@ -1,0 +1,103 @@
+"""Timing candidates: CUDA events through nbxtensor's driver, an L2 flush before every
+timed run, warm-up, median, and a per-candidate budget.
+
+The flush writes a 256 MB buffer (cuMemsetD8Async, larger than the H200's 50 MB L2) on the
+same stream just before the start event, so every timed run starts with cold caches, as a
+layer in a model does (its weights were evicted by the layers before it). The memset also
+keeps the GPU busy while Python launches the candidate, so launch overhead is not timed.
+
+A timer's `measure(fn, ...)` returns a `Timing` or raises `OverBudget` when the first
+(probe) run alone is slower than `budget_ms`: one pathological candidate cannot stall a
+sweep. Tests pass a fake timer with the same interface (deterministic "speed" on interp).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+FLUSH_BYTES = 256 << 20
+
+
+class OverBudget(Exception):
+    def __init__(self, ms: float, budget_ms: float):
+        super().__init__(f"one run took {ms:.3f} ms, over the budget of {budget_ms:.3f} ms")
+        self.ms, self.budget_ms = ms, budget_ms
+
+
+@dataclass
+class Timing:
+    median_ms: float
+    min_ms: float
+    reps: int
+    method: str
+
+    def as_dict(self) -> dict:
+        return dict(median_ms=round(self.median_ms, 6), min_ms=round(self.min_ms, 6),
+                    reps=self.reps, method=self.method)
+
+
+class CudaTimer:
+    """CUDA-event timing with an L2 flush between timed runs (device = an nbx Device)."""
+
+    method = "cuda events, 256 MB L2 flush, median"
+
+    def __init__(self, device, flush_bytes: int = FLUSH_BYTES):
+        from .. import dtypes
+        from ..tensor import Tensor
+        self.device = device
+        self._buf = Tensor._empty((flush_bytes,), dtypes.uint8, device) if flush_bytes else None
+        self._n = 0
+
+    def _flush(self, stream) -> None:
+        if self._buf is not None:
+            from ..backends.cuda import driver as drv
+            self._n += 1      # a different value each time: no write can be skipped
+            drv.memset_d8(self._buf.data_ptr(), self._n & 0xFF, self._buf.numel(), stream)
+
+    def _timed(self, fn, reps: int) -> list[float]:
+        from .. import cuda
+        stream = cuda.current_stream(self.device)
+        evs = [(cuda.Event(True, self.device), cuda.Event(True, self.device)) for _ in range(reps)]
+        for s, e in evs:
+            self._flush(stream.handle)
+            s.record(stream)
+            fn()
+            e.record(stream)
+        evs[-1][1].synchronize()
+        return [s.elapsed_time(e) for s, e in evs]
+
+    def measure(self, fn, *, warmup: int = 3, reps: int = 10, budget_ms: float | None = None):
+        probe = self._timed(fn, 1)[0]
+        if budget_ms is not None and probe > budget_ms:
+            raise OverBudget(probe, budget_ms)
+        for _ in range(warmup):
+            fn()
+        ts = self._timed(fn, reps)
+        return Timing(statistics.median(ts), min(ts), reps, self.method)
+
+
+class HostTimer:
+    """Wall-clock timing for interp (no L2 to flush; speed there means little)."""
+
+    method = "host perf_counter, median"
+
+    def __init__(self, device=None):
+        self.device = device
+
+    def measure(self, fn, *, warmup: int = 0, reps: int = 3, budget_ms: float | None = None):
+        def one():
+            t0 = time.perf_counter()
+            fn()
+            return (time.perf_counter() - t0) * 1e3
+        probe = one()
+        if budget_ms is not None and probe > budget_ms:
+            raise OverBudget(probe, budget_ms)
+        for _ in range(warmup):
+            fn()
+        ts = [one() for _ in range(reps)]
+        return Timing(statistics.median(ts), min(ts), reps, self.method)
+
+
+def timer_for(device):
+    return CudaTimer(device) if device.type == "cuda" else HostTimer(device)

@@ -1,0 +1,554 @@
+"""Autotuning: the screen, the cache, bucketing, the kernel seam and `nbx tune` (interp, CI).
+
+A toy tunable (out = 2x + 1) carries deliberately wrong candidates -- one skips the tail,
+one writes half the output -- that a fake timer makes the fastest, so the only thing
+between them and the cache is the correctness screen.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import nbxtensor as nbx
+from nbxtensor import autotune
+from nbxtensor.autotune import cache, space, sweep
+from nbxtensor.autotune.screen import ScreenError, deviation, screen
+from nbxtensor.autotune.timing import OverBudget, Timing
+
+triton = pytest.importorskip("triton")
+tl = triton.language
+
+INTERP = nbx.device("interp")
+
+
+@pytest.fixture(autouse=True)
+def tmp_cache(tmp_path, monkeypatch):
+    """Every test gets an empty user cache of its own."""
+    monkeypatch.setenv("NBX_CACHE_DIR", str(tmp_path / "nbxcache"))
+    monkeypatch.delenv("NBX_AUTOTUNE", raising=False)
+    autotune.reload()
+    yield tmp_path / "nbxcache" / "autotune.json"
+    autotune.reload()
+
+
+# ------------------------------------------------------------------------- a toy tunable
+
+@triton.jit
+def _toy_kernel(x_ptr, o_ptr, total, BLOCK: tl.constexpr, MODE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if MODE == 1:      # wrong: skips the last, partial block (the tail)
+        lim = (total // BLOCK) * BLOCK
+    elif MODE == 2:    # wrong: writes half of the output
+        lim = total // 2
+    else:
+        lim = total
+    m = offs < lim
+    tl.store(o_ptr + offs, 2.0 * tl.load(x_ptr + offs, mask=m) + 1.0, mask=m)
+
+
+GOOD32 = dict(BLOCK=32, MODE=0)
+GOOD64 = dict(BLOCK=64, MODE=0)
+SKIP_TAIL = dict(BLOCK=64, MODE=1)
+HALF = dict(BLOCK=128, MODE=2)
+BAD_COMPILE = dict(BLOCK=48, MODE=0)     # tl.arange needs a power of two: a compile error
+TOY_SPACE = [GOOD32, GOOD64, SKIP_TAIL, HALF, BAD_COMPILE]
+# fake speeds (ms): the wrong ones are the fastest, the compile error would be too
+SPEED = {(32, 0): 3.0, (64, 0): 2.0, (64, 1): 1.0, (128, 2): 0.5, (48, 0): 0.1}
+LAST = {}
+
+
+class ToyCase:
+    kernel = "toy"
+
+    def __init__(self, key, dtype, device, seed=0):
+        self.M, self.N = key
+        self.device = device
+        self.dtype = nbx.dtypes.as_dtype(dtype)
+        g = np.random.default_rng(seed)
+        self.x64 = g.standard_normal((self.M, self.N)).astype(self.dtype.np).astype(np.float64)
+        self.x = nbx.tensor(self.x64.astype(self.dtype.np), device=device)
+        self.out = nbx.empty((self.M, self.N), dtype=self.dtype, device=device)
+        self.rows = sweep.row_windows(self.M, 16)   # windows when M > 48
+        self.tol_text = "1e-6 relative"
+
+    def describe_key(self):
+        return f"toy {self.M}x{self.N}"
+
+    def describe(self):
+        return f"rows {self.rows}"
+
+    def candidates(self):
+        return [dict(c) for c in TOY_SPACE]
+
+    def default_config(self):
+        return dict(GOOD32)
+
+    def reset(self):
+        self.out.fill_(float("nan"))
+
+    def run(self, cfg):
+        LAST["cfg"] = (cfg["BLOCK"], cfg["MODE"])
+        n = self.M * self.N
+        nbx.launch(_toy_kernel, (triton.cdiv(n, cfg["BLOCK"]),), self.x, self.out, n, **cfg)
+
+    def run_default(self):
+        self.run(self.default_config())
+
+    def result(self):
+        o = self.out.numpy().astype(np.float64)
+        return np.concatenate([o[a:b] for a, b in self.rows])
+
+    def reference(self):
+        x = np.concatenate([self.x64[a:b] for a, b in self.rows])
+        return 2 * x + 1, 1e-6 * (np.abs(2 * x) + 1)
+
+
+class NoRefCase(ToyCase):
+    def reference(self):
+        return None
+
+
+class FakeTimer:
+    """Deterministic 'speed' from the config that ran last (the case records it)."""
+
+    def measure(self, fn, *, warmup=0, reps=1, budget_ms=None):
+        fn()
+        ms = SPEED[LAST["cfg"]]
+        if budget_ms is not None and ms > budget_ms:
+            raise OverBudget(ms, budget_ms)
+        return Timing(ms, ms, 1, "fake")
+
+
+@pytest.fixture
+def toy():
+    t = space.register_tunable(space.Tunable(
+        "toy", lambda dtype: [dict(c) for c in TOY_SPACE], lambda k: tuple(int(v) for v in k)))
+    sweep.CASES["toy"] = ToyCase
+    yield t
+    space.unregister_tunable("toy")
+    sweep.CASES.pop("toy", None)
+
+
+# ------------------------------------------------------------------------------ the screen
+
+@pytest.mark.parametrize("M,N", [(7, 9), (67, 5)])      # whole output; row windows (M > 48)
+def test_screen_excludes_wrong_candidates_that_would_be_fastest(toy, M, N):
+    e = autotune.tune("toy", (M, N), dtype="float32", device=INTERP, timer=FakeTimer(),
+                      run_budget_ms=100.0)
+    assert e["config"] == GOOD64             # fastest CORRECT one; the wrong ones were faster
+    ex = {(x["config"]["BLOCK"], x["config"]["MODE"]): x for x in e["screen"]["excluded"]}
+    assert set(ex) == {(64, 1), (128, 2), (48, 0)}
+    for k in [(64, 1), (128, 2)]:
+        assert "wrong result" in ex[k]["reason"] and ex[k]["deviation"] == "inf"
+    assert "48" in ex[(48, 0)]["reason"] or "arange" in ex[(48, 0)]["reason"].lower()
+    assert e["screen"]["reference"] == "float64 host"
+    assert e["screen"]["passed"] == 2 and e["screen"]["candidates"] == 5
+    if M > 48:
+        assert e["screen"]["compared"] == f"rows [(0, 16), ({M // 2 - 8}, {M // 2 + 8}), ({M - 16}, {M})]"
+    assert e["timing"]["speedup"] == pytest.approx(3.0 / 2.0)
+
+
+def test_tail_breakage_is_seen_by_the_last_row_window(toy):
+    # 67 x 5 = 335 elements: BLOCK 64 leaves a 15-element tail, inside the last window only
+    case = ToyCase((67, 5), "float32", INTERP)
+    assert case.rows[-1][1] == 67
+    rep = screen(case, [GOOD64, SKIP_TAIL])
+    assert rep.passed == [GOOD64]
+    assert rep.excluded[0]["config"] == SKIP_TAIL
+
+
+def test_all_wrong_space_raises(toy):
+    with pytest.raises(ScreenError, match="disagreed"):
+        autotune.tune("toy", (7, 9), dtype="float32", device=INTERP, timer=FakeTimer(),
+                      candidates=[SKIP_TAIL, HALF])
+    assert not os.path.exists(cache.cache_path())        # nothing stored
+
+
+def test_no_candidate_runs_raises(toy):
+    with pytest.raises(ScreenError, match="no candidate could run"):
+        screen(ToyCase((7, 9), "float32", INTERP), [BAD_COMPILE])
+
+
+def test_no_reference_is_recorded_not_passed_silently(toy):
+    rep = screen(NoRefCase((7, 9), "float32", INTERP), [GOOD32, SKIP_TAIL])
+    assert rep.record["reference"].startswith("none")
+    assert rep.record["compared"] is None
+
+
+def test_candidate_over_the_run_budget_is_dropped_and_reported(toy):
+    e = autotune.tune("toy", (7, 9), dtype="float32", device=INTERP, timer=FakeTimer(),
+                      candidates=[GOOD32, GOOD64], run_budget_ms=2.5)
+    assert e["config"] == GOOD64
+    dropped = e["timing"]["dropped"]
+    assert len(dropped) == 1 and dropped[0]["config"] == GOOD32
+    assert "over budget" in dropped[0]["reason"]
+
+
+def test_deviation_counts_nan_as_infinitely_wrong():
+    ref = np.array([1.0, 2.0, np.inf])
+    bound = np.array([0.1, 0.1, 0.1])
+    assert deviation(np.array([1.0, 2.05, np.inf]), ref, bound) == (pytest.approx(0.5), 0)
+    d, bad = deviation(np.array([1.0, np.nan, np.inf]), ref, bound)
+    assert d == np.inf and bad == 1
+    assert deviation(np.array([1.0, 2.0, -np.inf]), ref, bound)[1] == 1
+
+
+def test_candidates_outside_the_space_are_refused(toy):
+    with pytest.raises(ValueError, match="outside the declared"):
+        autotune.tune("toy", (7, 9), dtype="float32", device=INTERP, timer=FakeTimer(),
+                      candidates=[dict(BLOCK=16, MODE=0)])
+
+
+# ------------------------------------------------------------------------------- the cache
+
+def _tuned_toy(toy_key=(7, 9)):
+    return autotune.tune("toy", toy_key, dtype="float32", device=INTERP, timer=FakeTimer())
+
+
+def test_cache_round_trips(toy, tmp_cache):
+    e = _tuned_toy()
+    doc = json.loads(tmp_cache.read_text())
+    assert doc["format"] == cache.FORMAT and len(doc["entries"]) == 1
+    stored = doc["entries"][0]
+    assert stored["device"] == "interp" and stored["triton"] == triton.__version__
+    assert stored["kernel"] == "toy" and stored["key"] == [7, 9] and stored["dtype"] == "float32"
+    assert stored["screen"]["excluded"] and stored["config"] == e["config"]
+    autotune.reload()                                      # a fresh process: load from disk
+    assert autotune.pick("toy", (7, 9), dict(GOOD32), dtype="float32", device=INTERP) == GOOD64
+    assert autotune.lookup("toy", (7, 9), dtype="float32", device=INTERP)[1] == "user cache"
+    # other dtype, other key: the default
+    assert autotune.pick("toy", (7, 9), dict(GOOD32), dtype="float16", device=INTERP) == GOOD32
+    assert autotune.pick("toy", (8, 9), dict(GOOD32), dtype="float32", device=INTERP) == GOOD32
+    # a second tune of another key keeps the first
+    _tuned_toy((9, 9))
+    assert len(json.loads(tmp_cache.read_text())["entries"]) == 2
+
+
+def test_cache_is_keyed_by_triton_version_and_device(toy, tmp_cache, monkeypatch):
+    _tuned_toy()
+    monkeypatch.setattr(cache, "triton_version", lambda: "9.9.9")
+    autotune.reload()
+    assert autotune.pick("toy", (7, 9), dict(GOOD32), dtype="float32", device=INTERP) == GOOD32
+    monkeypatch.undo()
+    monkeypatch.setenv("NBX_CACHE_DIR", str(tmp_cache.parent))
+    autotune.reload()
+    assert autotune.pick("toy", (7, 9), dict(GOOD32), dtype="float32", device=INTERP) == GOOD64
+    # the same entry written for another device does not serve interp, and vice versa
+    doc = json.loads(tmp_cache.read_text())
+    doc["entries"][0].update(device="NVIDIA H200", cc="sm_90")
+    tmp_cache.write_text(json.dumps(doc))
+    autotune.reload()
+    assert autotune.pick("toy", (7, 9), dict(GOOD32), dtype="float32", device=INTERP) == GOOD32
+    monkeypatch.setattr(autotune, "device_identity", lambda d: ("NVIDIA H200", "sm_90"))
+    autotune.reload()
+    assert autotune.pick("toy", (7, 9), dict(GOOD32), dtype="float32", device=INTERP) == GOOD64
+
+
+def test_entries_outside_todays_space_are_ignored(toy, tmp_cache):
+    _tuned_toy()
+    doc = json.loads(tmp_cache.read_text())
+    doc["entries"][0]["config"] = dict(BLOCK=256, MODE=0)     # not (or no longer) declared
+    tmp_cache.write_text(json.dumps(doc))
+    autotune.reload()
+    assert autotune.pick("toy", (7, 9), dict(GOOD32), dtype="float32", device=INTERP) == GOOD32
+    cfg, why = autotune.lookup("toy", (7, 9), dtype="float32", device=INTERP)
+    assert cfg is None
+
+
+def test_broken_cache_file_is_refused_loudly(tmp_cache):
+    tmp_cache.parent.mkdir(parents=True)
+    tmp_cache.write_text("{not json")
+    with pytest.raises(ValueError, match="nbx tune --clear"):
+        cache.load_user()
+
+
+def test_disabled_returns_the_default(toy, monkeypatch):
+    _tuned_toy()
+    with autotune.disabled():
+        assert autotune.pick("toy", (7, 9), dict(GOOD32), dtype="float32", device=INTERP) == GOOD32
+    monkeypatch.setenv("NBX_AUTOTUNE", "0")
+    autotune.reload()
+    assert autotune.pick("toy", (7, 9), dict(GOOD32), dtype="float32", device=INTERP) == GOOD32
+    monkeypatch.delenv("NBX_AUTOTUNE")
+    autotune.reload()
+    assert autotune.pick("toy", (7, 9), dict(GOOD32), dtype="float32", device=INTERP) == GOOD64
+    assert autotune.pick("toy", (7, 9), dict(GOOD32), dtype="float32", device=nbx.device("cpu")) == GOOD32
+
+
+# -------------------------------------------------------------------------------- bucketing
+
+MM_CFG = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=16, num_warps=4, num_stages=2, GROUP_M=8)
+GV1_CFG = dict(BLOCK_M=1, BLOCK_N=16, BLOCK_K=128, num_warps=4, num_stages=4, TARGET=264)
+GV16_CFG = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=4, TARGET=264)
+
+
+def _store(kernel, bkey, cfg, dtype="float32"):
+    cache.store([cache.make_entry(("interp", "interp"), kernel, bkey, dtype, cfg, {}, {})])
+    autotune.reload()
+
+
+def test_bucketing_finds_near_entries():
+    assert space.get_tunable("matmul").bucket((100, 24, 40)) == (128, 24, 40)
+    assert space.get_tunable("gemv").bucket((3, 24, 40)) == (4, 24, 40)
+    _store("matmul", (128, 24, 40), MM_CFG)
+    look = lambda k: autotune.lookup("matmul", k, dtype="float32", device=INTERP)  # noqa: E731
+    assert look((100, 24, 40)) == (MM_CFG, "user cache")                   # same bucket
+    assert look((300, 24, 40))[1] == "user cache (near key (128, 24, 40))"  # bucket 512: 2 octaves
+    assert look((600, 24, 40))[0] is None                                   # 1024: too far
+    assert look((100, 24, 41))[0] is None                                   # K is exact
+    assert look((100, 32, 40))[0] is None                                   # N is exact
+
+
+def test_gemv_near_never_crosses_one_row():
+    _store("gemv", (1, 24, 40), GV1_CFG)
+    look = lambda k: autotune.lookup("gemv", k, dtype="float32", device=INTERP)  # noqa: E731
+    assert look((1, 24, 40))[0] == GV1_CFG
+    assert look((2, 24, 40))[0] is None        # a one-row config would drop row 2
+    _store("gemv", (4, 24, 40), GV16_CFG)
+    assert look((2, 24, 40))[0] == GV16_CFG
+    assert look((1, 24, 40))[0] == GV1_CFG
+    # a one-row config stored under a many-row key (hand-edited) is not applied
+    _store("gemv", (8, 24, 40), GV1_CFG)
+    assert look((8, 24, 40))[0] == GV16_CFG    # the exact one is unusable; the near one serves
+
+
+# -------------------------------------------------- the real kernels: sweep and the seam
+
+def _spy_launch(monkeypatch):
+    from nbxtensor.backends import launch as L
+    seen = []
+    real = L.launch
+
+    def spy(kernel, grid, *args, **kw):
+        seen.append((kernel.fn.__name__ if hasattr(kernel, "fn") else str(kernel), kw))
+        return real(kernel, grid, *args, **kw)
+    monkeypatch.setattr(L, "launch", spy)
+    return seen
+
+
+def _linear_ref(x, w):
+    return x.numpy().astype(np.float64) @ w.numpy().astype(np.float64).T
+
+
+def test_matmul_seam_uses_the_cached_config(monkeypatch):
+    g = np.random.default_rng()
+    x = nbx.tensor(g.standard_normal((33, 40)).astype(np.float32), device="interp")
+    w = nbx.tensor(g.standard_normal((24, 40)).astype(np.float32), device="interp")
+    seen = _spy_launch(monkeypatch)
+    y0 = nbx.linear(x, w)
+    assert seen[-1][1]["BLOCK_K"] == 32            # the rule's fp32 config
+    _store("matmul", (64, 24, 40), MM_CFG)
+    y1 = nbx.linear(x, w)
+    assert seen[-1][1]["BLOCK_K"] == 16 and seen[-1][1]["num_stages"] == 2
+    for y in (y0, y1):
+        np.testing.assert_allclose(y.numpy(), _linear_ref(x, w), rtol=1e-4, atol=1e-4)
+    _store("matmul", (64, 24, 40), dict(MM_CFG, BLOCK_M=16))   # outside the space: ignored
+    nbx.linear(x, w)
+    assert seen[-1][1]["BLOCK_K"] == 32
+
+
+def test_gemv_seam_uses_the_cached_config(monkeypatch):
+    g = np.random.default_rng()
+    x = nbx.tensor(g.standard_normal((1, 40)).astype(np.float32), device="interp")
+    w = nbx.tensor(g.standard_normal((24, 40)).astype(np.float32), device="interp")
+    seen = _spy_launch(monkeypatch)
+    nbx.linear(x, w)
+    assert seen[-1][1]["BLOCK_N"] == 32
+    _store("gemv", (1, 24, 40), GV1_CFG)
+    y = nbx.linear(x, w)
+    assert [kw["BLOCK_N"] for name, kw in seen if name == "_gemv_kernel"][-1] == 16
+    np.testing.assert_allclose(y.numpy(), _linear_ref(x, w), rtol=1e-4, atol=1e-4)
+
+
+def test_real_matmul_and_gemv_sweeps_on_interp(tmp_cache):
+    mm = [MM_CFG, dict(MM_CFG, BLOCK_K=32, num_stages=3)]
+    e = autotune.tune("matmul", (65, 24, 40), dtype="float32", device=INTERP, candidates=mm,
+                      warmup=0, reps=1)
+    assert e["key"] == [128, 24, 40] and e["screen"]["passed"] == 2
+    assert e["config"] in mm and e["timing"]["default_ms"] > 0
+    gv = [GV1_CFG, dict(GV1_CFG, BLOCK_N=32)]
+    e = autotune.tune("gemv", (1, 24, 300), dtype="bfloat16", device=INTERP,
+                      candidates=[dict(c, BLOCK_K=128) for c in gv], warmup=0, reps=1)
+    assert e["screen"]["passed"] == 2 and e["screen"]["tolerance"].startswith("0.01")
+    assert len(json.loads(tmp_cache.read_text())["entries"]) == 2
+
+
+def test_row_windows_end_at_the_final_row():
+    assert sweep.row_windows(100) == [(0, 100)]
+    w = sweep.row_windows(4097)
+    assert w[0] == (0, 64) and w[-1] == (4097 - 64, 4097) and len(w) == 3
+
+
+def test_declared_spaces_hold_the_kernel_defaults():
+    """The rule's config of each bucket is a candidate, so 'tuned' can never be worse than
+    'untuned' for lack of the default in the sweep."""
+    from nbxtensor.kernels import gemv as kg
+    from nbxtensor.kernels import matmul as km
+    for dt in (nbx.bfloat16, nbx.float16, nbx.float32, nbx.float64):
+        for M, N in [(17, 64), (100, 4096), (4096, 4096)]:
+            assert space.get_tunable("matmul").contains(km.matmul_config(M, N, 4096, dt), dt.name)
+    for dt in (nbx.bfloat16, nbx.float32):
+        for M in (1, 5, 16):
+            cfg = kg.gemv_config(M, 4096, 4096, dt)
+            cfg.pop("K_SPLIT")
+            assert space.get_tunable("gemv").contains(cfg, dt.name)
+            assert cfg in space.gemv_candidates(dt.name, M)
+
+
+def test_shipped_table_is_inside_the_space():
+    path = os.path.join(cache.TABLE_DIR, "sm90.json")
+    if not os.path.exists(path):
+        pytest.skip("no shipped sm90 table yet (generated on the H200)")
+    entries = cache._read(path)
+    assert entries, "the shipped table is empty"
+    for e in entries:
+        t = space.get_tunable(e["kernel"])
+        assert t.contains(e["config"], e["dtype"]), e
+        assert e["cc"] == "sm_90" and e["screen"]["reference"] == "float64 host"
+        assert tuple(e["key"]) == t.bucket(tuple(e["key"]))
+
+
+# ------------------------------------------------------------------------------- nbx tune
+
+def test_cli_tune_list_clear_and_shapes(capsys):
+    from nbxtensor.cli import main
+    from nbxtensor.cli_tune import model_shapes, parse_shapes
+    assert parse_shapes("1x4096x4096, 128x14336x4096") == [(1, 4096, 4096), (128, 14336, 4096)]
+    for bad in ("1x2", "0x4x4", "ax4x4", ""):
+        with pytest.raises(ValueError, match="--shapes"):
+            parse_shapes(bad)
+    shapes, _ = model_shapes("smollm2", [1, 16])
+    assert (1, 576, 576) in shapes and (16, 1536, 576) in shapes and (1, 49152, 576) in shapes
+    assert (1, 576, 1536) in shapes and (1, 192, 576) in shapes      # down proj; k/v proj
+    _store("matmul", (128, 24, 40), MM_CFG)
+    assert main(["tune", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "1 entries" in out and "128x24x40" in out
+    assert main(["tune", "--clear"]) == 0
+    assert "removed 1 entries" in capsys.readouterr().out
+    assert not os.path.exists(cache.cache_path())
+    assert main(["tune"]) == 2                                    # neither MODEL nor --shapes
+    assert main(["tune", "--shapes", "3x4"]) == 2
+
+
+def test_cli_tune_shapes_on_interp(capsys, monkeypatch):
+    from nbxtensor.cli import main
+    # keep interp fast: a 2-config slice of the gemv space
+    monkeypatch.setattr(sweep.GemvCase, "candidates",
+                        lambda self: [GV1_CFG, dict(GV1_CFG, BLOCK_N=32)])
+    assert main(["tune", "--shapes", "1x24x40", "--device", "interp", "--dtype", "float32"]) == 0
+    err = capsys.readouterr()
+    assert "1/1" in err.err and "tuned 1 of 1" in err.out
+    assert autotune.lookup("gemv", (1, 24, 40), dtype="float32", device=INTERP)[0] is not None
+
+
+# ------------------------------------------------------------------ cuda only (GPU machine)
+
+def test_over_resourced_candidate_is_excluded_before_launch(device):
+    """On cuda: a tile needing ~480 KB of shared memory is refused from the compiled kernel's
+    metadata (dry run), reported, and the sweep goes on with a usable context; the timer
+    returns sane event times."""
+    if device != "cuda":
+        pytest.skip("device resource limits and event timing are cuda properties")
+    from nbxtensor.autotune.timing import CudaTimer
+    dev = nbx.device(device)
+    case = sweep.MatmulCase((300, 264, 200), "bfloat16", dev)
+    huge = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, num_warps=8, num_stages=5, GROUP_M=8)
+    ok = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3, GROUP_M=8)
+    rep = screen(case, [huge, ok])
+    assert rep.passed == [ok]
+    assert rep.excluded[0]["config"] == huge
+    assert "resources" in rep.excluded[0]["reason"] and "shared memory" in rep.excluded[0]["reason"]
+    tm = CudaTimer(dev).measure(lambda: case.run(ok), warmup=1, reps=5)
+    assert 0 < tm.min_ms <= tm.median_ms < 100
+
+
+# ------------------------------------------------------------- row kernels (norm, softmax)
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # the wrong candidate computes NaN
+@pytest.mark.parametrize("kernel", ["rms_norm", "softmax"])
+def test_rows_screen_excludes_a_single_pass_block_shorter_than_the_row(kernel):
+    case = sweep.CASES[kernel]((37, 300), "bfloat16", INTERP)
+    cands = case.candidates()
+    assert case.default_config() in cands
+    short = dict(BLOCK_N=256, BLOCK_R=4, SINGLE=True, num_warps=4)    # 256 < 300: drops a tail
+    multi = dict(BLOCK_R=1, BLOCK_N=1024, SINGLE=False, num_warps=4)
+    rep = screen(case, [cands[0], short, multi])
+    assert rep.passed == [cands[0], multi]
+    assert rep.excluded[0]["config"] == short and rep.excluded[0]["deviation"] > 1
+    # and a cached entry of that shape is never applied to a longer row
+    _store(kernel, (64, 300), short, dtype="bfloat16")
+    assert autotune.lookup(kernel, (37, 300), dtype="bfloat16", device=INTERP)[0] is None
+    _store(kernel, (64, 200), short, dtype="bfloat16")
+    assert autotune.lookup(kernel, (37, 200), dtype="bfloat16", device=INTERP)[0] == short
+
+
+def test_rows_defaults_are_in_the_space():
+    from nbxtensor.kernels.softmax import row_config
+    t = space.get_tunable("rms_norm")
+    for N in (1, 16, 40, 576, 2048, 4096, 16384, 16385, 128256):
+        cfg = row_config(N)
+        assert t.contains(cfg, "bfloat16") and t.applies(cfg, (1, N)), (N, cfg)
+
+
+# ------------------------------------------------------------------------ attention prefill
+
+def test_attention_case_screens_against_float64_causal_gqa():
+    case = sweep.CASES["attention"]((33, 4, 2, 16), "float32", INTERP)
+    d = case.default_config()
+    t = space.get_tunable("attention")
+    assert t.contains(d, "float32")
+    other = dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
+    bad = dict(BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=1)   # BM % BN != 0: refused
+    rep = screen(case, [d, other, bad])
+    assert rep.passed == [d, other]
+    assert "multiple of BLOCK_N" in rep.excluded[0]["reason"]
+    from nbxtensor.kernels.attention import flash_config
+    for D in (64, 128, 256):
+        for size in (2, 4):
+            assert t.contains(flash_config(D, D, size), "bfloat16" if size == 2 else "float32")
+
+
+# ------------------------------------------------------- device faults: child processes
+
+def test_tune_isolated_excludes_a_faulting_candidate_and_retries(tmp_cache):
+    """The retry loop: a candidate that faults the (child's) device is reported in the
+    entry's exclusions and the key is rerun without it; the entry is stored by the parent."""
+    bad = dict(MM_CFG, BLOCK_K=32)
+    calls = []
+
+    def fake_child(kernel, key, dtype, device, cands, kw):
+        calls.append(cands)
+        if bad in cands:
+            return ("fault", dict(config=bad, error="CUDA_ERROR_ILLEGAL_ADDRESS"))
+        e = sweep.tune(kernel, key, dtype=dtype, device=device, candidates=cands, store=False,
+                       warmup=0, reps=1)
+        return ("ok", e)
+    e = sweep.tune_isolated("matmul", (33, 24, 40), dtype="float32", device=INTERP,
+                            candidates=[MM_CFG, bad], run_child=fake_child)
+    assert calls == [[MM_CFG, bad], [MM_CFG]]
+    assert e["config"] == MM_CFG
+    assert e["screen"]["excluded"][0]["config"] == bad
+    assert "device fault" in e["screen"]["excluded"][0]["reason"]
+    assert e["screen"]["candidates"] == 2
+    assert autotune.lookup("matmul", (33, 24, 40), dtype="float32", device=INTERP)[0] == MM_CFG
+
+    def always(kernel, key, dtype, device, cands, kw):
+        return ("fault", dict(config=cands[0] if cands else None, error="boom"))
+    with pytest.raises(RuntimeError, match="device faults"):
+        sweep.tune_isolated("matmul", (33, 24, 40), dtype="float32", device=INTERP,
+                            candidates=[MM_CFG, bad], run_child=always, max_faults=1)
+
+
+@pytest.mark.slow
+def test_tune_isolated_runs_in_a_child_process(tmp_cache):
+    e = sweep.tune_isolated("matmul", (33, 24, 40), dtype="float32", device=INTERP,
+                            candidates=[MM_CFG], warmup=0, reps=1)
+    assert e["config"] == MM_CFG and e["timing"]["raw_key"] == [33, 24, 40]
+    assert json.loads(tmp_cache.read_text())["entries"][0]["config"] == MM_CFG
+    with pytest.raises(RuntimeError, match="outside the declared"):   # child errors come back
+        sweep.tune_isolated("matmul", (33, 24, 40), dtype="float32", device=INTERP,
+                            candidates=[dict(MM_CFG, BLOCK_M=16)], warmup=0, reps=1)
