@@ -67,6 +67,69 @@ def test_sdpa_shapes(device, small_blocks, case):
     np.testing.assert_allclose(o.numpy(), ref_sdpa(q, k, v, causal=causal), rtol=2e-5, atol=2e-5)
 
 
+TMA_CASES = [  # B, Hq, Hk, L, S, D, causal, dtype, layout
+    (1, 2, 2, 33, 47, 16, False, "float16", "bhsd"),    # tails on both lengths
+    (2, 2, 2, 47, 33, 32, True, "bfloat16", "bhsd"),    # L > S causal
+    (1, 4, 2, 17, 65, 16, True, "bfloat16", "bshd"),    # GQA, L < S causal, strided views
+    (1, 2, 1, 1, 19, 16, False, "float16", "bhsd"),
+]
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("case", TMA_CASES)
+def test_sdpa_tma_path(device, monkeypatch, case, lazy):
+    """The TMA kernel (tensor descriptors, zero-filled tails, clipped stores) with tiles that
+    overhang; the pointer kernel is removed so the test fails if the TMA path is not taken."""
+    if device == "cpu":
+        pytest.skip("kernel path: cuda/interp only")
+    from nbxtensor.kernels import attention as ka
+    B, Hq, Hk, L, S, D, causal, dtype, layout = case
+    g = rng()
+    q, k, v = _rand(g, (B, Hq, L, D), dtype), _rand(g, (B, Hk, S, D), dtype), \
+        _rand(g, (B, Hk, S, D), dtype)
+    if layout == "bhsd":
+        args = [_t(a, dtype, device) for a in (q, k, v)]
+    else:   # (B, S, H, D) memory seen as (B, H, S, D)
+        args = [_t(np.ascontiguousarray(np.swapaxes(a, 1, 2)), dtype, device).transpose(1, 2)
+                for a in (q, k, v)]
+    monkeypatch.setattr(ka, "_flash_fwd", None)
+    monkeypatch.setattr(ka, "_OVERRIDE", {"BLOCK_M": 32, "BLOCK_N": 16, "TMA": True,
+                                          "LAZY": lazy})
+    if lazy:    # scores that grow along the keys make the lazy rescale fire
+        k = k * np.linspace(0.2, 4.0, S, dtype=np.float32)[:, None].astype(k.dtype)
+        args[1] = (_t(k, dtype, device) if layout == "bhsd" else
+                   _t(np.ascontiguousarray(np.swapaxes(k, 1, 2)), dtype, device).transpose(1, 2))
+    o = nbx.scaled_dot_product_attention(*args, is_causal=causal, enable_gqa=Hq != Hk)
+    tol = TOL[nbx.dtypes.as_dtype(dtype)]
+    np.testing.assert_allclose(o.numpy().astype(np.float64), ref_sdpa(q, k, v, causal=causal),
+                               rtol=tol, atol=tol)
+
+
+def test_sdpa_tma_not_applicable_uses_pointer_kernel(device, monkeypatch):
+    """TMA requested, but a mask / a head dim that is not a power of two: the pointer kernel
+    runs (and is right); a pasted TUNED entry is used for 16-bit GPU inputs only."""
+    if device == "cpu":
+        pytest.skip("kernel path: cuda/interp only")
+    from nbxtensor.kernels import attention as ka
+    monkeypatch.setattr(ka, "_flash_fwd_tma", None)
+    monkeypatch.setattr(ka, "_OVERRIDE", {"BLOCK_M": 16, "BLOCK_N": 16, "TMA": True})
+    g = rng()
+    q, k, v = (_rand(g, (1, 2, 17, 24), "float32") for _ in range(3))
+    o = nbx.scaled_dot_product_attention(*(_t(a, "float32", device) for a in (q, k, v)))
+    np.testing.assert_allclose(o.numpy(), ref_sdpa(q, k, v), rtol=2e-5, atol=2e-5)
+    m = g.random((17, 17)) < 0.7
+    q, k, v = (_rand(g, (1, 2, 17, 16), "float32") for _ in range(3))
+    o = nbx.scaled_dot_product_attention(*(_t(a, "float32", device) for a in (q, k, v)),
+                                         attn_mask=nbx.tensor(m, device=device))
+    np.testing.assert_allclose(o.numpy(), ref_sdpa(q, k, v, mask=m), rtol=2e-5, atol=2e-5)
+    tuned = dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2, TMA=True)
+    monkeypatch.setattr(ka, "TUNED", {(128, True): tuned})
+    assert ka.flash_config(128, 128, 2, causal=True) == tuned
+    assert "TMA" not in ka.flash_config(128, 128, 2, causal=True, tuned=False)
+    assert "TMA" not in ka.flash_config(128, 128, 2, causal=False)
+    assert "TMA" not in ka.flash_config(128, 128, 4, causal=True)
+
+
 @pytest.mark.parametrize("dtype", [nbx.float16, nbx.bfloat16, nbx.float64])
 def test_sdpa_dtypes(device, small_blocks, dtype):
     g = rng()
@@ -209,6 +272,37 @@ def test_decode_same_launch_new_length(device, small_blocks):
     o2 = nbx.decode_attention(*args, lens).numpy()
     np.testing.assert_allclose(o1, ref_decode(q, kc, vc, 9), rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(o2, ref_decode(q, kc, vc, 35), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("override", [
+    {"P": 4, "BLOCK_N": 16, "COMBINE": 1, "CHUNK_P": 1},   # fused merge, one split a step
+    {"P": 5, "BLOCK_N": 16, "COMBINE": 0, "CHUNK_P": 2},   # merge in a second kernel
+    {"P": 2, "BLOCK_N": 32, "COMBINE": 1},                 # default chunk
+])
+def test_decode_merge_variants(device, override):
+    """Every tuning knob of the decode kernel: lengths 0, 1 (one busy range, no merge), a
+    few ranges and all P ranges per batch; three calls give identical results, so the
+    ticket counters are back at 0 after each launch."""
+    from nbxtensor.kernels import decode_attention as kd   # (the knobs do nothing on cpu)
+    g = rng()
+    B, Hq, Hk, T, C, D = 4, 6, 2, 2, 90, 24
+    q = _rand(g, (B, Hq, T, D), "float32")
+    kc, vc = _rand(g, (B, Hk, C, D), "float32"), _rand(g, (B, Hk, C, D), "float32")
+    lens = np.array([0, 1, 37, 89], np.int32)
+    args = [_t(a, "float32", device) for a in (q, kc, vc)] + [nbx.tensor(lens, device=device)]
+    kd._OVERRIDE = override
+    try:
+        outs = [nbx.decode_attention(*args).numpy() for _ in range(3)]
+    finally:
+        kd._OVERRIDE = None
+    for b, n in enumerate(lens):
+        want = np.zeros((1, Hq, T, D)) if n == 0 else ref_decode(q[b:b + 1], kc[b:b + 1],
+                                                                 vc[b:b + 1], n)
+        if n == 1:   # T=2 > length: the first token sees no key -> 0 (safe softmax)
+            want[:, :, 0] = 0
+        np.testing.assert_allclose(outs[0][b:b + 1], want, rtol=2e-5, atol=2e-5)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], outs[2])
 
 
 def test_kv_cache_append_then_decode(device, small_blocks):

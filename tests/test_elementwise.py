@@ -537,3 +537,16 @@ def test_ops_table_is_fresh():
         current = f.read()
     assert current == _table.generate(), (
         "docs/ops.md is stale: run `python -m nbxtensor.ops._table` and commit the result")
+
+
+def test_copy_of_more_dims_than_the_strided_kernel_takes(device):
+    """A 7-dim transposed view does not merge below 7 dims; contiguous() must still copy it
+    (seen failing on the H200: the strided kernel takes 6 dims, so `run` splits the work)."""
+    g = np.random.default_rng()
+    a = g.standard_normal((2, 3, 2, 3, 2, 3, 2)).astype(np.float32)
+    t = nbx.tensor(a, device=device).permute(6, 5, 4, 3, 2, 1, 0)
+    c = t.contiguous()
+    assert c.is_contiguous()
+    np.testing.assert_array_equal(c.numpy(), a.transpose(6, 5, 4, 3, 2, 1, 0))
+    s = (t + 1.5).numpy()
+    np.testing.assert_array_equal(s, a.transpose(6, 5, 4, 3, 2, 1, 0) + np.float32(1.5))

@@ -9,6 +9,9 @@ Causal (top-left aligned, key j <= query i): keys below the block's first row ne
 (the off-diagonal loop); only the blocks that cross the diagonal are masked; blocks above
 it are skipped. Tails (L, S not multiples of the tile, head dims that are not a power of
 two) are masked loads. A row with every key masked gives 0 (torch >= 2.5 safe softmax).
+
+`_flash_fwd_tma` is the same algorithm for the common no-mask case with TMA tile loads
+(device-built tensor descriptors); `flash_config`'s TMA flag / TUNED table choose it.
 """
 from __future__ import annotations
 
@@ -166,11 +169,114 @@ def _flash_fwd(q_ptr, k_ptr, v_ptr, o_ptr, mk_ptr,
              mask=(offs_m[:, None] < L) & (offs_dv[None, :] < DV))
 
 
+@triton.jit
+def _fa_tma_block(acc, l_i, m_i, q, kd, vd, offs_m, lo, hi, S, qk_scale,
+                  BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                  LAZY: tl.constexpr, PREC: tl.constexpr):
+    for start_n in range(lo, hi, BLOCK_N):
+        k = kd.load([start_n, 0])                       # [BLOCK_N, D]; rows >= S read as 0
+        qk = tl.dot(q, k.T, input_precision=PREC)       # wgmma reads K^T from shared memory
+        if MASKED:
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            keep = offs_n[None, :] < S
+            if CAUSAL:
+                keep = keep & (offs_m[:, None] >= offs_n[None, :])
+            qk = tl.where(keep, qk * qk_scale, -float("inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            m_use = tl.where(m_new == -float("inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_use)
+            p = tl.exp2(qk - m_use[:, None])
+        elif LAZY:
+            # FA4's lazy rescale: keep the reference max m_i until some row's max grows by
+            # more than 2^8 (p <= 256 is exact enough in fp32 sums and a bf16 P); the
+            # branch is uniform over the block, so most steps skip the acc multiply
+            m_blk = tl.max(qk, 1) * qk_scale
+            if tl.max(m_blk - m_i, 0) > 8.0:
+                m_new = tl.maximum(m_i, m_blk)
+                alpha = tl.exp2(m_i - m_new)
+                l_i = l_i * alpha
+                acc = acc * alpha[:, None]
+                m_i = m_new
+            p = tl.exp2(qk * qk_scale - m_i[:, None])
+            m_new = m_i
+        else:
+            # the hot loop: the scale is folded into the exponent's FMA (scale > 0)
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(qk * qk_scale - m_new[:, None])
+        if LAZY and not MASKED:
+            l_i = l_i + tl.sum(p, 1)
+        else:
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None]
+        v = vd.load([start_n, 0])
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PREC)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _flash_fwd_tma(q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn,
+                   s_vb, s_vh, s_vn, s_ob, s_oh, s_om, H, L, S, qk_scale,
+                   GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, LAZY: tl.constexpr,
+                   PREC: tl.constexpr):
+    """The no-mask fast path (fp16/bf16, head dim a power of two, unit head-dim stride,
+    16-byte aligned rows): Q/K/V/O tiles move by TMA through per-(batch, head) tensor
+    descriptors built on the device (Triton's global scratch holds them), which zero-fill
+    rows past L / S and clip the store. Same loop split as `_flash_fwd`."""
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H).to(tl.int64)
+    h = pid_bh % H
+    hk = (h // GROUP).to(tl.int64)
+    h = h.to(tl.int64)
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    qd = tl.make_tensor_descriptor(q_ptr + b * s_qb + h * s_qh, shape=[L, BLOCK_D],
+                                   strides=[s_qm, 1], block_shape=[BLOCK_M, BLOCK_D])
+    kd = tl.make_tensor_descriptor(k_ptr + b * s_kb + hk * s_kh, shape=[S, BLOCK_D],
+                                   strides=[s_kn, 1], block_shape=[BLOCK_N, BLOCK_D])
+    vd = tl.make_tensor_descriptor(v_ptr + b * s_vb + hk * s_vh, shape=[S, BLOCK_D],
+                                   strides=[s_vn, 1], block_shape=[BLOCK_N, BLOCK_D])
+    q = qd.load([start_m, 0])
+    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    m_i = tl.full((BLOCK_M,), -float("inf"), tl.float32)
+    if CAUSAL:
+        hi_off = tl.minimum(start_m, S)
+        hi_diag = tl.minimum(start_m + BLOCK_M, S)
+    else:
+        hi_off = S
+        hi_diag = S
+    full = (hi_off // BLOCK_N) * BLOCK_N
+    acc, l_i, m_i = _fa_tma_block(acc, l_i, m_i, q, kd, vd, offs_m, 0, full, S, qk_scale,
+                                  BLOCK_N, False, CAUSAL, LAZY, PREC)
+    acc, l_i, m_i = _fa_tma_block(acc, l_i, m_i, q, kd, vd, offs_m, full, hi_diag, S,
+                                  qk_scale, BLOCK_N, True, CAUSAL, LAZY, PREC)
+    l_i = tl.where(l_i == 0.0, 1.0, l_i)
+    o = acc / l_i[:, None]
+    od = tl.make_tensor_descriptor(o_ptr + b * s_ob + h * s_oh, shape=[L, BLOCK_D],
+                                   strides=[s_om, 1], block_shape=[BLOCK_M, BLOCK_D])
+    od.store([start_m, 0], o.to(o_ptr.dtype.element_ty))
+
+
 # ------------------------------------------------------------------ launch configuration
 # Hopper, fp16/bf16: BLOCK_M=128, BLOCK_N=64 (32 for head dims > 128 to fit shared
 # memory), 8 warps, 3 stages. fp32/fp64 tiles are smaller (twice/four times the bytes).
 # BLOCK_M must be a multiple of BLOCK_N (the causal split relies on it).
-def flash_config(D, DV, dtype_size, interp=False):
+# TMA=True (absent = False; the autotune space knows the four keys) picks `_flash_fwd_tma`
+# where it applies (no mask, head dim a power of two, unit head-dim stride, 16-byte aligned
+# strides, scale > 0); elsewhere `_flash_fwd` runs. LAZY=True adds FA4's lazy rescale there.
+# TUNED overrides the defaults for 16-bit inputs, keyed by (padded head dim, causal):
+# paste the table that `benchmarks/bench_attention.py --sweep` prints.
+TUNED: dict = {}
+
+
+def flash_config(D, DV, dtype_size, interp=False, causal=False, tuned=True):
     bd = max(16, triton.next_power_of_2(max(D, DV)))
     if interp:
         return dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
@@ -178,11 +284,29 @@ def flash_config(D, DV, dtype_size, interp=False):
         return dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
     if dtype_size == 4:
         return dict(BLOCK_M=64, BLOCK_N=32 if bd <= 128 else 16, num_warps=4, num_stages=2)
+    if tuned and (bd, bool(causal)) in TUNED:
+        return dict(TUNED[(bd, bool(causal))])
     if bd <= 64:
         return dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)
     if bd <= 128:
         return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
     return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
+
+
+def _tma_ok(q, k, v, out, mask, scale, D, DV, S):
+    """Whether the TMA kernel applies: TMA needs 16-byte aligned bases and row strides."""
+    # 16-bit only: with float32 inputs the TMA kernel lost precision on the H200 (1e-3
+    # relative, a tf32-like error) where the pointer kernel is exact; fp32 is not a fast path
+    if mask is not None or not scale > 0 or D != DV or S == 0 or q.dtype.itemsize != 2:
+        return False
+    if D < 16 or D & (D - 1):
+        return False
+    isz = q.dtype.itemsize
+    for t in (q, k, v, out):
+        st = t.stride()
+        if st[3] != 1 or t.data_ptr() % 16 or any((x * isz) % 16 for x in st[:3]):
+            return False
+    return True
 
 
 _OVERRIDE: dict | None = None   # tests set e.g. {"BLOCK_M": 16, "BLOCK_N": 16}
@@ -194,9 +318,28 @@ def sdpa(out, q, k, v, mask, *, scale, is_causal):
     from ..backends.launch import launch
     B, H, L, D = q.shape
     Hk, S, DV = k.shape[1], k.shape[2], v.shape[3]
-    cfg = flash_config(D, DV, q.dtype.itemsize, q.device.type == "interp")
+    # an override (tests, autotune, the sweep) applies on top of the untuned default
+    cfg = flash_config(D, DV, q.dtype.itemsize, q.device.type == "interp", is_causal,
+                       tuned=not _OVERRIDE)
     if _OVERRIDE:
         cfg.update(_OVERRIDE)
+    tma = bool(cfg.get("TMA")) and _tma_ok(q, k, v, out, mask, scale, D, DV, S)
+    if cfg.get("TMA") and not tma and not _OVERRIDE:
+        # a tuned TMA tile may not suit the pointer kernel (masks, padded head dims)
+        cfg = flash_config(D, DV, q.dtype.itemsize, q.device.type == "interp", is_causal,
+                           tuned=False)
+    if tma:
+        if cfg["BLOCK_M"] % cfg["BLOCK_N"]:
+            raise ValueError(f"sdpa: BLOCK_M ({cfg['BLOCK_M']}) must be a multiple of "
+                             f"BLOCK_N ({cfg['BLOCK_N']})")
+        grid = (triton.cdiv(L, cfg["BLOCK_M"]), B * H)
+        launch(_flash_fwd_tma, grid, q, k, v, out, *q.stride()[:3], *k.stride()[:3],
+               *v.stride()[:3], *out.stride()[:3], H, L, S, scale * LOG2E,
+               GROUP=H // Hk, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_D=D,
+               CAUSAL=is_causal, LAZY=bool(cfg.get("LAZY")),
+               PREC="ieee" if q.dtype.itemsize >= 4 else "tf32", num_warps=cfg["num_warps"],
+               num_stages=cfg["num_stages"])
+        return out
     if cfg["BLOCK_M"] % cfg["BLOCK_N"]:
         raise ValueError(f"sdpa: BLOCK_M ({cfg['BLOCK_M']}) must be a multiple of BLOCK_N "
                          f"({cfg['BLOCK_N']})")

@@ -14,6 +14,9 @@ Casting rules (see dtypes.py) as implemented here:
 """
 from __future__ import annotations
 
+import math
+import struct
+
 import numpy as np
 import triton
 import triton.language as tl
@@ -22,7 +25,7 @@ from triton.language.extra import libdevice
 from .. import dtypes as _dt
 from ..backends.launch import launch
 from ..dispatch import register
-from ..tensor import Tensor
+from ..tensor import _CONTIG, Tensor
 
 # ----------------------------------------------------------------------------- codecs
 
@@ -822,40 +825,60 @@ def _f64_bits(v) -> int:
     return int(np.array(float(v), np.float64).view(np.int64))
 
 
-def run(op, out, inputs, params=(0, 0), ct=None):
-    """Launch `op` writing `out`.
+_F64 = struct.Struct("<d")
+_I64 = struct.Struct("<q")
 
-    inputs: up to 3 operands, each a Tensor already broadcast to out's shape (any
-    strides, stride 0 allowed, same device) or a Python number; params: two op
-    parameters (alpha, slope, ...). ct: the compute type (default from out's dtype).
-    """
+
+def _f64_bits_fast(v) -> int:
+    return _I64.unpack(_F64.pack(v))[0]
+
+
+def _conv_kind(ct):
+    """How scalars and params travel for compute type ct: 'b' float64 bits, 'f' float, 'i' int."""
+    if ct == tl.float64:
+        return "b"
+    return "f" if ct.is_floating() else "i"
+
+
+_ZERO = {"b": 0, "f": 0.0, "i": 0}
+
+# Launch plans. Everything `run` derives from the operands' metadata (raw codecs, operand
+# modes, dim collapsing, kernel choice, tiles, grid, constexprs) depends only on
+#   (op, ct, out dtype/shape/strides, device type, per input: dtype/shape/strides of a
+#    tensor or the class of a number, IDX64_LIMIT)
+# so it is computed once per such key; a call then only converts its numbers and launches.
+_PLANS: dict = {}
+_PLANS_MAX = 4096
+
+
+class _TooManyDims(NotImplementedError):
+    """More dims than the strided kernel takes remain after merging; `run` splits the work."""
+
+
+def _plan(op, out, inputs, ct):
+    """(kernel, grid, raw dtype of out or None, raw dtypes of the inputs, conversion kind,
+    int arguments after the params, constexprs) for `run`; raises when unsupported."""
     n = out.numel()
-    if n == 0:
-        return out
-    ct = ct if ct is not None else compute_type(out.dtype)
-    raw_out, eo = _raw(out)
-    ptrs, modes, encs, svals = [], [], [], []
-    for x in list(inputs) + [None] * (3 - len(inputs)):
+    modes, encs, raws = [], [], []
+    tensor_ops = [out]
+    for x in inputs:
         if isinstance(x, Tensor):
-            rx, e = _raw(x)
-            ptrs.append(rx), encs.append(e), svals.append(0)
-            modes.append("1" if x.numel() == 1 and n > 1 else "t")
+            r = _RAW.get(x.dtype.name)
+            raws.append(r[0] if r else None)
+            encs.append(r[1] if r else "n")
+            m = "1" if x.numel() == 1 and n > 1 else "t"
+            modes.append(m)
+            if m == "t":
+                tensor_ops.append(x)
         else:
-            ptrs.append(raw_out), encs.append("n")
-            modes.append("z" if x is None else "s")
-            svals.append(0 if x is None else x)
-    params = list(params)
-    f64 = ct == tl.float64
-    if f64:      # Python floats travel as float32 kernel arguments: send float64 bits instead
-        svals = [_f64_bits(v) for v in svals]
-        params = [_f64_bits(p) for p in params]
-    elif ct.is_floating():
-        svals = [float(v) for v in svals]
-        params = [float(p) for p in params]
-    else:
-        svals = [int(v) for v in svals]
-        params = [int(p) if not isinstance(p, float) else p for p in params]
-    tensor_ops = [raw_out] + [p for p, m in zip(ptrs, modes) if m == "t"]
+            raws.append(None)
+            encs.append("n")
+            modes.append("s")
+    while len(modes) < 3:
+        modes.append("z")
+        encs.append("n")
+    ro = _RAW.get(out.dtype.name)
+    conv = _conv_kind(ct)
     # fast check first: a contiguous output and inputs in the output's layout are flat
     ost = out._stride
     flat = all(t._stride == ost for t in tensor_ops) and out.is_contiguous()
@@ -863,18 +886,19 @@ def run(op, out, inputs, params=(0, 0), ct=None):
         shape = tuple(out.shape)
         sizes, strides = collapse(shape, [t.stride() for t in tensor_ops])
         if len(sizes) > MAX_DIMS:
-            raise NotImplementedError(
+            raise _TooManyDims(
                 f"element-wise {op}: {len(sizes)} dims remain after merging contiguous dims of "
                 f"shape {shape}; at most {MAX_DIMS} are supported (call .contiguous() first)")
         flat = len(sizes) == 1 and all(s[0] == 1 for s in strides)
     idx64 = n >= IDX64_LIMIT or (not flat and any(_extent(sizes, s) >= IDX64_LIMIT
                                                   for s in strides))
     consts = dict(OP=op, CT=ct, MA=modes[0], MB=modes[1], MC=modes[2], EA=encs[0], EB=encs[1],
-                  EC=encs[2], EO=eo, F64S=f64, IDX64=idx64, INTERP=_is_interp(out))
+                  EC=encs[2], EO=ro[1] if ro else "n", F64S=conv == "b", IDX64=idx64,
+                  INTERP=_is_interp(out))
+    plan = (ro[0] if ro else None), tuple(raws), conv
     if flat:
-        launch(_ew_flat_kernel, (_cdiv(n, FLAT_BLOCK),), raw_out, *ptrs, *svals, *params, n,
-               BLOCK=FLAT_BLOCK, num_warps=FLAT_WARPS, **consts)
-        return out
+        consts.update(BLOCK=FLAT_BLOCK, num_warps=FLAT_WARPS)
+        return (_ew_flat_kernel, (_cdiv(n, FLAT_BLOCK),)) + plan + ((n,), consts)
     if len(sizes) == 2:
         # square tiles for big dims (transposes); a short outer dim gets wide, flat tiles
         bm = min(TILE_M, _pow2(sizes[0]))
@@ -886,19 +910,78 @@ def run(op, out, inputs, params=(0, 0), ct=None):
             for m in modes:
                 per.append(list(next(st)) if m == "t" else [0, 0])
             grid = (_cdiv(sizes[0], bm), _cdiv(sizes[1], bn))
-            launch(_ew_2d_kernel, grid, raw_out, *ptrs, *svals, *params, sizes[0], sizes[1],
-                   *per[0], *per[1], *per[2], *per[3], BM=bm, BN=bn,
-                   num_warps=TILE_WARPS, **consts)
-            return out
+            consts.update(BM=bm, BN=bn, num_warps=TILE_WARPS)
+            tail = (sizes[0], sizes[1], *per[0], *per[1], *per[2], *per[3])
+            return (_ew_2d_kernel, grid) + plan + (tail, consts)
     lead = [0] * (MAX_DIMS - len(sizes))
     pad = [1] * len(lead) + list(sizes)
     st = iter(strides)
     per = [lead + list(next(st))]
     for m in modes:
         per.append(lead + list(next(st)) if m == "t" else [0] * MAX_DIMS)
-    launch(_ew_kernel, (_cdiv(n, STRIDED_BLOCK),), raw_out, *ptrs, *svals, *params, n,
-           *pad, *per[0], *per[1], *per[2], *per[3], NDIM=len(sizes), BLOCK=STRIDED_BLOCK,
-           num_warps=STRIDED_WARPS, **consts)
+    consts.update(NDIM=len(sizes), BLOCK=STRIDED_BLOCK, num_warps=STRIDED_WARPS)
+    tail = (n, *pad, *per[0], *per[1], *per[2], *per[3])
+    return (_ew_kernel, (_cdiv(n, STRIDED_BLOCK),)) + plan + (tail, consts)
+
+
+def run(op, out, inputs, params=(0, 0), ct=None):
+    """Launch `op` writing `out`.
+
+    inputs: up to 3 operands, each a Tensor already broadcast to out's shape (any
+    strides, stride 0 allowed, same device) or a Python number; params: two op
+    parameters (alpha, slope, ...). ct: the compute type (default from out's dtype).
+    """
+    shape = out._shape
+    if not math.prod(shape):
+        return out
+    ct = ct if ct is not None else compute_type(out.dtype)
+    key = [op, ct, out._dtype, shape, out._stride, out._storage.device.type, IDX64_LIMIT]
+    for x in inputs:
+        if isinstance(x, Tensor):
+            key += (x._dtype, x._shape, x._stride)
+        else:
+            key.append(x.__class__)
+    key = tuple(key)
+    plan = _PLANS.get(key)
+    if plan is None:
+        try:
+            plan = _plan(op, out, inputs, ct)
+        except _TooManyDims:
+            # one launch per index of the outermost dim: each slice has a dim fewer
+            for i in range(shape[0]):
+                run(op, out.select(0, i),
+                    [x.select(0, i) if isinstance(x, Tensor) else x for x in inputs],
+                    params, ct=ct)
+            return out
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    kernel, grid, rdo, rdi, conv, tail, consts = plan
+    ro = out if rdo is None else Tensor._make(out._storage, shape, out._stride, out._offset, rdo)
+    zero = _ZERO[conv]
+    args = [ro]
+    svals = []
+    for x, rd in zip(inputs, rdi):
+        if isinstance(x, Tensor):
+            args.append(x if rd is None else Tensor._make(x._storage, x._shape, x._stride,
+                                                          x._offset, rd))
+            svals.append(zero)
+        else:
+            args.append(ro)
+            svals.append(_f64_bits_fast(float(x)) if conv == "b" else
+                         (float(x) if conv == "f" else int(x)))
+    for _ in range(3 - len(inputs)):
+        args.append(ro)
+        svals.append(zero)
+    p0, p1 = params
+    if conv == "b":     # Python floats travel as float32 kernel arguments: send float64 bits
+        p0, p1 = _f64_bits_fast(float(p0)), _f64_bits_fast(float(p1))
+    elif conv == "f":
+        p0, p1 = float(p0), float(p1)
+    else:
+        p0 = p0 if isinstance(p0, float) else int(p0)
+        p1 = p1 if isinstance(p1, float) else int(p1)
+    launch(kernel, grid, *args, *svals, p0, p1, *tail, **consts)
     return out
 
 
@@ -951,9 +1034,15 @@ OPS = (
 )
 
 
+_TL_CT: dict = {}    # DType -> compute_type(DType), memoised for the entries
+
+
 def _make(op):
     def entry(out, inputs, params, compute_dtype):
-        return run(op, out, inputs, params, compute_type(compute_dtype))
+        ct = _TL_CT.get(compute_dtype)
+        if ct is None:
+            ct = _TL_CT[compute_dtype] = compute_type(compute_dtype)
+        return run(op, out, inputs, params, ct)
     entry.__name__ = f"triton_{op}"
     return entry
 
