@@ -11,7 +11,11 @@ achieved GB/s on the K/V bytes read against a device copy measured in the same r
 length; goal > 1). Times are kernel times (CUDA events behind a spin kernel, see
 bench_matmul.py); decode is timed one call at a time after an L2 flush (cold K/V, as in a
 real step), so its small-cache figures include the two kernels' fixed ~us cost.
---sweep also tries a few tile configurations per case (printed, and in the JSON) for tuning.
+--sweep (one GPU call, ~1-2 min; implies the --quick case set) also times the candidate
+configurations below per case -- the pointer kernel and the TMA kernel (LAZY = FA4's lazy
+rescale) for prefill, split/tile/stage/merge variants for decode -- after compiling them all
+in parallel processes, and prints ready-to-paste `TUNED` tables for kernels/attention.py and
+kernels/decode_attention.py (also in the JSON under "paste").
 JSON to OUTDIR/attention.json (default: $OUT, else the current directory).
 """
 from __future__ import annotations
@@ -30,8 +34,8 @@ import torch  # noqa: E402  (the reference only)
 import nbxtensor as nbx  # noqa: E402
 from bench_matmul import rel_err, time_gpu, to_nbx  # noqa: E402
 
-QUICK = "--quick" in sys.argv
 SWEEP = "--sweep" in sys.argv
+QUICK = "--quick" in sys.argv or SWEEP
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 OUTDIR = ARGS[0] if ARGS else os.environ.get("OUT", ".")
 ROWS: list[dict] = []
@@ -41,6 +45,101 @@ def record(**row):
     ROWS.append(row)
     print("  " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                            for k, v in row.items()), flush=True)
+
+
+# ------------------------------------------------------------------ sweep candidates
+# prefill, keyed by head dim (BLOCK_M must be a multiple of BLOCK_N). Compile-checked for
+# sm_90 (bf16, S=4096): all fit shared memory (<= 230 KB) without spills; every one lowers
+# both dots to wgmma. TMA rows use `_flash_fwd_tma` (tensor descriptors on the device).
+PREFILL_CANDS = {
+    128: [dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),        # the default
+          dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2),
+          dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2, TMA=True),
+          dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3, TMA=True),
+          dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3, TMA=True),
+          dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=4, TMA=True),
+          dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2, TMA=True, LAZY=True),
+          dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3, TMA=True, LAZY=True)],
+    64: [dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3),         # the default
+         dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
+         dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3, TMA=True),
+         dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3, TMA=True),
+         dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=4, TMA=True),
+         dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3, TMA=True, LAZY=True)],
+}
+# decode (B=1, 8 kv heads): TARGET programs -> P = cdiv(TARGET, B*Hk) splits. Shared memory
+# per program (bf16, D=128): N64 s2 39 KB, N64 s3 72 KB, N32 s4 54 KB, N32 s3 ~40 KB,
+# N64 s4 w8 ~104 KB, so each TARGET is one resident wave (4, 3, 4, 5, 2 per SM).
+DECODE_CANDS = [
+    dict(TARGET=528, BLOCK_N=64, num_warps=4, num_stages=2, COMBINE=1),    # the default
+    dict(TARGET=528, BLOCK_N=64, num_warps=4, num_stages=2, COMBINE=0),    # 2-kernel merge
+    dict(TARGET=528, BLOCK_N=32, num_warps=4, num_stages=4, COMBINE=1),
+    dict(TARGET=396, BLOCK_N=64, num_warps=4, num_stages=3, COMBINE=1),
+    dict(TARGET=660, BLOCK_N=32, num_warps=4, num_stages=3, COMBINE=1),
+    dict(TARGET=264, BLOCK_N=64, num_warps=8, num_stages=4, COMBINE=1),
+]
+SWEPT: dict = {}    # case key -> list of (cfg, seconds, err)
+
+
+def cfg_text(c):
+    return " ".join(f"{k}={v}" for k, v in c.items())
+
+
+def warm_compile(jobs):
+    """Compile every (call, override) job in parallel processes so the timed loop below hits
+    Triton's on-disk cache. Each call runs once with the launcher's compile step replaced by
+    a recorder (nothing launches); the recorded compile arguments go to a process pool.
+    Best effort: any failure here only means the timed loop compiles serially."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    from nbxtensor.backends.cuda import launcher as L
+    recorded = []
+
+    class _Stop(Exception):
+        pass
+
+    def rec(kernel, signature, constexprs, attrs, options, cc):
+        recorded.append((kernel.fn.__module__, kernel.fn.__name__, signature, constexprs,
+                         attrs, options, cc))
+        raise _Stop
+
+    orig = L._compile
+    L._compile = rec
+    try:
+        for call, set_override in jobs:
+            set_override()
+            try:
+                call()
+            except _Stop:
+                pass
+            except Exception as e:  # noqa: BLE001
+                print(f"  warm-compile: skipped ({type(e).__name__}: {str(e)[:80]})")
+    finally:
+        L._compile = orig
+        from nbxtensor.kernels import attention as ka, decode_attention as kd
+        ka._OVERRIDE = kd._OVERRIDE = None
+    uniq = {repr(r): r for r in recorded}
+    t0 = time.time()
+    try:
+        with cf.ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 4),
+                                    mp_context=mp.get_context("spawn")) as ex:
+            errs = [f for f in ex.map(_compile_job, uniq.values()) if f]
+        print(f"  warm-compile: {len(uniq)} kernels in {time.time() - t0:.0f} s"
+              + (f"; {len(errs)} failed: {errs[:3]}" if errs else ""), flush=True)
+    except Exception as e:  # noqa: BLE001
+        print(f"  warm-compile: pool failed ({type(e).__name__}: {e}); compiling serially")
+
+
+def _compile_job(job):
+    import importlib
+    mod, name, signature, constexprs, attrs, options, cc = job
+    try:
+        from nbxtensor.backends.cuda import launcher as L
+        kernel = getattr(importlib.import_module(mod), name)
+        L._compile(kernel, signature, constexprs, attrs, options, cc)
+        return None
+    except Exception as e:  # noqa: BLE001
+        return f"{name}: {type(e).__name__}: {str(e)[:100]}"
 
 
 def copy_bw():
@@ -74,19 +173,32 @@ def prefill(B, H, S, D, causal, layout="bhsd"):
            nbx_tflops=flops / t_n / 1e12, torch_tflops=flops / t_t / 1e12, ratio=t_t / t_n,
            nbx_ms=t_n * 1e3, torch_ms=t_t * 1e3, err=err)
     if SWEEP:
-        for bm, bn, nw, ns in [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 4),
-                               (128, 64, 4, 3), (64, 64, 4, 3), (128, 32, 8, 4)]:
-            ka._OVERRIDE = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=nw, num_stages=ns)
+        key = (max(16, 1 << (D - 1).bit_length()), causal)
+        res = SWEPT.setdefault(("prefill", key), [])
+        for cand in PREFILL_CANDS.get(D, []):
+            ka._OVERRIDE = dict(cand)
             try:
                 t = time_gpu(fn, inner)
-                record(case="prefill-sweep", shape=f"D{D}", causal=causal,
-                       cfg=f"M{bm} N{bn} w{nw} s{ns}", nbx_tflops=flops / t / 1e12,
-                       ratio=t_t / t, err=rel_err(fn(), tfn()))
+                err = rel_err(fn(), tfn())
+                res.append((cand, t, err))
+                record(case="prefill-sweep", shape=f"D{D}", causal=causal, cfg=cfg_text(cand),
+                       nbx_tflops=flops / t / 1e12, ratio=t_t / t, err=err)
             except Exception as e:  # noqa: BLE001 - a config that does not fit is reported
-                record(case="prefill-sweep", shape=f"D{D}", cfg=f"M{bm} N{bn} w{nw} s{ns}",
+                record(case="prefill-sweep", shape=f"D{D}", causal=causal, cfg=cfg_text(cand),
                        error=f"{type(e).__name__}: {str(e)[:120]}")
             finally:
                 ka._OVERRIDE = None
+
+
+def prefill_jobs(B, H, S, D, causal):
+    """(call, set_override) pairs for warm_compile: small tensors with the same
+    specialisation (H, S and the strides stay multiples of 16)."""
+    from nbxtensor.kernels import attention as ka
+    t = [to_nbx(torch.randn(1, 16, 256, D, device="cuda", dtype=torch.bfloat16))
+         for _ in range(3)]
+    call = lambda: nbx.scaled_dot_product_attention(*t, is_causal=causal)  # noqa: E731
+    return [(call, (lambda c=c: setattr(ka, "_OVERRIDE", dict(c))))
+            for c in PREFILL_CANDS.get(D, [])]
 
 
 def decode(n, bw, capacity=32768, B=1, Hq=32, Hk=8, D=128):
@@ -112,20 +224,63 @@ def decode(n, bw, capacity=32768, B=1, Hq=32, Hk=8, D=128):
            torch_gbs=nbytes / t_t / 1e9, ratio=t_t / t_n, nbx_us=t_n * 1e6,
            torch_us=t_t * 1e6, err=err)
     if SWEEP:
-        for target, bn, nw, ns in [(528, 64, 4, 2), (264, 64, 4, 3), (1056, 64, 4, 2),
-                                   (528, 32, 4, 4), (528, 128, 4, 2), (528, 64, 8, 3)]:
-            p = max(1, min(256, -(-target // (B * Hk)), -(-capacity // bn)))
-            kd._OVERRIDE = dict(P=p, BLOCK_N=bn, num_warps=nw, num_stages=ns)
+        res = SWEPT.setdefault(("decode", n), [])
+        for cand in DECODE_CANDS:
+            kd._OVERRIDE = decode_override(cand, B, Hk, capacity)
             try:
                 t = time_gpu(fn, 1, repeats=reps, flush=True)
-                record(case="decode-sweep", shape=f"len{n}", cfg=f"P{p} N{bn} w{nw} s{ns}",
-                       nbx_gbs=nbytes / t / 1e9, frac_copy=nbytes / t / 1e9 / bw,
-                       ratio=t_t / t, err=rel_err(fn(), tfn()))
+                err = rel_err(fn(), tfn())
+                res.append((cand, t, err))
+                record(case="decode-sweep", shape=f"len{n}", cfg=cfg_text(cand),
+                       nbx_us=t * 1e6, nbx_gbs=nbytes / t / 1e9,
+                       frac_copy=nbytes / t / 1e9 / bw, ratio=t_t / t, err=err)
             except Exception as e:  # noqa: BLE001
-                record(case="decode-sweep", shape=f"len{n}", cfg=f"P{p} N{bn} w{nw} s{ns}",
+                record(case="decode-sweep", shape=f"len{n}", cfg=cfg_text(cand),
                        error=f"{type(e).__name__}: {str(e)[:120]}")
             finally:
                 kd._OVERRIDE = None
+
+
+def decode_override(cand, B, Hk, capacity):
+    p = max(1, min(256, -(-cand["TARGET"] // (B * Hk)), -(-capacity // cand["BLOCK_N"])))
+    return dict(P=p, BLOCK_N=cand["BLOCK_N"], num_warps=cand["num_warps"],
+                num_stages=cand["num_stages"], COMBINE=cand["COMBINE"])
+
+
+def decode_jobs(capacity=32768, B=1, Hq=32, Hk=8, D=128):
+    from nbxtensor.kernels import decode_attention as kd
+    q = to_nbx(torch.randn(B, Hq, 1, D, device="cuda", dtype=torch.bfloat16))
+    kc = nbx.empty(B, Hk, capacity, D, dtype=nbx.bfloat16, device="cuda")
+    lens = nbx.tensor([1024], dtype=nbx.int32, device="cuda")
+    kd._counters(B * Hk, q.device)   # allocated (and its fill kernel built) outside the recorder
+    call = lambda: nbx.decode_attention(q, kc, kc, lens)  # noqa: E731
+    return [(call, (lambda c=c: setattr(kd, "_OVERRIDE", decode_override(c, B, Hk, capacity))))
+            for c in DECODE_CANDS]
+
+
+def paste_tables():
+    """The best valid candidate per case as the `TUNED` tables of the two kernel files."""
+    out = {}
+    pre = []
+    for (kind, key), res in SWEPT.items():
+        ok = [(c, t, e) for c, t, e in res if e < 2e-2]
+        if kind == "prefill" and ok:
+            c, t, e = min(ok, key=lambda r: r[1])
+            pre.append(f"    {key!r}: dict({', '.join(f'{k}={v!r}' for k, v in c.items())}),")
+    if pre:
+        out["attention"] = "TUNED = {\n" + "\n".join(sorted(pre)) + "\n}"
+    # decode: one config for all lengths, the least total time relative to each length's best
+    dec = {n: {cfg_text(c): t for c, t, e in res if e < 2e-2}
+           for (kind, n), res in SWEPT.items() if kind == "decode"}
+    if dec:
+        names = set.intersection(*(set(d) for d in dec.values()))
+        if names:
+            score = {nm: sum(d[nm] / min(d.values()) for d in dec.values()) for nm in names}
+            best = min(score, key=score.get)
+            c = next(c for c in DECODE_CANDS if cfg_text(c) == best)
+            out["decode_attention"] = ("TUNED = dict(" + ", ".join(
+                f"{k}={v!r}" for k, v in c.items()) + ")")
+    return out
 
 
 def main():
@@ -138,6 +293,15 @@ def main():
     if not QUICK:
         pre += [(4, 32, 4096, 128, True, "bshd"), (1, 32, 8192, 128, True, "bhsd"),
                 (4, 32, 4096, 80, False, "bhsd"), (4, 16, 2048, 256, True, "bhsd")]
+    if SWEEP:
+        try:
+            jobs = []
+            for args in pre:
+                jobs += prefill_jobs(*args[:5])
+            jobs += decode_jobs()
+            warm_compile(jobs)
+        except Exception:  # noqa: BLE001 - only a speed-up; the timed loop compiles anyway
+            traceback.print_exc()
     for args in pre:
         try:
             prefill(*args)
@@ -150,11 +314,12 @@ def main():
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
             failures.append(f"decode {n}: {type(e).__name__}: {e}")
+    paste = paste_tables() if SWEEP else {}
     os.makedirs(OUTDIR, exist_ok=True)
     path = os.path.join(OUTDIR, "attention.json")
     with open(path, "w") as f:
         json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
-                       quick=QUICK, rows=ROWS, failures=failures,
+                       quick=QUICK, rows=ROWS, failures=failures, paste=paste,
                        seconds=time.time() - t0), f, indent=1)
     print(f"\n{'case':8} {'shape':34} {'causal':6} {'nbx':>9} {'torch':>9} {'ratio':>6} "
           f"{'frac_copy':>9} {'err':>8}")
@@ -166,6 +331,8 @@ def main():
                   f"{r[unit]:9.1f} {r[tunit]:9.1f} {r['ratio']:6.2f} "
                   f"{r.get('frac_copy', float('nan')):9.2f} {r['err']:8.1e}")
     print(f"copy bandwidth {bw:.0f} GB/s; prefill in TFLOP/s, decode in GB/s of K/V read")
+    for mod, text in paste.items():
+        print(f"\n# paste into src/nbxtensor/kernels/{mod}.py (replacing its TUNED):\n{text}")
     for f_ in failures:
         print("FAILED:", f_)
     print(f"wrote {path} in {time.time() - t0:.0f} s")

@@ -14,6 +14,12 @@ Models: SmolLM2-135M architecture and a Llama-3.2-1B-shaped model (hidden 2048, 
 plus kernels per step (graph kernel nodes), the weight-bandwidth limit (weight bytes read
 per token against the measured device copy bandwidth) and our fraction of it, and a
 sanity check that nbx and torch agree on the first step's logits (same weights).
+The nbx step is `LlamaModel.decode_step` with the fused decode GEMVs (kernels/decode_fused.py);
+at batch 1 the unfused step (`fused=False`, the op-by-op kernels) is also captured and
+replayed: kernels per step and tok/s before/after the fusion.
+Then a GEMV table: each fused GEMV of the decode step alone at M = 1 (20 launches captured in
+one graph), its achieved bandwidth against the copy bandwidth; `--sweep` also tries other
+(BLOCK_N, BLOCK_K, num_warps) and prints the best per shape.
 --quick: batch 1, cache 128 only (both models). Prints a table last; JSON to
 $OUT/bench_decode.json (or OUTDIR). Each configuration runs on its own: a failure is
 recorded and the rest goes on.
@@ -203,6 +209,81 @@ def count_torch_graph_kernels(g):
 
 # ------------------------------------------------------------------------------ measurement
 
+def gemv_table(cfg, bw, sweep=False, reps=20):
+    """Each fused GEMV of the decode step alone at M = 1: time per launch (graph of `reps`
+    launches) and bytes of weight per second against the copy bandwidth."""
+    import ml_dtypes
+    import nbxtensor as nbx
+    from nbxtensor.kernels import decode_fused as F
+    from nbxtensor.models import _ops as O
+    H, FF, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    nq = cfg["num_attention_heads"] * cfg["head_dim"]
+    nkv = cfg["num_key_value_heads"] * cfg["head_dim"]
+    shapes = {"qkv+norm": (nq + 2 * nkv, H, dict(norm=True)), "o+res": (H, nq, dict(res=True)),
+              "gateup+norm+glu": (2 * FF, H, dict(norm=True, glu=True)),
+              "down+res": (H, FF, dict(res=True)), "lm_head+norm": (V, H, dict(norm=True))}
+    rng = np.random.default_rng(0)
+    rows = []
+
+    def bf(*s):
+        a = (rng.standard_normal(s, dtype=np.float32) * 0.02).astype(ml_dtypes.bfloat16)
+        return nbx.from_numpy(a).to("cuda")
+    for name, (N, K, f) in shapes.items():
+        w, x = bf(N, K), bf(1, K)
+        nw = bf(K) if f.get("norm") else None
+        n_out = N // 2 if f.get("glu") else N
+        r = bf(1, n_out) if f.get("res") else None
+        cands = [None]
+        if sweep:
+            cands += [dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=nw_)
+                      for bn in (1, 2, 4, 8, 16) for bk in (256, 512, 1024, 2048)
+                      for nw_ in (4, 8) if bn * bk <= 8192 and bk <= max(256, 2 * K)]
+        best = None
+        for c in cands:
+            F._OVERRIDE = c
+            try:
+                def call():
+                    return O.fused_linear(x, w, norm_weight=nw, eps=1e-5, residual=r,
+                                          glu=bool(f.get("glu")))
+                call()
+                nbx.cuda.synchronize()
+                g = nbx.cuda.CUDAGraph()
+                with nbx.cuda.graph(g):
+                    for _ in range(reps):
+                        call()
+                g.replay()
+                nbx.cuda.synchronize()
+                e0, e1 = nbx.cuda.Event(enable_timing=True), nbx.cuda.Event(enable_timing=True)
+                e0.record()
+                for _ in range(5):
+                    g.replay()
+                e1.record()
+                e1.synchronize()
+                us = e0.elapsed_time(e1) * 1e3 / (5 * reps)
+                del g
+            except Exception as ex:  # noqa: BLE001 - a bad sweep point
+                us = None
+                err = f"{type(ex).__name__}: {ex}"
+            finally:
+                F._OVERRIDE = None
+            if us is None:
+                if c is None:
+                    rows.append({"gemv": name, "error": err})
+                continue
+            gbps = N * K * 2 / (us * 1e-6) / 1e9
+            used = c or F.fused_gemv_config(1, n_out, K, 2, "cuda")
+            rec = {"gemv": name, "N": N, "K": K, "us": us, "GBps": gbps,
+                   "frac_of_copy_bw": gbps * 1e9 / (bw / 2), "config": used,
+                   "default": c is None}
+            if c is None:
+                rows.append(rec)
+            if best is None or us < best["us"]:
+                best = rec
+        if sweep and best is not None:
+            rows.append(dict(best, best_of_sweep=True))
+    return rows
+
+
 def copy_bandwidth():
     """Device copy bandwidth in bytes/s (read + write), from a 1 GiB cuMemcpyDtoDAsync."""
     import nbxtensor as nbx
@@ -275,6 +356,22 @@ def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res):
     del e, g
     nbx.cuda.empty_cache()
 
+    if B == 1:   # before the fusion: the same step with the unfused ops, graph-replayed
+        u = GraphDecoder(m, batch=B, capacity=cap, use_graph=True, fused=False)
+        u.start_at(L, toks)
+        u.capture()
+        row["nbx_unfused_kernels_per_step"] = u.kernels_per_step
+        u.start_at(L, toks)
+        u.step()
+        nsync()
+        row["nbx_unfused_first_token_agreement"] = float(np.mean(
+            np.asarray(first_tokens) == u.tokens.numpy().reshape(-1)))
+        u.start_at(L, toks)
+        dt = timed(u.step, steps, nsync)
+        row["nbx_unfused_graph_tok_s"] = B * steps / dt
+        del u
+        nbx.cuda.empty_cache()
+
     if torch is not None:
         tsync = torch.cuda.synchronize
         td = TorchDecoder(torch, cfg, w, B, cap)
@@ -318,6 +415,7 @@ def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res):
 
 def main(argv):
     quick = "--quick" in argv
+    sweep = "--sweep" in argv
     steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else 256
     args = [a for i, a in enumerate(argv) if not a.startswith("--")
             and (i == 0 or argv[i - 1] != "--steps")]
@@ -351,6 +449,15 @@ def main(argv):
         print(f"{name}: {wb / 1e9:.3f} GB of weights, built in {time.perf_counter() - t0:.1f} s",
               flush=True)
         limit = bw / wb
+        try:
+            gt = gemv_table(cfg, bw, sweep=sweep)
+            report.setdefault("gemv", {})[name] = gt
+            for r in gt:
+                print(json.dumps(r), flush=True)
+        except Exception as e:  # noqa: BLE001
+            report["errors"].append({"model": name, "batch": 1, "cache_len": 0,
+                                     "error": f"gemv table: {type(e).__name__}: {e}",
+                                     "trace": traceback.format_exc()[-3000:]})
         for L in lens:
             for B in batches:
                 try:
@@ -386,6 +493,22 @@ def main(argv):
               f"{f('weight_bw_limit_steps_s', '{:9.0f}')} "
               f"{f('nbx_graph_frac_of_limit', '{:6.1%}')} "
               f"{f('logits_max_abs_diff_vs_torch', '{:8.3g}')}")
+    unf = [r for r in report["rows"] if "nbx_unfused_kernels_per_step" in r]
+    if unf:
+        print("\nfusion (batch 1, graph replay): kernels/step and tok/s, unfused -> fused")
+        for r in unf:
+            print(f"{r['model']:20} L={r['cache_len']:>5}: {r['nbx_unfused_kernels_per_step']} -> "
+                  f"{r.get('nbx_kernels_per_step')} kernels, "
+                  f"{r.get('nbx_unfused_graph_tok_s', 0):.0f} -> {r.get('nbx_graph_tok_s', 0):.0f} tok/s")
+    for name, gt in report.get("gemv", {}).items():
+        print(f"\nGEMV alone at M=1 ({name}; fraction of the copy bandwidth's read half)")
+        for r in gt:
+            if "error" in r:
+                print(f"  {r['gemv']:18} ERROR {r['error']}")
+                continue
+            tag = " (best of sweep)" if r.get("best_of_sweep") else ""
+            print(f"  {r['gemv']:18} N={r['N']:>6} K={r['K']:>5} {r['us']:8.2f} us "
+                  f"{r['GBps']:7.0f} GB/s {r['frac_of_copy_bw']:6.1%} {r['config']}{tag}")
     for e in report["errors"]:
         print(f"ERROR {e['model']} B={e['batch']} L={e['cache_len']}: {e['error']}")
     with open(os.path.join(out_dir, "bench_decode.json"), "w") as f:

@@ -1,11 +1,19 @@
 """Flash-decoding on cuda/interp: a few query tokens against a KV cache, split over the keys.
 
-Split kernel: grid (P, B * Hk). Program (s, b, g) reads the cache length of batch b from
-the device, takes the s-th of P equal key ranges (rounded up to BLOCK_N), and runs the
-online softmax for ALL query rows of kv head g (GROUP query heads x T tokens) at once, so
-each K/V tile is read once per group. It writes its unnormalised partial output, max and
-sum. Programs whose range is empty (short caches) write an empty partial (l = 0).
-Combine kernel: grid (B * Hq * T,), merges the P partials of one row.
+One kernel, grid (P, B * Hk). Program (s, b, g) reads the cache length of batch b from the
+device, takes the s-th of the key ranges (each a multiple of BLOCK_N, at most P of them)
+and runs the online softmax for ALL query rows of kv head g (GROUP query heads x T tokens)
+at once, so each K/V tile is read once per group. The number of ranges that are busy
+adapts to the length on the device: n_act = cdiv(length, per) with per =
+BLOCK_N * cdiv(cdiv(length, P), BLOCK_N); programs past n_act exit at once.
+
+* n_act == 1 (short caches): the one busy program normalises and writes the output.
+* otherwise each busy program writes its unnormalised partial (acc, max, sum) to a
+  workspace and, with COMBINE=1, takes a ticket from a per-(b, g) device counter; the
+  program that draws the last ticket merges the n_act partials and resets the counter to
+  0 (so the next launch and a replayed CUDA graph start from 0). COMBINE=0 leaves the
+  merge to a second kernel (`_decode_combine`, grid (B * Hk,)) with the same code; it is a
+  tuning alternative (no counter).
 
 The grid depends only on shapes (P from the batch, kv heads and capacity), never on the
 length, so the same launch is valid at every step (CUDA-graph capture). Query token t of T
@@ -22,111 +30,190 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _decode_split(q_ptr, k_ptr, v_ptr, len_ptr, po_ptr, pml_ptr,
-                  s_qb, s_qh, s_qt, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd, s_len,
+def _ranges(len_ptr, b, s_len, P, BLOCK_N: tl.constexpr):
+    """The cache length, the keys per range and the number of busy ranges (>= 1)."""
+    length = tl.load(len_ptr + b * s_len).to(tl.int32)
+    per = tl.maximum(tl.cdiv(tl.cdiv(length, P), BLOCK_N), 1) * BLOCK_N
+    n_act = tl.maximum(tl.cdiv(length, per), 1)
+    return length, per, n_act
+
+
+@triton.jit
+def _merge(po_ptr, pml_ptr, o_ptr, pid_bg, n_act, P, R, T, GROUP_HQ, DV,
+           b64, head0, s_ob, s_oh, s_ot, s_od,
+           BLOCK_R: tl.constexpr, CHUNK_P: tl.constexpr, BLOCK_P: tl.constexpr,
+           BLOCK_DV: tl.constexpr):
+    """Merge the n_act partials of the R rows of one (b, kv head) into the output.
+    Partial (split s, row r) lives at index (pid_bg * P + s) * R + r."""
+    rows = tl.arange(0, BLOCK_R)
+    rmask = rows < R
+    head = head0 + rows // T
+    t = rows % T
+    offs_p = tl.arange(0, BLOCK_P)
+    base = pid_bg.to(tl.int64) * P * R
+    # the row maxima over all partials first (a [BLOCK_R, BLOCK_P] tile, cheap), then the
+    # (split, row, dv) partials in [BLOCK_R, CHUNK_P, BLOCK_DV] chunks: independent loads
+    idx = base + offs_p[None, :] * R + rows[:, None]
+    pm = rmask[:, None] & (offs_p[None, :] < n_act)
+    m = tl.load(pml_ptr + idx * 2, mask=pm, other=-float("inf"), cache_modifier=".cg")
+    mx = tl.max(m, 1)
+    mx = tl.where(mx == -float("inf"), 0.0, mx)
+    offs_c = tl.arange(0, CHUNK_P)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    acc = tl.zeros((BLOCK_R, BLOCK_DV), tl.float32)
+    denom = tl.zeros((BLOCK_R,), tl.float32)
+    for c in range(0, n_act, CHUNK_P):
+        pc = c + offs_c
+        cidx = base + pc[None, :] * R + rows[:, None]                  # [BLOCK_R, CHUNK_P]
+        cm = rmask[:, None] & (pc[None, :] < n_act)
+        mc = tl.load(pml_ptr + cidx * 2, mask=cm, other=-float("inf"), cache_modifier=".cg")
+        lc = tl.load(pml_ptr + cidx * 2 + 1, mask=cm, other=0.0, cache_modifier=".cg")
+        w = tl.where(lc > 0, tl.exp2(mc - mx[:, None]), 0.0)
+        denom += tl.sum(lc * w, 1)
+        po = tl.load(po_ptr + cidx[:, :, None] * DV + offs_dv[None, None, :],
+                     mask=cm[:, :, None] & (offs_dv[None, None, :] < DV), other=0.0,
+                     cache_modifier=".cg")
+        acc += tl.sum(po * w[:, :, None], 1)
+    o = acc / tl.where(denom == 0.0, 1.0, denom)[:, None]
+    tl.store(o_ptr + b64 * s_ob + head[:, None] * s_oh + t[:, None] * s_ot
+             + offs_dv[None, :] * s_od, o.to(o_ptr.dtype.element_ty),
+             mask=rmask[:, None] & (offs_dv[None, :] < DV))
+
+
+@triton.jit
+def _decode_split(q_ptr, k_ptr, v_ptr, len_ptr, o_ptr, po_ptr, pml_ptr, cnt_ptr,
+                  s_qb, s_qh, s_qt, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd,
+                  s_ob, s_oh, s_ot, s_od, s_len,
                   Hk, T, D, DV, P, qk_scale,
-                  GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PREC: tl.constexpr):
+                  GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+                  PREC: tl.constexpr, COMBINE: tl.constexpr, CHUNK_P: tl.constexpr,
+                  BLOCK_P: tl.constexpr):
     pid_s = tl.program_id(0)
     pid_bg = tl.program_id(1)
     b = pid_bg // Hk
     g = pid_bg % Hk
-    length = tl.load(len_ptr + b * s_len).to(tl.int32)
-    per = tl.cdiv(tl.cdiv(length, P), BLOCK_N) * BLOCK_N
-    start = pid_s * per
-    end = tl.minimum(start + per, length)
+    R = GROUP * T
     rows = tl.arange(0, BLOCK_H)
-    rmask = rows < GROUP * T
+    rmask = rows < R
     head = g * GROUP + rows // T
     t = rows % T
     offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    b64 = b.to(tl.int64)
-    q = tl.load(q_ptr + b64 * s_qb + head[:, None] * s_qh + t[:, None] * s_qt
+    # q does not depend on the length: its load overlaps the length's
+    q = tl.load(q_ptr + b.to(tl.int64) * s_qb + head[:, None] * s_qh + t[:, None] * s_qt
                 + offs_d[None, :] * s_qd, mask=rmask[:, None] & (offs_d[None, :] < D), other=0.0)
-    limit = length - T + t                     # last key each row may see
-    k_base = k_ptr + b64 * s_kb + g.to(tl.int64) * s_kh
-    v_base = v_ptr + b64 * s_vb + g.to(tl.int64) * s_vh
-    acc = tl.zeros((BLOCK_H, BLOCK_DV), tl.float32)
-    l_i = tl.zeros((BLOCK_H,), tl.float32)
-    m_i = tl.full((BLOCK_H,), -float("inf"), tl.float32)
-    for n in range(start, end, BLOCK_N):
-        offs_n = n + tl.arange(0, BLOCK_N)
-        nmask = offs_n < end
-        kt = tl.load(k_base + offs_d[:, None] * s_kd + offs_n[None, :] * s_kn,
-                     mask=nmask[None, :] & (offs_d[:, None] < D), other=0.0)
-        v = tl.load(v_base + offs_n[:, None] * s_vn + offs_dv[None, :] * s_vd,
-                    mask=nmask[:, None] & (offs_dv[None, :] < DV), other=0.0)
-        qk = tl.dot(q, kt, input_precision=PREC) * qk_scale
-        qk = tl.where(nmask[None, :] & (offs_n[None, :] <= limit[:, None]), qk, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        m_use = tl.where(m_new == -float("inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_use)
-        p = tl.exp2(qk - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
-        m_i = m_new
-    # partial row r of the (B, Hq, T) rows: index ((b * Hq + head) * T + t) * P + s
-    prow = ((b64 * (Hk * GROUP) + head) * T + t) * P + pid_s
-    tl.store(po_ptr + prow[:, None] * DV + offs_dv[None, :], acc,
-             mask=rmask[:, None] & (offs_dv[None, :] < DV))
-    tl.store(pml_ptr + prow * 2, m_i, mask=rmask)
-    tl.store(pml_ptr + prow * 2 + 1, l_i, mask=rmask)
+    length, per, n_act = _ranges(len_ptr, b, s_len, P, BLOCK_N)
+    if pid_s < n_act:
+        start = pid_s * per
+        end = tl.minimum(start + per, length)
+        offs_dv = tl.arange(0, BLOCK_DV)
+        offs_n0 = tl.arange(0, BLOCK_N)
+        b64 = b.to(tl.int64)
+        limit = length - T + t                     # last key each row may see
+        # pointers advance by BLOCK_N rows per step (no per-step 64-bit index math)
+        kt_ptr = (k_ptr + b64 * s_kb + g.to(tl.int64) * s_kh + start.to(tl.int64) * s_kn
+                  + offs_d[:, None] * s_kd + offs_n0[None, :] * s_kn)
+        v_ptr2 = (v_ptr + b64 * s_vb + g.to(tl.int64) * s_vh + start.to(tl.int64) * s_vn
+                  + offs_n0[:, None] * s_vn + offs_dv[None, :] * s_vd)
+        acc = tl.zeros((BLOCK_H, BLOCK_DV), tl.float32)
+        l_i = tl.zeros((BLOCK_H,), tl.float32)
+        m_i = tl.full((BLOCK_H,), -float("inf"), tl.float32)
+        for n in range(start, end, BLOCK_N):
+            offs_n = n + offs_n0
+            nmask = offs_n < end
+            kt = tl.load(kt_ptr, mask=nmask[None, :] & (offs_d[:, None] < D), other=0.0)
+            v = tl.load(v_ptr2, mask=nmask[:, None] & (offs_dv[None, :] < DV), other=0.0)
+            qk = tl.dot(q, kt, input_precision=PREC) * qk_scale
+            qk = tl.where(nmask[None, :] & (offs_n[None, :] <= limit[:, None]), qk,
+                          -float("inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            m_use = tl.where(m_new == -float("inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_use)
+            p = tl.exp2(qk - m_use[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+            m_i = m_new
+            kt_ptr += BLOCK_N * s_kn
+            v_ptr2 += BLOCK_N * s_vn
+        if n_act == 1:
+            o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+            tl.store(o_ptr + b64 * s_ob + head[:, None] * s_oh + t[:, None] * s_ot
+                     + offs_dv[None, :] * s_od, o.to(o_ptr.dtype.element_ty),
+                     mask=rmask[:, None] & (offs_dv[None, :] < DV))
+        else:
+            prow = (pid_bg.to(tl.int64) * P + pid_s) * R + rows
+            tl.store(po_ptr + prow[:, None] * DV + offs_dv[None, :], acc,
+                     mask=rmask[:, None] & (offs_dv[None, :] < DV))
+            tl.store(pml_ptr + prow * 2, m_i, mask=rmask)
+            tl.store(pml_ptr + prow * 2 + 1, l_i, mask=rmask)
+            if COMBINE:
+                # every thread's stores are issued before the (acq_rel, gpu scope) ticket
+                tl.debug_barrier()
+                ticket = tl.atomic_add(cnt_ptr + pid_bg, 1, sem="acq_rel")
+                if ticket == n_act - 1:
+                    tl.store(cnt_ptr + pid_bg, 0)        # ready for the next launch
+                    _merge(po_ptr, pml_ptr, o_ptr, pid_bg, n_act, P, R, T, GROUP, DV,
+                           b64, g * GROUP, s_ob, s_oh, s_ot, s_od,
+                           BLOCK_R, CHUNK_P, BLOCK_P, BLOCK_DV)
 
 
 @triton.jit
-def _decode_combine(po_ptr, pml_ptr, o_ptr, s_ob, s_oh, s_ot, s_od, Hq, T, DV, P,
-                    BLOCK_P: tl.constexpr, CHUNK_P: tl.constexpr, BLOCK_DV: tl.constexpr):
-    row = tl.program_id(0)
-    b = row // (Hq * T)
-    h = (row // T) % Hq
-    t = row % T
-    offs_p = tl.arange(0, BLOCK_P)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    base = row.to(tl.int64) * P
-    m = tl.load(pml_ptr + (base + offs_p) * 2, mask=offs_p < P, other=-float("inf"))
-    mx = tl.max(m, 0)
-    mx = tl.where(mx == -float("inf"), 0.0, mx)
-    # the (P, DV) partials in chunks, so a large P does not blow the registers
-    acc = tl.zeros((BLOCK_DV,), tl.float32)
-    denom = tl.zeros((), tl.float32)
-    for c in range(0, P, CHUNK_P):
-        pc = c + tl.arange(0, CHUNK_P)
-        pm = pc < P
-        mc = tl.load(pml_ptr + (base + pc) * 2, mask=pm, other=-float("inf"))
-        lc = tl.load(pml_ptr + (base + pc) * 2 + 1, mask=pm, other=0.0)
-        w = tl.where(lc > 0, tl.exp2(mc - mx), 0.0)
-        denom += tl.sum(lc * w, 0)
-        po = tl.load(po_ptr + (base + pc)[:, None] * DV + offs_dv[None, :],
-                     mask=pm[:, None] & (offs_dv[None, :] < DV), other=0.0)
-        acc += tl.sum(po * w[:, None], 0)
-    o = acc / tl.where(denom == 0.0, 1.0, denom)
-    tl.store(o_ptr + b.to(tl.int64) * s_ob + h * s_oh + t * s_ot + offs_dv * s_od,
-             o.to(o_ptr.dtype.element_ty), mask=offs_dv < DV)
+def _decode_combine(po_ptr, pml_ptr, o_ptr, len_ptr, s_ob, s_oh, s_ot, s_od, s_len,
+                    Hk, T, DV, P, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_R: tl.constexpr, CHUNK_P: tl.constexpr, BLOCK_P: tl.constexpr,
+                    BLOCK_DV: tl.constexpr):
+    pid_bg = tl.program_id(0)
+    b = pid_bg // Hk
+    g = pid_bg % Hk
+    length, per, n_act = _ranges(len_ptr, b, s_len, P, BLOCK_N)
+    if n_act > 1:      # otherwise the split kernel wrote the output
+        _merge(po_ptr, pml_ptr, o_ptr, pid_bg, n_act, P, GROUP * T, T, GROUP, DV,
+               b.to(tl.int64), g * GROUP, s_ob, s_oh, s_ot, s_od,
+               BLOCK_R, CHUNK_P, BLOCK_P, BLOCK_DV)
 
 
 # ------------------------------------------------------------------ launch configuration
-# P (splits per (batch, kv head)) makes ~4 programs per SM of an H200 (132 SMs) and never
-# more splits than BLOCK_N-key blocks of the capacity. BLOCK_N=64, 4 warps, 2 stages: about
-# 39 KB of shared memory (bf16, D=128), so all 528 programs are resident in one wave (3
-# stages need 72 KB and would leave a quarter of them for a second wave).
+# P (the most splits per (batch, kv head)) makes ~4 programs per SM of an H200 (132 SMs)
+# and never more splits than BLOCK_N-key blocks of the capacity; at run time only
+# cdiv(length, per) of them work. BLOCK_N=64, 4 warps, 2 stages: about 39 KB of shared
+# memory (bf16, D=128), so all 528 programs are resident in one wave.
+# The merge reads [BLOCK_R, CHUNK_P, BLOCK_DV] fp32 tiles: CHUNK_P * BLOCK_R <= 32 keeps
+# that at <= 32 registers a thread with 4 warps (64 spilled a little next to the main loop).
 TARGET_PROGRAMS = 4 * 132
 MAX_SPLITS = 256
+# 16-bit caches on the GPU; `benchmarks/bench_attention.py --sweep` prints a replacement
+TUNED = dict(TARGET=TARGET_PROGRAMS, BLOCK_N=64, num_warps=4, num_stages=2, COMBINE=1)
 
 
 def decode_config(B, Hk, C, bd=128, bdv=128, itemsize=2, interp=False):
+    target, nw, combine = TUNED["TARGET"], TUNED["num_warps"], TUNED["COMBINE"]
     if interp:
         bn, stages = 16, 1
+    elif itemsize == 2:
+        bn, stages = TUNED["BLOCK_N"], TUNED["num_stages"]
     else:
         bn, stages = 64, 2
-        # K and V tiles of every stage must fit shared memory (fp32, D=256: BLOCK_N 16)
-        while bn > 16 and bn * (bd + bdv) * itemsize * stages > 150_000:
-            bn //= 2
-    p = max(1, min(MAX_SPLITS, triton.cdiv(TARGET_PROGRAMS, B * Hk), triton.cdiv(C, bn)))
-    return dict(P=p, BLOCK_N=bn, num_warps=4, num_stages=stages)
+    # K and V tiles of every stage must fit shared memory (fp32, D=256: BLOCK_N 16)
+    while bn > 16 and bn * (bd + bdv) * itemsize * stages > 150_000:
+        bn //= 2
+    p = max(1, min(MAX_SPLITS, triton.cdiv(target, B * Hk), triton.cdiv(C, bn)))
+    return dict(P=p, BLOCK_N=bn, num_warps=nw, num_stages=stages, COMBINE=combine)
 
 
-_OVERRIDE: dict | None = None   # tests: {"P": 3, "BLOCK_N": 16}
+_OVERRIDE: dict | None = None   # tests: {"P": 3, "BLOCK_N": 16}; also COMBINE 0/1, CHUNK_P
+_COUNTERS: dict = {}            # device -> int32 zeros, one ticket counter per (b, kv head)
+
+
+def _counters(n, device):
+    """A zeroed int32 device buffer of >= n counters, kept per device (the kernel leaves
+    every counter at 0 when it finishes). Make one eager call before a CUDA-graph capture."""
+    from .. import dtypes as _dt
+    from ..creation import zeros
+    key = str(device)
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.shape[0] < n:
+        buf = _COUNTERS[key] = zeros(max(n, 64), dtype=_dt.int32, device=device)
+    return buf
 
 
 @register("decode_attention", "triton")
@@ -139,23 +226,31 @@ def decode_attention(out, q, kc, vc, lengths, *, scale):
     B, Hq, T, D = q.shape
     Hk, C, DV = kc.shape[1], kc.shape[2], vc.shape[3]
     group = Hq // Hk
-    bh = max(16, triton.next_power_of_2(group * T))
+    R = group * T
+    br = triton.next_power_of_2(R)
+    bh = max(16, br)
     bd = max(16, triton.next_power_of_2(D))
     bdv = max(16, triton.next_power_of_2(DV))
     cfg = decode_config(B, Hk, C, bd, bdv, q.dtype.itemsize, q.device.type == "interp")
     if _OVERRIDE:
         cfg.update(_OVERRIDE)
-    P = cfg["P"]
+    P, combine = cfg["P"], int(cfg["COMBINE"])
+    bp = max(2, triton.next_power_of_2(P))
+    chunk = cfg.get("CHUNK_P") or max(1, min(bp, 32 // br))
     # workspace: size known on the host (P from shapes), so capture-safe
     po = Tensor._empty((B * Hq * T * P * DV,), _dt.float32, q.device)
     pml = Tensor._empty((B * Hq * T * P * 2,), _dt.float32, q.device)
+    cnt = _counters(B * Hk, q.device) if combine else pml
     s_len = 0 if lengths.ndim == 0 else lengths.stride(0)
-    launch(_decode_split, (P, B * Hk), q, kc, vc, lengths, po, pml, *q.stride(), *kc.stride(),
-           *vc.stride(), s_len, Hk, T, D, DV, P, scale * LOG2E,
-           GROUP=group, BLOCK_H=bh, BLOCK_N=cfg["BLOCK_N"], BLOCK_D=bd, BLOCK_DV=bdv,
-           PREC="ieee" if q.dtype.itemsize >= 4 else "tf32",
-           num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    bp = max(2, triton.next_power_of_2(P))
-    launch(_decode_combine, (B * Hq * T,), po, pml, out, *out.stride(), Hq, T, DV, P,
-           BLOCK_P=bp, CHUNK_P=min(16, bp), BLOCK_DV=bdv, num_warps=4)
+    launch(_decode_split, (P, B * Hk), q, kc, vc, lengths, out, po, pml, cnt,
+           *q.stride(), *kc.stride(), *vc.stride(), *out.stride(), s_len, Hk, T, D, DV, P,
+           scale * LOG2E,
+           GROUP=group, BLOCK_H=bh, BLOCK_R=br, BLOCK_N=cfg["BLOCK_N"], BLOCK_D=bd,
+           BLOCK_DV=bdv, PREC="ieee" if q.dtype.itemsize >= 4 else "tf32", COMBINE=combine,
+           CHUNK_P=chunk, BLOCK_P=bp, num_warps=cfg["num_warps"],
+           num_stages=cfg["num_stages"])
+    if not combine:
+        launch(_decode_combine, (B * Hk,), po, pml, out, lengths, *out.stride(), s_len,
+               Hk, T, DV, P, GROUP=group, BLOCK_N=cfg["BLOCK_N"], BLOCK_R=br, CHUNK_P=chunk,
+               BLOCK_P=bp, BLOCK_DV=bdv, num_warps=4)
     return out

@@ -220,3 +220,75 @@ def mean_pool_normalize(x, mask):
     pooled = (xa * mf).sum(1) / np.maximum(mf.sum(1), 1e-9)
     n = np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
     return _wrap(pooled / n)
+
+
+# ------------------------------------------------------------------------ fused decode GEMV
+def fused_linear(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None, glu=False,
+                 out_dtype=None):
+    """One projection of the decode step with its neighbours fused in:
+
+        h = rms_norm(x, norm_weight, eps) if norm_weight is given else x
+        y = h @ w.T (+ bias)            w (N, K); with glu w is [gate; up] (2N, K) and
+        y = silu(h @ gate.T) * (h @ up.T)
+        y = y + residual                if residual is given
+    x (M, K); the result (M, N) has x's dtype (or out_dtype); all sums in fp32, one rounding.
+    cuda/interp: kernels/decode_fused.py (one kernel); cpu: the same in NumPy (fp32).
+    """
+    from ..tensor import Tensor
+    op = "fused_linear"
+    if not isinstance(x, Tensor) or x.ndim != 2:
+        raise ValueError(f"{op}: x must be a 2-D Tensor (M, K), got "
+                         f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
+    if not isinstance(w, Tensor) or w.ndim != 2 or w.shape[1] != x.shape[1]:
+        raise ValueError(f"{op}: w must be a 2-D Tensor (N, {x.shape[1]}), got "
+                         f"{tuple(w.shape) if isinstance(w, Tensor) else type(w).__name__}")
+    if glu and w.shape[0] % 2:
+        raise ValueError(f"{op}: glu needs w = [gate; up] with an even row count, got {w.shape[0]}")
+    if glu and bias is not None:
+        raise ValueError(f"{op}: bias with glu is not supported")
+    M, K = x.shape
+    N = w.shape[0] // 2 if glu else w.shape[0]
+    for name, t, shape in (("norm_weight", norm_weight, (K,)), ("bias", bias, (N,)),
+                           ("residual", residual, (M, N))):
+        if t is None:
+            continue
+        if not isinstance(t, Tensor) or tuple(t.shape) != shape:
+            raise ValueError(f"{op}: {name} must be a Tensor of shape {shape}, got "
+                             f"{tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__}")
+        if t.device != x.device:
+            raise ValueError(f"{op}: {name} is on {t.device} but x is on {x.device}")
+    if w.device != x.device:
+        raise ValueError(f"{op}: w is on {w.device} but x is on {x.device}")
+    if w.dtype != x.dtype or not x.dtype.is_floating_point:
+        raise ValueError(f"{op}: x and w must share one floating dtype, got {x.dtype.name} "
+                         f"and {w.dtype.name}")
+    if residual is not None and residual.dtype != x.dtype:
+        raise ValueError(f"{op}: residual must be {x.dtype.name}, got {residual.dtype.name}")
+    if x.device.type == "cpu":
+        xa = x.numpy().astype(np.float32)
+        if norm_weight is not None:
+            xa = xa / np.sqrt(np.mean(xa * xa, axis=-1, keepdims=True) + np.float32(eps))
+            xa = xa * norm_weight.numpy().astype(np.float32)
+        y = xa @ w.numpy().astype(np.float32).T
+        if bias is not None:
+            y = y + bias.numpy().astype(np.float32)
+        if glu:
+            g, u = y[:, :N], y[:, N:]
+            y = g / (1.0 + np.exp(-g)) * u
+        if residual is not None:
+            y = y + residual.numpy().astype(np.float32)
+        return _wrap(y.astype((out_dtype or x.dtype).np))
+    from ..kernels.decode_fused import fused_gemv
+    # unit stride along K (16-byte loads); the decode step's tensors already are
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    if w.stride(1) != 1:
+        raise ValueError(f"{op}: w must have unit stride along K (prepare it at load)")
+    if residual is not None and residual.stride(1) != 1:
+        residual = residual.contiguous()
+    for name, t in (("norm_weight", norm_weight), ("bias", bias)):
+        if t is not None and t.stride(0) != 1:
+            raise ValueError(f"{op}: {name} must be contiguous")
+    out = Tensor._empty((M, N), nbx.dtypes.as_dtype(out_dtype or x.dtype), x.device)
+    return fused_gemv(x, w, norm_weight=norm_weight, eps=eps, bias=bias, residual=residual,
+                      glu=glu, out=out)

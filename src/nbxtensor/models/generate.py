@@ -17,6 +17,9 @@ class GenerationResult:
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     stopped_by: str = "length"
+    setup_seconds: float = 0.0      # graph capture (device loop)
+    kernels_per_step: int = 0       # kernel nodes of the captured step (0: no graph)
+    graph: bool = False
 
     @property
     def prefill_tps(self) -> float:
@@ -30,12 +33,17 @@ class GenerationResult:
 
 
 def generate(model, prompt_ids, max_new_tokens: int = 32, sampler: Sampler | None = None,
-             stop_ids=None, on_text=None, cache=None) -> GenerationResult:
+             stop_ids=None, on_text=None, cache=None, graph=None) -> GenerationResult:
     """Generate up to `max_new_tokens` after `prompt_ids`.
 
     on_text(str) receives decoded text as it becomes complete (UTF-8 safe streaming).
     Stops at any of `stop_ids` (default: the tokenizer's eos/eot ids); the stop token is
     kept in `tokens` but not in `text`.
+
+    On cuda the loop is the device-side one (models/graph_decode.GraphDecoder: tokens,
+    positions and sampling on the device, tokens copied to the host asynchronously) with the
+    step replayed as a CUDA graph; graph=False runs the same step eagerly. Elsewhere (cpu,
+    interp) the host loop over model.forward runs; graph=True there is an error.
     """
     prompt_ids = list(prompt_ids)
     if not prompt_ids:
@@ -43,6 +51,11 @@ def generate(model, prompt_ids, max_new_tokens: int = 32, sampler: Sampler | Non
     sampler = sampler or Sampler()
     tok = model.tokenizer
     stop = set(tok.eos_ids if stop_ids is None else stop_ids)
+    if model.device.type == "cuda":
+        return _generate_device(model, prompt_ids, max_new_tokens, sampler, stop, on_text,
+                                graph is not False)
+    if graph:
+        raise ValueError(f"generate: graph=True needs a cuda model, got {model.device}")
     need = len(prompt_ids) + max_new_tokens
     if cache is None or cache.max_len < need:
         cache = model.new_cache(max(need, 16))
@@ -75,4 +88,44 @@ def generate(model, prompt_ids, max_new_tokens: int = 32, sampler: Sampler | Non
     res.text = tok.decode([t for t in res.tokens if t not in stop])
     if on_text is not None and len(res.text) > len(shown):
         on_text(res.text[len(shown):])
+    return res
+
+
+def _generate_device(model, prompt_ids, max_new_tokens, sampler, stop, on_text, use_graph):
+    """The device-side loop (GraphDecoder), streaming text as the tokens land on the host."""
+    from .graph_decode import GraphDecoder
+    tok = model.tokenizer
+    cap = len(prompt_ids) + max_new_tokens
+    cap = (cap + 127) // 128 * 128           # fewer distinct captures across prompts
+    dec = GraphDecoder(model, batch=1, capacity=cap, use_graph=use_graph,
+                       temperature=sampler.temperature, top_k=sampler.top_k or None,
+                       top_p=sampler.top_p if sampler.top_p < 1.0 else None,
+                       repetition_penalty=sampler.repetition_penalty
+                       if sampler.repetition_penalty != 1.0 else None,
+                       seed=sampler.seed)
+    res = GenerationResult(prompt_tokens=len(prompt_ids))
+    state = {"toks": [], "shown": ""}
+
+    def on_tokens(i, row):
+        t = int(row[0])
+        if state["toks"] and state["toks"][-1] in stop:
+            return
+        state["toks"].append(t)
+        if on_text is not None and t not in stop:
+            text = tok.decode([x for x in state["toks"] if x not in stop])
+            if not text.endswith("\ufffd") and len(text) > len(state["shown"]):
+                on_text(text[len(state["shown"]):])
+                state["shown"] = text
+    out = dec.generate([prompt_ids], max_new_tokens=max_new_tokens, stop_ids=sorted(stop),
+                       on_tokens=on_tokens, sync_every=4)
+    res.tokens = out.tokens[0]
+    res.prefill_seconds = out.prefill_seconds
+    res.decode_seconds = out.decode_seconds
+    res.setup_seconds = out.setup_seconds
+    res.kernels_per_step = dec.kernels_per_step
+    res.graph = use_graph
+    res.stopped_by = "stop" if res.tokens and res.tokens[-1] in stop else "length"
+    res.text = tok.decode([t for t in res.tokens if t not in stop])
+    if on_text is not None and len(res.text) > len(state["shown"]):
+        on_text(res.text[len(state["shown"]):])
     return res

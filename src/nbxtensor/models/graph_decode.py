@@ -4,29 +4,24 @@
     out = dec.generate([prompt_ids], max_new_tokens=256, on_tokens=print_fn)
 
 Everything a step needs lives on the device at a fixed address:
-  tokens   (B, 1) int64   the token each sequence feeds in (the sampled token is copied here
+  tokens   (B, 1) int64   the token each sequence feeds in (the chosen token is copied here
                           on the device at the end of the step: no host round trip)
   positions(B, 1) int32   its position; the step adds 1 on the device
   cache    nbx.KVCache    (layers, B, Hkv, capacity, D) K and V, device lengths (B,)
+  history  (B, capacity)  int64, -1 padded: prompt + generated ids (repetition penalty only)
   logits   (B, vocab)     the last step's logits (an output of the graph)
-A step: embedding -> per layer [RMSNorm, Q/K/V GEMV, RoPE fused with the KV-cache append
-(KVCache.append_rope), flash-decoding attention over the device lengths, O GEMV + residual,
-RMSNorm, gate/up GEMV, SiLU*up, down GEMV + residual] -> RMSNorm -> lm_head -> argmax ->
-tokens <- argmax, positions += 1. Its grid sizes depend on (batch, capacity) only, so the
-graph is captured once per (batch, capacity) and replayed for every token.
+A step = `model.decode_step(tokens, positions, cache)` (llama.py: fused GEMVs, RoPE fused
+with the cache append, flash-decoding over the device lengths), then the next token on the
+device -- argmax (greedy) or `nbx.sample` with an `nbx.Generator` whose state advances on
+the device (temperature / top-k / top-p / repetition penalty) -- copied into `tokens`, and
+positions += 1. Grid sizes depend on (batch, capacity) only, so the graph is captured once
+per (batch, capacity) and replayed for every token.
 
 Tokens reach the host asynchronously for printing only: after each replay an async copy
 puts the (B,) tokens into a row of a pinned host buffer, and an event recorded every
 `sync_every` steps tells the host which rows have landed. The host never waits on the
 device inside the loop except when it must (stop tokens are noticed when their row lands,
 so up to `sync_every` extra steps may run past an end-of-sequence: their tokens are dropped).
-
-The step is built here from the model's public pieces (`model.cfg`, `model.w`, the ops in
-models/_ops.py), not from `LlamaModel.forward`: that method reads its position on the host
-(`cache.pos` slices the RoPE tables, the KV write and the attention length, and
-`cache.advance` fills the position with a host scalar), so a captured forward would replay
-one fixed position. docs/notes/graphs.md lists what llama.py would need to change for the
-model to own a capturable step. Greedy decoding only (argmax on the device).
 """
 from __future__ import annotations
 
@@ -36,14 +31,15 @@ import time
 import numpy as np
 
 import nbxtensor as nbx
-from . import _ops as O
+from ..ops.indexing import deferred_index_checks
 
 __all__ = ["GraphDecoder", "DecodeResult"]
 
 
 class DecodeResult:
-    def __init__(self, tokens, prefill_seconds, decode_seconds, steps):
+    def __init__(self, tokens, prefill_seconds, decode_seconds, steps, setup_seconds=0.0):
         self.tokens = tokens                      # list (per sequence) of generated ids
+        self.setup_seconds = setup_seconds        # graph capture (first time: compiles too)
         self.prefill_seconds = prefill_seconds
         self.decode_seconds = decode_seconds
         self.steps = steps
@@ -55,10 +51,14 @@ class DecodeResult:
 
 
 class GraphDecoder:
-    """Greedy batched decoding of a LlamaModel with a static, graph-replayed step."""
+    """Batched decoding of a LlamaModel with a static, graph-replayed step.
+
+    temperature 0 (default) is greedy; otherwise nbx.sample with top_k / top_p /
+    repetition_penalty (None = off) and an nbx.Generator seeded with `seed`."""
 
     def __init__(self, model, batch: int = 1, capacity: int | None = None,
-                 use_graph: bool | None = None):
+                 use_graph: bool | None = None, *, temperature: float = 0.0, top_k=None,
+                 top_p=None, repetition_penalty=None, seed=None, fused: bool = True):
         cfg = model.cfg
         if not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0:
             raise ValueError(f"GraphDecoder: batch must be a positive int, got {batch!r}")
@@ -73,8 +73,20 @@ class GraphDecoder:
         self.model, self.cfg, self.device = model, cfg, dev
         self.batch, self.capacity, self.use_graph = batch, capacity, use_graph
         self.dtype = model.dtype
-        self.cache = nbx.KVCache(cfg.num_hidden_layers, batch, cfg.num_key_value_heads,
-                                 capacity, cfg.head_dim, dtype=self.dtype, device=dev)
+        self.cache = model.new_kv_cache(batch, capacity)
+        self.fused = fused
+        self.sample_kw = dict(temperature=float(temperature),
+                              top_k=top_k if top_k else None,
+                              top_p=top_p if top_p is not None and top_p < 1.0 else None,
+                              repetition_penalty=repetition_penalty
+                              if repetition_penalty and repetition_penalty != 1.0 else None)
+        # nbx.sample validates these on the first (eager) call, the prefill
+        self.greedy = temperature == 0 and self.sample_kw["repetition_penalty"] is None
+        self.generator = None if self.greedy else nbx.Generator(
+            seed if seed is not None else np.random.SeedSequence().entropy % (1 << 62), device=dev)
+        self.history = None
+        if self.sample_kw["repetition_penalty"] is not None:
+            self.history = nbx.full((batch, capacity + 1), -1, dtype=nbx.int64, device=dev)
         self.tokens = nbx.zeros((batch, 1), dtype=nbx.int64, device=dev)
         self.positions = nbx.zeros((batch, 1), dtype=nbx.int32, device=dev)
         self.logits = None
@@ -82,44 +94,24 @@ class GraphDecoder:
         self.pos = 0                   # host count of the position (no device read needed)
 
     # ------------------------------------------------------------------ the step
-    def _forward(self, tokens, positions):
-        """Logits (B, vocab) of the last of T tokens (B, T) at `positions` (B, T) (device)."""
-        cfg, w, cache = self.cfg, self.model.w, self.cache
-        B, T = tokens.shape
-        Hq, Hkv, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        x = O.embedding(tokens.reshape(B * T), w["embed"])
-        if x.dtype != self.dtype:
-            x = x.to(self.dtype)
-        for i, L in enumerate(w["layers"]):
-            h = O.rms_norm(x, L["attn_norm"], cfg.rms_norm_eps)
-            q = O.linear(h, L["wq"], L.get("bq")).view(B, T, Hq, D).transpose(1, 2)
-            k = O.linear(h, L["wk"], L.get("bk")).view(B, T, Hkv, D).transpose(1, 2)
-            v = O.linear(h, L["wv"], L.get("bv")).view(B, T, Hkv, D).transpose(1, 2)
-            q = q.contiguous()        # append_rope rotates q in place
-            cache.append_rope(i, q, k, v, positions, theta=cfg.rope_theta,
-                              scaling=cfg.rope_scaling)
-            kl, vl, lengths = cache.view(i)
-            if T == 1:     # the decode step: length read on the device (capturable)
-                a = nbx.decode_attention(q, kl, vl, lengths)          # (B, Hq, 1, D)
-            else:          # the prefill (from position 0, never captured): causal over [0, T)
-                a = O.attention(q, kl[:, :, :T], vl[:, :, :T], causal=True)
-            a = a.transpose(1, 2).reshape(B * T, Hq * D)
-            x = O.add(x, O.linear(a, L["wo"]))
-            h = O.rms_norm(x, L["ffn_norm"], cfg.rms_norm_eps)
-            f = O.silu_mul(O.linear(h, L["w_gate"]), O.linear(h, L["w_up"]))
-            x = O.add(x, O.linear(f, L["w_down"]))
-        x = x.reshape(B, T, -1)[:, T - 1]
-        x = O.rms_norm(x, w["norm"], cfg.rms_norm_eps)
-        if isinstance(w["lm_head"], O.QuantWeight) and x.dtype is not nbx.float32:
-            x = x.to(nbx.float32)     # as the model: fp32 logits for the quantised head
-        return O.linear(x, w["lm_head"])
+    def _choose(self, logits):
+        """The next token (B,) int64 on the device from logits (B, V)."""
+        if self.greedy:
+            return nbx.argmax(logits, dim=-1)
+        kw = dict(self.sample_kw)
+        if kw["repetition_penalty"] is not None:
+            kw["previous_tokens"] = self.history
+        return nbx.sample(logits, generator=self.generator, **kw)
 
     def _step(self):
         """One decode step on the static tensors (what the graph records)."""
-        logits = self._forward(self.tokens, self.positions)
-        nxt = nbx.argmax(logits, dim=-1)                   # (B,) int64, on the device
+        logits = self.model.decode_step(self.tokens, self.positions, self.cache, fused=self.fused)
+        nxt = self._choose(logits)                         # (B,) int64, on the device
         self.tokens.copy_(nxt.reshape(self.batch, 1))
         nbx.add(self.positions, 1, out=self.positions)
+        if self.history is not None:                       # history[b, pos[b]] = token
+            nbx.scatter(self.history, 1, self.positions.to(nbx.int64), self.tokens,
+                        out=self.history)
         return logits
 
     def capture(self) -> None:
@@ -129,14 +121,21 @@ class GraphDecoder:
             raise RuntimeError("GraphDecoder.capture: use_graph is False")
         if self.graph is not None:
             return
-        saved = (self.tokens.clone(), self.positions.clone(), self.cache.lengths.clone())
+        saved = [self.tokens.clone(), self.positions.clone(), self.cache.lengths.clone()]
+        extra = [t for t in (self.history, self.generator and self.generator.state)
+                 if t is not None]
+        saved += [t.clone() for t in extra]
         self._step()                                       # warm-up: compile + load modules
         nbx.cuda.synchronize()
-        self.tokens.copy_(saved[0]); self.positions.copy_(saved[1])
-        self.cache.lengths.copy_(saved[2])
+        for dst, src in zip([self.tokens, self.positions, self.cache.lengths] + extra, saved):
+            dst.copy_(src)
         g = nbx.cuda.CUDAGraph()
-        with nbx.cuda.graph(g):
-            self.logits = self._step()
+        # embedding / scatter read their out-of-range flag back after each op unless deferred:
+        # inside a capture that read would be refused. Deferred, the flag is read on exit
+        # (after the capture ended); replays record bad ids in the same sticky flag.
+        with deferred_index_checks():
+            with nbx.cuda.graph(g):
+                self.logits = self._step()
         self.graph = g
         # capture records, it does not run: the state is still the saved one (the KV rows the
         # warm-up wrote at this position are rewritten by the first replay)
@@ -161,7 +160,7 @@ class GraphDecoder:
     # ------------------------------------------------------------------ prefill + loop
     def prefill(self, prompts) -> None:
         """Run the prompts (B lists of equal length) through the model and put each
-        sequence's first generated token (greedy) in `self.tokens`."""
+        sequence's first generated token in `self.tokens`."""
         if prompts and isinstance(prompts[0], int):
             prompts = [prompts]
         if len(prompts) != self.batch:
@@ -176,9 +175,14 @@ class GraphDecoder:
         ids = nbx.tensor(np.asarray(prompts, np.int64), device=self.device)
         pos = nbx.tensor(np.broadcast_to(np.arange(T, dtype=np.int32), (self.batch, T)).copy(),
                          device=self.device)
-        logits = self._forward(ids, pos)
-        self.tokens.copy_(nbx.argmax(logits, dim=-1).reshape(self.batch, 1))
+        if self.history is not None:
+            self.history.fill_(-1)
+            self.history[:, :T] = ids
+        logits = self.model.prefill(ids, pos, self.cache, fused=self.fused)
+        self.tokens.copy_(self._choose(logits).reshape(self.batch, 1))
         self.positions.fill_(T)
+        if self.history is not None:
+            self.history[:, T:T + 1] = self.tokens
         self.pos = T
 
     def start_at(self, position: int, tokens=None) -> None:
@@ -195,12 +199,20 @@ class GraphDecoder:
 
     def generate(self, prompts, max_new_tokens: int = 32, stop_ids=(), on_tokens=None,
                  sync_every: int = 16) -> DecodeResult:
-        """Greedy generation: prefill, then `max_new_tokens - 1` steps (the first token comes
-        from the prefill). on_tokens(step, tokens (B,) ndarray) is called as tokens land."""
+        """Generation: prefill, then `max_new_tokens - 1` steps (the first token comes
+        from the prefill). on_tokens(step, tokens (B,) ndarray) is called as tokens land.
+        Index range checks are deferred to the end (one flag read, not one per step)."""
+        with deferred_index_checks():
+            return self._generate(prompts, max_new_tokens, stop_ids, on_tokens, sync_every)
+
+    def _generate(self, prompts, max_new_tokens, stop_ids, on_tokens, sync_every):
         if prompts and isinstance(prompts[0], int):
             prompts = [prompts]
         t0 = time.perf_counter()
         self.prefill(prompts)
+        if self.use_graph:
+            nbx.cuda.synchronize()
+        tp = time.perf_counter()
         if self.use_graph:
             self.capture()
         n = min(max_new_tokens, self.capacity - self.pos + 1)
@@ -243,7 +255,7 @@ class GraphDecoder:
                     break
             toks.append(seq)
         host.close()
-        return DecodeResult(toks, t1 - t0, t2 - t1, max(n - 1, 0))
+        return DecodeResult(toks, tp - t0, t2 - t1, max(n - 1, 0), t1 - tp)
 
 
 class _HostTokens:

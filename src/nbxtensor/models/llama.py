@@ -8,8 +8,18 @@ RoPE; we undo that at load so one rotate_half RoPE serves every source.
 On cuda, Q8_0 / Q4_1 weights stay quantised and run through the fused dequantise-GEMV
 kernel; every other GGUF type is dequantised at load to the compute dtype.
 
-The decode step is shaped for later CUDA-graph capture: the KV cache is preallocated
-per layer, and the current position also lives in a device tensor (`KVCache.pos_t`).
+Two compute paths:
+* `forward(ids, cache)` -- the original eager path (host position, this module's batch-1
+  KVCache, host-built masks); the reference of the golden tests.
+* `prefill(tokens_t, positions_t, cache)` / `decode_step(tokens_t, positions_t, cache)` --
+  batched, with tokens and positions as device tensors and an `nbx.KVCache` whose lengths
+  live on the device, so a decode step can be captured once as a CUDA graph and replayed
+  per token (models/graph_decode.py). With plain (non-quantised) weights the step runs the
+  fused decode GEMVs (QKV as one GEMV with RMSNorm fused in, o_proj/down_proj with the
+  residual add in the epilogue, gate/up as one GEMV with RMSNorm in and SiLU*up out, final
+  RMSNorm fused into the lm_head): `__init__` concatenates Q/K/V and gate/up once (the
+  separate weights become views of the concatenation, no extra memory). Quantised layers
+  (Q8_0/Q4_1 on the GPU) use the unfused ops with the fused dequantise-GEMV.
 """
 from __future__ import annotations
 
@@ -68,6 +78,42 @@ class LlamaModel:
         self._rope_len = 0
         self._ensure_rope(min(cfg.max_position_embeddings, 4096))
         self.load_seconds = 0.0
+        # the device-side RoPE of the decode step recomputes inv_freq from (theta, scaling);
+        # GGUF files with rope_freqs factors are only supported if they agree
+        try:
+            ref = nbx.rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling or None)
+            self._device_rope_ok = bool(np.allclose(ref, inv, rtol=1e-9, atol=0))
+        except (ValueError, KeyError, TypeError):      # a scaling type the device RoPE lacks
+            self._device_rope_ok = False
+        self._prepare_fused()
+
+    def _prepare_fused(self) -> None:
+        """Concatenate Q/K/V (and their biases) and gate/up per layer for the fused decode
+        GEMVs; the separate weights become row views of the concatenations."""
+        self.fused = []
+        for L in self.w["layers"]:
+            names = ("wq", "wk", "wv", "w_gate", "w_up", "w_down", "wo")
+            ok = all(isinstance(L[n], nbx.Tensor) and L[n].ndim == 2 for n in names) \
+                and all(isinstance(L[n], nbx.Tensor) for n in ("attn_norm", "ffn_norm"))
+            self.fused.append(ok)
+            if not ok:
+                continue
+            if "wqkv" not in L:
+                nq, nk = L["wq"].shape[0], L["wk"].shape[0]
+                wqkv = nbx.cat([L["wq"], L["wk"], L["wv"]], dim=0)
+                L["wq"], L["wk"], L["wv"] = wqkv[:nq], wqkv[nq:nq + nk], wqkv[nq + nk:]
+                L["wqkv"] = wqkv
+                if L.get("bq") is not None:
+                    bqkv = nbx.cat([L["bq"], L["bk"], L["bv"]], dim=0)
+                    L["bq"], L["bk"], L["bv"] = bqkv[:nq], bqkv[nq:nq + nk], bqkv[nq + nk:]
+                    L["bqkv"] = bqkv
+            if "w_gateup" not in L:
+                f = L["w_gate"].shape[0]
+                gu = nbx.cat([L["w_gate"], L["w_up"]], dim=0)
+                L["w_gate"], L["w_up"] = gu[:f], gu[f:]
+                L["w_gateup"] = gu
+        head = self.w["lm_head"]
+        self.fused_head = isinstance(head, nbx.Tensor) and isinstance(self.w["norm"], nbx.Tensor)
 
     # ----------------------------------------------------------------- loading
     @classmethod
@@ -231,6 +277,108 @@ class LlamaModel:
             x = x.to(nbx.float32)
         logits = O.linear(x, self.w["lm_head"])
         return logits if all_logits else logits[0]
+
+    # ------------------------------------------------------- device-side (capturable) step
+    def new_kv_cache(self, batch: int, capacity: int):
+        """An nbx.KVCache for prefill / decode_step: (layers, batch, Hkv, capacity, D)."""
+        c = self.cfg
+        return nbx.KVCache(c.num_hidden_layers, batch, c.num_key_value_heads, capacity,
+                           c.head_dim, dtype=self.dtype, device=self.device)
+
+    def _check_step_args(self, tokens_t, positions_t, cache, op):
+        if not self._device_rope_ok:
+            raise NotImplementedError(f"{op}: this model's RoPE frequencies (GGUF rope_freqs "
+                                      "factors) differ from rope_inv_freq(theta, scaling); "
+                                      "use forward()")
+        for n, t, dts in (("tokens_t", tokens_t, (nbx.int64, nbx.int32)),
+                          ("positions_t", positions_t, (nbx.int32, nbx.int64))):
+            if not isinstance(t, nbx.Tensor) or t.ndim != 2 or t.dtype not in dts:
+                raise ValueError(f"{op}: {n} must be a 2-D (B, T) int tensor, got "
+                                 f"{tuple(t.shape) if isinstance(t, nbx.Tensor) else type(t).__name__}"
+                                 f"{' ' + t.dtype.name if isinstance(t, nbx.Tensor) else ''}")
+            if t.device != self.device:
+                raise ValueError(f"{op}: {n} is on {t.device}, the model on {self.device}")
+        if tuple(positions_t.shape) != tuple(tokens_t.shape):
+            raise ValueError(f"{op}: positions_t {tuple(positions_t.shape)} must match "
+                             f"tokens_t {tuple(tokens_t.shape)}")
+        if not isinstance(cache, nbx.KVCache):
+            raise TypeError(f"{op}: cache must be an nbx.KVCache (model.new_kv_cache), got "
+                            f"{type(cache).__name__}")
+        c = self.cfg
+        if (cache.num_layers, cache.batch, cache.num_kv_heads, cache.head_dim) != \
+                (c.num_hidden_layers, tokens_t.shape[0], c.num_key_value_heads, c.head_dim) \
+                or cache.dtype != self.dtype or cache.device != self.device:
+            raise ValueError(f"{op}: cache {cache!r} does not fit this model and batch "
+                             f"{tokens_t.shape[0]} ({self.dtype.name} on {self.device})")
+
+    def decode_step(self, tokens_t, positions_t, cache, fused: bool = True):
+        """One decode step: tokens_t (B, 1) at positions_t (B, 1) (device tensors, read on
+        the device) appended to `cache`; returns the logits (B, vocab). Capturable: nothing
+        is read back to the host and every launch's shape depends on (B, capacity) only.
+        fused=False runs the same step with the unfused ops (for comparison)."""
+        self._check_step_args(tokens_t, positions_t, cache, "decode_step")
+        if tokens_t.shape[1] != 1:
+            raise ValueError(f"decode_step: one token per sequence, got tokens_t "
+                             f"{tuple(tokens_t.shape)} (use prefill)")
+        return self._step(tokens_t, positions_t, cache, fused)
+
+    def prefill(self, tokens_t, positions_t, cache, fused: bool = True):
+        """Prompts tokens_t (B, T) into an empty `cache` (positions_t must be 0..T-1 in every
+        row: causal attention over the first T slots); returns the last token's logits (B, V)."""
+        self._check_step_args(tokens_t, positions_t, cache, "prefill")
+        return self._step(tokens_t, positions_t, cache, fused)
+
+    def _step(self, tokens, positions, cache, fused):
+        cfg, w = self.cfg, self.w
+        B, T = tokens.shape
+        Hq, Hkv, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        nq, nk = Hq * D, Hkv * D
+        eps = cfg.rms_norm_eps
+        x = O.embedding(tokens.reshape(B * T), w["embed"])
+        if x.dtype != self.dtype:
+            x = x.to(self.dtype)
+        for i, L in enumerate(w["layers"]):
+            fz = fused and self.fused[i]
+            if fz:        # RMSNorm + QKV (+ bias) in one GEMV
+                qkv = O.fused_linear(x, L["wqkv"], norm_weight=L["attn_norm"], eps=eps,
+                                     bias=L.get("bqkv"))
+                q, k, v = qkv[:, :nq], qkv[:, nq:nq + nk], qkv[:, nq + nk:]
+            else:
+                h = O.rms_norm(x, L["attn_norm"], eps)
+                q, k, v = (O.linear(h, L["wq"], L.get("bq")), O.linear(h, L["wk"], L.get("bk")),
+                           O.linear(h, L["wv"], L.get("bv")))
+            q = q.view(B, T, Hq, D).transpose(1, 2)
+            k = k.view(B, T, Hkv, D).transpose(1, 2)
+            v = v.view(B, T, Hkv, D).transpose(1, 2)
+            # RoPE on q (in place) and k, fused with the cache write at the device positions
+            cache.append_rope(i, q, k, v, positions, theta=cfg.rope_theta,
+                              scaling=cfg.rope_scaling or None)
+            kl, vl, lengths = cache.view(i)
+            if T == 1:     # decode: attention length read on the device
+                a = nbx.decode_attention(q, kl, vl, lengths)              # (B, Hq, 1, D)
+            else:          # prefill into an empty cache: causal over the first T slots
+                a = O.attention(q.contiguous(), kl[:, :, :T], vl[:, :, :T], causal=True)
+            a = a.transpose(1, 2).reshape(B * T, Hq * D)
+            if fz:
+                x = O.fused_linear(a, L["wo"], residual=x)
+                f = O.fused_linear(x, L["w_gateup"], norm_weight=L["ffn_norm"], eps=eps, glu=True)
+                x = O.fused_linear(f, L["w_down"], residual=x)
+            else:
+                x = O.add(x, O.linear(a, L["wo"]))
+                h = O.rms_norm(x, L["ffn_norm"], eps)
+                f = O.silu_mul(O.linear(h, L["w_gate"]), O.linear(h, L["w_up"]))
+                x = O.add(x, O.linear(f, L["w_down"]))
+        if T > 1:
+            x = x.reshape(B, T, -1)[:, T - 1]
+        if fused and self.fused_head:
+            # final RMSNorm fused into the lm_head; fp32 logits (bf16 rounding would create
+            # false argmax ties over tens of thousands of entries)
+            return O.fused_linear(x, w["lm_head"], norm_weight=w["norm"], eps=eps,
+                                  out_dtype=nbx.float32)
+        x = O.rms_norm(x, w["norm"], eps)
+        if isinstance(w["lm_head"], O.QuantWeight) and x.dtype is not nbx.float32:
+            x = x.to(nbx.float32)     # as forward: fp32 logits for the quantised head
+        return O.linear(x, w["lm_head"])
 
     def generate(self, prompt_ids, max_new_tokens=32, **kw):
         from .generate import generate

@@ -23,6 +23,7 @@ class Sampler:
             raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         self.repetition_penalty = repetition_penalty
+        self.seed = seed             # the device loop seeds its nbx.Generator with it
         self.rng = np.random.default_rng(seed)
 
     def __call__(self, logits, previous=()) -> int:

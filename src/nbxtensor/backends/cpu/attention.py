@@ -14,7 +14,7 @@ def _work(t):
 
 def _softmax_rows(s):
     """Softmax over the last axis; rows with no finite score give 0 (torch's safe softmax)."""
-    m = s.max(axis=-1, keepdims=True)
+    m = s.max(axis=-1, keepdims=True, initial=-np.inf)   # initial: no keys (length 0)
     m = np.where(np.isneginf(m), 0, m)
     e = np.exp(s - m)
     z = e.sum(axis=-1, keepdims=True)

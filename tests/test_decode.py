@@ -1,0 +1,422 @@
+"""The decode path: fused decode GEMVs (kernels/decode_fused.py via models/_ops.fused_linear),
+LlamaModel.decode_step / prefill against the model's original forward, device-side sampling
+in GraphDecoder, kernels per step, and (cuda) graph replay == eager step bit for bit."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import nbxtensor as nbx
+from nbxtensor.models import _ops as O
+
+from helpers import assert_close, poisoned, rng, to64
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from test_graphs import _cuda_ok, _model_greedy, _tiny_llama  # noqa: E402
+
+
+# ----------------------------------------------------------------------------- fused GEMV
+def _ref(x, w, nw=None, eps=1e-5, bias=None, res=None, glu=False):
+    x, w = to64(x), to64(w)
+    if nw is not None:
+        x = x / np.sqrt(np.mean(x * x, -1, keepdims=True) + eps) * to64(nw)
+    y = x @ w.T
+    if bias is not None:
+        y = y + to64(bias)
+    if glu:
+        n = w.shape[0] // 2
+        g, u = y[:, :n], y[:, n:]
+        y = g / (1 + np.exp(-g)) * u
+    if res is not None:
+        y = y + to64(res)
+    return y
+
+
+def _tol(dtype):
+    return dict(rtol=2e-2, atol=2e-2) if dtype is nbx.bfloat16 else dict(rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("M", [1, 3])
+@pytest.mark.parametrize("mode", ["plain", "norm", "norm_bias", "glu", "residual"])
+def test_fused_linear_matches_float64(device, M, mode):
+    g = rng()
+    # K = 129 overhangs the interp BLOCK_K (128, 64); N = 33 = BLOCK_N + 1
+    K, N = 129, 33
+    dtype = nbx.float32
+    xa = g.standard_normal((M, K + 7)).astype(np.float32) * 2 + 0.5
+    x = nbx.tensor(xa, device=device)[:, 3:3 + K]          # row stride != K (a view)
+    rows = 2 * N if mode == "glu" else N
+    w = nbx.tensor((g.standard_normal((rows, K)) / np.sqrt(K)).astype(np.float32), device=device)
+    kw = {}
+    if mode in ("norm", "norm_bias", "glu"):
+        kw["norm_weight"] = nbx.tensor(1 + 0.1 * g.standard_normal(K).astype(np.float32),
+                                       device=device)
+        kw["eps"] = 1e-5
+    if mode == "norm_bias":
+        kw["bias"] = nbx.tensor(g.standard_normal(N).astype(np.float32), device=device)
+    if mode == "glu":
+        kw["glu"] = True
+    if mode == "residual":
+        kw["residual"] = nbx.tensor(g.standard_normal((M, N)).astype(np.float32), device=device)
+    y = O.fused_linear(x, w, **kw)
+    assert y.shape == (M, N) and y.dtype is dtype and y.device.type == device
+    ref = _ref(x, w, kw.get("norm_weight"), kw.get("eps", 1e-5), kw.get("bias"),
+               kw.get("residual"), kw.get("glu", False))
+    assert_close(y, ref, **_tol(dtype))
+
+
+@pytest.mark.parametrize("M", [1, 2])
+def test_fused_linear_bf16_even_k_fp32_out(device, M):
+    g = rng()
+    K, N = 256, 65                    # K a multiple of BLOCK_K: the unmasked loop
+    x = nbx.tensor(g.standard_normal((M, K)).astype(np.float32), device=device).to(nbx.bfloat16)
+    w = nbx.tensor((g.standard_normal((2 * N, K)) / 16).astype(np.float32),
+                   device=device).to(nbx.bfloat16)
+    nw = nbx.tensor(1 + 0.1 * g.standard_normal(K).astype(np.float32), device=device).to(nbx.bfloat16)
+    y = O.fused_linear(x, w, norm_weight=nw, eps=1e-6, glu=True)
+    assert y.dtype is nbx.bfloat16
+    assert_close(y, _ref(x, w, nw, 1e-6, glu=True), **_tol(nbx.bfloat16))
+    y32 = O.fused_linear(x, w[:N], norm_weight=nw, eps=1e-6, out_dtype=nbx.float32)
+    assert y32.dtype is nbx.float32
+    # M >= 2 feeds tl.dot with the normalised x rounded to bf16 (as the unfused path does)
+    assert_close(y32, _ref(x, w[:N], nw, 1e-6), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("mode", ["glu", "residual", "norm_bias"])
+def test_row_per_program_kernel_with_several_rows(monkeypatch, mode):
+    """The cuda config for 2 <= M <= SMALL_M runs the row-per-program kernel once per x row
+    (grid axis 0); interp normally uses tl.dot there, so force the config."""
+    pytest.importorskip("triton")
+    from nbxtensor.kernels import decode_fused as F
+    monkeypatch.setattr(F, "_OVERRIDE", dict(BLOCK_N=8, BLOCK_K=64, num_warps=4))
+    g = rng()
+    M, K, N = 3, 129, 17
+    x = nbx.tensor(g.standard_normal((M, K)).astype(np.float32), device="interp")
+    w = nbx.tensor((g.standard_normal((2 * N if mode == "glu" else N, K)) / 11).astype(np.float32),
+                   device="interp")
+    nw = nbx.tensor(1 + 0.1 * g.standard_normal(K).astype(np.float32), device="interp")
+    r = nbx.tensor(g.standard_normal((M, N)).astype(np.float32), device="interp")
+    b = nbx.tensor(g.standard_normal(N).astype(np.float32), device="interp")
+    kw = {"glu": dict(norm_weight=nw, glu=True), "residual": dict(residual=r),
+          "norm_bias": dict(norm_weight=nw, bias=b)}[mode]
+    y = O.fused_linear(x, w, eps=1e-5, **kw)
+    assert_close(y, _ref(x, w, kw.get("norm_weight"), 1e-5, kw.get("bias"), kw.get("residual"),
+                         kw.get("glu", False)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("M", [1, 4])
+def test_fused_gemv_writes_every_output(M):
+    pytest.importorskip("triton")
+    from nbxtensor.kernels.decode_fused import fused_gemv
+    g = rng()
+    K, N = 70, 45
+    x = nbx.tensor(g.standard_normal((M, K)).astype(np.float32), device="interp")
+    w = nbx.tensor(g.standard_normal((N, K)).astype(np.float32), device="interp")
+    r = nbx.tensor(g.standard_normal((M, N)).astype(np.float32), device="interp")
+    out = poisoned((M, N), nbx.float32, "interp")
+    fused_gemv(x, w, residual=r, out=out)
+    assert_close(out, _ref(x, w, res=r), rtol=1e-4, atol=1e-4)
+    # empty M: nothing launched, nothing to check but the shape
+    e = fused_gemv(x[:0], w)
+    assert e.shape == (0, N)
+
+
+def test_fused_linear_refusals():
+    x = nbx.ones((2, 8))
+    with pytest.raises(ValueError, match="w must be a 2-D Tensor"):
+        O.fused_linear(x, nbx.ones((4, 7)))
+    with pytest.raises(ValueError, match="even row count"):
+        O.fused_linear(x, nbx.ones((5, 8)), glu=True)
+    with pytest.raises(ValueError, match="residual must be a Tensor of shape"):
+        O.fused_linear(x, nbx.ones((4, 8)), residual=nbx.ones((2, 5)))
+    with pytest.raises(ValueError, match="norm_weight must be a Tensor of shape"):
+        O.fused_linear(x, nbx.ones((4, 8)), norm_weight=nbx.ones(4))
+    with pytest.raises(ValueError, match="share one floating dtype"):
+        O.fused_linear(x, nbx.ones((4, 8), dtype=nbx.float64))
+    with pytest.raises(ValueError, match="bias with glu"):
+        O.fused_linear(x, nbx.ones((4, 8)), glu=True, bias=nbx.ones(2))
+
+
+def test_fused_gemv_compiles_for_sm90():
+    """The cuda configs compile for the H200 (catches shared-memory / layout errors here)."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from nbxtensor.kernels import decode_fused as F
+    tgt = GPUTarget("cuda", 90, 64)
+    base = dict(x_ptr="*bf16", w_ptr="*bf16", o_ptr="*fp32", nw_ptr="*bf16", b_ptr="*bf16",
+                r_ptr="*bf16", N="i32", K="i32", eps="fp32", s_xm="i32", s_wn="i32",
+                s_om="i32", s_rm="i32")
+    cfg = F.fused_gemv_config(1, 576, 576, 2, "cuda")
+    c = dict(BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], EVEN_K=False, NORM=True, GLU=True,
+             HAS_BIAS=False, HAS_RES=True)
+    k = triton.compile(triton.compiler.ASTSource(fn=F._fused_gemv1_kernel,
+                                                 signature={**base, **{n: "constexpr" for n in c}},
+                                                 constexprs=c), target=tgt)
+    assert "ld.global" in k.asm["ptx"]
+    cfg = F.fused_gemv_config(16, 2048, 2048, 2, "cuda")
+    c = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], NORM=True,
+             GLU=True, HAS_BIAS=False, HAS_RES=True, PRECISION="tf32")
+    sig = {**base, "M": "i32", **{n: "constexpr" for n in c}}
+    k = triton.compile(triton.compiler.ASTSource(fn=F._fused_gemvm_kernel, signature=sig,
+                                                 constexprs=c), target=tgt)
+    assert k.metadata.shared <= 228 * 1024
+
+
+def test_fused_gemv_config_fills_the_gpu():
+    from nbxtensor.kernels.decode_fused import MIN_PROGRAMS, fused_gemv_config
+    for N, K in [(960, 576), (576, 1536), (3072, 2048), (2048, 8192), (49152, 576)]:
+        c = fused_gemv_config(1, N, K, 2, "cuda")
+        assert -(-N // c["BLOCK_N"]) >= MIN_PROGRAMS or c["BLOCK_N"] == 1
+        assert c["BLOCK_N"] * c["BLOCK_K"] <= 4096
+        # 16-byte loads: each thread's contiguous run along K is >= 8 bf16 elements
+        assert c["BLOCK_K"] >= 8 * 32 or c["BLOCK_K"] >= K
+
+
+# ----------------------------------------------------------------------------- decode_step
+def _decode_vs_forward(m, prompts, steps, fused):
+    """Logits of prefill + `steps` greedy decode_steps (device tensors, nbx.KVCache) vs the
+    model's forward() with its own cache, per sequence."""
+    B, T = len(prompts), len(prompts[0])
+    dev = m.device
+    cache = m.new_kv_cache(B, T + steps + 3)
+    ids = nbx.tensor(np.asarray(prompts, np.int64), device=dev)
+    pos = nbx.tensor(np.tile(np.arange(T, dtype=np.int32), (B, 1)), device=dev)
+    got = [m.prefill(ids, pos, cache, fused=fused).numpy().astype(np.float64)]
+    toks = got[0].argmax(-1)
+    for s in range(steps):
+        t = nbx.tensor(toks.reshape(B, 1).astype(np.int64), device=dev)
+        p = nbx.tensor(np.full((B, 1), T + s, np.int32), device=dev)
+        got.append(m.decode_step(t, p, cache, fused=fused).numpy().astype(np.float64))
+        toks = got[-1].argmax(-1)
+    for b, pr in enumerate(prompts):
+        c = m.new_cache(32)
+        ref = [m.forward(pr, c).numpy().astype(np.float64)]
+        for s in range(steps):
+            ref.append(m.forward([int(got[s][b].argmax())], c).numpy().astype(np.float64))
+        for s in range(steps + 1):
+            np.testing.assert_allclose(got[s][b], ref[s], rtol=2e-4, atol=2e-4,
+                                       err_msg=f"sequence {b} step {s} fused={fused}")
+    assert cache.lengths.numpy().tolist() == [T + steps] * B
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_decode_step_equals_forward(device, fused):
+    L, steps = (2, 4) if device == "cpu" else (1, 2)
+    m = _tiny_llama(device, L=L)
+    assert all(m.fused)
+    _decode_vs_forward(m, [[3, 14, 15, 92, 65], [7, 7, 1, 50, 2]], steps, fused)
+
+
+def test_decode_step_with_qkv_bias_cpu():
+    """Qwen2-style Q/K/V biases go through the concatenated bias of the fused QKV GEMV."""
+    m = _tiny_llama("cpu", L=2)
+    g = rng()
+    for L in m.w["layers"]:
+        b = nbx.tensor(g.standard_normal(L["wqkv"].shape[0]).astype(np.float32))
+        n1, n2 = L["wq"].shape[0], L["wq"].shape[0] + L["wk"].shape[0]
+        L["bqkv"] = b
+        L["bq"], L["bk"], L["bv"] = b[:n1], b[n1:n2], b[n2:]
+    _decode_vs_forward(m, [[5, 6, 7, 8]], 3, True)
+
+
+def _quantised_tiny(device, L=1):
+    """The tiny model with every projection as a GGML Q8_0 / Q4_1 QuantWeight (the GGUF
+    package's formats): the decode step takes the unfused path for those layers."""
+    gguf = pytest.importorskip("gguf")
+    from gguf import GGMLQuantizationType as Q
+    from nbxtensor.models.llama import LlamaModel
+    m = _tiny_llama(device, L=L)
+    w = m.w
+    for i, Lw in enumerate(w["layers"]):
+        for j, n in enumerate(("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")):
+            qt = ("Q8_0", "Q4_1")[(i + j) % 2]
+            a = Lw[n].numpy().astype(np.float32)
+            blocks = gguf.quants.quantize(a, getattr(Q, qt))
+            Lw[n] = O.QuantWeight(nbx.tensor(np.ascontiguousarray(blocks), device=device), qt,
+                                  a.shape)
+        for n in ("wqkv", "w_gateup"):
+            Lw.pop(n)
+    return LlamaModel(m.cfg, w, None, device, m.dtype)
+
+
+def test_decode_step_quantised_weights_interp():
+    pytest.importorskip("triton")
+    m = _quantised_tiny("interp")
+    assert m.fused == [False] and m.fused_head      # quantised layers: unfused; head fused
+    _decode_vs_forward(m, [[3, 14, 15, 92, 65]], 2, True)
+
+
+def test_weights_concatenated_once_as_views():
+    m = _tiny_llama("cpu", L=1)
+    L = m.w["layers"][0]
+    nq = L["wq"].shape[0]
+    assert L["wqkv"].shape[0] == nq + L["wk"].shape[0] + L["wv"].shape[0]
+    # the separate weights are views of the concatenation (no second copy)
+    assert L["wq"].data_ptr() == L["wqkv"].data_ptr()
+    assert L["wk"].data_ptr() == L["wqkv"].data_ptr() + nq * L["wqkv"].stride(0) * 4
+    assert L["w_up"].data_ptr() == L["w_gateup"][L["w_gate"].shape[0]:].data_ptr()
+
+
+def test_decode_step_refusals():
+    m = _tiny_llama("cpu", L=1)
+    c = m.new_kv_cache(2, 8)
+    t = nbx.zeros((2, 1), dtype=nbx.int64)
+    p = nbx.zeros((2, 1), dtype=nbx.int32)
+    with pytest.raises(ValueError, match="one token per sequence"):
+        m.decode_step(nbx.zeros((2, 2), dtype=nbx.int64), nbx.zeros((2, 2), dtype=nbx.int32), c)
+    with pytest.raises(ValueError, match="tokens_t must be a 2-D"):
+        m.decode_step(nbx.zeros((2,), dtype=nbx.int64), p, c)
+    with pytest.raises(ValueError, match="must match"):
+        m.decode_step(t, nbx.zeros((2, 2), dtype=nbx.int32), c)
+    with pytest.raises(TypeError, match="nbx.KVCache"):
+        m.decode_step(t, p, m.new_cache(8))
+    with pytest.raises(ValueError, match="does not fit"):
+        m.decode_step(nbx.zeros((3, 1), dtype=nbx.int64), nbx.zeros((3, 1), dtype=nbx.int32), c)
+
+
+# ----------------------------------------------------------------------------- kernels per step
+def _count_launches(monkeypatch, fn):
+    from nbxtensor.backends import launch as L
+    n = [0]
+    orig = L._interp_launch
+
+    def counting(*a, **k):
+        n[0] += 1
+        return orig(*a, **k)
+    monkeypatch.setattr(L, "_interp_launch", counting)
+    fn()
+    monkeypatch.setattr(L, "_interp_launch", orig)
+    return n[0]
+
+
+def test_kernels_per_step_fused_fewer(monkeypatch, record_property):
+    """Kernel launches of one decode step (interp counts every launch, as a graph would
+    hold them), fused vs unfused: per layer the fusions remove norm, add, silu, mul and
+    two of the three Q/K/V GEMVs."""
+    pytest.importorskip("triton")
+    from nbxtensor.models.graph_decode import GraphDecoder
+    counts = {}
+    for fused in (False, True):
+        m = _tiny_llama("interp", L=2)
+        dec = GraphDecoder(m, batch=1, capacity=16, fused=fused)
+        dec.prefill([[1, 2, 3]])
+        counts[fused] = _count_launches(monkeypatch, dec.step)
+    record_property("kernels_per_step", counts)
+    print("kernels per step (2 layers): unfused", counts[False], "fused", counts[True])
+    # 2 layers x (3 qkv + 2 norm + 2 add + silu + mul + gate + up ... -> 4 GEMVs)
+    assert counts[True] <= counts[False] - 2 * 7 + 1
+
+
+# ----------------------------------------------------------------------------- sampling in the step
+def test_sampled_decoding_reproducible_and_top_k1_is_greedy(device):
+    from nbxtensor.models.graph_decode import GraphDecoder
+    m = _tiny_llama(device, L=1)
+    prompts = [[3, 14, 15, 92, 65], [7, 7, 1, 50, 2]]
+    n = 5 if device == "cpu" else 2
+    kw = dict(temperature=0.9, top_p=0.95, repetition_penalty=1.3)
+    a = GraphDecoder(m, batch=2, capacity=16, seed=7, **kw).generate(prompts, n).tokens
+    b = GraphDecoder(m, batch=2, capacity=16, seed=7, **kw).generate(prompts, n).tokens
+    assert a == b
+    assert all(0 <= t < m.cfg.vocab_size for s in a for t in s)
+    greedy = [_model_greedy(m, p, n) for p in prompts]
+    k1 = GraphDecoder(m, batch=2, capacity=16, temperature=1.3, top_k=1, seed=3).generate(prompts, n)
+    assert k1.tokens == greedy
+
+
+def test_repetition_history_tracks_prompt_and_tokens():
+    from nbxtensor.models.graph_decode import GraphDecoder
+    m = _tiny_llama("cpu", L=1)
+    dec = GraphDecoder(m, batch=2, capacity=12, temperature=1.0, repetition_penalty=1.2, seed=1)
+    res = dec.generate([[1, 2, 3], [4, 5, 6]], 4)
+    h = dec.history.numpy()
+    for b, p in enumerate([[1, 2, 3], [4, 5, 6]]):
+        assert h[b, :7].tolist() == p + res.tokens[b]
+        assert (h[b, 7:] == -1).all()
+
+
+def test_generate_graph_flag_needs_cuda():
+    from nbxtensor.models.generate import generate
+
+    class Tok:
+        eos_ids = ()
+    m = _tiny_llama("cpu", L=1)
+    m.tokenizer = Tok()
+    with pytest.raises(ValueError, match="graph=True needs a cuda model"):
+        generate(m, [1, 2], 2, graph=True)
+
+
+def test_device_loop_streams_the_same_tokens_as_the_host_loop():
+    """generate()'s cuda loop (GraphDecoder, eager here) vs its host loop over forward():
+    same greedy tokens, stop handling, and the streamed text adds up to the final text."""
+    from nbxtensor.models.generate import _generate_device, generate
+    from nbxtensor.models.sampling import Sampler
+
+    class Tok:
+        eos_ids = ()
+
+        @staticmethod
+        def decode(ids):
+            return "".join(chr(65 + i % 26) for i in ids)
+    m = _tiny_llama("cpu", L=2)
+    m.tokenizer = Tok()
+    prompt = [3, 14, 15, 92, 65]
+    host = generate(m, prompt, 8)
+    pieces = []
+    dev = _generate_device(m, prompt, 8, Sampler(), set(), pieces.append, False)
+    assert dev.tokens == host.tokens and dev.text == host.text == "".join(pieces)
+    stop = host.tokens[3]
+    h2 = generate(m, prompt, 8, stop_ids=[stop])
+    d2 = _generate_device(m, prompt, 8, Sampler(), {stop}, None, False)
+    assert d2.tokens == h2.tokens and d2.stopped_by == h2.stopped_by == "stop"
+    assert d2.text == h2.text
+    # greedy with a repetition penalty: the device history matches the host sampler's
+    h3 = generate(m, prompt, 8, sampler=Sampler(repetition_penalty=1.5))
+    d3 = _generate_device(m, prompt, 8, Sampler(repetition_penalty=1.5), set(), None, False)
+    assert d3.tokens == h3.tokens
+
+
+# ----------------------------------------------------------------------------- cuda
+@pytest.mark.cuda
+@pytest.mark.skipif(not _cuda_ok(), reason="no CUDA device")
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("sampled", [False, True])
+def test_cuda_replay_equals_eager_step(batch, sampled):
+    from nbxtensor.models.graph_decode import GraphDecoder
+    m = _tiny_llama("cuda", dtype=nbx.bfloat16, L=2, V=300, H=128, Hq=4, Hkv=2, F=256)
+    kw = dict(temperature=0.8, top_k=50, top_p=0.9, repetition_penalty=1.2, seed=11) \
+        if sampled else {}
+    prompts = [[5 + b, 17, 3 * b + 1, 200, 9] for b in range(batch)]
+    eager = GraphDecoder(m, batch=batch, capacity=40, use_graph=False, **kw)
+    graph = GraphDecoder(m, batch=batch, capacity=40, use_graph=True, **kw)
+    eager.prefill(prompts)
+    graph.prefill(prompts)
+    graph.capture()
+    assert graph.kernels_per_step > 0
+    for i in range(12):
+        te = eager.step().numpy()
+        graph.logits.fill_(float("nan"))          # the replay must rewrite its output
+        tg = graph.step().numpy()
+        assert te.tobytes() == tg.tobytes(), i
+        assert eager.logits.numpy().tobytes() == graph.logits.numpy().tobytes(), i
+    r1 = GraphDecoder(m, batch=batch, capacity=40, use_graph=False, **kw).generate(prompts, 16)
+    r2 = GraphDecoder(m, batch=batch, capacity=40, use_graph=True, **kw).generate(prompts, 16)
+    assert r1.tokens == r2.tokens
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _cuda_ok(), reason="no CUDA device")
+def test_cuda_fused_fewer_kernels_and_close_to_unfused(record_property):
+    from nbxtensor.models.graph_decode import GraphDecoder
+    m = _tiny_llama("cuda", dtype=nbx.bfloat16, L=2, V=300, H=128, Hq=4, Hkv=2, F=256)
+    ks, logits = {}, {}
+    for fused in (False, True):
+        d = GraphDecoder(m, batch=1, capacity=32, use_graph=True, fused=fused)
+        d.prefill([[1, 2, 3, 4]])
+        d.step()
+        ks[fused] = d.kernels_per_step
+        logits[fused] = to64(d.logits)
+    record_property("kernels_per_step", ks)
+    assert ks[True] < ks[False]
+    np.testing.assert_allclose(logits[True], logits[False], rtol=0.05, atol=0.1)
