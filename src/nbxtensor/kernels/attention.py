@@ -273,7 +273,14 @@ def _flash_fwd_tma(q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_k
 # strides, scale > 0); elsewhere `_flash_fwd` runs. LAZY=True adds FA4's lazy rescale there.
 # TUNED overrides the defaults for 16-bit inputs, keyed by (padded head dim, causal):
 # paste the table that `benchmarks/bench_attention.py --sweep` prints.
-TUNED: dict = {}
+# measured on the H200 (bench_attention.py --sweep, 2026-11-29): the pointer kernel with
+# 64-key blocks won at D=128 and D=64, causal or not; the TMA variants were 5-15% slower
+TUNED: dict = {
+    (128, False): dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),
+    (128, True): dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),
+    (64, False): dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3),
+    (64, True): dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3),
+}
 
 
 def flash_config(D, DV, dtype_size, interp=False, causal=False, tuned=True):
