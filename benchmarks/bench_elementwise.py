@@ -211,6 +211,29 @@ def main():
         bench(f"add f32 n={n} (per call)", "small", 3 * 4 * n, lambda: xs + ys, lambda: ts + us,
               1e-6, 200 if quick else 1000)
 
+    # --- contiguous-kernel configuration sweep (--sweep-flat): BLOCK x num_warps of the flat
+    # kernel on the 256 MiB rows; the winner goes into kernels/elementwise.py FLAT_BLOCK/WARPS
+    if "--sweep-flat" in sys.argv:
+        from nbxtensor.kernels import elementwise as ke
+        saved = ke.FLAT_BLOCK, ke.FLAT_WARPS
+        print("flat-kernel sweep (ms; torch: neg %.4f copy %.4f add %.4f)" % (
+            timeit(lambda: torch.neg(t32), iters), timeit(lambda: t32.clone(), iters),
+            timeit(lambda: t32 + u32, iters)))
+        for blk, w in [(1024, 4), (2048, 4), (2048, 8), (4096, 4), (4096, 8), (8192, 8),
+                       (8192, 16), (16384, 16)]:
+            ke.FLAT_BLOCK, ke.FLAT_WARPS = blk, w
+            ke._PLANS.clear()
+            try:
+                r = [timeit(lambda: nbx.neg(x32), iters), timeit(lambda: x32.clone(), iters),
+                     timeit(lambda: x32 + y32, iters)]
+                print(f"  BLOCK={blk:6d} warps={w:2d}  neg {r[0]:.4f}  copy {r[1]:.4f}  add {r[2]:.4f}")
+                rows.append({"name": f"sweep-flat BLOCK={blk} warps={w}", "kind": "sweep",
+                             "neg_ms": r[0], "copy_ms": r[1], "add_ms": r[2]})
+            except Exception as e:
+                print(f"  BLOCK={blk} warps={w}: {type(e).__name__}: {e}")
+        ke.FLAT_BLOCK, ke.FLAT_WARPS = saved
+        ke._PLANS.clear()
+
     summary = {"copy_bw_Bps": copy_bw[0], "event": event_kind, "quick": quick,
                "device": torch.cuda.get_device_name(), "rows": rows}
     bad = [r["name"] for r in rows if r.get("correct") is False or "error" in r]

@@ -1,18 +1,22 @@
 """Reductions, scans, sort and topk: nbxtensor vs torch on the GPU (H200).
 
-    PYTHONPATH=src python3 benchmarks/bench_reduction.py [--quick] [--tune] [OUTDIR]
+    PYTHONPATH=src python3 benchmarks/bench_reduction.py [--quick] [--tune | --tune-only] [OUTDIR]
 
-Prints a table (ms per call, torch's ms, speed ratio torch/ours, achieved GB/s and % of
-the 4.19 TB/s copy bandwidth for the large ones) and writes bench_reduction.json to
-OUTDIR (or $OUT). Each row is checked against torch's result before it is timed.
---tune sweeps the row/column kernel block sizes on the large shapes and prints the best.
+Prints a table and writes bench_reduction.json to OUTDIR (or $OUT). Each row is checked
+against torch's result before it is timed. Two times per op, both from CUDA events:
+  ms       GPU time per call: the calls are queued behind a torch.cuda._sleep kernel, so the
+           host's Python/launch cost is hidden (kernel efficiency; GB/s and %copy use it);
+  wall ms  per call with nothing queued: includes the host cost when it exceeds the kernel.
+x torch = torch time / ours (> 1: we are faster); %copy is of the 4.19 TB/s copy bandwidth.
+--tune-only sweeps small candidate sets of the reduction / topk / sort / scan knobs (no
+table) and prints the winners as dicts to paste into the CONFIGs; --groups=row,col,split
+or --groups=topk,topk-threshold,sort,scan runs a subset (--tune: the table, then the sweep).
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
-import time
 import traceback
 
 import numpy as np
@@ -23,7 +27,8 @@ COPY_BW = 4.19e12  # measured device-to-device copy on this H200, bytes/s (read 
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     quick = "--quick" in sys.argv
-    tune = "--tune" in sys.argv
+    tune = "--tune" in sys.argv or "--tune-only" in sys.argv
+    tune_only = "--tune-only" in sys.argv
     outdir = args[0] if args else os.environ.get("OUT", ".")
     os.makedirs(outdir, exist_ok=True)
 
@@ -36,18 +41,40 @@ def main():
         torch.cuda.synchronize()
 
     def timeit(fn, iters, warmup=3):
+        """Seconds per call, CUDA events around `iters` calls (best of 3); includes the
+        Python/launch cost when that is longer than the kernel."""
         for _ in range(warmup):
             fn()
         sync()
         best = float("inf")
-        reps = 3
-        for _ in range(reps):
-            t0 = time.perf_counter()
+        for _ in range(3):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
             for _ in range(iters):
                 fn()
-            sync()
-            best = min(best, (time.perf_counter() - t0) / iters)
+            e1.record()
+            e1.synchronize()
+            best = min(best, e0.elapsed_time(e1) / 1e3 / iters)
         return best
+
+    def gputime(fn, iters, wall):
+        """Kernel time only: queue a sleep kernel first so the host enqueues every call
+        before the GPU reaches them (both libraries launch on the legacy default stream).
+        Falls back to `wall` when the op synchronises with the host."""
+        if not hasattr(torch.cuda, "_sleep"):
+            return wall
+        best = float("inf")
+        cycles = int(min(2e9 * (iters * wall * 2 + 2e-4), 2e9 * 0.5))
+        for _ in range(3):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(cycles)
+            e0.record()
+            for _ in range(iters):
+                fn()
+            e1.record()
+            e1.synchronize()
+            best = min(best, e0.elapsed_time(e1) / 1e3 / iters)
+        return best if best <= wall * 1.05 else wall
 
     def both(shape, dtype_np, torch_dtype, gen):
         a = gen(shape).astype(dtype_np) if dtype_np != "bf16" else gen(shape).astype(np.float32)
@@ -63,7 +90,7 @@ def main():
         a = y.numpy()
         if str(a.dtype) == "bfloat16":  # ml_dtypes' bf16 (NumPy kind 'V')
             return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
-        return torch.from_numpy(np.ascontiguousarray(a))
+        return torch.from_numpy(np.array(a))  # np.array keeps 0-dim
 
     rng = np.random.default_rng(0)
     randn = lambda s: rng.standard_normal(s, dtype=np.float32)  # noqa: E731
@@ -77,9 +104,14 @@ def main():
             row["correct"] = ok
             if not ok:
                 row["why"] = why
-            t_ours = timeit(ours, iters)
-            t_ref = timeit(ref, iters)
-            row.update(ours_ms=t_ours * 1e3, torch_ms=t_ref * 1e3, speed_vs_torch=t_ref / t_ours)
+            w_ours = timeit(ours, iters)
+            w_ref = timeit(ref, iters)
+            t_ours = gputime(ours, iters, w_ours)
+            t_ref = gputime(ref, iters, w_ref)
+            # *_ms: GPU time (launches queued); *_wall_ms: per call incl. host cost
+            row.update(ours_ms=t_ours * 1e3, torch_ms=t_ref * 1e3, speed_vs_torch=t_ref / t_ours,
+                       ours_wall_ms=w_ours * 1e3, torch_wall_ms=w_ref * 1e3,
+                       wall_speed_vs_torch=w_ref / w_ours)
             if nbytes:
                 row.update(gbps=nbytes / t_ours / 1e9, torch_gbps=nbytes / t_ref / 1e9,
                            pct_copy_bw=100 * nbytes / t_ours / COPY_BW)
@@ -107,8 +139,15 @@ def main():
         ok, why = close(0, 0)(o.values, r.values)
         return ok, why
 
+    if tune_only:
+        _tune(nbx, both, randn, timeit, gputime, rows)
+        with open(os.path.join(outdir, "bench_reduction_tune.json"), "w") as f:
+            json.dump({"rows": rows}, f, indent=1)
+        return
     big_iters = 5 if quick else 20
-    print(f"{'op':46s} {'ours ms':>9s} {'torch ms':>9s} {'x torch':>8s} {'GB/s':>7s} {'%copy':>6s}")
+    print(f"{'op':46s} {'ours ms':>9s} {'torch ms':>9s} {'x torch':>8s} {'wall ms':>9s} "
+          f"{'torch wall':>10s} {'x wall':>7s} {'GB/s':>7s} {'%copy':>6s}")
+    print("(ms = GPU time with launches queued; wall = per call incl. Python/launch cost)")
 
     # ---- large reductions: last dim, middle dim, all
     x, t = both((16384, 4096), np.float32, None, randn)  # 256 MiB
@@ -161,7 +200,7 @@ def main():
     for shape in [(1, 32000), (1, 128256), (32, 32000)]:
         x, t = both(shape, np.float32, None, randn)
         bench(f"sort desc fp32 {shape}", 0, lambda: nbx.sort(x, -1, descending=True),
-              lambda: torch.sort(t, -1, descending=True, stable=True), close(0, 0), si)
+              lambda: torch.sort(t, dim=-1, descending=True, stable=True), close(0, 0), si)
     for shape in [(1, 128256), (32, 128256)]:
         x, t = both(shape, np.float32, None, randn)
         bench(f"cumsum fp32 {shape}", 0, lambda: x.cumsum(-1), lambda: t.cumsum(-1),
@@ -170,7 +209,7 @@ def main():
     bench("topk bf16 (32,128256) k=50", 0, lambda: x.topk(50), lambda: t.topk(50), topk_check, si)
 
     if tune:
-        _tune(nbx, both, randn, timeit, rows, quick)
+        _tune(nbx, both, randn, timeit, gputime, rows)
 
     path = os.path.join(outdir, "bench_reduction.json")
     with open(path, "w") as f:
@@ -178,72 +217,110 @@ def main():
     print(f"wrote {path}")
 
 
-def _tune(nbx, both, randn, timeit, rows, quick):
+def _tune(nbx, both, randn, timeit, gputime, rows):
+    """Small sweeps (one GPU call, ~2-3 min incl. compiles): each knob group is scored by
+    the geometric mean of kernel times over the shapes it drives; prints ready-to-paste
+    CONFIG dicts at the end."""
     from nbxtensor.kernels import reduction as R
-    cfg = R.CONFIG["cuda"]
-    saved = dict(cfg)
-    x, _ = both((16384, 4096), np.float32, None, randn)
-    y, _ = both((64, 1024, 1024), np.float32, None, randn)
-    print("tune: row kernel (sum dim=-1 of (16384,4096) fp32)")
-    for br in (512, 1024, 2048, 4096):
-        for tile in (br, 2 * br):
-            cfg.update(row_block_r=br, row_tile=tile)
-            R._plan.cache_clear()
-            try:
-                s = timeit(lambda: x.sum(-1), 10)
-                print(f"  row_block_r={br} row_tile={tile}: {x.nbytes / s / 1e9:.0f} GB/s")
-                rows.append({"tune": "row", "row_block_r": br, "row_tile": tile,
-                             "gbps": x.nbytes / s / 1e9})
-            except Exception as e:
-                print(f"  row_block_r={br}: {e}")
-    cfg.clear(), cfg.update(saved)
-    R._plan.cache_clear()
-    print("tune: col kernel (sum dim=1 of (64,1024,1024) fp32)")
-    for bk in (64, 128, 256, 512):
-        for tile in (2048, 4096, 8192):
-            cfg.update(col_block_k=bk, col_tile=tile)
-            R._plan.cache_clear()
-            try:
-                s = timeit(lambda: y.sum(1), 10)
-                print(f"  col_block_k={bk} col_tile={tile}: {y.nbytes / s / 1e9:.0f} GB/s")
-                rows.append({"tune": "col", "col_block_k": bk, "col_tile": tile,
-                             "gbps": y.nbytes / s / 1e9})
-            except Exception as e:
-                print(f"  col_block_k={bk}: {e}")
-    cfg.clear(), cfg.update(saved)
-    R._plan.cache_clear()
     from nbxtensor.kernels import sort as S
+    groups = [a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--groups=")]
+    groups = set(groups[0]) if groups else None  # e.g. --groups=row,col,split
+
+    def gmean_ms(cases):
+        out = []
+        for fn in cases:
+            w = timeit(fn, 10, warmup=2)
+            out.append(gputime(fn, 10, w))
+        return float(np.exp(np.mean(np.log(out)))) * 1e3
+
+    def arrays(r):
+        r = r if isinstance(r, tuple) else (r,)
+        return [np.asarray(a.float().numpy() if a.dtype is nbx.bfloat16 else a.numpy(),
+                           dtype=np.float64) for a in r]
+
+    def same(a, b):
+        return all(x.shape == y.shape and np.allclose(x, y, rtol=1e-4, atol=1e-3, equal_nan=True)
+                   for x, y in zip(a, b))
+
+    def sweep(group, cfg, clear, knobs, cands, cases):
+        if groups and group not in groups:
+            return
+        print(f"tune: {group} {knobs}")
+        refs = [arrays(fn()) for fn in cases]  # under the config before this sweep
+        best, best_ms = None, float("inf")
+        for cand in cands:
+            cfg.update(dict(zip(knobs, cand)))
+            clear()
+            try:
+                if not all(same(arrays(fn()), r) for fn, r in zip(cases, refs)):
+                    print(f"  {cand}: WRONG result, skipped")
+                    continue
+                ms = gmean_ms(cases)
+            except Exception as e:  # a candidate that fails to compile/launch is skipped
+                print(f"  {cand}: {type(e).__name__}: {str(e)[:100]}")
+                continue
+            print(f"  {cand}: {ms:.4f} ms (geomean)", flush=True)
+            rows.append({"tune": group, **dict(zip(knobs, cand)), "ms": ms})
+            if ms < best_ms:
+                best, best_ms = cand, ms
+        if best is not None:
+            cfg.update(dict(zip(knobs, best)))
+            clear()
+            print(f"  -> {dict(zip(knobs, best))}")
+
+    cfg = R.CONFIG["cuda"]
+    clear = R._plan.cache_clear
+    x, _ = both((16384, 4096), np.float32, None, randn)      # 256 MiB
+    xb, _ = both((32768, 4096), "bf16", None, randn)          # 256 MiB
+    y, _ = both((64, 1024, 1024), np.float32, None, randn)   # 256 MiB
+    # (row_block_r, row_tile, row_warps)
+    sweep("row", cfg, clear, ("row_block_r", "row_tile", "row_warps"),
+          [(2048, 4096, 8), (4096, 4096, 4), (4096, 8192, 8), (2048, 8192, 8), (4096, 16384, 16)],
+          [lambda: x.sum(-1), lambda: xb.sum(-1)])
+    # (col_block_k, col_tile, col_warps)
+    sweep("col", cfg, clear, ("col_block_k", "col_tile", "col_warps"),
+          [(128, 4096, 8), (256, 8192, 4), (256, 8192, 8), (512, 8192, 8), (256, 16384, 16)],
+          [lambda: x.sum(0), lambda: y.sum(1), lambda: xb.sum(0)])
+    sweep("split", cfg, clear, ("target_programs", "split_min_steps"),
+          [(132 * 4, 4), (132 * 8, 2), (132 * 8, 4), (132 * 16, 2), (132 * 32, 2)],
+          [lambda: x.sum(), lambda: x.sum(0), lambda: y.sum(1)])
+    del x, xb, y
+
     scfg = S.CONFIG["cuda"]
-    ssaved = dict(scfg)
-    for shape in ((1, 128256), (32, 32000)):
-        z, _ = both(shape, np.float32, None, randn)
-        print(f"tune: sort desc {shape}")
-        for tile in (1024, 2048, 4096, 8192, 16384):
-            scfg.update(sort_tile=tile)
-            try:
-                s = timeit(lambda: nbx.sort(z, -1, descending=True), 20)
-                print(f"  sort_tile={tile}: {s * 1e3:.4f} ms")
-                rows.append({"tune": "sort", "shape": list(shape), "sort_tile": tile, "ms": s * 1e3})
-            except Exception as e:
-                print(f"  sort_tile={tile}: {type(e).__name__}: {e}")
-        scfg.clear(), scfg.update(ssaved)
-        print(f"tune: topk k=50 {shape}")
-        for chunk in (1024, 2048, 4096, 8192):
-            scfg.update(topk_chunk=chunk)
-            try:
-                s = timeit(lambda: z.topk(50), 20)
-                print(f"  topk_chunk={chunk}: {s * 1e3:.4f} ms")
-                rows.append({"tune": "topk", "shape": list(shape), "topk_chunk": chunk,
-                             "ms": s * 1e3})
-            except Exception as e:
-                print(f"  topk_chunk={chunk}: {type(e).__name__}: {e}")
-        scfg.clear(), scfg.update(ssaved)
+    tk = [both(s, np.float32, None, randn)[0] for s in ((1, 128256), (32, 128256), (128, 32000), (1, 32000))]
+    tcases = [lambda: tk[0].topk(50), lambda: tk[1].topk(50), lambda: tk[2].topk(100),
+              lambda: tk[3].topk(50), lambda: tkb.topk(50)]
+    tkb = tk[1].to(nbx.bfloat16)
+    on = scfg["filt_min_n"]
+    # candidate rounds (threshold path off); topk_programs 1 = the old first-round rule
+    scfg["filt_min_n"] = 1 << 40
+    sweep("topk", scfg, lambda: None, ("topk_chunk", "topk_programs", "topk_ept"),
+          [(4096, 1, 16), (4096, 132 * 2, 16), (2048, 132 * 2, 16), (8192, 132 * 2, 16),
+           (4096, 132 * 2, 32)],
+          tcases)
+    # threshold path (first candidate: off, i.e. the winner above)
+    sweep("topk-threshold", scfg, lambda: None, ("filt_min_n", "filt_chunk", "filt_ratio"),
+          [(1 << 40, 1024, 2), (on, 1024, 2), (on, 1024, 4), (on, 256, 2), (on, 4096, 1)],
+          tcases)
+    sweep("sort", scfg, lambda: None, ("sort_tile",), [(1024,), (2048,), (4096,)],
+          [lambda: nbx.sort(tk[0], -1, descending=True), lambda: nbx.sort(tk[3], -1, descending=True)])
+    sc = R.SCAN_CONFIG["cuda"]
+    sweep("scan", sc, lambda: None, ("chunk",), [(1024,), (2048,), (4096,)],
+          [lambda: tk[0].cumsum(-1), lambda: tk[3].cumsum(-1)])
+
+    print("\n# paste into src/nbxtensor/kernels/reduction.py CONFIG['cuda']:")
+    print(repr({k: cfg[k] for k in sorted(cfg)}))
+    print("# paste into src/nbxtensor/kernels/reduction.py SCAN_CONFIG['cuda']:")
+    print(repr({k: sc[k] for k in sorted(sc)}))
+    print("# paste into src/nbxtensor/kernels/sort.py CONFIG['cuda']:")
+    print(repr({k: scfg[k] for k in sorted(scfg)}))
 
 
 def _fmt(r):
     if "error" in r:
         return f"{r['name']:46s} ERROR {r['error'][:80]}"
-    s = f"{r['name']:46s} {r['ours_ms']:9.4f} {r['torch_ms']:9.4f} {r['speed_vs_torch']:8.2f}"
+    s = (f"{r['name']:46s} {r['ours_ms']:9.4f} {r['torch_ms']:9.4f} {r['speed_vs_torch']:8.2f} "
+         f"{r['ours_wall_ms']:9.4f} {r['torch_wall_ms']:10.4f} {r['wall_speed_vs_torch']:7.2f}")
     if "gbps" in r:
         s += f" {r['gbps']:7.0f} {r['pct_copy_bw']:5.0f}%"
     if not r.get("correct", True):

@@ -271,3 +271,26 @@ def test_cumprod_and_layouts(device):
     s = nbx.tensor(3.0, device=device)
     assert s.cumsum(0).item() == 3.0
     assert nbx.empty(0, 4, device=device).cumsum(0).shape == (0, 4)
+
+
+def test_long_row_scans_chunked(device):
+    # one long row takes the chunked scan (chunk totals -> scan of totals -> chunk scans);
+    # 513 = 32*16+1 on interp also makes the totals themselves long enough to be chunked
+    g = rng()
+    for n in (33, 513):
+        x = randn((n,), nbx.float32, device, gen=g)
+        a = x.numpy().astype(np.float64)
+        assert_close(x.cumsum(0), np.cumsum(a), rtol=1e-5, atol=1e-4)
+        y = randn((2, n), nbx.float32, device, gen=g, low=0.97, high=1.03)
+        assert_close(y.cumprod(1), np.cumprod(y.numpy().astype(np.float64), 1), rtol=1e-4)
+        i = randn((1, n), nbx.int32, device, gen=g, low=-5, high=5)
+        np.testing.assert_array_equal(i.cumsum(1).numpy(), np.cumsum(i.numpy().astype(np.int64), 1))
+    b = nbx.tensor(np.random.default_rng(3).random(700) < 0.3, device=device)
+    np.testing.assert_array_equal(nbx.nonzero(b).numpy()[:, 0], np.nonzero(b.numpy())[0])
+
+
+def test_full_reduction_is_0dim(device):
+    x = randn((33, 65), nbx.float32, device)
+    for r in (x.sum(), x.amax(), x.mean(), x.argmax()):
+        assert r.shape == () and r.numpy().shape == ()
+    assert_close(x.sum(), np.sum(x.numpy().astype(np.float64)), rtol=1e-5, atol=1e-4)

@@ -31,7 +31,7 @@ import triton.language as tl
 from .. import dtypes as _dt
 from ..dispatch import register
 from ..backends.launch import launch
-from ..tensor import Tensor
+from ..tensor import _CONTIG, Tensor
 
 # PRE codes
 P_ID, P_ABS, P_NZ, P_SQDEV, P_SQ, P_POW, P_EXPDEV = range(7)
@@ -184,9 +184,15 @@ def _reduce_kernel(x_ptr, xi_ptr, c_ptr, v_ptr, i_ptr,
         acc = _to_acc(tl.zeros([BLOCK_K, BLOCK_R], tl.int32), ACC) + ident
     else:
         acc = _to_acc(tl.zeros([BLOCK_R, BLOCK_K], tl.int32), ACC) + ident
-    SENT: tl.constexpr = 9223372036854775807
+    # arg index per lane: int32 unless offsets need 64 bits or pass 2 reads int64 indices
+    # (int64 doubles the registers of the biggest array here and halves occupancy)
+    WIDE_I: tl.constexpr = IDX64 or HAS_XI
+    if WIDE_I:
+        SENT: tl.constexpr = 9223372036854775807
+    else:
+        SENT: tl.constexpr = 2147483647
     if (COMB == 4) or (COMB == 5):
-        acci = tl.full(acc.shape, SENT, tl.int64)
+        acci = tl.full(acc.shape, SENT, tl.int64 if WIDE_I else tl.int32)
 
     for r0 in range(r_begin, r_end, BLOCK_R):
         r = r0 + rr
@@ -215,7 +221,7 @@ def _reduce_kernel(x_ptr, xi_ptr, c_ptr, v_ptr, i_ptr,
             if HAS_XI:
                 ri = tl.load(xi_ptr + offs, mask=m, other=SENT)
             else:
-                ri = rfull.to(tl.int64) + tl.zeros(acc.shape, tl.int64)
+                ri = rfull.to(acci.dtype) + tl.zeros(acc.shape, acci.dtype)
             if COMB == 4:
                 better = (v > acc) | ((v != v) & (acc == acc))
             else:
@@ -288,7 +294,7 @@ def contiguous_copy(x: Tensor) -> Tensor:
     ent = [(1, 0)] * (6 - len(ent)) + ent
     n = x.numel()
     if n:
-        launch(_gather_copy_kernel, (triton.cdiv(n, 1024),), x, out, n,
+        launch(_gather_copy_kernel, (_cdiv(n, 1024),), x, out, n,
                *[e[0] for e in ent[1:]], *[e[1] for e in ent], BLOCK=1024, num_warps=4)
     return out
 
@@ -296,13 +302,29 @@ def contiguous_copy(x: Tensor) -> Tensor:
 # ------------------------------------------------------------------ launch configuration
 # Tunables per device type. interp uses tiny blocks and a tiny "fill the GPU" target so
 # that small test shapes overhang blocks, loop over R and take the split path.
-# _plan caches its answers: call _plan.cache_clear() after changing these.
+# Tiles are in elements (any dtype). Bandwidth needs bytes in flight: every thread issues
+# its tile / (32 * warps) elements of loads per loop step before it adds any of them, so
+# per SM that is resident threads x elements per thread x itemsize; registers (one acc
+# per element per thread) bound how many programs stay resident. `*_warps` is for a full
+# tile; a smaller tile (short rows, few columns) gets proportionally fewer warps.
+# `target_programs`: a long reduction with few outputs is split over this many programs.
+# _plan caches its answers: call _plan.cache_clear() after changing these
+# (benchmarks/bench_reduction.py --tune sweeps them and prints a dict to paste here).
 CONFIG = {
-    "cuda": {"row_tile": 4096, "row_block_r": 2048, "col_tile": 4096, "col_block_k": 128,
-             "target_programs": 132 * 4, "split_min_steps": 4},
-    "interp": {"row_tile": 64, "row_block_r": 32, "col_tile": 64, "col_block_k": 8,
+    "cuda": {"row_tile": 8192, "row_block_r": 4096, "row_warps": 8,
+             "col_tile": 8192, "col_block_k": 256, "col_warps": 8,
+             "target_programs": 132 * 8, "split_min_steps": 2},
+    "interp": {"row_tile": 64, "row_block_r": 32, "row_warps": 4,
+               "col_tile": 64, "col_block_k": 8, "col_warps": 4,
                "target_programs": 4, "split_min_steps": 2},
 }
+
+
+SPLIT_MIN_BYTES = {"cuda": 256 << 10}   # interp: 0, so tests take the split path
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)     # triton.cdiv is a JIT function: ~1.5 us a call from Python
 
 
 def _p2(n: int) -> int:
@@ -313,25 +335,34 @@ def _p2(n: int) -> int:
 def _plan(devtype, O, R, I, itemsize):
     cfg = CONFIG[devtype]
     if I == 1:
-        tile = cfg["row_tile"] * (2 if itemsize <= 2 and devtype == "cuda" else 1)
-        block_r = min(_p2(R), cfg["row_block_r"] * (2 if itemsize <= 2 and devtype == "cuda" else 1))
-        block_k = max(1, min(_p2(O), tile // block_r))
-        nprog = triton.cdiv(O, block_k)
+        full = cfg["row_tile"]
+        block_r = min(_p2(R), cfg["row_block_r"])
+        block_k = max(1, min(_p2(O), full // block_r))
+        if block_k * block_r < full:  # few rows (e.g. a full reduction): longer steps along R
+            block_r = min(_p2(R), full // block_k)
+        while block_k > 1 and _cdiv(O, block_k) < cfg["target_programs"]:
+            block_k //= 2  # few rows: one program each (fewer warps) rather than idle SMs
+        nprog = _cdiv(O, block_k)
+        warps = cfg["row_warps"]
     else:
-        block_k = min(_p2(I), cfg["col_block_k"] * (2 if itemsize <= 2 and devtype == "cuda" else 1))
-        block_r = max(1, min(_p2(R), cfg["col_tile"] // block_k))
-        nprog = O * triton.cdiv(I, block_k)
+        full = cfg["col_tile"]
+        block_k = min(_p2(I), cfg["col_block_k"])
+        block_r = max(1, min(_p2(R), full // block_k))
+        nprog = O * _cdiv(I, block_k)
+        warps = cfg["col_warps"]
     split = 1
     chunk = max(R, 1)
-    steps = triton.cdiv(R, block_r)
-    if nprog < cfg["target_programs"] and steps >= 2 * cfg["split_min_steps"]:
-        split = min(triton.cdiv(cfg["target_programs"], nprog), steps // cfg["split_min_steps"])
-        chunk = triton.cdiv(steps, split) * block_r
-        split = triton.cdiv(R, chunk)
+    steps = _cdiv(R, block_r)
+    # a split costs a second launch and a partials buffer (~10 us of host time per call on
+    # the H200 machine): below SPLIT_MIN_BYTES per program one program is as fast end to end
+    if nprog < cfg["target_programs"] and steps >= 2 * cfg["split_min_steps"] and \
+            O * R * I * itemsize >= nprog * SPLIT_MIN_BYTES.get(devtype, 0):
+        split = min(_cdiv(cfg["target_programs"], nprog), steps // cfg["split_min_steps"])
+        chunk = _cdiv(steps, split) * block_r
+        split = _cdiv(R, chunk)
     tile = block_k * block_r
-    num_warps = 4 if tile <= 2048 else 8
-    if devtype == "cuda" and tile >= 8192:
-        num_warps = 16
+    # same elements per thread as a full tile; at least one element per lane
+    num_warps = max(1, min(warps, warps * tile // full, _p2(tile) // 32))
     return block_k, block_r, nprog, split, chunk, num_warps
 
 
@@ -389,7 +420,7 @@ def _collapse(x: Tensor, dims):
     """(xt, O, R, I, sxo, sxr, sxi, svo, svi): a view of x as (O, R, I) and the output's
     strides over (O, I) in the contiguous keepdim output. Reduced dims that are not one
     mergeable run are first permuted last and copied contiguous."""
-    order, *geo = _geometry(tuple(x.shape), tuple(x.stride()), tuple(dims))
+    order, *geo = _geometry(x._shape, x._stride, dims if dims.__class__ is tuple else tuple(dims))
     xt = x if order is None else contiguous_copy(x.permute(order))
     return (xt, *geo)
 
@@ -440,12 +471,19 @@ _SIMPLE = {  # kind -> (PRE, COMB, POST)
 }
 
 
+def _flat(t: Tensor) -> Tensor:
+    """t (a fresh contiguous output) as 1-D, without view()'s general checks."""
+    if t._offset == 0 and t._stride == _CONTIG.get(t._shape):
+        return Tensor._make(t._storage, (math.prod(t._shape),), (1,), 0, t._dtype)
+    return t.view(-1)
+
+
 @register("reduce", "triton")
 def reduce(kind, x, dims, values, indices, **params):
     geo = _collapse(x, dims)
     keep = values if values is not None else indices
-    v = values.view(-1) if values is not None else None
-    i = indices.view(-1) if indices is not None else None
+    v = _flat(values) if values is not None else None
+    i = _flat(indices) if indices is not None else None
     acc = _acc_code(x.dtype)
     if kind in ("any", "all"):
         acc = A_I32
@@ -532,8 +570,53 @@ def _scan_kernel(x_ptr, y_ptr, O, N, I, PROD: tl.constexpr, ACC: tl.constexpr, R
         tl.store(y_ptr + offs, s.to(y_ptr.dtype.element_ty), mask=m)
 
 
-SCAN_CONFIG = {"cuda": {"tile": 4096, "block_n": 1024, "block_k": 64},
-               "interp": {"tile": 64, "block_n": 16, "block_k": 4}}
+@triton.jit
+def _scan_chunk_total_kernel(x_ptr, t_ptr, N, NC, PROD: tl.constexpr, ACC: tl.constexpr,
+                             CHUNK: tl.constexpr, NZ: tl.constexpr = False):
+    # pass 1 of a chunked row scan: the total (sum or product) of chunk c of row r
+    r = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1)
+    n = c * CHUNK + tl.arange(0, CHUNK)
+    m = n < N
+    v = tl.load(x_ptr + r * N + n, mask=m, other=0)
+    if NZ:
+        v = v != 0
+    v = tl.where(m, _to_acc(v, ACC), 1 if PROD else 0)
+    if PROD:
+        t = tl.reduce(v, 0, _mul)
+    else:
+        t = tl.sum(v, axis=0)
+    tl.store(t_ptr + r * NC + c, t)
+
+
+@triton.jit
+def _scan_chunk_kernel(x_ptr, ts_ptr, y_ptr, N, NC, PROD: tl.constexpr, ACC: tl.constexpr,
+                       CHUNK: tl.constexpr, NZ: tl.constexpr = False):
+    # pass 3: scan chunk c of row r, then fold in the inclusive scan of the chunk totals
+    # up to chunk c-1 (pass 2 scanned them)
+    r = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1)
+    n = c * CHUNK + tl.arange(0, CHUNK)
+    m = n < N
+    v = tl.load(x_ptr + r * N + n, mask=m, other=0)
+    if NZ:
+        v = v != 0
+    v = tl.where(m, _to_acc(v, ACC), 1 if PROD else 0)
+    prev = tl.load(ts_ptr + r * NC + c - 1, mask=c > 0, other=1 if PROD else 0)
+    if PROD:
+        s = tl.cumprod(v, axis=0) * prev
+    else:
+        s = tl.cumsum(v, axis=0) + prev
+    tl.store(y_ptr + r * N + n, s.to(y_ptr.dtype.element_ty), mask=m)
+
+
+# "chunk": a long row with few rows is scanned in chunks of this many elements by
+# many programs (chunk totals -> scan of the totals -> chunk scans plus carry: 3
+# launches, reading x twice) instead of one program walking the row.
+SCAN_CONFIG = {"cuda": {"tile": 4096, "block_n": 1024, "block_k": 64, "chunk": 2048,
+                        "min_programs": 132},
+               "interp": {"tile": 64, "block_n": 16, "block_k": 4, "chunk": 16,
+                          "min_programs": 4}}
 
 
 @register("scan", "triton")
@@ -547,10 +630,27 @@ def scan(kind, x, dim, out, nz=False):
     if I == 1:
         block_n = min(_p2(N), cfg["block_n"])
         block_k = max(1, min(_p2(O), cfg["tile"] // block_n))
-        grid = triton.cdiv(O, block_k)
+        grid = _cdiv(O, block_k)
+        chunk = max(cfg["chunk"], _p2(_cdiv(N, 65535)))  # chunks go on grid axis 1
+        if grid < cfg["min_programs"] and N >= 2 * chunk and chunk <= 16384:
+            _chunked_row_scan(kind, x, out, O, N, acc, chunk, nz)
+            return
     else:
         block_k = min(_p2(I), cfg["block_k"])
         block_n = max(1, min(_p2(N), cfg["tile"] // block_k))
-        grid = O * triton.cdiv(I, block_k)
+        grid = O * _cdiv(I, block_k)
     launch(_scan_kernel, (grid,), x, out, O, N, I, PROD=kind == "cumprod", ACC=acc, ROW=I == 1,
            BLOCK_K=block_k, BLOCK_N=block_n, NZ=nz, num_warps=4)
+
+
+def _chunked_row_scan(kind, x, out, O, N, acc, chunk, nz):
+    nc = _cdiv(N, chunk)
+    prod = kind == "cumprod"
+    nw = max(1, min(8, chunk // 256))
+    totals = Tensor._empty((O, nc), _acc_dtype(acc), x.device)
+    launch(_scan_chunk_total_kernel, (O, nc), x, totals, N, nc, PROD=prod, ACC=acc, CHUNK=chunk,
+           NZ=nz, num_warps=nw)
+    tscan = Tensor._empty((O, nc), _acc_dtype(acc), x.device)
+    scan(kind, totals, 1, tscan)  # nc < 2 * chunk for any realistic row: one program a row
+    launch(_scan_chunk_kernel, (O, nc), x, tscan, out, N, nc, PROD=prod, ACC=acc, CHUNK=chunk,
+           NZ=nz, num_warps=nw)

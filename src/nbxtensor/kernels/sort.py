@@ -207,9 +207,84 @@ def _decode_kernel(k_ptr, ki_ptr, x_ptr, v_ptr, i_ptr, NK, N, K, I, TOPK: tl.con
     tl.store(v_ptr + obase + j * I, val, mask=m)
 
 
+# topk by threshold (long rows, small k): the k-th best of the chunk maxima is a key T that
+# at least k elements reach, so the top k are all >= T; only those few candidates are
+# compacted and selected. Packed keys are unique, so ties cannot blur the cut.
+@triton.jit
+def _topk_cmax_kernel(x_ptr, cmax_ptr, N, NC, CHUNK: tl.constexpr, IS_FLOAT: tl.constexpr,
+                      DESC: tl.constexpr):
+    # pass A: the best packed key of each chunk
+    row = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1)
+    idx = c * CHUNK + tl.arange(0, CHUNK)
+    m = idx < N
+    v = tl.load(x_ptr + row * N + idx, mask=m, other=0)
+    key = tl.where(m, _pack(v, idx, IS_FLOAT, DESC, True), -9223372036854775807 - 1)
+    tl.store(cmax_ptr + row * NC + c, tl.max(key, axis=0))
+
+
+@triton.jit
+def _topk_thresh_kernel(cmax_ptr, t_ptr, cnt_ptr, NC, K, KP: tl.constexpr, NCP: tl.constexpr):
+    # pass B: T = the K-th best chunk maximum of the row; zero the row's candidate count
+    row = tl.program_id(0).to(tl.int64)
+    j = tl.arange(0, NCP)
+    key = tl.load(cmax_ptr + row * NC + j, mask=j < NC, other=-9223372036854775807 - 1)
+    best = tl.topk(key, KP)  # sorted, best first
+    t = tl.sum(tl.where(tl.arange(0, KP) == K - 1, best, 0), axis=0)
+    tl.store(t_ptr + row, t)
+    tl.store(cnt_ptr + row, 0)
+
+
+@triton.jit
+def _topk_filter_kernel(x_ptr, t_ptr, cnt_ptr, cand_ptr, N, CHUNK: tl.constexpr,
+                        IS_FLOAT: tl.constexpr, DESC: tl.constexpr):
+    # pass C: append this chunk's keys >= T to the row's candidate list (order irrelevant)
+    row = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1)
+    idx = c * CHUNK + tl.arange(0, CHUNK)
+    m = idx < N
+    v = tl.load(x_ptr + row * N + idx, mask=m, other=0)
+    key = _pack(v, idx, IS_FLOAT, DESC, True)
+    t = tl.load(t_ptr + row)
+    sel = m & (key >= t)
+    n = tl.sum(sel.to(tl.int32), axis=0)
+    if n > 0:
+        base = tl.atomic_add(cnt_ptr + row, n)
+        pos = base + tl.cumsum(sel.to(tl.int32), axis=0) - 1
+        tl.store(cand_ptr + row * N + pos, key, mask=sel)
+
+
+@triton.jit
+def _topk_select_kernel(cand_ptr, cnt_ptr, dst_ptr, N, KP: tl.constexpr, BLOCK: tl.constexpr):
+    # pass D: the best KP of the row's candidates (usually one block of them)
+    row = tl.program_id(0).to(tl.int64)
+    n = tl.load(cnt_ptr + row)
+    best = tl.full([KP], -9223372036854775807 - 1, tl.int64)
+    for b0 in range(0, n, BLOCK):
+        j = b0 + tl.arange(0, BLOCK)
+        key = tl.load(cand_ptr + row * N + j, mask=j < n, other=-9223372036854775807 - 1)
+        best = tl.topk(tl.cat(best, tl.topk(key, KP), can_reorder=True), KP)
+    tl.store(dst_ptr + row * KP + tl.arange(0, KP), best)
+
+
 # ------------------------------------------------------------------ launch configuration
-CONFIG = {"cuda": {"sort_tile": 4096, "topk_chunk": 4096, "merge_block": 1024, "max_kp": 1024},
-          "interp": {"sort_tile": 16, "topk_chunk": 32, "merge_block": 32, "max_kp": 1024}}
+# topk_programs: the first topk round cuts rows into chunks smaller than topk_chunk (down to
+# 2*KP) until there are about this many programs, so one long row still fills the GPU;
+# later rounds (few candidates) use topk_chunk. topk_ept: keys per thread in a candidate
+# pass (num_warps = chunk / (32 * topk_ept), 1..8): more keys per thread trade barriers
+# and shared-memory exchanges for shuffles.
+# Threshold path (_topk_cmax/_thresh/_filter/_select) for N >= filt_min_n and
+# k <= filt_max_kp: chunks of filt_chunk elements, smaller if that leaves fewer than
+# filt_ratio*KP chunk maxima (more maxima = a tighter threshold = fewer candidates);
+# candidates are selected filt_block at a time. A huge filt_min_n switches it off.
+CONFIG = {"cuda": {"sort_tile": 4096, "topk_chunk": 4096, "topk_programs": 132 * 2,
+                   "topk_ept": 16, "merge_block": 1024, "max_kp": 1024,
+                   "filt_min_n": 8192, "filt_max_kp": 128, "filt_chunk": 1024,
+                   "filt_ratio": 2, "filt_block": 1024},
+          "interp": {"sort_tile": 16, "topk_chunk": 32, "topk_programs": 8,
+                     "topk_ept": 16, "merge_block": 32, "max_kp": 1024,
+                     "filt_min_n": 64, "filt_max_kp": 8, "filt_chunk": 8, "filt_ratio": 4,
+                     "filt_block": 16}}
 
 
 def _grid(rows, per_row):
@@ -291,8 +366,15 @@ def topk(x, k, dim, largest, values, indices):
         keys = _sorted_keys(xr, M, N, largest)
         _decode(keys, xr, values, indices, N, N, k, inner, False)
         return
+    if N >= cfg["filt_min_n"] and kp <= cfg["filt_max_kp"] and M * N < 2 ** 31:
+        c = min(cfg["filt_chunk"], 1 << max(0, (N // (cfg["filt_ratio"] * kp)).bit_length() - 1))
+        nc = triton.cdiv(N, c)
+        if c >= 2 and k <= nc <= 4096:  # pass B holds all chunk maxima of a row (<= 32 KiB)
+            _topk_threshold(xr, M, N, k, kp, c, nc, largest, values, indices, inner, cfg)
+            return
     # a chunk holds at least 2*KP keys, so each candidate round at least halves the list
-    chunk = max(2 * kp, min(_p2(N), cfg["topk_chunk"]))
+    chunk = max(2 * kp, min(_p2(N), cfg["topk_chunk"],
+                            _p2(triton.cdiv(M * N, cfg["topk_programs"]))))
     isf = xr.dtype.is_floating_point
     src, n, from_keys = xr, N, False
     while True:
@@ -300,11 +382,33 @@ def topk(x, k, dim, largest, values, indices):
         cand = Tensor._empty((M, nc * kp), _dt.int64, xr.device)
         launch(_topk_chunk_kernel, _grid(M, nc), src, cand, n, nc, KP=kp, CHUNK=chunk,
                FROM_KEYS=from_keys, IS_FLOAT=isf, DESC=not largest,
-               num_warps=8 if chunk >= 2048 else 4)
+               num_warps=max(1, min(8, chunk // (32 * cfg["topk_ept"]))))
         src, n, from_keys = cand, nc * kp, True
         if nc == 1:
             break
+        chunk = max(2 * kp, min(_p2(n), cfg["topk_chunk"]))
     _decode((src, None), xr, values, indices, n, N, k, inner, True)
+
+
+def _topk_threshold(xr, M, N, k, kp, c, nc, largest, values, indices, inner, cfg):
+    isf = xr.dtype.is_floating_point
+    dev = xr.device
+    cmax = Tensor._empty((M, nc), _dt.int64, dev)
+    launch(_topk_cmax_kernel, _grid(M, nc), xr, cmax, N, nc, CHUNK=c, IS_FLOAT=isf,
+           DESC=not largest, num_warps=max(1, min(4, c // 256)))
+    t = Tensor._empty((M,), _dt.int64, dev)
+    cnt = Tensor._empty((M,), _dt.int32, dev)
+    ncp = max(_p2(nc), kp)
+    launch(_topk_thresh_kernel, (M,), cmax, t, cnt, nc, k, KP=kp, NCP=ncp,
+           num_warps=max(1, min(8, ncp // 256)))
+    cand = Tensor._empty((M, N), _dt.int64, dev)  # worst case (sorted rows): whole chunks
+    launch(_topk_filter_kernel, _grid(M, nc), xr, t, cnt, cand, N, CHUNK=c, IS_FLOAT=isf,
+           DESC=not largest, num_warps=max(1, min(4, c // 256)))
+    best = Tensor._empty((M, kp), _dt.int64, dev)
+    blk = max(cfg["filt_block"], kp)
+    launch(_topk_select_kernel, (M,), cand, cnt, best, N, KP=kp, BLOCK=blk,
+           num_warps=max(1, min(8, blk // 256)))
+    _decode((best, None), xr, values, indices, kp, N, k, inner, True)
 
 
 # ------------------------------------------------------------------ nonzero, unique
