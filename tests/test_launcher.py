@@ -725,12 +725,12 @@ def test_fast_launchers_agree_with_the_general_path(distinct_loads):
         types = ["Q" if ty[0] == "*" else ty for _, ty, _ in runtime]
         nbx.launch(_mixed, grid, *args, h=2)             # a fast launcher where one matches
         fast = _decoded(rec.calls[-1], types)
-        kept = L._state.fast.pop(id(_mixed), [])
+        kept = L._state.fast.pop(id(_mixed), {}).get((("h", 2),), [])
         nbx.launch(_mixed, grid, *args, h=2)             # the general path
         slow = _decoded(rec.calls[-1], types)
         # keep the recent launchers (other kinds) in line, as in a real sequence of launches
-        fl = L._state.fast[id(_mixed)]
-        fl += [k for k in kept if k[1] is not fl[0][1]][:3]
+        fl = L._state.fast[id(_mixed)][(("h", 2),)]
+        fl += [k for k in kept if k is not fl[0]][:3]
         assert fast == slow, (step, args)
         assert slow[5] == [p0.data_ptr() if t == "Q" else v for t, (_, _, v) in zip(types, runtime)]
         assert slow[6] == len(runtime) + 2
@@ -878,7 +878,7 @@ def test_fast_launcher_none_constants_and_runtime_defaults(fake_gpu):
         nbx.launch(_rt_default, (1,), p, 7)
         prm = rec.calls[-1]["params"]
         assert (read_param(prm[1], "i32"), read_param(prm[2], "fp32"), read_param(prm[3], "i32")) == (7, 2.5, 48)
-    srcs = [fn.source for fl in L._state.fast.values() for _, fn in fl]
+    srcs = [fn.source for by_kw in L._state.fast.values() for fl in by_kw.values() for fn in fl]
     assert any("a4 is not None" in s for s in srcs) and any("*TAIL" in s for s in srcs)
 
 

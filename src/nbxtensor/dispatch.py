@@ -24,6 +24,7 @@ __all__ = ["register", "impl", "has_impl", "family_of", "NotImplementedOnDevice"
 _FAMILY_PACKAGES = {"numpy": "nbxtensor.backends.cpu", "triton": "nbxtensor.kernels"}
 _IMPLS: dict[tuple[str, str], object] = {}
 _loaded: set[str] = set()
+_BY_DEVTYPE: dict[tuple[str, str], object] = {}   # (name, device.type) -> fn: impl()'s hot path
 
 
 class NotImplementedOnDevice(NotImplementedError):
@@ -45,6 +46,7 @@ def register(name: str, family: str):
             raise RuntimeError(f"register: op {name!r} already has a {family} implementation "
                                f"({_IMPLS[key].__module__})")
         _IMPLS[key] = fn
+        _BY_DEVTYPE.clear()
         return fn
     return deco
 
@@ -61,6 +63,9 @@ def _load(family: str) -> None:
 
 def impl(name: str, device: Device):
     """The implementation of op `name` for `device`, or NotImplementedOnDevice."""
+    fn = _BY_DEVTYPE.get((name, device.type))
+    if fn is not None:
+        return fn
     family = family_of(device)
     fn = _IMPLS.get((name, family))
     if fn is None:
@@ -68,6 +73,7 @@ def impl(name: str, device: Device):
         fn = _IMPLS.get((name, family))
         if fn is None:
             raise NotImplementedOnDevice(f"{name} is not implemented on device {device}")
+    _BY_DEVTYPE[(name, device.type)] = fn
     return fn
 
 

@@ -60,6 +60,12 @@ class HostStorage:
 def new_storage(device: Device, nbytes: int) -> "HostStorage":
     """Allocate `nbytes` of uninitialised memory on `device`."""
     if device.type == "cuda":
-        from .backends.cuda.storage import CudaStorage  # imports the driver on first use
-        return CudaStorage.allocate(device, nbytes)
+        global _cuda_allocate
+        if _cuda_allocate is None:
+            from .backends.cuda.storage import CudaStorage  # imports the driver on first use
+            _cuda_allocate = CudaStorage.allocate
+        return _cuda_allocate(device, nbytes)
     return HostStorage.allocate(device, nbytes)
+
+
+_cuda_allocate = None   # CudaStorage.allocate once imported (an import statement per call costs)

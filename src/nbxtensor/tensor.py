@@ -34,6 +34,9 @@ class Size(tuple):
         return Size(r) if isinstance(i, slice) else r
 
 
+_CONTIG: dict = {}   # shape -> contiguous strides, for Tensor._empty (small shapes repeat)
+
+
 def contiguous_strides(shape) -> tuple[int, ...]:
     strides, acc = [], 1
     for n in reversed(shape):
@@ -156,17 +159,29 @@ class Tensor:
     def _make(cls, storage, shape, stride, offset, dtype) -> "Tensor":
         t = object.__new__(cls)
         t._storage = storage
-        t._shape = Size(shape)
-        t._stride = tuple(stride)
+        t._shape = shape if shape.__class__ is Size else Size(shape)
+        t._stride = stride if stride.__class__ is tuple else tuple(stride)
         t._offset = offset
         t._dtype = dtype
         return t
 
     @classmethod
     def _empty(cls, shape, dtype, device: Device) -> "Tensor":
-        shape = tuple(shape)
-        storage = new_storage(device, math.prod(shape) * dtype.itemsize)
-        return cls._make(storage, shape, contiguous_strides(shape), 0, dtype)
+        # every op allocates its output here: no re-derived strides, no extra conversions
+        if shape.__class__ is not Size:
+            shape = Size(shape)
+        stride = _CONTIG.get(shape)
+        if stride is None:
+            stride = contiguous_strides(shape)
+            if len(_CONTIG) < 4096:
+                _CONTIG[shape] = stride
+        t = object.__new__(cls)
+        t._storage = new_storage(device, math.prod(shape) * dtype.itemsize)
+        t._shape = shape
+        t._stride = stride
+        t._offset = 0
+        t._dtype = dtype
+        return t
 
     # ---------------------------------------------------------------- metadata
     @property

@@ -16,6 +16,7 @@ to `out`'s dtype with the documented cast rules.
 """
 from __future__ import annotations
 
+import math
 
 import numpy as np
 
@@ -101,6 +102,14 @@ def _check_int_scalar(v, ct, fname, argname):
                                 f"without overflow")
 
 
+def _fresh(name, shape, out_dtype, ct, dev, prepared, params):
+    """Allocate the result and dispatch: the whole of `_run` once the operands are reconciled."""
+    result = Tensor._empty(shape, out_dtype, dev)
+    if result._storage.nbytes:
+        impl(name, dev)(result, prepared, params, ct)
+    return result
+
+
 def _run(name, fname, inputs, argnames, result_dtype, *, out=None, params=(0, 0),
          compute_dtype=None, out_dtype=None, inplace=None):
     """Validate, broadcast, allocate and dispatch one element-wise op.
@@ -109,6 +118,17 @@ def _run(name, fname, inputs, argnames, result_dtype, *, out=None, params=(0, 0)
     promoted dtype (what out= must be castable from); out_dtype: the dtype a fresh
     output gets (defaults to result_dtype); inplace: the tensor written in place.
     """
+    if out is None and inplace is None and inputs[0].__class__ is Tensor:
+        # tensors of one shape on one device: no broadcasting, scalars or targets to check
+        x0 = inputs[0]
+        shape, dev = x0._shape, x0._storage.device
+        for x in inputs:
+            if x.__class__ is not Tensor or x._shape != shape or (
+                    x._storage.device is not dev and x._storage.device != dev):
+                break
+        else:
+            return _fresh(name, shape, out_dtype or result_dtype,
+                          compute_dtype or _compute_dtype(result_dtype), dev, inputs, params)
     tensors = [x for x in inputs if isinstance(x, Tensor)]
     if not tensors:
         raise TypeError(f"{fname}: expected at least one Tensor operand")
@@ -448,9 +468,85 @@ def glu(input, dim=-1):  # noqa: A002
 
 
 # ----------------------------------------------------------------------------- binary
+# (name, kind, dtype-or-number-class of a, of b, default float) -> (out dtype, compute dtype),
+# recorded by the full path of `_binary` after it accepted those operand kinds. Promotion
+# of two same-shaped tensors, or of a tensor and a Python number, depends on nothing else.
+_BINARY_FAST: dict = {}
+_PY_NUMBER = (int, float, bool)
+
+
+_EXPAND: dict = {}      # (shape, strides, target shape) -> strides of x.expand(target)
+
+
+def _expanded(x, shape):
+    """x.expand(shape) for an x known to broadcast to `shape`, with the strides cached."""
+    if x._shape == shape:
+        return x
+    key = (x._shape, x._stride, shape)
+    st = _EXPAND.get(key)
+    if st is None:
+        st = x.expand(shape)._stride
+        if len(_EXPAND) < 4096:
+            _EXPAND[key] = st
+    return Tensor._make(x._storage, shape, st, x._offset, x._dtype)
+
+
+def _binary_fast_key(name, kind, a, b):
+    """The cache key of a fresh-output binary call of two tensors on one device, or of a
+    tensor and a Python number; None for anything else (the full path decides those)."""
+    ca, cb = a.__class__, b.__class__
+    if ca is Tensor:
+        if cb is Tensor:
+            da, db = a._storage.device, b._storage.device
+            if da is not db and da != db:
+                return None
+            # the shapes decide the broadcast and, for 0-dim operands, the promotion
+            return (name, kind, a._dtype, b._dtype, _dt._default_float, a._shape, b._shape)
+        if cb in _PY_NUMBER:
+            return (name, kind, a._dtype, cb, _dt._default_float)
+    elif cb is Tensor and ca in _PY_NUMBER:
+        return (name, kind, ca, b._dtype, _dt._default_float)
+    return None
+
+
 def _binary(name, fname, a, b, out=None, inplace=False, params=(0, 0), kind="arith"):
     """kind: arith (result_type), truediv (ints -> default float), cmp (bool result),
     logical (bool result), int (integer/bool only), float (ints -> default float)."""
+    key = None
+    if out is None:
+        if not inplace:
+            key = _binary_fast_key(name, kind, a, b)
+        elif a.__class__ is Tensor and kind != "cmp" and kind != "logical":
+            key = _binary_fast_key(name, kind, a, b)
+            if key is not None:
+                # in place: a's strides decide the overlap check, b's memory the clash check
+                key += (a._stride,)
+                if b.__class__ is Tensor and b._storage is a._storage:
+                    key = None
+    if key is not None:
+        hit = _BINARY_FAST.get(key)
+        if hit is not None and inplace:
+            ct = hit[1]
+            if b.__class__ is not Tensor:
+                if b.__class__ is int and ct.kind in "ui":
+                    _check_int_scalar(b, ct, fname, "other")
+            elif b._shape != a._shape:
+                b = _expanded(b, a._shape)
+            if math.prod(a._shape):
+                impl(name, a._storage.device)(a, [a, b], params, ct)
+            return a
+        if hit is not None:
+            out_dtype, ct, shape = hit
+            if shape is not None:                   # two tensors
+                return _fresh(name, shape, out_dtype, ct, a._storage.device,
+                              [_expanded(a, shape), _expanded(b, shape)], params)
+            if a.__class__ is Tensor:
+                t, s = a, b
+            else:
+                t, s = b, a
+            if s.__class__ is int and ct.kind in "ui":
+                _check_int_scalar(s, ct, fname, "other" if t is a else "input")
+            return _fresh(name, t._shape, out_dtype, ct, t._storage.device, [a, b], params)
     if inplace:
         _check_self(a, fname)
     a = _check_operand(a, fname, "input")
@@ -460,11 +556,7 @@ def _binary(name, fname, a, b, out=None, inplace=False, params=(0, 0), kind="ari
     out_dtype = None
     if kind in ("truediv", "float"):
         res = _default_float_if_int(res)
-    elif kind == "cmp":
-        ct, out_dtype = _compute_dtype(res), _dt.bool
-        if inplace:
-            out_dtype = _dt.bool
-    elif kind == "logical":
+    elif kind in ("cmp", "logical"):
         ct, out_dtype = _compute_dtype(res), _dt.bool
     elif kind == "int":
         if res.kind == "f":
@@ -476,8 +568,14 @@ def _binary(name, fname, a, b, out=None, inplace=False, params=(0, 0), kind="ari
         # torch writes the bool result into self's dtype
         return _run(name, fname, [a, b], ["input", "other"], _dt.bool, compute_dtype=ct,
                     out_dtype=_dt.bool, inplace=a)
-    return _run(name, fname, [a, b], ["input", "other"], res, out=out, params=params,
-                compute_dtype=ct, out_dtype=out_dtype, inplace=a if inplace else None)
+    r = _run(name, fname, [a, b], ["input", "other"], res, out=out, params=params,
+             compute_dtype=ct, out_dtype=out_dtype, inplace=a if inplace else None)
+    if key is not None and len(_BINARY_FAST) < 4096:
+        # accepted: later calls with these operand kinds skip to _fresh
+        _BINARY_FAST[key] = (out_dtype or res, ct or _compute_dtype(res),
+                             r._shape if isinstance(b, Tensor) and isinstance(a, Tensor)
+                             and not inplace else None)
+    return r
 
 
 def _alpha_op(base, fname, input, other, alpha, out=None, inplace=False):  # noqa: A002
@@ -502,6 +600,8 @@ def _alpha_op(base, fname, input, other, alpha, out=None, inplace=False):  # noq
 
 def add(input, other, *, alpha=1, out=None):  # noqa: A002
     """torch.add: input + alpha * other."""
+    if alpha.__class__ is int and alpha == 1:       # the common case: no alpha to validate
+        return _binary("add", "add", input, other, out=out)
     return _alpha_op("add", "add", input, other, alpha, out=out)
 
 
@@ -714,9 +814,12 @@ def _rev(fn):
     return r
 
 
+_OPERAND = (Tensor,) + _NUMBER
+
+
 def _fwd(fn):
     def f(self, other):
-        if not isinstance(other, (Tensor,) + _NUMBER):
+        if other.__class__ is not Tensor and not isinstance(other, _OPERAND):
             return NotImplemented
         return fn(self, other)
     return f

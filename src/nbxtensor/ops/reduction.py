@@ -22,7 +22,7 @@ from collections import namedtuple
 
 from .. import dtypes as _dt
 from ..dispatch import impl
-from ..tensor import Tensor, normalize_dim
+from ..tensor import _CONTIG, Size, Tensor, contiguous_strides, normalize_dim
 from . import _methods
 
 __all__ = ["sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "var", "std",
@@ -43,8 +43,25 @@ def _check_tensor(x, fname, argname="input"):
         raise TypeError(f"{fname}: {argname} must be a Tensor, got {type(x).__name__}")
 
 
+# small caches of the shape decisions every reduction makes (the same few shapes repeat)
+_DIMS: dict = {}        # (ndim, dim) -> dims, for dim None or an int (not bool: True == 1)
+_SHAPES: dict = {}      # (shape, dims, keepdim) -> (keep shape, final shape)
+
+
 def _norm_dims(x: Tensor, dim, fname) -> tuple[int, ...]:
     """dim as None (all), int, or tuple/list of ints -> sorted unique tuple of dims."""
+    if dim is None or dim.__class__ is int:
+        key = (len(x._shape), dim)
+        dims = _DIMS.get(key)
+        if dims is None:
+            dims = _norm_dims_full(x, dim, fname)     # raises on a bad dim: nothing cached
+            if len(_DIMS) < 1024:
+                _DIMS[key] = dims
+        return dims
+    return _norm_dims_full(x, dim, fname)
+
+
+def _norm_dims_full(x: Tensor, dim, fname) -> tuple[int, ...]:
     if dim is None:
         return tuple(range(x.ndim))
     if isinstance(dim, (tuple, list)):
@@ -59,9 +76,15 @@ def _norm_dims(x: Tensor, dim, fname) -> tuple[int, ...]:
 
 
 def _out_shape(x: Tensor, dims, keepdim):
-    keep = [1 if i in dims else n for i, n in enumerate(x.shape)]
-    final = keep if keepdim else [n for i, n in enumerate(x.shape) if i not in dims]
-    return tuple(keep), tuple(final)
+    key = (x._shape, dims, keepdim is True)
+    r = _SHAPES.get(key) if keepdim is False or keepdim is True else None
+    if r is None:
+        keep = [1 if i in dims else n for i, n in enumerate(x.shape)]
+        final = keep if keepdim else [n for i, n in enumerate(x.shape) if i not in dims]
+        r = Size(keep), Size(final)
+        if (keepdim is False or keepdim is True) and len(_SHAPES) < 4096:
+            _SHAPES[key] = r
+    return r
 
 
 def _reduced_numel(x, dims):
@@ -76,6 +99,14 @@ def _cast_input(x: Tensor, dtype, fname):
 
 
 def _finish(res: Tensor, final_shape, out, fname, argname="out"):
+    if out is None and res._offset == 0 and res._stride == _CONTIG.get(res._shape):
+        # a fresh contiguous result: its final shape only drops (or keeps) size-1 dims
+        st = _CONTIG.get(final_shape)
+        if st is None:
+            st = contiguous_strides(final_shape)
+            if len(_CONTIG) < 4096:
+                _CONTIG[final_shape] = st
+        return Tensor._make(res._storage, final_shape, st, 0, res._dtype)
     res = res.view(final_shape)
     if out is None:
         return res
@@ -97,10 +128,11 @@ def _finish(res: Tensor, final_shape, out, fname, argname="out"):
 
 def _run(kind, x, dims, keep_shape, vdtype, idx=False, vals=True, **params):
     """Allocate keepdim-shaped outputs and dispatch the reduction."""
-    v = Tensor._empty(keep_shape, vdtype, x.device) if vals else None
-    i = Tensor._empty(keep_shape, _dt.int64, x.device) if idx else None
-    if math.prod(keep_shape) and x.numel():
-        impl("reduce", x.device)(kind, x, dims, v, i, **params)
+    dev = x._storage.device
+    v = Tensor._empty(keep_shape, vdtype, dev) if vals else None
+    i = Tensor._empty(keep_shape, _dt.int64, dev) if idx else None
+    if math.prod(keep_shape) and math.prod(x._shape):
+        impl("reduce", dev)(kind, x, dims, v, i, **params)
     return v, i
 
 

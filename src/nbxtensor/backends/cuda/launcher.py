@@ -485,12 +485,14 @@ def launch_public(kernel, grid, *args, **kwargs) -> None:
     `_fast_launcher`) are tried in turn: each checks that the arguments have exactly the
     kinds its entry was compiled for and launches, or declines without side effects.
     """
+    # fast launchers are indexed by the constexpr keywords, so a kernel launched with many
+    # constexpr variants (one flat element-wise kernel serves every op) finds its own at once
     try:
-        fl = _state.fast[id(kernel)]
-    except (AttributeError, KeyError):
-        fl = ()
-    for kw, fn in fl:
-        if kw == kwargs and fn(grid, args):
+        fns = _state.fast[id(kernel)].get(tuple(kwargs.items()), ())
+    except (AttributeError, KeyError, TypeError):
+        fns = ()
+    for fn in fns:
+        if fn(grid, args):
             return
     if args:
         a = args[0]
@@ -615,7 +617,8 @@ def _launch_failed(rc, name, gx, gy, gz, block, shared, stream):
 
 # ----------------------------------------------------------------------------- fast launchers
 
-_FAST_PER_KERNEL = 4      # fast launchers kept per kernel and thread (most recent first)
+_FAST_PER_KERNEL = 4      # fast launchers kept per (kernel, constexprs) and thread, newest first
+_FAST_KW_VARIANTS = 256   # constexpr variants of one kernel with fast launchers, per thread
 _NO_FAST = object()       # an entry whose arguments the fast launcher cannot guard
 
 
@@ -629,15 +632,24 @@ def _install_fast(kernel, e: _Entry, args, kwargs, idx: int) -> None:
         fast = _state.fast
     except AttributeError:
         fast = _state.fast = {}
-    fl = fast.get(id(kernel))
+    by_kw = fast.get(id(kernel))
+    if by_kw is None:
+        by_kw = fast[id(kernel)] = {}
+    try:
+        key = tuple(kwargs.items())
+        fl = by_kw.get(key)
+    except TypeError:           # an unhashable constexpr value: no fast launcher
+        return
     if fl is None:
-        fl = fast[id(kernel)] = []
-    for k, (kw, f) in enumerate(fl):
-        if f is fn and kw == kwargs:
-            if k:
-                fl.insert(0, fl.pop(k))
-            return
-    fl.insert(0, (dict(kwargs), fn))
+        if len(by_kw) >= _FAST_KW_VARIANTS:
+            by_kw.clear()       # bounded: a kernel swept over many configs starts afresh
+        fl = by_kw[key] = []
+    if fn in fl:
+        k = fl.index(fn)
+        if k:
+            fl.insert(0, fl.pop(k))
+        return
+    fl.insert(0, fn)
     del fl[_FAST_PER_KERNEL:]
 
 
@@ -807,8 +819,8 @@ def prepare(kernel, *example_args, **kwargs):
                     return
         launch_public(kernel, grid, *args, **kw)
         if get_ident() == owner:   # what the general path prepared joins this launcher
-            for k, f in _state.fast.get(id(kernel), ()):
-                if k == kw and f not in fns:
+            for f in _state.fast.get(id(kernel), {}).get(tuple(kw.items()), ()):
+                if f not in fns:
                     fns.insert(0, f)
                     del fns[_FAST_PER_KERNEL:]
 
