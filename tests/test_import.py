@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 _PROBE = """
 import sys, time
 t0, c0 = time.perf_counter(), time.process_time()
@@ -50,3 +52,20 @@ def test_public_surface():
     import pytest
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         nbx.nope  # noqa: B018
+
+
+def test_a_kernel_module_that_fails_to_import_raises_instead_of_hiding_its_ops(monkeypatch):
+    """A broken family module must surface its ImportError, not 'X is not implemented'."""
+    import importlib
+    import nbxtensor.dispatch as d
+    real = importlib.import_module
+
+    def broken(name, *a, **k):
+        if name == "nbxtensor.backends.cpu.elementwise":
+            raise ImportError("simulated: a name this module needs is missing")
+        return real(name, *a, **k)
+    monkeypatch.setattr(d, "_loaded", set())
+    monkeypatch.setattr(d.importlib, "import_module", broken)
+    with pytest.raises(ImportError, match="simulated"):
+        d._load("numpy")
+    assert "numpy" not in d._loaded

@@ -54,11 +54,13 @@ def register(name: str, family: str):
 def _load(family: str) -> None:
     if family in _loaded:
         return
-    _loaded.add(family)
     pkg = importlib.import_module(_FAMILY_PACKAGES[family])
     for mod in pkgutil.iter_modules(pkg.__path__):
         if not mod.name.startswith("_"):
+            # a module that fails to import raises here, every time, instead of leaving its
+            # ops silently "not implemented on this device"
             importlib.import_module(f"{pkg.__name__}.{mod.name}")
+    _loaded.add(family)
 
 
 def impl(name: str, device: Device):
