@@ -78,13 +78,19 @@ BF16_TIE_MARGIN = 0.3   # bf16 weights/activations move logits by ~0.1; gaps bel
 @pytest.mark.parametrize("quantized", [True, False])
 def test_smollm2_greedy_cuda_bf16(device, quantized, smollm_ref, record_property):
     """On the GPU in bf16 (GGUF blocks kept quantised, or dequantised to bf16 at load):
-    the first greedy tokens match the float64 reference; a divergence is allowed only
-    late (>= 8 tokens in) and only where the reference's top-2 logit gap is within bf16
-    rounding -- then it is recorded with its margin, not hidden."""
+    the greedy tokens match the float64 reference, except that a divergence is allowed
+    where the reference's top-2 logit gap is within bf16 rounding of the logits -- and then
+    it must be bf16's doing: the same model computing in float32 on the GPU follows the
+    reference through that token. Each divergence is recorded with its margin.
+
+    Seen on the H200 (2026-11-29, quantised): 'What is the capital of France?' diverges at
+    token 0 with a reference gap of 0.082, so the divergence is not always late; torch in
+    bf16 on the same dequantised weights picks the same token as we do."""
     if device != "cuda":
         pytest.skip("bf16 golden test runs on cuda")
     from nbxtensor.models import LlamaModel, generate
     m = LlamaModel.from_gguf(_smollm(), device=device, dtype="bfloat16", quantized=quantized)
+    m32 = None
     for prompt in PROMPTS:
         ids = m.tokenizer.apply_chat_template(prompt)
         ours = generate(m, ids, max_new_tokens=32, stop_ids=()).tokens
@@ -92,9 +98,16 @@ def test_smollm2_greedy_cuda_bf16(device, quantized, smollm_ref, record_property
         if ours != ref:
             i = next(j for j, (a, b) in enumerate(zip(ours, ref)) if a != b)
             record_property(f"divergence[{prompt}]", f"token {i}, reference margin {margins[i]:.3f}")
-            assert i >= 8 and margins[i] < BF16_TIE_MARGIN, (
+            assert margins[i] < BF16_TIE_MARGIN, (
                 f"prompt {prompt!r}: token {i} differs ({ours[i]} vs {ref[i]}), reference "
-                f"margin {margins[i]:.3f}: not a late bf16 rounding near-tie")
+                f"margin {margins[i]:.3f}: not a bf16 rounding near-tie")
+            if m32 is None:
+                m32 = LlamaModel.from_gguf(_smollm(), device=device, dtype="float32",
+                                           quantized=False)
+            ours32 = generate(m32, ids, max_new_tokens=i + 1, stop_ids=()).tokens
+            assert ours32 == ref[:i + 1], (
+                f"prompt {prompt!r}: float32 on {device} also leaves the reference by token "
+                f"{i}: {ours32} vs {ref[:i + 1]}")
 
 
 def test_smollm2_logits_match_reference(smollm, smollm_ref):
