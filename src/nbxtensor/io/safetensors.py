@@ -197,8 +197,15 @@ class SafetensorsFile:
     def get_tensor(self, name: str, device=None, dtype=None) -> Tensor:
         """The tensor `name`; on cpu a zero-copy view of the file, else copied to `device`."""
         arr = self.get_numpy(name)
-        t = from_numpy(arr) if arr.size else from_numpy(np.empty(arr.shape, arr.dtype))
         device = as_device(device)
+        from . import staging
+        if device.type == "cuda" and arr.nbytes >= staging.SINGLE_MIN_BYTES:
+            # [staging] pinned, chunked upload straight from the map (small ones: a plain copy)
+            t = staging.upload_many([(name, arr)], device)[name]
+            if dtype is not None and _dt.as_dtype(dtype) is not t.dtype:
+                t = t.to(dtype=dtype)
+            return t
+        t = from_numpy(arr) if arr.size else from_numpy(np.empty(arr.shape, arr.dtype))
         if device.type != "cpu" or (dtype is not None and _dt.as_dtype(dtype) is not t.dtype):
             t = t.to(device=device, dtype=dtype)
         return t
@@ -217,6 +224,16 @@ def load_file(path, device=None, dtype=None) -> dict[str, Tensor]:
     """All tensors of a file as a dict; zero-copy views on cpu."""
     f = SafetensorsFile(path)
     prog = _Progress(f.nbytes(), f"loading {os.path.basename(f.path)}")
+    dev = as_device(device)
+    if dev.type == "cuda":      # [staging] one uploader for the file: pinned ring, overlap
+        from .staging import Uploader
+        with Uploader(dev, total_bytes=f.nbytes(), progress=prog) as up:
+            out = {name: up.upload(f.get_numpy(name), name=name) for name in f.keys()}
+        prog.close()
+        if dtype is not None:
+            dt = _dt.as_dtype(dtype)
+            out = {k: (v if v.dtype is dt else v.to(dtype=dt)) for k, v in out.items()}
+        return out
     out = {}
     for name in f.keys():
         out[name] = f.get_tensor(name, device=device, dtype=dtype)

@@ -2,6 +2,7 @@
 attention mask, mean pooling and L2 normalisation as sentence-transformers does."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -14,6 +15,14 @@ from ..device import as_device
 from .config import BertConfig
 
 __all__ = ["BertModel"]
+
+
+def _staging(dev, total_bytes=None):
+    """[staging] An Uploader on cuda (synchronised and freed at the end of the with), else None."""
+    if dev.type != "cuda":
+        return contextlib.nullcontext(None)
+    from ..io.staging import Uploader
+    return Uploader(dev, total_bytes=total_bytes)
 
 
 class BertModel:
@@ -35,29 +44,34 @@ class BertModel:
         f = SafetensorsFile(os.path.join(folder, "model.safetensors"))
         prefix = "bert." if "bert.embeddings.word_embeddings.weight" in f else ""
 
-        def get(name):
-            full = prefix + name
-            if full not in f:
-                raise KeyError(f"{folder}: tensor {full!r} missing from model.safetensors")
-            t = f.get_tensor(full)
-            if t.dtype is not dtype:
-                t = nbx.from_numpy(np.asarray(f.get_numpy(full), dtype=dtype.np))
-            return t if dev.type == "cpu" else t.to(dev)
-        w = {k: get(f"embeddings.{k}") for k in
-             ("word_embeddings.weight", "position_embeddings.weight",
-              "token_type_embeddings.weight", "LayerNorm.weight", "LayerNorm.bias")}
-        w["layers"] = []
-        for i in range(cfg.num_hidden_layers):
-            p = f"encoder.layer.{i}."
-            w["layers"].append({n: get(p + n) for n in (
-                "attention.self.query.weight", "attention.self.query.bias",
-                "attention.self.key.weight", "attention.self.key.bias",
-                "attention.self.value.weight", "attention.self.value.bias",
-                "attention.output.dense.weight", "attention.output.dense.bias",
-                "attention.output.LayerNorm.weight", "attention.output.LayerNorm.bias",
-                "intermediate.dense.weight", "intermediate.dense.bias",
-                "output.dense.weight", "output.dense.bias",
-                "output.LayerNorm.weight", "output.LayerNorm.bias")})
+        with _staging(dev, f.nbytes()) as up:      # [staging] pinned-ring uploads on cuda
+            def get(name):
+                full = prefix + name
+                if full not in f:
+                    raise KeyError(f"{folder}: tensor {full!r} missing from model.safetensors")
+                if up is not None:     # [staging]
+                    a = f.get_numpy(full)
+                    return up.upload(a if a.dtype == dtype.np else np.asarray(a, dtype=dtype.np),
+                                     full)
+                t = f.get_tensor(full)
+                if t.dtype is not dtype:
+                    t = nbx.from_numpy(np.asarray(f.get_numpy(full), dtype=dtype.np))
+                return t if dev.type == "cpu" else t.to(dev)
+            w = {k: get(f"embeddings.{k}") for k in
+                 ("word_embeddings.weight", "position_embeddings.weight",
+                  "token_type_embeddings.weight", "LayerNorm.weight", "LayerNorm.bias")}
+            w["layers"] = []
+            for i in range(cfg.num_hidden_layers):
+                p = f"encoder.layer.{i}."
+                w["layers"].append({n: get(p + n) for n in (
+                    "attention.self.query.weight", "attention.self.query.bias",
+                    "attention.self.key.weight", "attention.self.key.bias",
+                    "attention.self.value.weight", "attention.self.value.bias",
+                    "attention.output.dense.weight", "attention.output.dense.bias",
+                    "attention.output.LayerNorm.weight", "attention.output.LayerNorm.bias",
+                    "intermediate.dense.weight", "intermediate.dense.bias",
+                    "output.dense.weight", "output.dense.bias",
+                    "output.LayerNorm.weight", "output.LayerNorm.bias")})
         if max_seq_length is None:
             max_seq_length = 256
             sb = os.path.join(folder, "sentence_bert_config.json")
