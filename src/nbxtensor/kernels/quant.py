@@ -9,7 +9,24 @@ Weights stay as their GGUF blocks, one row of bytes per output feature:
 program owns BLOCK_N output features of one input row and walks K in BLOCK_K steps,
 decoding the blocks in registers (fp32 accumulation). Decode (M = 1) reads each weight
 byte once, which is the point: 4.5 (Q4_1: 5) bits a weight instead of 16.
-`dequantize_rows(w, ids)` decodes whole rows (embedding lookup, or full dequantisation).
+`dequantize_rows(w, ids)` decodes whole rows (embedding lookup) and `dequantize(w)` the
+whole weight (used at load for formats without a fused GEMV). Those two also know
+  Q4_0: 18-byte blocks of 32    f16 d | u8 qs[16]                  w = d*(nibble-8), nibbles as Q4_1
+  Q4_K: 144-byte blocks of 256  f16 d | f16 dmin | u8 sc[12] | u8 qs[128]
+        8 sub-blocks of 32 with 6-bit scale/min (packing: _k_scale_min); w = (d*sc)*q - dmin*mn;
+        sub-block j's nibbles: the low (j even) or high (j odd) halves of qs[32*(j//2) : +32]
+  Q5_K: 176-byte blocks of 256  f16 d | f16 dmin | u8 sc[12] | u8 qh[32] | u8 qs[128]
+        as Q4_K with a 5th bit: bit j of qh[l] -> element l of sub-block j
+  Q6_K: 210-byte blocks of 256  u8 ql[128] | u8 qh[64] | i8 sc[16] | f16 d;  w = d*(q*sc)
+        element e = 128h + 32c + l: ql[64h + 32(c%2) + l] nibble c//2, qh[32h + l] bits 2c..2c+1,
+        q = 6 bits - 32, sc[e // 16]
+  F32 / F16 / BF16 rows (a plain cast, so loaders can send float tensors the same way).
+These reproduce io/quant.py (the host reference, itself checked against the `gguf`
+package) bit for bit in float32: the fp16 -> fp32 scale conversion is exact and every
+product of an fp16 scale with the small integers fits fp32's 24-bit significand (Q4_K/Q5_K
+d*sc*q: 11+6+5 bits; Q6_K d*(q*sc): 11+12; Q8_0: 11+7), so only a final add/sub rounds --
+the order of the products and FMA contraction (ptxas fuses (d*sc)*q - dmin*mn) cannot
+change a bit. Other dtypes are one rounding of that float32 value.
 """
 from __future__ import annotations
 
@@ -19,8 +36,16 @@ import triton.language as tl
 import nbxtensor as nbx
 from ..tensor import Tensor
 
+# QTYPES: formats with the fused dequantise-GEMV (quant_linear); DEQUANT_QTYPES: formats
+# `dequantize_rows` / `dequantize` decode on the device. name -> (kernel code,
+# weights per block, bytes per block)
 QTYPES = {"Q8_0": 0, "Q4_1": 1}
 _BLOCK_BYTES = {"Q8_0": 34, "Q4_1": 20}
+DEQUANT_QTYPES = {
+    "Q8_0": (0, 32, 34), "Q4_1": (1, 32, 20), "Q4_0": (2, 32, 18), "Q4_K": (3, 256, 144),
+    "Q5_K": (4, 256, 176), "Q6_K": (5, 256, 210), "F32": (6, 1, 4), "F16": (7, 1, 2),
+    "BF16": (8, 1, 2),
+}
 
 
 @triton.jit
@@ -33,13 +58,87 @@ def _decode(w_ptr, row_off, k, mask, QTYPE: tl.constexpr):
         d = tl.load((w_ptr + base).to(tl.pointer_type(tl.float16)), mask=mask, other=0.0)
         q = tl.load((w_ptr + base + 2 + j).to(tl.pointer_type(tl.int8)), mask=mask, other=0)
         return d.to(tl.float32) * q.to(tl.float32)
-    else:
+    elif QTYPE == 1:
         base = row_off + blk * 20
         d = tl.load((w_ptr + base).to(tl.pointer_type(tl.float16)), mask=mask, other=0.0)
         m = tl.load((w_ptr + base + 2).to(tl.pointer_type(tl.float16)), mask=mask, other=0.0)
         byte = tl.load(w_ptr + base + 4 + (j % 16), mask=mask, other=0).to(tl.int32)
         q = tl.where(j < 16, byte & 15, byte >> 4)
         return d.to(tl.float32) * q.to(tl.float32) + m.to(tl.float32)
+    else:
+        return _decode_more(w_ptr, row_off, k, mask, QTYPE)
+
+
+@triton.jit
+def _f16_at(ptr, mask):
+    """The fp16 at byte address `ptr` (2-aligned: every block and row size here is even)."""
+    return tl.load(ptr.to(tl.pointer_type(tl.float16)), mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _k_scale_min(sc_ptr, j, mask):
+    """Scale and min of sub-block j (0..7) from the 12 packed bytes at sc_ptr (Q4_K, Q5_K):
+    j < 4: scale = b[j] & 63, min = b[j+4] & 63;
+    j >= 4: scale = b[j+4] & 15 | (b[j-4] >> 6) << 4, min = b[j+4] >> 4 | (b[j] >> 6) << 4."""
+    lo = j < 4
+    bj = tl.load(sc_ptr + j, mask=mask, other=0).to(tl.int32)
+    bj4 = tl.load(sc_ptr + j + 4, mask=mask, other=0).to(tl.int32)
+    bjm = tl.load(sc_ptr + tl.where(lo, j, j - 4), mask=mask, other=0).to(tl.int32)
+    sc = tl.where(lo, bj & 63, (bj4 & 15) | ((bjm >> 6) << 4))
+    mn = tl.where(lo, bj4 & 63, (bj4 >> 4) | ((bj >> 6) << 4))
+    return sc.to(tl.float32), mn.to(tl.float32)
+
+
+@triton.jit
+def _decode_more(w_ptr, row_off, k, mask, QTYPE: tl.constexpr):
+    """As _decode, for the formats decoded only by the dequantisation kernel (codes 2..8).
+    Each element finds its own block and scale bytes (repeats hit the cache)."""
+    if QTYPE == 2:                                   # Q4_0
+        base = w_ptr + row_off + (k // 32) * 18
+        j = k % 32
+        d = _f16_at(base, mask)
+        byte = tl.load(base + 2 + (j % 16), mask=mask, other=0).to(tl.int32)
+        q = tl.where(j < 16, byte & 15, byte >> 4) - 8
+        return d * q.to(tl.float32)
+    elif QTYPE == 3 or QTYPE == 4:                   # Q4_K, Q5_K
+        e = k % 256
+        j = e // 32                                  # sub-block
+        l = e % 32
+        if QTYPE == 3:
+            base = w_ptr + row_off + (k // 256) * 144
+            qs = base + 16
+        else:
+            base = w_ptr + row_off + (k // 256) * 176
+            qs = base + 48
+        d = _f16_at(base, mask)
+        dmin = _f16_at(base + 2, mask)
+        sc, mn = _k_scale_min(base + 4, j, mask)
+        byte = tl.load(qs + (j // 2) * 32 + l, mask=mask, other=0).to(tl.int32)
+        q = (byte >> ((j % 2) * 4)) & 15
+        if QTYPE == 4:
+            qh = tl.load(base + 16 + l, mask=mask, other=0).to(tl.int32)
+            q += ((qh >> j) & 1) << 4
+        return (d * sc) * q.to(tl.float32) - dmin * mn
+    elif QTYPE == 5:                                 # Q6_K
+        base = w_ptr + row_off + (k // 256) * 210
+        e = k % 256
+        h = e // 128
+        c = (e % 128) // 32
+        l = e % 32
+        lo = tl.load(base + h * 64 + (c % 2) * 32 + l, mask=mask, other=0).to(tl.int32)
+        hi = tl.load(base + 128 + h * 32 + l, mask=mask, other=0).to(tl.int32)
+        q = (((lo >> ((c // 2) * 4)) & 15) | (((hi >> (c * 2)) & 3) << 4)) - 32
+        sc = tl.load((base + 192 + e // 16).to(tl.pointer_type(tl.int8)), mask=mask, other=0)
+        d = _f16_at(base + 208, mask)
+        return d * (q.to(tl.float32) * sc.to(tl.float32))
+    elif QTYPE == 6:                                 # F32
+        return tl.load((w_ptr + row_off + k * 4).to(tl.pointer_type(tl.float32)), mask=mask,
+                       other=0.0)
+    elif QTYPE == 7:                                 # F16
+        return _f16_at(w_ptr + row_off + k * 2, mask)
+    else:                                            # BF16
+        return tl.load((w_ptr + row_off + k * 2).to(tl.pointer_type(tl.bfloat16)), mask=mask,
+                       other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -66,10 +165,13 @@ def _quant_gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, K, row_bytes, stride_xm, s
 
 @triton.jit
 def _dequant_rows_kernel(w_ptr, ids_ptr, y_ptr, K, row_bytes, n_rows, QTYPE: tl.constexpr,
-                         BLOCK: tl.constexpr):
+                         BLOCK: tl.constexpr, HAS_IDS: tl.constexpr = True):
     i = tl.program_id(0)
     k = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    r = tl.load(ids_ptr + i).to(tl.int64)
+    if HAS_IDS:
+        r = tl.load(ids_ptr + i).to(tl.int64)
+    else:                                  # whole weight: output row i is weight row i
+        r = i.to(tl.int64)
     ok = (r >= 0) & (r < n_rows)          # out-of-range ids write NaN, never read out of bounds
     mask = (k < K) & ok
     w = _decode(w_ptr, r * row_bytes, k, mask, QTYPE)
@@ -92,20 +194,51 @@ def _gemv_config(N: int, K: int, M: int, interp: bool = False):
     return dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=4)
 
 
+def _block_for(qtype, K, block):
+    if block is not None:
+        if block <= 0 or block & (block - 1):
+            raise ValueError(f"quant kernels: block must be a power of two, got {block}")
+        return block
+    # Q8_0/Q4_1 keep their original 256; the rest get wider programs (their rows are
+    # multiples of 256 or plain floats), capped by the row length
+    if qtype in QTYPES:
+        return 256
+    return max(128, min(1024, triton.next_power_of_2(K)))
+
+
 # ----------------------------------------------------------------------------- Python entry
 def _check_weight(w):
+    """The fused-GEMV formats (Q8_0, Q4_1): (N, K, row bytes)."""
     if w.qtype not in QTYPES:
         raise ValueError(f"quant kernels: qtype {w.qtype!r} has no device kernel; supported: "
                          f"{', '.join(QTYPES)} (dequantise others at load)")
+    return _check_blocks(w, "quant kernels")
+
+
+def _check_blocks(w, who):
+    """Any DEQUANT_QTYPES weight: (N, K, row bytes); blocks must be (N, row bytes) uint8."""
+    if w.qtype not in DEQUANT_QTYPES:
+        raise ValueError(f"{who}: qtype {w.qtype!r} has no device kernel; supported: "
+                         f"{', '.join(DEQUANT_QTYPES)}")
+    if len(w.shape) != 2:
+        raise ValueError(f"{who}: weight shape must be (rows, cols), got {w.shape}")
     N, K = w.shape
-    if K % 32:
-        raise ValueError(f"quant kernels: in_features {K} must be a multiple of 32")
-    rb = K // 32 * _BLOCK_BYTES[w.qtype]
+    _, bs, ts = DEQUANT_QTYPES[w.qtype]
+    if K % bs:
+        raise ValueError(f"{who}: in_features {K} must be a multiple of {bs} for {w.qtype}")
+    rb = K // bs * ts
     if tuple(w.blocks.shape) != (N, rb) or w.blocks.dtype is not nbx.uint8:
-        raise ValueError(f"quant kernels: {w.qtype} weight {w.shape} needs uint8 blocks of shape "
+        raise ValueError(f"{who}: {w.qtype} weight {w.shape} needs uint8 blocks of shape "
                          f"({N}, {rb}), got {w.blocks.dtype} {tuple(w.blocks.shape)}")
     if not w.blocks.is_contiguous():
-        raise ValueError("quant kernels: weight blocks must be contiguous")
+        raise ValueError(f"{who}: weight blocks must be contiguous")
+    if w.blocks.device.type not in ("cuda", "interp"):
+        raise ValueError(f"{who}: weight blocks are on {w.blocks.device}; the kernels run on "
+                         f"cuda or interp (cpu dequantises with nbxtensor.io.quant)")
+    # fp16 scales / float elements are read in place: the row start must be aligned for them
+    align = 4 if w.qtype == "F32" else 2
+    if w.blocks.numel() and w.blocks.data_ptr() % align:
+        raise ValueError(f"{who}: {w.qtype} blocks must start at a {align}-byte aligned address")
     return N, K, rb
 
 
@@ -142,19 +275,76 @@ def quant_linear(x: Tensor, w, b: Tensor | None = None, *, block_n=None, block_k
     return y.view(*lead, N)
 
 
-def dequantize_rows(w, ids: Tensor, dtype=None) -> Tensor:
-    """Rows `ids` (int tensor, any shape) of dequant(w) -> ids.shape + (K,), default float32."""
+_OUT_DTYPES = None
+
+
+def _out_dtype(dtype, who):
+    global _OUT_DTYPES
+    if _OUT_DTYPES is None:
+        _OUT_DTYPES = (nbx.float32, nbx.bfloat16, nbx.float16, nbx.float64)
+    dt = nbx.dtypes.as_dtype(dtype) if dtype is not None else nbx.float32
+    if dt not in _OUT_DTYPES:
+        raise TypeError(f"{who}: dtype must be one of float32, bfloat16, float16, float64 "
+                        f"(one rounding of the float32 value), got {dt}")
+    return dt
+
+
+def _check_out(out, shape, dtype, device, who):
+    if out is None:
+        return Tensor._empty(shape, dtype, device)
+    if not isinstance(out, Tensor) or tuple(out.shape) != tuple(shape) or out.dtype is not dtype \
+            or out.device != device or not out.is_contiguous():
+        raise ValueError(f"{who}: out must be a contiguous {dtype} tensor of shape {tuple(shape)} "
+                         f"on {device}, got " + (f"{out.dtype} {tuple(out.shape)} on {out.device}"
+                                                 if isinstance(out, Tensor) else
+                                                 type(out).__name__))
+    return out
+
+
+def dequantize_rows(w, ids: Tensor, dtype=None, *, out=None, block=None) -> Tensor:
+    """Rows `ids` (int tensor, any shape) of dequant(w) -> ids.shape + (K,), default float32.
+
+    Every format in DEQUANT_QTYPES; an id outside [0, N) gives a row of NaN (no
+    out-of-bounds read). `dtype` float32/bfloat16/float16/float64 is one rounding of the
+    float32 value, equal to nbxtensor.io.quant.dequantize. `out` (contiguous, ids.numel() x K
+    elements of `dtype`; dtype defaults to out's) receives the result. `block` overrides the
+    columns per program (tests use it to force tails)."""
     from ..backends.launch import launch
-    N, K, rb = _check_weight(w)
-    dtype = nbx.dtypes.as_dtype(dtype) if dtype is not None else nbx.float32
-    if ids.dtype.kind not in "iu":
-        raise TypeError(f"dequantize_rows: ids must be integers, got {ids.dtype}")
+    N, K, rb = _check_blocks(w, "dequantize_rows")
+    if dtype is None and out is not None:
+        dtype = out.dtype
+    dtype = _out_dtype(dtype, "dequantize_rows")
+    if not isinstance(ids, Tensor) or ids.dtype.kind not in "iu":
+        raise TypeError(f"dequantize_rows: ids must be an integer tensor, got "
+                        f"{getattr(ids, 'dtype', type(ids).__name__)}")
+    if ids.device != w.device:
+        raise ValueError(f"dequantize_rows: ids are on {ids.device}, weight on {w.device}")
     flat = ids.reshape(-1)
     if not flat.is_contiguous():
         flat = flat.contiguous()
-    y = Tensor._empty((flat.shape[0], K), dtype, w.device)
-    if flat.shape[0]:
-        BLOCK = 256
+    y = _check_out(out, tuple(ids.shape) + (K,), dtype, w.device, "dequantize_rows")
+    y = y.view(flat.shape[0], K)
+    if flat.shape[0] and K:
+        BLOCK = _block_for(w.qtype, K, block)
         launch(_dequant_rows_kernel, (flat.shape[0], triton.cdiv(K, BLOCK)), w.blocks, flat, y,
-               K, rb, N, QTYPE=QTYPES[w.qtype], BLOCK=BLOCK, num_warps=4)
-    return y.view(*ids.shape, K)
+               K, rb, N, QTYPE=DEQUANT_QTYPES[w.qtype][0], BLOCK=BLOCK, num_warps=4)
+    return out if out is not None else y.view(*ids.shape, K)
+
+
+def dequantize(w, dtype=None, *, out=None, block=None) -> Tensor:
+    """The whole (N, K) weight dequantised on its device (float32 by default), bit-equal to
+    nbxtensor.io.quant.dequantize(raw, qtype, (N, K), dtype). `w` has .blocks (uint8
+    (N, row bytes) on cuda/interp), .qtype and .shape, as models._ops.QuantWeight."""
+    from ..backends.launch import launch
+    N, K, rb = _check_blocks(w, "dequantize")
+    if dtype is None and out is not None:
+        dtype = out.dtype
+    dtype = _out_dtype(dtype, "dequantize")
+    y = _check_out(out, (N, K), dtype, w.device, "dequantize")
+    if N and K:
+        BLOCK = _block_for(w.qtype, K, block)
+        # ids_ptr is unused (HAS_IDS=False); any pointer of the device will do
+        launch(_dequant_rows_kernel, (N, triton.cdiv(K, BLOCK)), w.blocks, w.blocks, y,
+               K, rb, N, QTYPE=DEQUANT_QTYPES[w.qtype][0], BLOCK=BLOCK, HAS_IDS=False,
+               num_warps=4)
+    return y

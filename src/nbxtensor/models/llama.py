@@ -6,7 +6,8 @@ files of architecture `llama` store Q and K rows permuted for llama.cpp's interl
 RoPE; we undo that at load so one rotate_half RoPE serves every source.
 
 On cuda, Q8_0 / Q4_1 weights stay quantised and run through the fused dequantise-GEMV
-kernel; every other GGUF type is dequantised at load to the compute dtype.
+kernel; every other GGUF type is dequantised at load to the compute dtype (block formats
+on the device by kernels/quant.py [quantgpu]; float types, and everything on cpu, on the host).
 
 Two compute paths:
 * `forward(ids, cache)` -- the original eager path (host position, this module's batch-1
@@ -23,6 +24,7 @@ Two compute paths:
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import time
@@ -38,6 +40,8 @@ __all__ = ["LlamaModel", "KVCache"]
 
 # GGUF types with a fused dequant-GEMV kernel: kept quantised on the GPU
 GPU_QUANT_TYPES = ("Q8_0", "Q4_1")
+# [quantgpu] block formats dequantised on the device at load (cuda/interp) when not kept
+DEVICE_DEQUANT_TYPES = ("Q8_0", "Q4_1", "Q4_0", "Q4_K", "Q5_K", "Q6_K")
 
 
 class KVCache:
@@ -133,33 +137,49 @@ class LlamaModel:
         cfg = LlamaConfig.from_gguf(g)
         permuted = g.architecture in ("llama", "mistral")
 
-        def get(name, heads=None):
-            t = g.tensor(name)
-            if keep_q and t.qtype in GPU_QUANT_TYPES and len(t.shape) == 2:
-                blocks = t.blocks()
+        with _staging(dev) as up:      # [staging] pinned-ring uploads on cuda
+            def get(name, heads=None):
+                t = g.tensor(name)
+                if keep_q and t.qtype in GPU_QUANT_TYPES and len(t.shape) == 2:
+                    blocks = t.blocks()
+                    if heads and permuted:
+                        blocks = _unpermute_rows(blocks, heads)
+                    dev_blocks = (up.upload(blocks, name) if up is not None     # [staging]
+                                  else nbx.from_numpy(np.ascontiguousarray(blocks)).to(dev))
+                    return O.QuantWeight(dev_blocks, t.qtype, t.shape)
+                # [quantgpu] cuda/interp: other block formats go up raw and are dequantised to
+                # the compute dtype on the device (kernels/quant.py; bit-equal to the host path)
+                if dev.type != "cpu" and t.qtype in DEVICE_DEQUANT_TYPES and len(t.shape) == 2 \
+                        and dtype in (nbx.float32, nbx.bfloat16, nbx.float16):
+                    from ..kernels.quant import dequantize as device_dequantize
+                    blocks = t.blocks()
+                    if heads and permuted:
+                        blocks = _unpermute_rows(blocks, heads)
+                    if up is not None:             # staged upload: wait for it before the kernel
+                        raw = up.upload(blocks, name)
+                        up.synchronize()
+                    else:
+                        raw = nbx.from_numpy(np.ascontiguousarray(blocks)).to(dev)
+                    return device_dequantize(O.QuantWeight(raw, t.qtype, t.shape), dtype)
+                a = t.dequantize(np.float32)
                 if heads and permuted:
-                    blocks = _unpermute_rows(blocks, heads)
-                dev_blocks = nbx.from_numpy(np.ascontiguousarray(blocks)).to(dev)
-                return O.QuantWeight(dev_blocks, t.qtype, t.shape)
-            a = t.dequantize(np.float32)
-            if heads and permuted:
-                a = _unpermute_rows(a, heads)
-            return _to_device(a, dtype, dev)
-        w = {"embed": get("token_embd.weight"), "norm": get("output_norm.weight"), "layers": []}
-        w["lm_head"] = get("output.weight") if "output.weight" in g.tensors else w["embed"]
-        for i in range(cfg.num_hidden_layers):
-            p = f"blk.{i}."
-            L = {"attn_norm": get(p + "attn_norm.weight"), "ffn_norm": get(p + "ffn_norm.weight"),
-                 "wq": get(p + "attn_q.weight", cfg.num_attention_heads),
-                 "wk": get(p + "attn_k.weight", cfg.num_key_value_heads),
-                 "wv": get(p + "attn_v.weight"), "wo": get(p + "attn_output.weight"),
-                 "w_gate": get(p + "ffn_gate.weight"), "w_up": get(p + "ffn_up.weight"),
-                 "w_down": get(p + "ffn_down.weight")}
-            if cfg.attention_bias:
-                L["bq"] = get(p + "attn_q.bias", cfg.num_attention_heads)
-                L["bk"] = get(p + "attn_k.bias", cfg.num_key_value_heads)
-                L["bv"] = get(p + "attn_v.bias")
-            w["layers"].append(L)
+                    a = _unpermute_rows(a, heads)
+                return _to_device(a, dtype, dev, up, name)
+            w = {"embed": get("token_embd.weight"), "norm": get("output_norm.weight"), "layers": []}
+            w["lm_head"] = get("output.weight") if "output.weight" in g.tensors else w["embed"]
+            for i in range(cfg.num_hidden_layers):
+                p = f"blk.{i}."
+                L = {"attn_norm": get(p + "attn_norm.weight"), "ffn_norm": get(p + "ffn_norm.weight"),
+                     "wq": get(p + "attn_q.weight", cfg.num_attention_heads),
+                     "wk": get(p + "attn_k.weight", cfg.num_key_value_heads),
+                     "wv": get(p + "attn_v.weight"), "wo": get(p + "attn_output.weight"),
+                     "w_gate": get(p + "ffn_gate.weight"), "w_up": get(p + "ffn_up.weight"),
+                     "w_down": get(p + "ffn_down.weight")}
+                if cfg.attention_bias:
+                    L["bq"] = get(p + "attn_q.bias", cfg.num_attention_heads)
+                    L["bk"] = get(p + "attn_k.bias", cfg.num_key_value_heads)
+                    L["bv"] = get(p + "attn_v.bias")
+                w["layers"].append(L)
         ff = g.tensor("rope_freqs.weight").dequantize() if "rope_freqs.weight" in g.tensors else None
         tok = Tokenizer.from_gguf(g)
         m = cls(cfg, w, tok, dev, dtype, ff)
@@ -187,33 +207,34 @@ class LlamaModel:
             for k in f.keys():
                 index[k] = f
 
-        def get(name, required=True):
-            f = index.get(name)
-            if f is None:
-                if required:
-                    raise KeyError(f"{folder}: tensor {name!r} not found in {len(files)} "
-                                   f"safetensors file(s)")
-                return None
-            a = f.get_numpy(name)
-            prog.update(a.nbytes)
-            return _to_device(a, dtype, dev)
-        w = {"embed": get("model.embed_tokens.weight"), "norm": get("model.norm.weight"),
-             "layers": []}
-        lm = None if cfg.tie_word_embeddings else get("lm_head.weight", required=False)
-        w["lm_head"] = lm if lm is not None else w["embed"]
-        for i in range(cfg.num_hidden_layers):
-            p = f"model.layers.{i}."
-            L = {"attn_norm": get(p + "input_layernorm.weight"),
-                 "ffn_norm": get(p + "post_attention_layernorm.weight"),
-                 "wq": get(p + "self_attn.q_proj.weight"), "wk": get(p + "self_attn.k_proj.weight"),
-                 "wv": get(p + "self_attn.v_proj.weight"), "wo": get(p + "self_attn.o_proj.weight"),
-                 "w_gate": get(p + "mlp.gate_proj.weight"), "w_up": get(p + "mlp.up_proj.weight"),
-                 "w_down": get(p + "mlp.down_proj.weight")}
-            if cfg.attention_bias:
-                L["bq"] = get(p + "self_attn.q_proj.bias")
-                L["bk"] = get(p + "self_attn.k_proj.bias")
-                L["bv"] = get(p + "self_attn.v_proj.bias")
-            w["layers"].append(L)
+        with _staging(dev, prog.total) as up:      # [staging] pinned-ring uploads on cuda
+            def get(name, required=True):
+                f = index.get(name)
+                if f is None:
+                    if required:
+                        raise KeyError(f"{folder}: tensor {name!r} not found in {len(files)} "
+                                       f"safetensors file(s)")
+                    return None
+                a = f.get_numpy(name)
+                prog.update(a.nbytes)
+                return _to_device(a, dtype, dev, up, name)
+            w = {"embed": get("model.embed_tokens.weight"), "norm": get("model.norm.weight"),
+                 "layers": []}
+            lm = None if cfg.tie_word_embeddings else get("lm_head.weight", required=False)
+            w["lm_head"] = lm if lm is not None else w["embed"]
+            for i in range(cfg.num_hidden_layers):
+                p = f"model.layers.{i}."
+                L = {"attn_norm": get(p + "input_layernorm.weight"),
+                     "ffn_norm": get(p + "post_attention_layernorm.weight"),
+                     "wq": get(p + "self_attn.q_proj.weight"), "wk": get(p + "self_attn.k_proj.weight"),
+                     "wv": get(p + "self_attn.v_proj.weight"), "wo": get(p + "self_attn.o_proj.weight"),
+                     "w_gate": get(p + "mlp.gate_proj.weight"), "w_up": get(p + "mlp.up_proj.weight"),
+                     "w_down": get(p + "mlp.down_proj.weight")}
+                if cfg.attention_bias:
+                    L["bq"] = get(p + "self_attn.q_proj.bias")
+                    L["bk"] = get(p + "self_attn.k_proj.bias")
+                    L["bv"] = get(p + "self_attn.v_proj.bias")
+                w["layers"].append(L)
         prog.close()
         tok = Tokenizer.from_folder(folder, cfg.eos_token_ids)
         m = cls(cfg, w, tok, dev, dtype)
@@ -385,8 +406,19 @@ class LlamaModel:
         return generate(self, prompt_ids, max_new_tokens=max_new_tokens, **kw)
 
 
-def _to_device(a: np.ndarray, dtype, dev):
-    """A host array -> a tensor of `dtype` on `dev` (zero-copy when nothing changes on cpu)."""
+def _staging(dev, total_bytes=None):
+    """[staging] An Uploader on cuda (closed = synchronised at the end of the with), else None."""
+    if dev.type != "cuda":
+        return contextlib.nullcontext(None)
+    from ..io.staging import Uploader
+    return Uploader(dev, total_bytes=total_bytes)
+
+
+def _to_device(a: np.ndarray, dtype, dev, up=None, name=None):
+    """A host array -> a tensor of `dtype` on `dev` (zero-copy when nothing changes on cpu).
+    With an Uploader `up` ([staging], cuda) the bytes go through its pinned ring."""
+    if up is not None:
+        return up.upload(a if a.dtype == dtype.np else np.asarray(a, dtype=dtype.np), name)
     t = nbx.from_numpy(a if a.flags.c_contiguous else np.ascontiguousarray(a))
     if t.dtype is not dtype:
         # host-side cast (the model's dtype conversion happens once at load)
