@@ -560,3 +560,16 @@ def test_tune_isolated_runs_in_a_child_process(tmp_cache):
     with pytest.raises(RuntimeError, match="outside the declared"):   # child errors come back
         sweep.tune_isolated("matmul", (33, 24, 40), dtype="float32", device=INTERP,
                             candidates=[dict(MM_CFG, BLOCK_M=16)], warmup=0, reps=1)
+
+
+def test_flushes_cover_the_host_time_of_a_call():
+    """The timer repeats the L2 flush until the GPU is busy for twice the host's enqueue time,
+    so events time the kernel and not the Python (seen on the H200 without it: a 576x576
+    GEMV measured 95 us, its launch overhead)."""
+    from nbxtensor.autotune.timing import flushes_to_cover
+    assert flushes_to_cover(0.01, 0.07) == 1           # a cheap call: one flush covers it
+    n = flushes_to_cover(0.25, 0.07)
+    assert n == 8 and type(n) is int                   # 0.5 ms of cover from 0.07 ms flushes
+    assert flushes_to_cover(0.07, 0.07) == 2
+    assert flushes_to_cover(100.0, 0.07) == 64         # bounded
+    assert flushes_to_cover(0.3, 0.0) == 1             # no flush buffer: nothing to repeat
