@@ -573,3 +573,239 @@ def test_flushes_cover_the_host_time_of_a_call():
     assert flushes_to_cover(0.07, 0.07) == 2
     assert flushes_to_cover(100.0, 0.07) == 64         # bounded
     assert flushes_to_cover(0.3, 0.0) == 1             # no flush buffer: nothing to repeat
+
+
+# ------------------------------------------- seams in rms_norm, softmax, attention prefill
+
+ROWS_CFG = dict(BLOCK_N=64, BLOCK_R=2, SINGLE=True, num_warps=2)      # in the rows space
+
+
+def _rows_input(R=37, N=50):
+    g = np.random.default_rng()
+    return nbx.tensor((g.standard_normal((R, N)) * 3).astype(np.float32), device="interp")
+
+
+def _rms_ref(x, w, eps=1e-6):
+    x64, w64 = x.numpy().astype(np.float64), w.numpy().astype(np.float64)
+    return x64 / np.sqrt(np.mean(x64 * x64, axis=1, keepdims=True) + eps) * w64
+
+
+def _softmax_ref(x, log=False):
+    x64 = x.numpy().astype(np.float64)
+    z = x64 - x64.max(axis=1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=1, keepdims=True)) if log else \
+        np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+
+
+def _last(seen, name):
+    return [kw for n, kw in seen if n == name][-1]
+
+
+def test_rms_norm_seam_uses_the_cached_config(monkeypatch):
+    x = _rows_input()
+    w = nbx.tensor(np.random.default_rng().standard_normal(50).astype(np.float32),
+                   device="interp")
+    seen = _spy_launch(monkeypatch)
+    y0 = nbx.rms_norm(x, (50,), w, eps=1e-6)
+    assert _last(seen, "_norm_kernel")["BLOCK_R"] == 32           # the rule: 2048 // 64
+    _store("rms_norm", (64, 50), ROWS_CFG)
+    y1 = nbx.rms_norm(x, (50,), w, eps=1e-6)
+    kw = _last(seen, "_norm_kernel")
+    assert (kw["BLOCK_R"], kw["num_warps"]) == (2, 2)
+    for y in (y0, y1):
+        np.testing.assert_allclose(y.numpy(), _rms_ref(x, w), rtol=1e-5, atol=1e-5)
+    # out of the space (BLOCK_R=3) or not fitting the row (BLOCK_N 32 < 50): the rule
+    for bad in (dict(ROWS_CFG, BLOCK_R=3), dict(ROWS_CFG, BLOCK_N=32)):
+        _store("rms_norm", (64, 50), bad)
+        y2 = nbx.rms_norm(x, (50,), w, eps=1e-6)
+        assert _last(seen, "_norm_kernel")["BLOCK_R"] == 32
+        np.testing.assert_allclose(y2.numpy(), _rms_ref(x, w), rtol=1e-5, atol=1e-5)
+    # NBX_AUTOTUNE=0 disables (read at reload)
+    _store("rms_norm", (64, 50), ROWS_CFG)
+    monkeypatch.setenv("NBX_AUTOTUNE", "0")
+    autotune.reload()
+    nbx.rms_norm(x, (50,), w, eps=1e-6)
+    assert _last(seen, "_norm_kernel")["BLOCK_R"] == 32
+    # layer_norm keeps the rule (no sweep times it)
+    monkeypatch.delenv("NBX_AUTOTUNE")
+    autotune.reload()
+    nbx.layer_norm(x, (50,))
+    assert _last(seen, "_norm_kernel")["BLOCK_R"] == 32
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # the interpreter's padded rows: inf - inf
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_seam_uses_the_cached_config(monkeypatch, log):
+    x = _rows_input()
+    fn = nbx.log_softmax if log else nbx.softmax
+    seen = _spy_launch(monkeypatch)
+    _store("softmax", (64, 50), ROWS_CFG)
+    y = fn(x, dim=1)
+    kw = _last(seen, "_softmax_kernel")
+    assert (kw["BLOCK_R"], kw["num_warps"]) == (2, 2)
+    np.testing.assert_allclose(y.numpy(), _softmax_ref(x, log), rtol=1e-5, atol=1e-5)
+    _store("softmax", (64, 50), dict(ROWS_CFG, num_warps=3))     # outside the space
+    fn(x, dim=1)
+    assert _last(seen, "_softmax_kernel")["BLOCK_R"] == 32
+    _store("softmax", (64, 50), ROWS_CFG)
+    with autotune.disabled():
+        fn(x, dim=1)
+    assert _last(seen, "_softmax_kernel")["BLOCK_R"] == 32
+
+
+def _attn_ref(q, k, v, causal):
+    q64, k64, v64 = (t.numpy().astype(np.float64)[0] for t in (q, k, v))
+    g = q64.shape[0] // k64.shape[0]
+    k64, v64 = np.repeat(k64, g, axis=0), np.repeat(v64, g, axis=0)
+    s = np.einsum("hld,hsd->hls", q64, k64) / np.sqrt(q64.shape[-1])
+    if causal:
+        L = s.shape[1]
+        s = np.where(np.arange(L)[None, None, :] <= np.arange(L)[None, :, None], s, -np.inf)
+    p = np.exp(s - s.max(axis=2, keepdims=True))
+    return np.einsum("hls,hsd->hld", p / p.sum(axis=2, keepdims=True), v64)[None]
+
+
+ATT_CFG = dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=2)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_seam_uses_the_cached_config(monkeypatch, causal):
+    g = np.random.default_rng()
+    mk = lambda h: nbx.tensor(g.standard_normal((1, h, 33, 16)).astype(np.float32),  # noqa: E731
+                              device="interp")
+    q, k, v = mk(4), mk(2), mk(2)
+    sdpa = lambda: nbx.scaled_dot_product_attention(q, k, v, is_causal=causal,  # noqa: E731
+                                                    enable_gqa=True)
+    seen = _spy_launch(monkeypatch)
+    sdpa()
+    assert _last(seen, "_flash_fwd")["BLOCK_M"] == 16              # interp default
+    # keyed by causal flag: the other flag's entry is not used
+    _store("attention", (64, 4, 2, 16, int(not causal)), ATT_CFG)
+    sdpa()
+    assert _last(seen, "_flash_fwd")["BLOCK_M"] == 16
+    _store("attention", (64, 4, 2, 16, int(causal)), ATT_CFG)
+    y = sdpa()
+    kw = _last(seen, "_flash_fwd")
+    assert (kw["BLOCK_M"], kw["num_stages"]) == (32, 2)
+    np.testing.assert_allclose(y.numpy(), _attn_ref(q, k, v, causal), rtol=1e-4, atol=1e-4)
+    # keyed by dtype and head dim: a bf16 entry / another D is not used
+    autotune.reload()
+    assert autotune.lookup("attention", (33, 4, 2, 32, int(causal)), dtype="float32",
+                           device=INTERP)[0] is None
+    assert autotune.lookup("attention", (33, 4, 2, 16, int(causal)), dtype="bfloat16",
+                           device=INTERP)[0] is None
+    _store("attention", (64, 4, 2, 16, int(causal)), dict(ATT_CFG, BLOCK_N=64))  # BM%BN != 0
+    sdpa()
+    assert _last(seen, "_flash_fwd")["BLOCK_M"] == 16
+    _store("attention", (64, 4, 2, 16, int(causal)), dict(ATT_CFG, TMA=True))   # fp32: no TMA
+    sdpa()
+    assert _last(seen, "_flash_fwd")["BLOCK_M"] == 16
+    _store("attention", (64, 4, 2, 16, int(causal)), ATT_CFG)
+    monkeypatch.setenv("NBX_AUTOTUNE", "0")
+    autotune.reload()
+    sdpa()
+    assert _last(seen, "_flash_fwd")["BLOCK_M"] == 16
+
+
+def test_attention_tma_knob_only_where_the_tma_kernel_runs():
+    t = space.get_tunable("attention")
+    assert not any(c.get("TMA") for c in t.candidates("float32"))
+    assert any(c.get("TMA") for c in t.candidates("bfloat16"))
+    assert not any(c.get("TMA") for c in space.attention_candidates("bfloat16", 80))
+    assert any(c.get("TMA") for c in space.attention_candidates("float16", 128))
+    tma = dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3, TMA=True)
+    assert t.contains(tma, "bfloat16") and not t.contains(tma, "float32")
+    assert t.applies(tma, (100, 8, 2, 128, 1)) and not t.applies(tma, (100, 8, 2, 80, 1))
+    # a 4-long key is the causal one (old callers, the sweep's CLI keys)
+    assert t.bucket((100, 8, 2, 64)) == t.bucket((100, 8, 2, 64, 1)) == (128, 8, 2, 64, 1)
+    case = sweep.CASES["attention"]((33, 4, 2, 80), "bfloat16", INTERP)
+    assert not any(c.get("TMA") for c in case.candidates())
+    # a bf16 TMA entry whose head dim is not a power of two is never served
+    _store("attention", (64, 4, 2, 80, 1), tma, dtype="bfloat16")
+    assert autotune.lookup("attention", (33, 4, 2, 80, 1), dtype="bfloat16",
+                           device=INTERP)[0] is None
+
+
+def test_non_causal_attention_case_screens():
+    case = sweep.CASES["attention"]((21, 2, 1, 16, 0), "float32", INTERP)
+    d = case.default_config()
+    rep = screen(case, [d, dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)])
+    assert len(rep.passed) == 2
+
+
+def test_seam_pick_costs_under_a_microsecond_on_a_repeat_key():
+    import timeit
+    autotune.pick("softmax", (64, 50), ROWS_CFG, dtype="float32", device=INTERP)
+    n = 20000
+    t = min(timeit.repeat(lambda: autotune.pick("softmax", (64, 50), ROWS_CFG,
+                                                dtype="float32", device=INTERP),
+                          number=n, repeat=5)) / n
+    # < 1 us on a quiet machine; loose here so a loaded CI core does not flake
+    assert t < 5e-6, t
+
+
+# ------------------------------------------------------------------------ decode attention
+
+def test_decode_attention_case_screens_against_float64():
+    case = sweep.CASES["decode_attention"]((2, 37, 3, 16), "float32", INTERP)
+    d = case.default_config()
+    t = space.get_tunable("decode_attention")
+    assert t.contains(d, "float32") and d in case.candidates()
+    other = dict(TARGET=132, BLOCK_N=32, num_warps=4, num_stages=2, COMBINE=0)
+    split = dict(TARGET=528, BLOCK_N=16, num_warps=4, num_stages=1, COMBINE=1)   # P = 3
+    rep = screen(case, [d, other, split])
+    assert rep.passed == [d, other, split], rep.excluded
+    # the rule's configs are in the space (cuda, all dtypes and head dims)
+    from nbxtensor.kernels.decode_attention import TUNED, decode_config
+    for size in (2, 4):
+        for bd in (64, 128, 256):
+            c = decode_config(1, 8, 4096, bd, bd, size)
+            c = dict(TARGET=TUNED["TARGET"], **{k: c[k] for k in
+                     ("BLOCK_N", "num_warps", "num_stages", "COMBINE")})
+            assert t.contains(c, "bfloat16" if size == 2 else "float32"), c
+
+
+def test_decode_attention_seam_uses_the_cached_config(monkeypatch):
+    g = np.random.default_rng()
+    Hk, C, G, D = 2, 37, 3, 16
+    q = nbx.tensor(g.standard_normal((1, Hk * G, 1, D)).astype(np.float32), device="interp")
+    k, v = (nbx.tensor(g.standard_normal((1, Hk, C, D)).astype(np.float32), device="interp")
+            for _ in range(2))
+    lengths = nbx.tensor(np.array(30, dtype=np.int32), device="interp")
+    k64, v64 = k.numpy().astype(np.float64)[0, :, :30], v.numpy().astype(np.float64)[0, :, :30]
+    q64 = q.numpy().astype(np.float64)[0, :, 0].reshape(Hk, G, D)
+    s = np.einsum("hgd,hcd->hgc", q64, k64) / np.sqrt(D)
+    p = np.exp(s - s.max(axis=2, keepdims=True))
+    ref = np.einsum("hgc,hcd->hgd", p / p.sum(axis=2, keepdims=True), v64).reshape(Hk * G, D)
+    run = lambda: nbx.decode_attention(q, k, v, lengths)  # noqa: E731
+    seen = _spy_launch(monkeypatch)
+    run()
+    kw = _last(seen, "_decode_split")
+    assert (kw["BLOCK_N"], kw["COMBINE"]) == (16, 1)              # interp rule
+    cfg = dict(TARGET=132, BLOCK_N=32, num_warps=2, num_stages=2, COMBINE=0)
+    _store("decode_attention", (Hk, 64, G, D), cfg)               # C 37 -> bucket 64
+    y = run()
+    kw = _last(seen, "_decode_split")
+    assert (kw["BLOCK_N"], kw["COMBINE"], kw["num_warps"]) == (32, 0, 2)
+    assert seen[-1][0] == "_decode_combine"                       # COMBINE=0: second launch
+    np.testing.assert_allclose(y.numpy()[0, :, 0], ref, rtol=1e-4, atol=1e-4)
+    _store("decode_attention", (Hk, 64, G, D), dict(cfg, BLOCK_N=24))   # outside the space
+    y = run()
+    assert _last(seen, "_decode_split")["BLOCK_N"] == 16
+    np.testing.assert_allclose(y.numpy()[0, :, 0], ref, rtol=1e-4, atol=1e-4)
+    _store("decode_attention", (Hk, 64, G, D), cfg)
+    monkeypatch.setenv("NBX_AUTOTUNE", "0")
+    autotune.reload()
+    run()
+    assert _last(seen, "_decode_split")["BLOCK_N"] == 16
+
+
+def test_real_decode_attention_sweep_on_interp(tmp_cache):
+    e = sweep.tune("decode_attention", (2, 37, 3, 16), dtype="float32", device=INTERP,
+                   candidates=[dict(TARGET=396, BLOCK_N=16, num_warps=4, num_stages=1,
+                                    COMBINE=1),
+                                dict(TARGET=132, BLOCK_N=32, num_warps=4, num_stages=2,
+                                     COMBINE=0)], warmup=0, reps=2)
+    assert e["config"]["TARGET"] in (396, 132)
+    assert autotune.lookup("decode_attention", (2, 40, 3, 16), dtype="float32",
+                           device=INTERP)[0] == e["config"]

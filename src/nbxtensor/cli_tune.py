@@ -182,8 +182,9 @@ def cmd_tune(args) -> int:
     # excluded and the sweep goes on (a fault poisons the process's CUDA context for good)
     run = tune_isolated if device.type == "cuda" else tune
     for line in attn:
-        print(f"note: {line}: not tuned here (the attention kernel does not read the cache "
-              f"yet; `autotune.tune('attention', (L, H, Hk, D), ...)` sweeps it)", file=sys.stderr)
+        print(f"note: {line}: not tuned by `nbx tune` yet (it generates matmul/GEMV keys only); "
+              f"`autotune.tune('attention', (L, H, Hk, D, causal), ...)` sweeps it and the kernel "
+              f"reads the result", file=sys.stderr)
     bar = Progress(len(shapes))
     failed = 0
     t0 = time.perf_counter()

@@ -10,7 +10,9 @@ entry tuned for a near one:
                     exact (they are the weight's shape: fixed per layer).
   gemv   (M, N, K): M in {1, 2, 4, 8, 16} (rounded up), N and K exact.
   rms_norm, softmax (R, N): rows rounded up to a power of two, row length N exact.
-  attention (L, H, Hk, D): sequence length rounded up to a power of two, heads/dim exact.
+  attention (L, H, Hk, D, causal): sequence length rounded up to a power of two, the rest exact.
+  decode_attention (B*Hk, C, R, D): cache capacity C rounded up to a power of two (near:
+                    within 2 octaves), the rest exact.
 `near(a, b)` says whether an entry for bucket b may serve bucket a when a has no entry of
 its own: same N and K, M within a factor of 4 (distance = |log2 ratio|, nearest wins).
 
@@ -136,8 +138,9 @@ def gemv_candidates(dtype: str, M: int) -> list[dict]:
 # rms_norm (kernels/norm.py) and softmax (kernels/softmax.py) share the rows rule
 # (softmax.row_config): key (R, N) = rows x row length. SINGLE holds a whole row in
 # registers and is only correct with BLOCK_N >= N (`applies`); the multi-pass form works for
-# any N. Tuning them runs through their _OVERRIDE hooks; their config functions do not call
-# pick() yet (see docs/notes/autotune.md for the two-line patch).
+# any N. Sweeps run through their _OVERRIDE hooks; norm.py (rms_norm and its residual form
+# add_rms_norm; layer_norm keeps the rule: no sweep times it) and softmax.py (softmax,
+# log_softmax: the same kernel) call pick().
 
 def _rows_space(dtype: str) -> list[dict]:
     if dtype not in ("bfloat16", "float16", "float32"):
@@ -168,22 +171,84 @@ def rows_candidates(dtype: str, N: int) -> list[dict]:
 
 
 # ------------------------------------------------------------------------ attention prefill
-# Flash attention (kernels/attention.py sdpa), causal self-attention of one sequence:
-# key (L, H, Hk, D) = sequence length, query heads, kv heads, head dim. BLOCK_M must be a
-# multiple of BLOCK_N (the kernel's causal split relies on it). Tuned through its
-# _OVERRIDE; sdpa does not call pick() yet.
+# Flash attention (kernels/attention.py sdpa) of one sequence, no mask, L == S:
+# key (L, H, Hk, D, causal) = sequence length, query heads, kv heads, head dim, causal (0/1;
+# a 4-long key means causal). BLOCK_M must be a multiple of BLOCK_N (the kernel's causal
+# split relies on it). The TMA knob (TMA=True; absent = the pointer kernel) is in the space
+# of 16-bit dtypes only and applies only to head dims that are powers of two >= 16 -- the
+# kernel's own `_tma_ok` rule for contiguous inputs (sdpa still checks strides/alignment
+# at the call and falls back to its default when a TMA entry does not fit the tensors).
 
 def _attn_space(dtype: str) -> list[dict]:
     if dtype not in ("bfloat16", "float16", "float32"):
         return []
-    return [c for c in _grid(BLOCK_M=[16, 32, 64, 128], BLOCK_N=[16, 32, 64, 128],
+    base = [c for c in _grid(BLOCK_M=[16, 32, 64, 128], BLOCK_N=[16, 32, 64, 128],
                              num_warps=[4, 8], num_stages=[1, 2, 3, 4])
             if c["BLOCK_M"] % c["BLOCK_N"] == 0]
+    if dtype == "float32":     # the TMA kernel is 16-bit only (kernels/attention.py _tma_ok)
+        return base
+    tma = [dict(c, TMA=True) for c in base if c["BLOCK_M"] >= 64 and c["num_stages"] >= 2]
+    return base + tma
+
+
+def _attn_key(key: tuple) -> tuple:
+    L, H, Hk, D = (int(v) for v in key[:4])
+    causal = int(bool(key[4])) if len(key) > 4 else 1
+    return L, H, Hk, D, causal
 
 
 def _attn_bucket(key: tuple) -> tuple:
-    L, H, Hk, D = (int(v) for v in key)
-    return (_pow2_ceil(L), H, Hk, D)
+    L, H, Hk, D, causal = _attn_key(key)
+    return (_pow2_ceil(L), H, Hk, D, causal)
+
+
+def tma_head_dim(D: int) -> bool:
+    return D >= 16 and D & (D - 1) == 0
+
+
+def _attn_applies(cfg: dict, key: tuple) -> bool:
+    return not cfg.get("TMA") or tma_head_dim(int(key[3]))
+
+
+def attention_candidates(dtype: str, D: int) -> list[dict]:
+    """The part of the attention space that applies to head dim D (TMA only where it runs)."""
+    return [c for c in _attn_space(dtype) if not c.get("TMA") or tma_head_dim(D)]
+
+
+# --------------------------------------------------------------------- decode attention
+# Split-K decode attention (kernels/decode_attention.py): key (B*Hk, C, R, D) = kv rows
+# (batch x kv heads), cache capacity, query rows per kv head (group x tokens), head dim.
+# TARGET = programs the split aims for (P, the splits, is derived from it and BLOCK_N as the
+# rule does); COMBINE = 1 merges the partials in the last split program (ticket), 0 in a
+# second launch. The rule's configs (interp: BLOCK_N 16, 1 stage; fp32: 64 / 2 stages,
+# halved for wide heads) are in the space.
+
+def _decode_space(dtype: str) -> list[dict]:
+    if dtype not in ("bfloat16", "float16", "float32"):
+        return []
+    return _grid(TARGET=[132, 264, 396, 528, 1056], BLOCK_N=[16, 32, 64, 128],
+                 num_warps=[2, 4, 8], num_stages=[1, 2, 3], COMBINE=[0, 1])
+
+
+def _decode_bucket(key: tuple) -> tuple:
+    BH, C, R, D = (int(v) for v in key)
+    return (BH, _pow2_ceil(C), R, D)
+
+
+def _decode_near(a: tuple, b: tuple) -> float | None:
+    # the axis that varies between calls of one model is the cache capacity C (index 1)
+    if a[0] != b[0] or a[2:] != b[2:] or a[1] <= 0 or b[1] <= 0:
+        return None
+    d = abs(math.log2(b[1] / a[1]))
+    return d if d <= 2 else None
+
+
+def decode_candidates(dtype: str) -> list[dict]:
+    """What a decode sweep times: COMBINE=1 (the rule's) with 2+ warps, plus COMBINE=0 at
+    the rule's TARGET -- 108 of the 360 (each candidate is a compile on a cold sweep)."""
+    return [c for c in _decode_space(dtype)
+            if (c["COMBINE"] == 1 and c["num_warps"] >= 4 and c["TARGET"] != 1056)
+            or (c["COMBINE"] == 0 and c["TARGET"] == 396 and c["num_warps"] == 4)]
 
 
 TUNABLES: dict[str, Tunable] = {}
@@ -216,5 +281,9 @@ register_tunable(Tunable("rms_norm", _rows_space, _rows_bucket, _m_near, _rows_a
                          doc="rms_norm rows (kernels/norm.py), key (rows, N)"))
 register_tunable(Tunable("softmax", _rows_space, _rows_bucket, _m_near, _rows_applies,
                          doc="softmax rows (kernels/softmax.py), key (rows, N)"))
-register_tunable(Tunable("attention", _attn_space, _attn_bucket, _m_near, None,
-                         doc="flash attention prefill (kernels/attention.py), key (L, H, Hk, D)"))
+register_tunable(Tunable("attention", _attn_space, _attn_bucket, _m_near, _attn_applies,
+                         doc="flash attention prefill (kernels/attention.py), "
+                             "key (L, H, Hk, D, causal)"))
+register_tunable(Tunable("decode_attention", _decode_space, _decode_bucket, _decode_near, None,
+                         doc="split-K decode attention (kernels/decode_attention.py), "
+                             "key (B*Hk, C, R, D)"))

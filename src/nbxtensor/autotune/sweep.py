@@ -275,7 +275,8 @@ class SoftmaxCase(_RowsCase):
 
 @register_case("attention")
 class AttentionCase:
-    """Causal self-attention of one sequence: q [1, H, L, D], k/v [1, Hk, L, D] (GQA)."""
+    """Self-attention of one sequence: q [1, H, L, D], k/v [1, Hk, L, D] (GQA); key
+    (L, H, Hk, D[, causal]) -- a 4-long key is causal."""
 
     kernel = "attention"
     TOL = {"bfloat16": 2e-2, "float16": 1e-2, "float32": 1e-4}
@@ -283,7 +284,8 @@ class AttentionCase:
     def __init__(self, key, dtype, device, seed=0):
         import nbxtensor as nbx
         from ..tensor import Tensor
-        self.L, self.H, self.Hk, self.D = (int(v) for v in key)
+        from .space import _attn_key
+        self.L, self.H, self.Hk, self.D, self.causal = _attn_key(tuple(key))
         if self.H % self.Hk:
             raise ValueError(f"autotune: attention heads {self.H} not a multiple of kv heads {self.Hk}")
         self.dtype = nbx.dtypes.as_dtype(dtype)
@@ -307,8 +309,8 @@ class AttentionCase:
         return self.L
 
     def describe_key(self) -> str:
-        return (f"attention L={self.L} H={self.H} Hk={self.Hk} D={self.D} {self.dtype.name} "
-                f"on {self.device}")
+        return (f"attention L={self.L} H={self.H} Hk={self.Hk} D={self.D} "
+                f"{'causal' if self.causal else 'full'} {self.dtype.name} on {self.device}")
 
     describe = _ProductCase.describe
 
@@ -316,18 +318,23 @@ class AttentionCase:
         self.out.fill_(float("nan"))
 
     def candidates(self):
-        return get_tunable("attention").candidates(self.dtype.name)
+        # TMA candidates only where the TMA kernel runs (16-bit, head dim a power of two):
+        # elsewhere sdpa would time the pointer kernel under a TMA label
+        from .space import attention_candidates
+        return attention_candidates(self.dtype.name, self.D)
 
     def default_config(self):
         from ..kernels import attention as ka
-        return ka.flash_config(self.D, self.D, self.dtype.itemsize, self.device.type == "interp")
+        return ka.flash_config(self.D, self.D, self.dtype.itemsize, self.device.type == "interp",
+                               bool(self.causal))
 
     def run(self, cfg):
         from ..kernels import attention as ka
         old = ka._OVERRIDE
         ka._OVERRIDE = cfg
         try:
-            ka.sdpa(self.out, self.q, self.k, self.v, None, scale=self.scale, is_causal=True)
+            ka.sdpa(self.out, self.q, self.k, self.v, None, scale=self.scale,
+                    is_causal=bool(self.causal))
         finally:
             ka._OVERRIDE = old
 
@@ -347,8 +354,9 @@ class AttentionCase:
                 k = np.repeat(self.k64, g, axis=0)                     # [H, L, D]
                 v = np.repeat(self.v64, g, axis=0)
                 s = np.einsum("hrd,hld->hrl", q, k) * self.scale
-                s = np.where(np.arange(self.L)[None, None, :] <= np.arange(a, b)[None, :, None],
-                             s, -np.inf)
+                if self.causal:
+                    s = np.where(np.arange(self.L)[None, None, :] <= np.arange(a, b)[None, :, None],
+                                 s, -np.inf)
                 p = np.exp(s - s.max(axis=2, keepdims=True))
                 p /= p.sum(axis=2, keepdims=True)
                 refs.append(np.einsum("hrl,hld->hrd", p, v))
@@ -356,6 +364,95 @@ class AttentionCase:
             self._ref = (np.concatenate(refs, axis=1), np.concatenate(bounds, axis=1))
         return self._ref
 
+
+@register_case("decode_attention")
+class DecodeAttentionCase:
+    """Split-K decode of one query token per head: q [1, Hk*R, 1, D], caches [1, Hk, C, D]
+    filled to capacity (lengths = C, so every split works); key (B*Hk, C, R, D) with B = 1.
+    Reference: float64 NumPy attention of each query row over its kv head's C keys."""
+
+    kernel = "decode_attention"
+    TOL = {"bfloat16": 2e-2, "float16": 1e-2, "float32": 1e-4}
+
+    def __init__(self, key, dtype, device, seed=0):
+        import nbxtensor as nbx
+        from ..tensor import Tensor
+        self.Hk, self.C, self.R, self.D = (int(v) for v in key)
+        self.dtype = nbx.dtypes.as_dtype(dtype)
+        if self.dtype.name not in self.TOL:
+            raise ValueError(f"autotune: decode_attention is tuned for {sorted(self.TOL)}, got "
+                             f"{self.dtype.name}")
+        self.device = device
+        g = np.random.default_rng(seed)
+        q = g.standard_normal((1, self.Hk * self.R, 1, self.D)).astype(self.dtype.np)
+        k = g.standard_normal((1, self.Hk, self.C, self.D)).astype(self.dtype.np)
+        v = g.standard_normal((1, self.Hk, self.C, self.D)).astype(self.dtype.np)
+        self.q64, self.k64, self.v64 = (a.astype(np.float64)[0] for a in (q, k, v))
+        self.q, self.k, self.v = (nbx.tensor(a, device=device) for a in (q, k, v))
+        self.lengths = nbx.tensor(np.array(self.C, dtype=np.int32), device=device)
+        self.out = Tensor._empty((1, self.Hk * self.R, 1, self.D), self.dtype, device)
+        self.scale = 1.0 / math.sqrt(self.D)
+        self.rows = [(0, self.Hk * self.R)]      # small output: all of it is compared
+        self.tol = self.TOL[self.dtype.name]
+        self.tol_text = f"{self.tol:.3g} x (P @ |V|)"
+        self._ref = None
+
+    @property
+    def M(self):
+        return self.Hk * self.R
+
+    def describe_key(self) -> str:
+        return (f"decode_attention Hk={self.Hk} C={self.C} R={self.R} D={self.D} "
+                f"{self.dtype.name} on {self.device}")
+
+    describe = _ProductCase.describe
+
+    def reset(self):
+        self.out.fill_(float("nan"))
+
+    def candidates(self):
+        from .space import decode_candidates
+        return decode_candidates(self.dtype.name)
+
+    def default_config(self):
+        from ..kernels import decode_attention as kd
+        bd = max(16, 1 << (self.D - 1).bit_length())
+        cfg = kd.decode_config(1, self.Hk, self.C, bd, bd, self.dtype.itemsize,
+                               self.device.type == "interp")
+        return dict(TARGET=kd.TUNED["TARGET"], BLOCK_N=cfg["BLOCK_N"],
+                    num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+                    COMBINE=cfg["COMBINE"])
+
+    def run(self, cfg):
+        from ..kernels import decode_attention as kd
+        if cfg is None:
+            cfg = self.default_config()
+        over = dict(cfg, P=kd.splits(self.Hk, self.C, cfg["TARGET"], cfg["BLOCK_N"]))
+        over.pop("TARGET")
+        old = kd._OVERRIDE
+        kd._OVERRIDE = over
+        try:
+            kd.decode_attention(self.out, self.q, self.k, self.v, self.lengths, scale=self.scale)
+        finally:
+            kd._OVERRIDE = old
+
+    def run_default(self):
+        self.run(None)
+
+    def result(self) -> np.ndarray:
+        return self.out.numpy().astype(np.float64)[0, :, 0]
+
+    def reference(self):
+        if self._ref is None:
+            q = self.q64[:, 0].reshape(self.Hk, self.R, self.D)
+            s = np.einsum("hrd,hcd->hrc", q, self.k64) * self.scale
+            p = np.exp(s - s.max(axis=2, keepdims=True))
+            p /= p.sum(axis=2, keepdims=True)
+            ref = np.einsum("hrc,hcd->hrd", p, self.v64).reshape(self.Hk * self.R, self.D)
+            bound = self.tol * np.einsum("hrc,hcd->hrd", p, np.abs(self.v64)).reshape(
+                self.Hk * self.R, self.D) + 1e-6
+            self._ref = (ref, bound)
+        return self._ref
 
 def kernel_for(key, dtype: str = "bfloat16") -> str:
     """Which kernel a linear layer of shape (M, N, K) runs: gemv up to 16 rows (not fp64,
@@ -539,4 +636,10 @@ def _candidates_of(kernel, key, dtype, device):
         return gemv_candidates(dtype, int(key[0]))
     if kernel in ("rms_norm", "softmax"):
         return rows_candidates(dtype, int(key[1]))
+    if kernel == "decode_attention":
+        from .space import decode_candidates
+        return decode_candidates(dtype)
+    if kernel == "attention":
+        from .space import attention_candidates
+        return attention_candidates(dtype, int(key[3]))
     return get_tunable(kernel).candidates(dtype)

@@ -20,6 +20,7 @@ import struct
 import triton
 import triton.language as tl
 
+from .. import autotune as _autotune
 from ..dispatch import register
 
 LOG2E = 1.4426950408889634
@@ -268,9 +269,10 @@ def _flash_fwd_tma(q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_k
 # Hopper, fp16/bf16: BLOCK_M=128, BLOCK_N=64 (32 for head dims > 128 to fit shared
 # memory), 8 warps, 3 stages. fp32/fp64 tiles are smaller (twice/four times the bytes).
 # BLOCK_M must be a multiple of BLOCK_N (the causal split relies on it).
-# TMA=True (absent = False; the autotune space knows the four keys) picks `_flash_fwd_tma`
-# where it applies (no mask, head dim a power of two, unit head-dim stride, 16-byte aligned
-# strides, scale > 0); elsewhere `_flash_fwd` runs. LAZY=True adds FA4's lazy rescale there.
+# TMA=True (absent = False; the autotune space has it for 16-bit dtypes, not LAZY) picks
+# `_flash_fwd_tma` where it applies (no mask, head dim a power of two, unit head-dim
+# stride, 16-byte aligned strides, scale > 0); elsewhere `_flash_fwd` runs. LAZY=True
+# adds FA4's lazy rescale there.
 # TUNED overrides the defaults for 16-bit inputs, keyed by (padded head dim, causal):
 # paste the table that `benchmarks/bench_attention.py --sweep` prints.
 # measured on the H200 (bench_attention.py --sweep, 2026-11-29): the pointer kernel with
@@ -330,6 +332,16 @@ def sdpa(out, q, k, v, mask, *, scale, is_causal):
                        tuned=not _OVERRIDE)
     if _OVERRIDE:
         cfg.update(_OVERRIDE)
+    elif B == 1 and mask is None and L == S and D == DV:
+        # autotune seam: the sweep's shape (one sequence, self-attention, no mask), keyed by
+        # head dim, causal flag and dtype; a screened entry inside today's space, else the
+        # default above. A TMA entry the tensors do not suit (strides, alignment) falls
+        # back to that default rather than running its tile on the pointer kernel.
+        default = cfg
+        cfg = _autotune.pick("attention", (L, H, Hk, D, int(bool(is_causal))), cfg,
+                             dtype=q.dtype.name, device=q.device)
+        if cfg.get("TMA") and not _tma_ok(q, k, v, out, mask, scale, D, DV, S):
+            cfg = default
     tma = bool(cfg.get("TMA")) and _tma_ok(q, k, v, out, mask, scale, D, DV, S)
     if cfg.get("TMA") and not tma and not _OVERRIDE:
         # a tuned TMA tile may not suit the pointer kernel (masks, padded head dims)

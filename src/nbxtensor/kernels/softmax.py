@@ -16,6 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .. import autotune as _autotune
 from ..dispatch import register
 
 
@@ -109,6 +110,9 @@ def softmax(out, x, rows, *, dim, log=False):
     cfg = row_config(N)
     if _OVERRIDE:
         cfg.update(_OVERRIDE)
+    elif x.device.type != "cpu":
+        # autotune seam (log_softmax is the same kernel): a screened entry or the rule
+        cfg = _autotune.pick("softmax", (R, N), cfg, dtype=x.dtype.name, device=x.device)
     launch(_softmax_kernel, (triton.cdiv(R, cfg["BLOCK_R"]),), x, out, R, R1, N, *sx, *so,
            BLOCK_R=cfg["BLOCK_R"], BLOCK_N=cfg["BLOCK_N"], SINGLE=cfg["SINGLE"], LOG=log,
            F64=out.dtype is _dt.float64 or x.dtype is _dt.float64, num_warps=cfg["num_warps"])
