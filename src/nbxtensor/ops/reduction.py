@@ -17,11 +17,12 @@ Scans (`cumsum`, `cumprod`) dispatch `scan`; the sort family dispatches `sort`,
 """
 from __future__ import annotations
 
+import builtins
 import math
 from collections import namedtuple
 
 from .. import dtypes as _dt
-from ..dispatch import impl
+from ..dispatch import impl, register
 from ..tensor import _CONTIG, Size, Tensor, contiguous_strides, normalize_dim
 from . import _methods
 
@@ -269,6 +270,102 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None, *, out=None):  # n
     return vector_norm(input, p, dim, keepdim, dtype=dtype, out=out)
 
 
+def _is_matrix_ord(ord):  # noqa: A002
+    if isinstance(ord, str):
+        return ord in ("fro", "nuc")
+    if isinstance(ord, bool) or not isinstance(ord, (int, float)):
+        return False
+    return float(ord) in (math.inf, -math.inf, 1.0, -1.0, 2.0, -2.0)
+
+
+def _matrix_dims(A, dim, fname):
+    if not isinstance(dim, (tuple, list)) or len(dim) != 2:
+        raise ValueError(f"{fname}: dim must be a 2-tuple of ints, got {dim!r}")
+    d0, d1 = (normalize_dim(d, A.ndim, "dim") for d in dim)
+    if d0 == d1:
+        raise ValueError(f"{fname}: dim must name two different dimensions, got {tuple(dim)}")
+    return d0, d1
+
+
+def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=None):  # noqa: A002
+    """torch.linalg.matrix_norm over the two dims `dim` (batched over the others).
+
+    ord: 'fro' (sqrt of the sum of squares), 1 / -1 (max / min column abs-sum), inf / -inf
+    (max / min row abs-sum) on every device; 'nuc' (sum of singular values) and 2 / -2 (largest /
+    smallest singular value) need an SVD, computed on the cpu device only."""
+    fname = "linalg.matrix_norm"
+    _check_tensor(A, fname, "A")
+    if A.ndim < 2:
+        raise ValueError(f"{fname}: A must have at least 2 dimensions, got {A.ndim}-D "
+                         f"(shape {tuple(A.shape)})")
+    if not _is_matrix_ord(ord):
+        raise ValueError(f"{fname}: ord must be one of 'fro', 'nuc', inf, -inf, 1, -1, 2, -2; "
+                         f"got {ord!r}")
+    d0, d1 = _matrix_dims(A, dim, fname)
+    x, _ = _cast_input(A, dtype, fname)
+    _require_float(x, fname, "A")
+    if ord == "fro":
+        return vector_norm(x, 2, (d0, d1), keepdim, out=out)
+    if ord in (1, -1, math.inf, -math.inf):
+        # abs-sums along one dim, then the max/min over the other (inf: the 1-norm transposed)
+        s, r = (d0, d1) if abs(ord) == 1 else (d1, d0)
+        sums = vector_norm(x, 1, s, keepdim=True)
+        red = amax if ord > 0 else amin
+        v = red(sums, r, keepdim=True)
+        keep, final = _out_shape(x, (d0, d1), keepdim)
+        return _finish(v, final, out, fname)
+    # 'nuc', 2, -2: singular values, on the cpu only (never a silent host round trip)
+    if x.device.type != "cpu":
+        raise NotImplementedError(
+            f"{fname}: ord={ord!r} needs singular values, which nbxtensor computes on the cpu "
+            f"device only; call .cpu() first (got a tensor on {x.device})")
+    if x.dtype not in (_dt.float32, _dt.float64):
+        raise TypeError(f"{fname}: ord={ord!r} (an SVD) supports float32 and float64 inputs, got "
+                        f"{x.dtype.name}; pass dtype= or cast first")
+    perm = [i for i in range(x.ndim) if i not in (d0, d1)] + [d0, d1]
+    xm = x.permute(perm)
+    k = builtins.min(x.shape[d0], x.shape[d1])
+    batch = list(xm.shape[:-2])
+    sv = Tensor._empty(batch + [k], x.dtype, x.device)
+    if sv.numel():
+        impl("svdvals", x.device)(xm, sv)
+    if ord == "nuc":
+        v = sum(sv, -1)
+    else:
+        if k == 0:
+            raise IndexError(f"{fname}: ord={ord!r} of an empty matrix (shape "
+                             f"{tuple(x.shape)}) is undefined")
+        v = (amax if ord == 2 else amin)(sv, -1)
+    keep, final = _out_shape(x, (d0, d1), keepdim)
+    # v is laid out in the batch order of `perm`, which is the input order of the kept dims
+    return _finish(v.contiguous(), final, out, fname)
+
+
+def linalg_norm(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A002
+    """torch.linalg.norm: a matrix norm when `dim` is a 2-tuple (or dim is None and A is 2-D
+    with ord given or a string ord), else a vector norm; ord=None is the 2-norm of the
+    flattened input (or over `dim`)."""
+    fname = "linalg.norm"
+    _check_tensor(A, fname, "A")
+    if isinstance(dim, int) and not isinstance(dim, bool):
+        dim = (dim,)
+    if dim is not None:
+        if not isinstance(dim, (tuple, list)) or len(dim) not in (1, 2):
+            raise ValueError(f"{fname}: dim must be an int or a tuple of 1 or 2 ints, got "
+                             f"{dim!r}")
+    elif ord is not None and A.ndim not in (1, 2):
+        raise ValueError(f"{fname}: if dim is not given but ord is, A must be 1-D or 2-D; got "
+                         f"{A.ndim}-D (pass dim=)")
+    if isinstance(ord, str) or (ord is not None and (len(dim) == 2 if dim is not None
+                                                       else A.ndim == 2)):
+        if dim is not None and len(dim) != 2:
+            raise ValueError(f"{fname}: ord={ord!r} is a matrix norm and needs a 2-tuple dim, "
+                             f"got {tuple(dim)}")
+        return matrix_norm(A, ord, tuple(dim) if dim is not None else (0, 1), keepdim,
+                           dtype=dtype, out=out)
+    return vector_norm(A, 2 if ord is None else ord, dim, keepdim, dtype=dtype, out=out)
+
+
 def logsumexp(input, dim, keepdim=False, *, out=None):
     """log(sum(exp(x))) computed as max + log(sum(exp(x - max))); integers give float32."""
     _check_tensor(input, "logsumexp")
@@ -504,12 +601,13 @@ def nonzero(input, *, as_tuple=False):
 
 
 def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):  # noqa: A002
-    """Sorted unique values of the flattened input; optionally the inverse (input's shape) and
-    the counts. Each NaN is its own value, as torch. On cuda this syncs with the host once."""
+    """Sorted unique values of the flattened input (dim=None), or the unique slices along `dim`
+    sorted lexicographically; optionally the inverse and the counts. Each NaN is its own value,
+    as torch. `sorted=False` still sorts (torch on cuda does too). Syncs with the host once
+    (the number of unique values sizes the output)."""
     _sortable(input, "unique")
     if dim is not None:
-        raise NotImplementedError(f"unique: dim={dim!r} is not supported (only dim=None, which "
-                                  f"flattens the input)")
+        return _unique_dim(input, dim, bool(return_inverse), bool(return_counts))
     vals, inv, counts = impl("unique", input.device)(input, bool(return_inverse),
                                                       bool(return_counts))
     res = [vals]
@@ -518,6 +616,66 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=No
     if return_counts:
         res.append(counts)
     return tuple(res) if len(res) > 1 else vals
+
+
+def _unique_dim(x, dim, return_inverse, return_counts):
+    """torch.unique(dim=d): the unique slices x.select(d, i), sorted lexicographically (slices
+    compared as their row-major flattening). inverse (size(d),) maps each slice to its unique
+    slice, counts how often each occurs. Rows holding a NaN are all distinct (NaN != NaN) and
+    sort after every number in that column (torch leaves NaN here unspecified)."""
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"unique: dim must be an int or None, got {dim!r}")
+    if x.ndim == 0:
+        raise IndexError(f"unique: dim={dim} needs an input with at least one dimension, got a "
+                         f"0-dim tensor (use dim=None)")
+    d = normalize_dim(dim, x.ndim, "dim")
+    n = x.shape[d]
+    dev = x.device
+    if n == 0:  # no slices: an empty result of the input's shape (torch)
+        e = Tensor._empty((0,), _dt.int64, dev)
+        res = [Tensor._empty(x.shape, x.dtype, dev)]
+    else:
+        rows = x.movedim(d, 0).reshape(n, -1).contiguous()
+        first, inv, counts = impl("unique_dim", dev)(rows)
+        rest = [s for i, s in enumerate(x.shape) if i != d]
+        vals = rows.index_select(0, first).view([first.shape[0]] + rest)
+        res = [vals.movedim(0, d).contiguous()]
+    if return_inverse:
+        res.append(e if n == 0 else inv)
+    if return_counts:
+        res.append(e if n == 0 else counts)
+    return tuple(res) if len(res) > 1 else res[0]
+
+
+@register("unique_dim", "triton")
+def _unique_dim_composite(rows):
+    """cuda/interp: unique rows of a contiguous (n, m) tensor from existing device ops.
+
+    Lexicographic order by m stable argsorts, last column first (each pass keeps the order of
+    the later columns among equal keys); a row starts a run when it differs from the previous
+    sorted row; a scan of those flags numbers the runs. The one host sync is nonzero's count
+    of run starts. m argsorts of length n: fine for modest m, slow for very wide slices."""
+    from ..creation import arange
+    n, m = rows.shape
+    dev = rows.device
+    perm = arange(n, dtype=_dt.int64, device=dev)
+    for j in range(m - 1, -1, -1):
+        key = rows[:, j].index_select(0, perm)
+        perm = perm.index_select(0, sort(key).indices)
+    s = rows.index_select(0, perm)
+    flags = Tensor._empty((n,), _dt.bool, dev)
+    flags[:1].fill_(True)
+    if n > 1:
+        flags[1:].copy_(any(s[1:] != s[:-1], dim=1))
+    starts = nonzero(flags).reshape(-1)       # the one host sync: the number of unique rows
+    ids = cumsum(flags, 0) - 1
+    inv = Tensor._empty((n,), _dt.int64, dev)
+    inv.index_put_((perm,), ids)
+    ends = Tensor._empty(starts.shape, _dt.int64, dev)
+    k = starts.shape[0]
+    ends[:k - 1].copy_(starts[1:])
+    ends[k - 1:].fill_(n)
+    return perm.index_select(0, starts), inv, ends - starts
 
 
 # ------------------------------------------------------------------ Tensor methods

@@ -64,3 +64,36 @@ def unique(x, return_inverse, return_counts):
     t = Tensor._from_numpy_unchecked
     return (t(np.ascontiguousarray(vals)), t(inv.astype(np.int64).reshape(-1)),
             t(counts.astype(np.int64)))
+
+
+@register("unique_dim", "numpy")
+def unique_dim(rows):
+    """Unique rows of a contiguous 2-D (n, m) tensor, n >= 1: (row starts in sorted order as
+    indices into `rows`, inverse (n,), counts). np.unique(axis=0)'s semantics, written out so
+    that NaN is defined: rows sort lexicographically with NaN largest (as the device path's
+    stable sorts), and rows holding a NaN never equal another row (NaN != NaN)."""
+    a = rows._host_view()
+    w = _widen(rows, a)
+    n, m = w.shape
+    # np.lexsort sorts by its last key first: pass the columns last-to-first, stable
+    perm = np.lexsort(w.T[::-1]) if m else np.arange(n)
+    s = w[perm]
+    starts = np.ones(n, dtype=bool)
+    if n > 1:
+        starts[1:] = np.any(s[1:] != s[:-1], axis=1)
+    ids = np.cumsum(starts) - 1
+    inv = np.empty(n, dtype=np.int64)
+    inv[perm] = ids
+    first = np.flatnonzero(starts)
+    counts = np.diff(np.append(first, n)).astype(np.int64)
+    t = Tensor._from_numpy_unchecked
+    return (t(np.ascontiguousarray(perm[first].astype(np.int64))), t(inv),
+            t(np.ascontiguousarray(counts)))
+
+
+@register("svdvals", "numpy")
+def svdvals(a, out):
+    """Singular values of the trailing 2 dims (descending), in float64 then cast: the matrix
+    norms 'nuc' and +-2 (kept here with the other NumPy-only helpers of the reductions)."""
+    h = np.ascontiguousarray(a._host_view()).astype(np.float64)
+    out._host_view()[...] = np.linalg.svd(h, compute_uv=False).astype(out._host_view().dtype)
