@@ -44,6 +44,8 @@ def _cases(nbx_mod, dev, make):
     w = make((256, 1024), "float32")
     bias = make((256,), "float32")
     col = make((4, 4096), "float32")
+    sq = make((64, 64), "float32")
+    x1 = make((1, 1024), "float32")
     F = nbx_mod.nn.functional if hasattr(nbx_mod, "nn") else None
     rows = [
         ("add f32 n=4096", lambda: nbx_mod.add(a, b), ("add", "a", "b")),
@@ -54,6 +56,9 @@ def _cases(nbx_mod, dev, make):
         ("exp f32 n=4096", lambda: nbx_mod.exp(a), ("exp", "a")),
         ("silu f32 n=4096", lambda: nbx_mod.silu(a), ("silu", "a")),
         ("a.to(float16)", lambda: a.to(nbx_mod.float16), ("cast", "a")),
+        ("a.to(dtype=float16)", lambda: a.to(dtype=nbx_mod.float16), ("cast", "a")),
+        ("a.clone()", lambda: a.clone(), ("clone", "a")),
+        ("(64,64).t().contiguous()", lambda: sq.t().contiguous(), ("tcontig", "sq")),
         ("sum (1,32000) dim=-1", lambda: nbx_mod.sum(r1, -1), ("sum", "r1")),
         ("sum (4,4096) dim=-1", lambda: nbx_mod.sum(r4, -1), ("sum", "r4")),
         ("amax (8,4096) dim=-1", lambda: r8.amax(-1), ("amax", "r8")),
@@ -66,7 +71,9 @@ def _cases(nbx_mod, dev, make):
     if F is not None and hasattr(F, "linear"):
         rows.append(("linear (4,1024)x(256,1024)+b", lambda: F.linear(xs, w, bias),
                      ("linear", "xs", "w", "bias")))
-    tens = dict(a=a, b=b, h=h, r1=r1, r4=r4, r8=r8, xs=xs, w=w, bias=bias, col=col)
+        rows.append(("linear (1,1024)x(256,1024)", lambda: F.linear(x1, w),
+                     ("linear1", "x1", "w")))
+    tens = dict(a=a, b=b, h=h, r1=r1, r4=r4, r8=r8, xs=xs, w=w, bias=bias, col=col, sq=sq, x1=x1)
     return rows, tens
 
 
@@ -83,6 +90,8 @@ def _torch_fn(spec, T, torch):
         "argmax": lambda: a("r8").argmax(-1), "mean": lambda: a("r8").mean(-1),
         "sumall": lambda: a("r8").sum(), "softmax": lambda: F.softmax(a("r8"), -1),
         "linear": lambda: F.linear(a("xs"), a("w"), a("bias")),
+        "linear1": lambda: F.linear(a("x1"), a("w")),
+        "clone": lambda: a("a").clone(), "tcontig": lambda: a("sq").t().contiguous(),
     }
     return table[k]
 
@@ -128,6 +137,11 @@ def _fake_cuda():
     driver.set_device = lambda index: None
     storage._stream_handle = lambda index: 0
     memory._allocators[0] = memory.CachingAllocator(memory.FakeRaw(), "cuda:0")
+    try:    # the autotune tables key on the device's name and capability: pretend an H200
+        from nbxtensor import autotune
+        autotune._idents[0] = ("NVIDIA H200", "sm_90")
+    except Exception:  # noqa: BLE001 - an older tree without autotune
+        pass
     dev = nbx.device("cuda") if hasattr(nbx, "device") else None
     from nbxtensor.device import Device
     from nbxtensor.tensor import Tensor

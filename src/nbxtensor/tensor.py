@@ -587,8 +587,12 @@ class Tensor:
         return self if self.is_contiguous() else self.clone()
 
     def clone(self) -> "Tensor":
-        out = Tensor._empty(self._shape, self._dtype, self.device)
-        return out.copy_(self)
+        # out is fresh, contiguous and of self's shape: no broadcast or overlap to check
+        device = self._storage.device
+        out = Tensor._empty(self._shape, self._dtype, device)
+        if math.prod(self._shape):
+            impl("copy_", device)(out, self)
+        return out
 
     def _to_device(self, device: Device) -> "Tensor":
         """A contiguous copy on `device`, same dtype (staged through host memory)."""
@@ -602,6 +606,16 @@ class Tensor:
 
     def to(self, *args, **kwargs) -> "Tensor":
         """to(device), to(dtype), to(device, dtype), to(other); copy=True forces a copy."""
+        if not kwargs and len(args) == 1 and args[0].__class__ is _dt.DType:
+            # to(dtype), the common cast: into a fresh tensor, which cannot overlap self
+            dtype = args[0]
+            if dtype is self._dtype:
+                return self
+            device = self._storage.device
+            out = Tensor._empty(self._shape, dtype, device)
+            if math.prod(self._shape):
+                impl("copy_", device)(out, self)
+            return out
         device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
         copy = kwargs.pop("copy", False)
         kwargs.pop("non_blocking", None)
@@ -623,8 +637,13 @@ class Tensor:
             src = self._to_device(device)
             if dtype is src._dtype:
                 return src
-            return Tensor._empty(self._shape, dtype, device).copy_(src)
-        return Tensor._empty(self._shape, dtype, device).copy_(self)
+        else:
+            src = self
+        # out is fresh and of src's shape: no broadcast or overlap to check (copy_ would)
+        out = Tensor._empty(self._shape, dtype, device)
+        if math.prod(self._shape):
+            impl("copy_", device)(out, src)
+        return out
 
     def type(self, dtype=None):
         if dtype is None:

@@ -21,6 +21,15 @@ from .. import autotune as _autotune   # autotune seam (autotune engineer): pick
 from .matmul import _apply_epilogue
 
 
+# triton.cdiv / triton.next_power_of_2 are constexpr functions: ~1.5 us a call from Python
+def _cdiv(a, b):
+    return -(-a // b)        # b > 0; == triton.cdiv
+
+
+def _np2(n):
+    return 1 << (n - 1).bit_length() if n > 0 else 0    # == triton.next_power_of_2 (0 -> 0)
+
+
 @triton.jit
 def _gemv_kernel(x_ptr, w_ptr, o_ptr, bias_ptr, r_ptr,
                  M, N, K, K_SPLIT,
@@ -129,7 +138,7 @@ _OVERRIDE: dict | None = None
 
 def gemv_config(M, N, K, dtype, device=None) -> dict:
     bk = 256 if dtype.itemsize == 2 else 128
-    bk = min(bk, max(16, triton.next_power_of_2(K)))
+    bk = min(bk, max(16, _np2(K)))
     cfg = dict(BLOCK_M=1 if M == 1 else 16, BLOCK_N=32 if M == 1 else 64, BLOCK_K=bk,
                num_warps=4, num_stages=4, TARGET=TARGET_PROGRAMS)
     if _OVERRIDE:   # for sweeps: any of the keys above (K_SPLIT is always derived)
@@ -138,10 +147,10 @@ def gemv_config(M, N, K, dtype, device=None) -> dict:
         # autotune seam: a screened config from the user cache / shipped table, else the rule
         cfg = _autotune.pick("gemv", (M, N, K), cfg, dtype=dtype.name, device=device)
     bk = cfg["BLOCK_K"]
-    n_blocks = triton.cdiv(N, cfg["BLOCK_N"])
-    k_blocks = triton.cdiv(K, bk)
-    split = max(1, min(k_blocks, triton.cdiv(cfg["TARGET"], n_blocks)))
-    cfg["K_SPLIT"] = triton.cdiv(k_blocks, split) * bk
+    n_blocks = _cdiv(N, cfg["BLOCK_N"])
+    k_blocks = _cdiv(K, bk)
+    split = max(1, min(k_blocks, _cdiv(cfg["TARGET"], n_blocks)))
+    cfg["K_SPLIT"] = _cdiv(k_blocks, split) * bk
     return cfg
 
 
@@ -150,32 +159,36 @@ def gemv(out, a, b, *, bias, residual, alpha, beta, act, precision):
     from .. import dtypes as _dt
     from ..backends.launch import launch
     from ..tensor import Tensor
-    M, K = a.shape[2:]
-    N = b.shape[3]
-    x, w = a[0, 0], b[0, 0].t()          # x [M, K], w [N, K]
-    o = out[0, 0]
-    r = residual[0, 0] if residual is not None else None
+    M, K = a._shape[2:]
+    N = b._shape[3]
+    # x [M, K], w [N, K] (b[0, 0].t()), o [M, N]: the (1, 1, ...) views' last two dims, built
+    # directly (indexing and .t() re-derive them at ~10 us a call)
+    x = a._view(a._shape[2:], a._stride[2:])
+    w = b._view((N, K), (b._stride[3], b._stride[2]))
+    o = out._view(out._shape[2:], out._stride[2:])
+    r = residual._view(residual._shape[2:], residual._stride[2:]) if residual is not None else None
     cfg = gemv_config(M, N, K, a.dtype, a.device)
     bk, ks = cfg["BLOCK_K"], cfg["K_SPLIT"]
-    split = triton.cdiv(K, ks) if K else 1
-    k1 = w.stride(1) == 1 and x.stride(1) == 1
-    rs = r.stride() if r is not None else (0, 0)
+    split = _cdiv(K, ks) if K else 1
+    xs, wst, os_ = x._stride, w._stride, o._stride
+    k1 = wst[1] == 1 and xs[1] == 1
+    rs = r._stride if r is not None else (0, 0)
     flags = dict(HAS_ALPHA=alpha != 1, HAS_BIAS=bias is not None, HAS_RES=r is not None, ACT=act)
     bias_arg = bias if bias is not None else o
     s_bias = bias.stride(0) if bias is not None else 0
-    grid = (triton.cdiv(N, cfg["BLOCK_N"]), split)
+    grid = (_cdiv(N, cfg["BLOCK_N"]), split)
     prec = precision if a.dtype is _dt.float32 else "ieee"
     common = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=bk, K1=k1,
                   EVEN_K=K % ks == 0, PRECISION=prec, num_warps=cfg["num_warps"],
                   num_stages=cfg["num_stages"])
     if split == 1:
         launch(_gemv_kernel, grid, x, w, o, bias_arg, r if r is not None else o, M, N, K, max(ks, bk),
-               *x.stride(), *w.stride(), *o.stride(), *rs, s_bias, float(alpha), float(beta),
+               *xs, *wst, *os_, *rs, s_bias, float(alpha), float(beta),
                PARTIAL=False, **flags, **common)
         return out
     ws = Tensor._empty((split, M, N), _dt.float32, out.device)
     launch(_gemv_kernel, grid, x, w, ws, ws, ws, M, N, K, ks,
-           *x.stride(), *w.stride(), 0, 0, 0, 0, 0, 1.0, 1.0,
+           *xs, *wst, 0, 0, 0, 0, 0, 1.0, 1.0,
            PARTIAL=True, HAS_ALPHA=False, HAS_BIAS=False, HAS_RES=False, ACT=0, **common)
     splitk_reduce(ws, o, bias, r, alpha, beta, act)
     return out
@@ -185,9 +198,9 @@ def splitk_reduce(ws, o, bias, r, alpha, beta, act):
     """o[M, N] = epilogue(sum_s ws[s]) with ws a contiguous fp32 [SPLIT, M, N] (fixed order)."""
     from ..backends.launch import launch
     split, M, N = ws.shape
-    bm = min(triton.next_power_of_2(M), 16)
+    bm = min(_np2(M), 16)
     bn = 128
-    launch(_splitk_reduce_kernel, (triton.cdiv(N, bn), triton.cdiv(M, bm)), ws, o,
+    launch(_splitk_reduce_kernel, (_cdiv(N, bn), _cdiv(M, bm)), ws, o,
            bias if bias is not None else o, r if r is not None else o, M, N, split,
            *o.stride(), *(r.stride() if r is not None else (0, 0)),
            bias.stride(0) if bias is not None else 0, float(alpha), float(beta),

@@ -23,6 +23,15 @@ import triton.language as tl
 from ..dispatch import register
 
 
+# triton.cdiv / triton.next_power_of_2 are constexpr functions: ~1.5 us a call from Python
+def _cdiv(a, b):
+    return -(-a // b)        # b > 0; == triton.cdiv
+
+
+def _np2(n):
+    return 1 << (n - 1).bit_length() if n > 0 else 0    # == triton.next_power_of_2 (0 -> 0)
+
+
 @triton.jit
 def _key(x):
     # order-preserving int of an fp32: positives as is, negatives with the magnitude flipped
@@ -169,7 +178,7 @@ def sample(out, logits, state, *, temperature, top_k, top_p, penalty, previous):
         NP = previous.shape[1]
         launch(_penalty_kernel, (B,), logits, x, previous, *logits.stride(), *previous.stride(),
                V, NP, float(penalty), BLOCK=block,
-               BLOCK_P=max(2, min(1024, triton.next_power_of_2(max(NP, 1)))), num_warps=8)
+               BLOCK_P=max(2, min(1024, _np2(max(NP, 1)))), num_warps=8)
     greedy = temperature == 0
     use_k = top_k is not None and top_k < V
     use_p = top_p is not None and top_p < 1.0
