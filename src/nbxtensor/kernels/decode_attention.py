@@ -26,15 +26,9 @@ import triton.language as tl
 
 from .. import autotune as _autotune
 from ..dispatch import register
+from ._host import cdiv as _cdiv, next_pow2 as _np2
 
 
-# triton.cdiv / triton.next_power_of_2 are constexpr functions: ~1.5 us a call from Python
-def _cdiv(a, b):
-    return -(-a // b)        # b > 0; == triton.cdiv
-
-
-def _np2(n):
-    return 1 << (n - 1).bit_length() if n > 0 else 0    # == triton.next_power_of_2 (0 -> 0)
 
 LOG2E = 1.4426950408889634
 

@@ -26,12 +26,12 @@ from .. import dtypes as _dt
 from ..backends.launch import launch
 from ..dispatch import register
 from ..tensor import _CONTIG, Tensor
+from ._host import cdiv as _cdiv
 
 # ----------------------------------------------------------------------------- codecs
 
 _NAN = tl.constexpr(float("nan"))
 _INF = tl.constexpr(float("inf"))
-
 
 
 @triton.jit
@@ -815,10 +815,6 @@ def _is_interp(t):
 
 def _pow2(n):
     return 1 << (n - 1).bit_length()
-
-
-def _cdiv(a, b):
-    return -(-a // b)     # (triton.cdiv is a jit function: slow to call from Python)
 
 
 def _f64_bits(v) -> int:

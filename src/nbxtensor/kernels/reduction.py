@@ -32,6 +32,7 @@ from .. import dtypes as _dt
 from ..dispatch import register
 from ..backends.launch import launch
 from ..tensor import _CONTIG, Tensor
+from ._host import cdiv as _cdiv
 
 # PRE codes
 P_ID, P_ABS, P_NZ, P_SQDEV, P_SQ, P_POW, P_EXPDEV = range(7)
@@ -321,10 +322,6 @@ CONFIG = {
 
 
 SPLIT_MIN_BYTES = {"cuda": 256 << 10}   # interp: 0, so tests take the split path
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)     # triton.cdiv is a JIT function: ~1.5 us a call from Python
 
 
 def _p2(n: int) -> int:

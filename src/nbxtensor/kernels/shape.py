@@ -28,11 +28,10 @@ from .. import dtypes as _dt
 from ..backends.launch import launch
 from ..dispatch import register
 from ..tensor import Tensor
+from ._host import cdiv as _cdiv
 
 
 # triton.cdiv is a constexpr function: ~1.5 us a call from Python
-def _cdiv(a, b):
-    return -(-a // b)        # b > 0; == triton.cdiv
 
 MODE_NONE, MODE_MOD, MODE_REFLECT, MODE_REPLICATE, MODE_CONSTANT = range(5)
 MAX_DIMS = 6

@@ -32,11 +32,10 @@ from ..dispatch import register
 from ..tensor import Tensor
 from ..backends.launch import launch
 from .reduction import contiguous_copy, _p2
+from ._host import cdiv as _cdiv
 
 
 # triton.cdiv is a constexpr function: ~1.5 us a call from Python
-def _cdiv(a, b):
-    return -(-a // b)        # b > 0; == triton.cdiv
 
 
 @triton.jit
