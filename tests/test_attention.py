@@ -342,6 +342,17 @@ def test_kv_cache_append_then_decode(device, small_blocks):
         cache.append(0, _t(k, "float32", device)[:, :1], _t(v, "float32", device), pos)
 
 
+def test_kv_cache_refuses_bad_dims():
+    """Every size is checked, value_dim too (0 must not silently mean head_dim)."""
+    with pytest.raises(ValueError, match="capacity must be a positive int, got 0"):
+        nbx.KVCache(1, 1, 1, 0, 8)
+    for bad in (0, -4, 2.0, True):
+        with pytest.raises(ValueError, match=f"value_dim must be a positive int, got {bad!r}"):
+            nbx.KVCache(1, 1, 1, 4, 8, value_dim=bad)
+    assert nbx.KVCache(1, 1, 1, 4, 8).value_dim == 8
+    assert tuple(nbx.KVCache(1, 1, 1, 4, 8, value_dim=6).v.shape) == (1, 1, 1, 4, 6)
+
+
 def test_fully_masked_row_matches_torch(device):
     """torch (optional, cpu) decides what a fully masked row gives; we must agree."""
     torch = pytest.importorskip("torch")

@@ -34,8 +34,8 @@ def test_tensor_copies(device):
     t = nbx.tensor(a, device=device)
     a[0, 0] = 99
     assert t[0, 0].item() == 0
-    u = nbx.tensor(t)  # from a tensor: a copy
-    assert u.untyped_storage() is not t.untyped_storage()
+    u = nbx.tensor(t)  # from a tensor: a copy, on the tensor's device (torch)
+    assert u.untyped_storage() is not t.untyped_storage() and u.device == t.device
     assert nbx.tensor(a[:, ::2], device=device).tolist() == [[99.0, 2.0], [3.0, 5.0]]
 
 
@@ -127,6 +127,10 @@ def test_arange(device):
     assert nbx.arange(0.0, 1.0, 0.1).shape == (10,)
     assert nbx.arange(3, dtype=nbx.float16, device=device).tolist() == [0.0, 1.0, 2.0]
     assert nbx.arange(0, device=device).shape == (0,)
+    # 0-dim tensor arguments act as their values: int tensors give int64 (torch)
+    t = nbx.arange(nbx.tensor(1), nbx.tensor(7), nbx.tensor(2), device=device)
+    assert t.dtype is nbx.int64 and t.tolist() == [1, 3, 5]
+    assert nbx.arange(nbx.tensor(2.5)).tolist() == [0.0, 1.0, 2.0]
     with pytest.raises(ValueError, match="step must be nonzero"):
         nbx.arange(0, 3, 0)
     with pytest.raises(ValueError, match="inconsistent with step sign"):

@@ -200,3 +200,34 @@ def test_gpu_errors_are_named():
     assert ei.value.name.startswith("CUDA_ERROR_")
     with pytest.raises(ValueError, match="device index"):
         drv.device_properties(999)
+
+
+def test_stream_record_event_makes_the_event_on_the_streams_device(monkeypatch):
+    # Stream(1).record_event() must create its event in device 1's context, not in the
+    # current device's (an event of another context cannot be recorded on the stream)
+    from nbxtensor import cuda
+
+    made = []
+
+    class Drv:
+        def current_device(self):
+            return 0
+
+        def set_device(self, i):
+            made.append(("set_device", i))
+
+        def event_create(self, timing):
+            made.append(("event_create", timing))
+            return 0x10
+
+        def event_record(self, e, s):
+            made.append(("event_record", e, s))
+
+        def event_destroy(self, e):
+            pass
+
+    monkeypatch.setattr(cuda, "_drv", Drv())
+    s = cuda.Stream(1, handle=0x20)
+    ev = s.record_event()
+    assert ev.device == 1
+    assert made == [("set_device", 1), ("event_create", False), ("event_record", 0x10, 0x20)]

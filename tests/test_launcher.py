@@ -917,3 +917,10 @@ def test_bench_launch_cpu_overhead_mode_runs(tmp_path):
         print("ok")
     """, timeout=120)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
+
+
+def test_cache_info_counts_fast_launchers_not_keyword_variants(monkeypatch):
+    # _state.fast is {id(kernel): {constexpr keywords: [fast launchers]}}
+    monkeypatch.setattr(L._state, "fast", {1: {(("BLOCK", 128),): [len, abs, min]},
+                                           2: {(): [max], (("BLOCK", 64),): []}}, raising=False)
+    assert L.cache_info()["fast"] == 4

@@ -178,10 +178,7 @@ def test_norms_strided_input(device):
     g = rng()
     a = arr((20, 6), dtype, g)
     x = T(a, dtype, device).t()                 # rows not unit-stride: copied, still right
-    try:
-        close(nbx.layer_norm(x, (20,)), ref_ln(a.T, 1, None, None, 1e-5), dtype)
-    except nbx.dispatch.NotImplementedOnDevice as e:   # copy_ on this device: another family
-        pytest.skip(str(e))
+    close(nbx.layer_norm(x, (20,)), ref_ln(a.T, 1, None, None, 1e-5), dtype)
     b = arr((4, 30), dtype, g)
     x = T(b, dtype, device)[:, 3:27]            # row stride 30, unit stride: a view, no copy
     close(nbx.rms_norm(x, (24,), eps=1e-6), ref_ln(b[:, 3:27], 1, None, None, 1e-6, True), dtype)
@@ -285,3 +282,41 @@ def test_batch_norm_inference(device, shape):
     with pytest.raises(NotImplementedError, match="inference"):
         nbx.batch_norm(T(a, dtype, device), T(mean, dtype, device), T(var, dtype, device),
                        training=True)
+
+
+def test_norms_strided_params(device):
+    """weight / bias / running stats that are strided views (every other element) are read
+    by their strides: the kernels index those pointers with the channel alone."""
+    dtype = nbx.float32
+    g = rng()
+    a = arr((3, 8), dtype, g)
+    p = arr((4, 16), dtype, g)                  # rows of 16: [:, ::2] are strided (8,) views
+    P = T(p, dtype, device)
+    w, b = P[0, ::2], P[1, ::2]
+    close(nbx.layer_norm(T(a, dtype, device), (8,), w, b, eps=1e-5),
+          ref_ln(a, 1, p[0, ::2], p[1, ::2], 1e-5), dtype)
+    close(nbx.rms_norm(T(a, dtype, device), (8,), w, eps=1e-6),
+          ref_ln(a, 1, p[0, ::2], None, 1e-6, rms=True), dtype)
+    a4 = arr((2, 4, 3), dtype, g)
+    grp = a4.reshape(2, 2, -1)
+    mu = grp.mean(-1, keepdims=True)
+    y = ((grp - mu) / np.sqrt(((grp - mu) ** 2).mean(-1, keepdims=True) + 1e-5)).reshape(a4.shape)
+    close(nbx.group_norm(T(a4, dtype, device), 2, w[:4], b[:4], eps=1e-5),
+          y * p[0, :8:2, None] + p[1, :8:2, None], dtype)
+    mean, var = p[2, :8:2], np.abs(p[3, :8:2]) + 0.5
+    V = T(np.abs(p[3]) + 0.5, dtype, device)
+    out = nbx.nn.functional.batch_norm(T(a4, dtype, device), P[2, :8:2], V[:8:2], w[:4], b[:4],
+                                       False, 0.1, 1e-5)
+    ref = (a4 - mean[:, None]) / np.sqrt(var[:, None] + 1e-5) * p[0, :8:2, None] \
+        + p[1, :8:2, None]
+    close(out, ref, dtype)
+
+
+def test_functional_namespace_lists_only_what_exists():
+    """nbx.nn.functional's __all__ / dir() name only functions that resolve, so a star import
+    works (a listed-but-missing name made `from nbxtensor.nn.functional import *` raise)."""
+    F = nbx.nn.functional
+    assert [n for n in F.__all__ if not callable(getattr(F, n, None))] == []
+    ns = {}
+    exec("from nbxtensor.nn.functional import *", ns)
+    assert ns["softmax"] is nbx.softmax and ns["hardswish"] is nbx.hardswish

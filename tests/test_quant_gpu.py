@@ -259,6 +259,24 @@ def test_dequantize_errors(device):
         quant_linear(nbx.zeros((1, 256), device=device), w)
 
 
+def test_quant_linear_strided_bias(device):
+    """A bias view with a stride (every other element) is read by its stride, not as if it
+    were contiguous (the kernel indexes the bias pointer with n)."""
+    _skip_cpu(device)
+    from nbxtensor.kernels.quant import quant_linear
+    g = rng()
+    N, K = 8, 64
+    raw = random_raw(g, "Q8_0", N, K)
+    w = _weight(raw, "Q8_0", K, device)
+    W = Q.dequantize(raw, "Q8_0", (N, K)).astype(np.float64)
+    xs = g.standard_normal((1, K)).astype(np.float32)
+    bs = g.standard_normal(2 * N).astype(np.float32)
+    b = nbx.tensor(bs, device=device)[::2]
+    y = quant_linear(nbx.tensor(xs, device=device), w, b)
+    np.testing.assert_allclose(y.numpy(), xs.astype(np.float64) @ W.T + bs[::2],
+                               rtol=1e-5, atol=1e-5)
+
+
 # ----------------------------------------------------------------------------- the GGUF loader
 TINYK = {"vocab_size": 67, "hidden_size": 256, "intermediate_size": 256, "num_hidden_layers": 1,
          "num_attention_heads": 4, "num_key_value_heads": 2}

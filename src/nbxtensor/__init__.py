@@ -30,7 +30,9 @@ def __getattr__(name):
     # submodules that may pull in heavier imports load on first use
     if name in _LAZY:
         import importlib
-        return importlib.import_module(_LAZY[name])
+        mod = importlib.import_module(_LAZY[name])
+        globals()[name] = mod   # nbx.linalg lives in ops/, so its import does not set this
+        return mod
     if name == "launch":
         from .backends.launch import launch
         globals()["launch"] = launch   # later lookups skip this hook (it sits on the hot path)

@@ -21,10 +21,11 @@ def cmd_info(args) -> int:
     print(f"nbxtensor {nbx.__version__}")
     print(f"Python    {platform.python_version()} ({sys.executable})")
     print(f"NumPy     {np.__version__}")
-    print(f"Triton    {_triton_version()}")
+    triton_version = _triton_version()
+    print(f"Triton    {triton_version}")
     print("devices:")
     print("  cpu      available")
-    interp_ok = _triton_version() != "not installed"
+    interp_ok = triton_version != "not installed"
     print(f"  interp   {'available' if interp_ok else 'unavailable: triton is not installed'}")
     try:
         from .backends.cuda import driver

@@ -37,7 +37,8 @@ def add_commands(sub) -> None:
     p.add_argument("--dtype", default=None)
     p.add_argument("--batch-size", type=int, default=32)
     p.set_defaults(fn=cmd_embed)
-    __import__("nbxtensor.cli_tune", fromlist=["add_parser"]).add_parser(sub)  # nbx tune (autotune)
+    from . import cli_tune
+    cli_tune.add_parser(sub)  # nbx tune (autotune)
 
 
 def _fail(msg: str) -> int:
@@ -116,12 +117,10 @@ def cmd_embed(args) -> int:
     if args.output:
         if args.output.endswith(".npy"):
             np.save(args.output, emb)
-        elif args.output.endswith(".json"):
+        else:  # .json (checked before loading the model)
             with open(args.output, "w") as f:
                 json.dump({"model": args.model, "texts": args.texts,
                            "embeddings": emb.astype(float).tolist()}, f)
-        else:
-            return _fail(f"--output must end in .json or .npy, got {args.output!r}")
         print(f"wrote {emb.shape[0]} x {emb.shape[1]} embeddings to {args.output}",
               file=sys.stderr)
     else:

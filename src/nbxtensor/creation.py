@@ -55,11 +55,14 @@ def _infer_dtype_of_data(data) -> _dt.DType:
 
 
 def tensor(data, dtype=None, device=None) -> Tensor:
-    """A new tensor holding a copy of `data` (number, nested lists, NumPy array or tensor)."""
-    device = as_device(device)
+    """A new tensor holding a copy of `data` (number, nested lists, NumPy array or tensor).
+
+    A tensor `data` keeps its device unless `device` is given (torch)."""
     dtype = None if dtype is None else _dt.as_dtype(dtype)
     if isinstance(data, Tensor):
-        return data.to(device=device, dtype=dtype or data.dtype, copy=True)
+        return data.to(device=data.device if device is None else as_device(device),
+                       dtype=dtype or data.dtype, copy=True)
+    device = as_device(device)
     if isinstance(data, np.generic):  # a NumPy scalar keeps its dtype (as torch)
         data = np.asarray(data)
     if isinstance(data, np.ndarray):
@@ -167,9 +170,9 @@ def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
     """Values from `start` up to (not including) `end` by `step`; int64 for int arguments."""
     if end is None:
         start, end = 0, start
+    # a 0-dim tensor argument counts as its value (an int tensor keeps the result int64)
+    start, end, step = (v.item() if isinstance(v, Tensor) else v for v in (start, end, step))
     for name, v in (("start", start), ("end", end), ("step", step)):
-        if isinstance(v, Tensor):
-            v = v.item()
         if not isinstance(v, numbers.Real) or isinstance(v, bool) or not math.isfinite(v):
             raise ValueError(f"arange: {name} must be a finite number, got {v!r}")
     if step == 0:

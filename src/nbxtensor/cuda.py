@@ -98,7 +98,7 @@ class Stream:
         return _drv.stream_query(self.handle)
 
     def record_event(self, event: "Event | None" = None) -> "Event":
-        event = event or Event()
+        event = event or Event(device=self.device)
         event.record(self)
         return event
 

@@ -92,6 +92,4 @@ def as_device(x, argname: str = "device") -> Device:
     else:
         raise TypeError(f"{argname}: expected a device ('cpu', 'cuda', 'cuda:N', 'interp'), "
                         f"got {type(x).__name__} {x!r}")
-    if d.type == "cuda" and d.index is None:
-        d = Device("cuda", 0)
     return d

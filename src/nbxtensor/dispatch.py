@@ -19,7 +19,7 @@ import pkgutil
 
 from .device import Device
 
-__all__ = ["register", "impl", "has_impl", "family_of", "NotImplementedOnDevice"]
+__all__ = ["register", "impl", "family_of", "NotImplementedOnDevice"]
 
 _FAMILY_PACKAGES = {"numpy": "nbxtensor.backends.cpu", "triton": "nbxtensor.kernels"}
 _IMPLS: dict[tuple[str, str], object] = {}
@@ -77,8 +77,3 @@ def impl(name: str, device: Device):
             raise NotImplementedOnDevice(f"{name} is not implemented on device {device}")
     _BY_DEVTYPE[(name, device.type)] = fn
     return fn
-
-
-def has_impl(name: str, family: str) -> bool:
-    _load(family)
-    return (name, family) in _IMPLS

@@ -37,7 +37,7 @@ __all__ = [
 class DType:
     """A tensor element type. Compare with `==`; instances are unique per type."""
 
-    __slots__ = ("name", "itemsize", "np", "triton", "kind", "safetensors", "gguf_id")
+    __slots__ = ("name", "itemsize", "np", "triton", "kind", "safetensors")
 
     def __init__(self, name, np_dtype, triton, kind, safetensors):
         self.name = name

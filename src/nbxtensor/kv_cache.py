@@ -35,6 +35,8 @@ class KVCache:
         from .creation import zeros
         dims = dict(num_layers=num_layers, batch=batch, num_kv_heads=num_kv_heads,
                     capacity=capacity, head_dim=head_dim)
+        if value_dim is not None:
+            dims["value_dim"] = value_dim
         for n, x in dims.items():
             if not isinstance(x, int) or isinstance(x, bool) or x <= 0:
                 raise ValueError(f"KVCache: {n} must be a positive int, got {x!r}")
@@ -45,7 +47,7 @@ class KVCache:
         self.dtype = dtype
         self.num_layers, self.batch, self.num_kv_heads = num_layers, batch, num_kv_heads
         self.capacity, self.head_dim = capacity, head_dim
-        self.value_dim = value_dim or head_dim
+        self.value_dim = head_dim if value_dim is None else value_dim
         self.k = zeros(num_layers, batch, num_kv_heads, capacity, head_dim, dtype=dtype,
                        device=self.device)
         self.v = zeros(num_layers, batch, num_kv_heads, capacity, self.value_dim, dtype=dtype,
@@ -110,7 +112,8 @@ class KVCache:
                              f"{self.head_dim}) with Hq a multiple of {self.num_kv_heads}, got "
                              f"{tuple(q.shape)}")
         if q.dtype != self.dtype or q.device != self.device:
-            raise ValueError(f"{op}: q must be {self.dtype.name} on {self.device}")
+            raise ValueError(f"{op}: q must be {self.dtype.name} on {self.device}, got "
+                             f"{q.dtype.name} on {q.device}")
         if self.head_dim % 2:
             raise ValueError(f"{op}: RoPE needs an even head dim, got {self.head_dim}")
         if k.shape[2]:

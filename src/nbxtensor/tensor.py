@@ -17,6 +17,8 @@ from .device import Device, as_device
 from .dispatch import impl
 from .storage import HostStorage, new_storage
 
+_CPU = Device("cpu")
+
 __all__ = ["Tensor", "Size"]
 
 
@@ -754,19 +756,19 @@ class Tensor:
 
     # ---------------------------------------------------------------- internal constructors
     @classmethod
-    def _from_numpy_unchecked(cls, arr: np.ndarray, device: Device | None = None) -> "Tensor":
+    def _from_numpy_unchecked(cls, arr: np.ndarray) -> "Tensor":
         """Wrap a NumPy array (non-negative strides, whole elements) without a copy."""
         dtype = _dt.as_dtype(arr.dtype, "ndarray.dtype")
         item = arr.itemsize
         if arr.size == 0:
-            storage = HostStorage(device or Device("cpu"), np.empty(0, np.uint8))
+            storage = HostStorage(_CPU, np.empty(0, np.uint8))
             return cls._make(storage, arr.shape, contiguous_strides(arr.shape), 0, dtype)
         extent = 1 + sum((n - 1) * s // item for n, s in zip(arr.shape, arr.strides))
         # as_strided over a same-width unsigned view: NumPy cannot rebuild every ml_dtypes
         # dtype from its array interface (float8_e5m2 reads back as '<f1')
         flat = np.lib.stride_tricks.as_strided(arr.view(f"u{item}"), shape=(extent,), strides=(item,),
                                                writeable=arr.flags.writeable)
-        storage = HostStorage(device or Device("cpu"), flat.view(np.uint8))
+        storage = HostStorage(_CPU, flat.view(np.uint8))
         return cls._make(storage, arr.shape, [s // item for s in arr.strides], 0, dtype)
 
 

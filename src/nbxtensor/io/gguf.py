@@ -24,10 +24,6 @@ class GGUFTensor:
     def __init__(self, name, qtype, shape, raw):
         self.name, self.qtype, self.shape, self.raw = name, qtype, shape, raw
 
-    @property
-    def is_quantized(self) -> bool:
-        return self.qtype not in ("F32", "F16", "BF16", "F64")
-
     def dequantize(self, dtype=np.float32) -> np.ndarray:
         return _quant.dequantize(self.raw, self.qtype, self.shape, dtype)
 

@@ -21,7 +21,7 @@ import math
 import ml_dtypes
 import numpy as np
 
-__all__ = ["BLOCK_SIZES", "dequantize", "row_bytes", "SUPPORTED"]
+__all__ = ["BLOCK_SIZES", "dequantize", "SUPPORTED"]
 
 # name -> (weights per block, bytes per block); float types have block 1
 BLOCK_SIZES = {
@@ -30,13 +30,6 @@ BLOCK_SIZES = {
     "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210),
 }
 SUPPORTED = tuple(BLOCK_SIZES)
-
-
-def row_bytes(qtype: str, n: int) -> int:
-    bs, ts = BLOCK_SIZES[qtype]
-    if n % bs:
-        raise ValueError(f"{qtype}: row length {n} is not a multiple of the block size {bs}")
-    return n // bs * ts
 
 
 def _f16(b: np.ndarray) -> np.ndarray:

@@ -139,8 +139,9 @@ class SafetensorsFile:
     the file object is closed (the map lives as long as any view of it).
     """
 
-    def __init__(self, path):
+    def __init__(self, path, device=None):
         self.path = os.fspath(path)
+        self.device = as_device(device)      # get_tensor's default device
         where = f"safetensors {self.path!r}"
         size = os.path.getsize(self.path)
         with open(self.path, "rb") as f:
@@ -197,7 +198,7 @@ class SafetensorsFile:
     def get_tensor(self, name: str, device=None, dtype=None) -> Tensor:
         """The tensor `name`; on cpu a zero-copy view of the file, else copied to `device`."""
         arr = self.get_numpy(name)
-        device = as_device(device)
+        device = self.device if device is None else as_device(device)
         from . import staging
         if device.type == "cuda" and arr.nbytes >= staging.SINGLE_MIN_BYTES:
             # [staging] pinned, chunked upload straight from the map (small ones: a plain copy)
@@ -216,8 +217,9 @@ class SafetensorsFile:
 
 
 def safe_open(path, framework: str = "nbx", device=None) -> SafetensorsFile:
-    """Open a safetensors file (safetensors' spelling; `framework` is ignored)."""
-    return SafetensorsFile(path)
+    """Open a safetensors file (safetensors' spelling; `framework` is ignored). `device` is
+    where get_tensor puts tensors unless it is given one."""
+    return SafetensorsFile(path, device)
 
 
 def load_file(path, device=None, dtype=None) -> dict[str, Tensor]:

@@ -5,6 +5,11 @@
 """
 from __future__ import annotations
 
+import struct
+
+_F64 = struct.Struct("<d")
+_I64 = struct.Struct("<q")
+
 
 def cdiv(a: int, b: int) -> int:
     """ceil(a / b) for b > 0 (== triton.cdiv)."""
@@ -14,3 +19,9 @@ def cdiv(a: int, b: int) -> int:
 def next_pow2(n: int) -> int:
     """The smallest power of two >= n, 0 for n <= 0 (== triton.next_power_of_2)."""
     return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
+def f64_bits(v) -> int:
+    """A float64 scalar as the int64 with the same bits (float64 kernel arguments travel so:
+    a Python float is passed to a kernel as float32)."""
+    return _I64.unpack(_F64.pack(v))[0]

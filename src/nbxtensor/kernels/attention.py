@@ -15,13 +15,12 @@ two) are masked loads. A row with every key masked gives 0 (torch >= 2.5 safe so
 """
 from __future__ import annotations
 
-import struct
-
 import triton
 import triton.language as tl
 
 from .. import autotune as _autotune
 from ..dispatch import register
+from ._host import cdiv as _cdiv, f64_bits as _f64_bits, next_pow2 as _np2
 
 LOG2E = 1.4426950408889634
 
@@ -98,11 +97,6 @@ def _fa_block(acc, l_i, m_i, q, k_base, v_base, mk_base, offs_m, offs_d, offs_dv
             acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PREC)
         m_i = m_new
     return acc, l_i, m_i
-
-
-def _f64_bits(x: float) -> int:
-    """A float64 scalar as the int64 with the same bits (see the F64 branch of the kernel)."""
-    return struct.unpack("<q", struct.pack("<d", x))[0]
 
 
 @triton.jit
@@ -286,7 +280,7 @@ TUNED: dict = {
 
 
 def flash_config(D, DV, dtype_size, interp=False, causal=False, tuned=True):
-    bd = max(16, triton.next_power_of_2(max(D, DV)))
+    bd = max(16, _np2(max(D, DV)))
     if interp:
         return dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
     if dtype_size >= 8:
@@ -343,15 +337,11 @@ def sdpa(out, q, k, v, mask, *, scale, is_causal):
         if cfg.get("TMA") and not _tma_ok(q, k, v, out, mask, scale, D, DV, S):
             cfg = default
     tma = bool(cfg.get("TMA")) and _tma_ok(q, k, v, out, mask, scale, D, DV, S)
-    if cfg.get("TMA") and not tma and not _OVERRIDE:
-        # a tuned TMA tile may not suit the pointer kernel (masks, padded head dims)
-        cfg = flash_config(D, DV, q.dtype.itemsize, q.device.type == "interp", is_causal,
-                           tuned=False)
     if tma:
         if cfg["BLOCK_M"] % cfg["BLOCK_N"]:
             raise ValueError(f"sdpa: BLOCK_M ({cfg['BLOCK_M']}) must be a multiple of "
                              f"BLOCK_N ({cfg['BLOCK_N']})")
-        grid = (triton.cdiv(L, cfg["BLOCK_M"]), B * H)
+        grid = (_cdiv(L, cfg["BLOCK_M"]), B * H)
         launch(_flash_fwd_tma, grid, q, k, v, out, *q.stride()[:3], *k.stride()[:3],
                *v.stride()[:3], *out.stride()[:3], H, L, S, scale * LOG2E,
                GROUP=H // Hk, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_D=D,
@@ -362,14 +352,14 @@ def sdpa(out, q, k, v, mask, *, scale, is_causal):
     if cfg["BLOCK_M"] % cfg["BLOCK_N"]:
         raise ValueError(f"sdpa: BLOCK_M ({cfg['BLOCK_M']}) must be a multiple of BLOCK_N "
                          f"({cfg['BLOCK_N']})")
-    bd = max(16, triton.next_power_of_2(D))
-    bdv = max(16, triton.next_power_of_2(DV))
+    bd = max(16, _np2(D))
+    bdv = max(16, _np2(DV))
     f64 = q.dtype is _dt.float64
     if mask is None:
         kind, mk, ms = 0, q, (0, 0, 0, 0)
     else:
         kind, mk, ms = (1 if mask.dtype is _dt.bool else 2), mask, mask.stride()
-    grid = (triton.cdiv(L, cfg["BLOCK_M"]), B * H)
+    grid = (_cdiv(L, cfg["BLOCK_M"]), B * H)
     launch(_flash_fwd, grid, q, k, v, out, mk, *q.stride(), *k.stride(), *v.stride(),
            *out.stride(), *ms, H, L, S, D, DV,
            _f64_bits(scale * LOG2E) if f64 else scale * LOG2E,

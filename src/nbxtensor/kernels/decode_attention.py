@@ -183,7 +183,6 @@ def _decode_combine(po_ptr, pml_ptr, o_ptr, len_ptr, s_ob, s_oh, s_ot, s_od, s_l
 # memory (bf16, D=128), so all 528 programs are resident in one wave.
 # The merge reads [BLOCK_R, CHUNK_P, BLOCK_DV] fp32 tiles: CHUNK_P * BLOCK_R <= 32 keeps
 # that at <= 32 registers a thread with 4 warps (64 spilled a little next to the main loop).
-TARGET_PROGRAMS = 4 * 132
 MAX_SPLITS = 256
 # 16-bit caches on the GPU; `benchmarks/bench_attention.py --sweep` prints a replacement
 # measured on the H200 (bench_attention.py --sweep, 2026-11-29): best at 1k and within 1% at 32k
@@ -201,8 +200,8 @@ def decode_config(B, Hk, C, bd=128, bdv=128, itemsize=2, interp=False):
     # K and V tiles of every stage must fit shared memory (fp32, D=256: BLOCK_N 16)
     while bn > 16 and bn * (bd + bdv) * itemsize * stages > 150_000:
         bn //= 2
-    p = max(1, min(MAX_SPLITS, _cdiv(target, B * Hk), _cdiv(C, bn)))
-    return dict(P=p, BLOCK_N=bn, num_warps=nw, num_stages=stages, COMBINE=combine)
+    return dict(P=splits(B * Hk, C, target, bn), BLOCK_N=bn, num_warps=nw, num_stages=stages,
+                COMBINE=combine)
 
 
 def splits(BHk, C, target, bn):

@@ -15,7 +15,6 @@ Casting rules (see dtypes.py) as implemented here:
 from __future__ import annotations
 
 import math
-import struct
 
 import numpy as np
 import triton
@@ -25,8 +24,8 @@ from triton.language.extra import libdevice
 from .. import dtypes as _dt
 from ..backends.launch import launch
 from ..dispatch import register
-from ..tensor import _CONTIG, Tensor
-from ._host import cdiv as _cdiv
+from ..tensor import Tensor
+from ._host import cdiv as _cdiv, f64_bits as _f64_bits, next_pow2 as _np2
 
 # ----------------------------------------------------------------------------- codecs
 
@@ -768,14 +767,6 @@ _CT = {"float64": tl.float64, "float32": tl.float32, "int64": tl.int64, "int32":
        "int16": tl.int16, "int8": tl.int8, "uint8": tl.uint8, "bool": tl.uint8}
 
 
-def _raw(t: Tensor):
-    """(a same-width integer view for bf16/fp8/bool tensors, its codec name)."""
-    r = _RAW.get(t.dtype.name)
-    if r is None:
-        return t, "n"
-    return Tensor._make(t._storage, t.shape, t.stride(), t._offset, r[0]), r[1]
-
-
 def compute_type(dtype):
     """The type an op computes in for a common dtype: float32 for every float below float64."""
     if dtype.kind == "f":
@@ -811,22 +802,6 @@ def _extent(sizes, strides):
 
 def _is_interp(t):
     return t.device.type == "interp"
-
-
-def _pow2(n):
-    return 1 << (n - 1).bit_length()
-
-
-def _f64_bits(v) -> int:
-    return int(np.array(float(v), np.float64).view(np.int64))
-
-
-_F64 = struct.Struct("<d")
-_I64 = struct.Struct("<q")
-
-
-def _f64_bits_fast(v) -> int:
-    return _I64.unpack(_F64.pack(v))[0]
 
 
 def _conv_kind(ct):
@@ -897,9 +872,9 @@ def _plan(op, out, inputs, ct):
         return (_ew_flat_kernel, (_cdiv(n, FLAT_BLOCK),)) + plan + ((n,), consts)
     if len(sizes) == 2:
         # square tiles for big dims (transposes); a short outer dim gets wide, flat tiles
-        bm = min(TILE_M, _pow2(sizes[0]))
+        bm = min(TILE_M, _np2(sizes[0]))
         bn = max(TILE_M * TILE_N // bm if bm < TILE_M else TILE_N, 16)
-        bn = min(bn, max(16, _pow2(sizes[1])))
+        bn = min(bn, max(16, _np2(sizes[1])))
         if _cdiv(sizes[1], bn) < 65536:
             st = iter(strides)
             per = [list(next(st))]
@@ -964,14 +939,14 @@ def run(op, out, inputs, params=(0, 0), ct=None):
             svals.append(zero)
         else:
             args.append(ro)
-            svals.append(_f64_bits_fast(float(x)) if conv == "b" else
+            svals.append(_f64_bits(float(x)) if conv == "b" else
                          (float(x) if conv == "f" else int(x)))
     for _ in range(3 - len(inputs)):
         args.append(ro)
         svals.append(zero)
     p0, p1 = params
     if conv == "b":     # Python floats travel as float32 kernel arguments: send float64 bits
-        p0, p1 = _f64_bits_fast(float(p0)), _f64_bits_fast(float(p1))
+        p0, p1 = _f64_bits(float(p0)), _f64_bits(float(p1))
     elif conv == "f":
         p0, p1 = float(p0), float(p1)
     else:
@@ -995,14 +970,7 @@ def copy_(dst, src):
         d = Tensor._make(dst._storage, dst.shape, dst.stride(), dst._offset, w)
         s = Tensor._make(src._storage, src.shape, src.stride(), src._offset, w)
         return run("copy", d, [s], ct=compute_type(w))
-    sd = src.dtype
-    if sd.kind == "f":
-        ct = tl.float64 if sd.itemsize == 8 else tl.float32
-    elif sd.kind == "b":
-        ct = tl.uint8
-    else:
-        ct = _CT[sd.name]
-    return run("copy", dst, [src], ct=ct)
+    return run("copy", dst, [src], ct=compute_type(src.dtype))
 
 
 @register("fill_", "triton")

@@ -32,6 +32,7 @@ from .. import dtypes as _dt
 from ..dispatch import NotImplementedOnDevice, register
 from ..backends.launch import launch
 from ..tensor import Tensor
+from ._host import f64_bits as _f64_bits
 
 # scatter modes (constexpr)
 STORE, ADD, AMAX, AMIN = 0, 1, 2, 3
@@ -411,7 +412,7 @@ def _scalar_arg(value, dtype):
     if value is None:
         return 0
     if dtype.name == "float64":
-        return int(np.array(float(value), np.float64).view(np.int64))
+        return _f64_bits(float(value))
     if dtype.kind == "f":
         return float(value)  # exact in fp32 for every float dtype of <= 32 bits
     return int(value)

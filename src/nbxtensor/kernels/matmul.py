@@ -23,7 +23,7 @@ import triton.language as tl
 
 from .. import autotune as _autotune   # autotune seam (autotune engineer): pick() below
 from ..dispatch import register
-from ._host import cdiv as _cdiv, next_pow2 as _np2
+from ._host import cdiv as _cdiv
 
 
 

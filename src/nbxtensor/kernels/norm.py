@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from ..dispatch import register
+from ._host import cdiv as _cdiv
 from .softmax import row_config
 from .. import autotune as _autotune
 
@@ -176,20 +177,29 @@ def _f64(*ts):
     return any(t is not None and t.dtype is _dt.float64 for t in ts)
 
 
+def _unit(t):
+    """A 1-D per-channel parameter with unit stride (the kernels index it by the channel
+    alone), copying a strided view; None stays None."""
+    if t is None or t.numel() <= 1 or t.stride(0) == 1:
+        return t
+    return t.contiguous()
+
+
 def _norm(out, x, weight, bias, eps, residual, h_out, rms):
     from ..backends.launch import launch
     R, N = x.shape
     if R == 0 or N == 0:
         return out
+    weight, bias = _unit(weight), _unit(bias)
     cfg = row_config(N)
     if _OVERRIDE:
         cfg.update(_OVERRIDE)
-    elif rms and x.device.type != "cpu":
+    elif rms:
         # autotune seam: a screened entry for (rows, N) inside today's space, else the rule
         # (the residual form is the same kernel; layer_norm keeps the rule: never timed)
         cfg = _autotune.pick("rms_norm", (R, N), cfg, dtype=x.dtype.name, device=x.device)
     has_res = residual is not None
-    launch(_norm_kernel, (triton.cdiv(R, cfg["BLOCK_R"]),), x, residual if has_res else x,
+    launch(_norm_kernel, (_cdiv(R, cfg["BLOCK_R"]),), x, residual if has_res else x,
            weight if weight is not None else x, bias if bias is not None else x, out,
            h_out if has_res else out, R, N, x.stride(0), residual.stride(0) if has_res else 0,
            out.stride(0), h_out.stride(0) if has_res else 0, float(eps),
@@ -217,6 +227,7 @@ def group_norm(out, x, num_groups, weight, bias, eps):
     if out.numel() == 0:
         return out
     cg = C // num_groups
+    weight, bias = _unit(weight), _unit(bias)
     bl = (_OVERRIDE or {}).get("BLOCK", 1024)
     launch(_group_norm_kernel, (n * num_groups,), x, weight if weight is not None else x,
            bias if bias is not None else x, out, num_groups, cg, HW, float(eps),
@@ -233,8 +244,10 @@ def batch_norm(out, x, running_mean, running_var, weight, bias, eps):
     numel = out.numel()
     if numel == 0:
         return out
+    running_mean, running_var = _unit(running_mean), _unit(running_var)
+    weight, bias = _unit(weight), _unit(bias)
     bl = (_OVERRIDE or {}).get("BLOCK", 1024)
-    launch(_batch_norm_kernel, (triton.cdiv(numel, bl),), x, running_mean, running_var,
+    launch(_batch_norm_kernel, (_cdiv(numel, bl),), x, running_mean, running_var,
            weight if weight is not None else x, bias if bias is not None else x, out,
            numel, C, HW, float(eps), BLOCK=bl, HAS_W=weight is not None,
            HAS_B=bias is not None, F64=_f64(x, out), num_warps=4)

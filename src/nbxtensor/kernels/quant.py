@@ -43,7 +43,6 @@ from ._host import cdiv as _cdiv, next_pow2 as _np2
 # `dequantize_rows` / `dequantize` decode on the device. name -> (kernel code,
 # weights per block, bytes per block)
 QTYPES = {"Q8_0": 0, "Q4_1": 1}
-_BLOCK_BYTES = {"Q8_0": 34, "Q4_1": 20}
 DEQUANT_QTYPES = {
     "Q8_0": (0, 32, 34), "Q4_1": (1, 32, 20), "Q4_0": (2, 32, 18), "Q4_K": (3, 256, 144),
     "Q5_K": (4, 256, 176), "Q6_K": (5, 256, 210), "F32": (6, 1, 4), "F16": (7, 1, 2),
@@ -265,6 +264,8 @@ def quant_linear(x: Tensor, w, b: Tensor | None = None, *, block_n=None, block_k
     if b is not None and (tuple(b.shape) != (N,) or b.device != x.device):
         raise ValueError(f"quant_linear: bias must be ({N},) on {x.device}, got "
                          f"{tuple(b.shape)} on {b.device}")
+    if b is not None and N > 1 and b.stride(0) != 1:
+        b = b.contiguous()   # the kernel reads the bias at b_ptr + n
     if M and N:
         cfg = _gemv_config(N, K, M, x.device.type == "interp")
         if block_n is not None:

@@ -449,12 +449,10 @@ def _reduce3(geo, codes, v, i, c=None, scale=1.0, p=1.0):
            BLOCK_K=block_k, BLOCK_R=block_r, num_warps=nw)
     # pass 2: reduce the partials with the same combine, then POST
     block_k2, block_r2, nprog2, _, _, nw2 = _plan(devtype, O, split, I, wv.dtype.itemsize)
-    pre2 = P_ID
-    comb2 = C_SUM if COMB == C_SUM else COMB
     launch(_reduce_kernel, (nprog2, 1), wv, wi, ctens, v if v is not None else i,
            i if i is not None else wv,
            O, split, I, split * I, I, 1, svo, 0, svi, split, float(scale), float(p),
-           PRE=pre2, COMB=comb2, POST=POST, ACC=ACC, ROW=(I == 1), HAS_XI=arg,
+           PRE=P_ID, COMB=COMB, POST=POST, ACC=ACC, ROW=(I == 1), HAS_XI=arg,
            HAS_C=c is not None, WRITE_V=v is not None, WRITE_I=i is not None,
            IDX64=idx64, BLOCK_K=block_k2, BLOCK_R=block_r2, num_warps=nw2)
 

@@ -18,6 +18,7 @@ import triton.language as tl
 
 from .. import autotune as _autotune
 from ..dispatch import register
+from ._host import cdiv as _cdiv, next_pow2 as _np2
 
 
 @triton.jit
@@ -88,7 +89,7 @@ MAX_SINGLE = 16384
 
 def row_config(N, max_single=MAX_SINGLE):
     if N <= max_single:
-        bn = max(triton.next_power_of_2(N), 1)
+        bn = max(_np2(N), 1)
         br = max(1, min(64, 2048 // bn))
         tile = bn * br
         return dict(BLOCK_R=br, BLOCK_N=bn, SINGLE=True,
@@ -110,10 +111,10 @@ def softmax(out, x, rows, *, dim, log=False):
     cfg = row_config(N)
     if _OVERRIDE:
         cfg.update(_OVERRIDE)
-    elif x.device.type != "cpu":
+    else:
         # autotune seam (log_softmax is the same kernel): a screened entry or the rule
         cfg = _autotune.pick("softmax", (R, N), cfg, dtype=x.dtype.name, device=x.device)
-    launch(_softmax_kernel, (triton.cdiv(R, cfg["BLOCK_R"]),), x, out, R, R1, N, *sx, *so,
+    launch(_softmax_kernel, (_cdiv(R, cfg["BLOCK_R"]),), x, out, R, R1, N, *sx, *so,
            BLOCK_R=cfg["BLOCK_R"], BLOCK_N=cfg["BLOCK_N"], SINGLE=cfg["SINGLE"], LOG=log,
            F64=out.dtype is _dt.float64 or x.dtype is _dt.float64, num_warps=cfg["num_warps"])
     return out

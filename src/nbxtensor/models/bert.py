@@ -2,7 +2,6 @@
 attention mask, mean pooling and L2 normalisation as sentence-transformers does."""
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
@@ -13,16 +12,9 @@ import nbxtensor as nbx
 from . import _ops as O
 from ..device import as_device
 from .config import BertConfig
+from .llama import _staging, _to_device
 
 __all__ = ["BertModel"]
-
-
-def _staging(dev, total_bytes=None):
-    """[staging] An Uploader on cuda (synchronised and freed at the end of the with), else None."""
-    if dev.type != "cuda":
-        return contextlib.nullcontext(None)
-    from ..io.staging import Uploader
-    return Uploader(dev, total_bytes=total_bytes)
 
 
 class BertModel:
@@ -49,14 +41,7 @@ class BertModel:
                 full = prefix + name
                 if full not in f:
                     raise KeyError(f"{folder}: tensor {full!r} missing from model.safetensors")
-                if up is not None:     # [staging]
-                    a = f.get_numpy(full)
-                    return up.upload(a if a.dtype == dtype.np else np.asarray(a, dtype=dtype.np),
-                                     full)
-                t = f.get_tensor(full)
-                if t.dtype is not dtype:
-                    t = nbx.from_numpy(np.asarray(f.get_numpy(full), dtype=dtype.np))
-                return t if dev.type == "cpu" else t.to(dev)
+                return _to_device(f.get_numpy(full), dtype, dev, up, full)
             w = {k: get(f"embeddings.{k}") for k in
                  ("word_embeddings.weight", "position_embeddings.weight",
                   "token_type_embeddings.weight", "LayerNorm.weight", "LayerNorm.bias")}

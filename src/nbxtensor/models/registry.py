@@ -33,8 +33,11 @@ def resolve(model: str) -> tuple[str, str]:
     """MODEL (a folder, a .gguf file, or a known name) -> (kind, path); kind is
     'llama-gguf', 'llama-folder' or 'bert-folder'."""
     if os.path.isfile(model):
-        if model.endswith(".gguf") or open(model, "rb").read(4) == b"GGUF":
+        if model.endswith(".gguf"):
             return "llama-gguf", model
+        with open(model, "rb") as fh:
+            if fh.read(4) == b"GGUF":
+                return "llama-gguf", model
         raise ValueError(f"MODEL {model!r} is a file but not a GGUF file")
     if os.path.isdir(model):
         cfgp = os.path.join(model, "config.json")

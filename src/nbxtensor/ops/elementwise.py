@@ -179,10 +179,7 @@ def _run(name, fname, inputs, argnames, result_dtype, *, out=None, params=(0, 0)
             _check_int_scalar(x, ct, fname, an)
         prepared.append(x)
     if target is None:
-        result = Tensor._empty(shape, out_dtype, dev)
-        if result.numel():
-            impl(name, dev)(result, prepared, params, ct)
-        return result
+        return _fresh(name, shape, out_dtype, ct, dev, prepared, params)
     if target.numel() == 0:
         return target
     # a destination that overlaps an input in a different layout is written via a temporary

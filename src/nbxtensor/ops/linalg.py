@@ -355,12 +355,12 @@ def fused_linear(input, weight, bias=None, *, activation=None, residual=None, ou
     else:
         o_full = o.view(shape) if not w1 else o.unsqueeze(-1).view(shape)   # never a copy
     xf = _fold_batch_into_m(x)
-    if xf is not None and (r is None or _fold_batch_into_m(r) is not None) \
-            and _fold_batch_into_m(o_full) is not None:
+    if xf is not None:
         rf = _fold_batch_into_m(r) if r is not None else None
-        _product(xf, wt, _fold_batch_into_m(o_full), bias=bias, residual=rf,
-                 activation=activation, op=op)
-        return o
+        of = _fold_batch_into_m(o_full)
+        if of is not None and (r is None or rf is not None):
+            _product(xf, wt, of, bias=bias, residual=rf, activation=activation, op=op)
+            return o
     batch = tuple(x.shape[:-2])
     _product(x, wt.expand(batch + (K, N)), o_full, bias=bias, residual=r,
              activation=activation, op=op)

@@ -594,8 +594,9 @@ def nonzero(input, *, as_tuple=False):
     _no_float8(input, "nonzero")
     res = impl("nonzero", input.device)(input)
     if as_tuple:
-        if input.ndim == 0:
-            return (res.reshape(-1),)
+        if input.ndim == 0:   # torch: a 0-dim input acts as 1-D of one element: ([0],) or ([],)
+            from ..creation import zeros
+            return (zeros(res.shape[0], dtype=_dt.int64, device=input.device),)
         return tuple(res[:, j] for j in range(input.ndim))
     return res
 

@@ -44,7 +44,7 @@ def _prepare_out(out, shape, dtype, device, opname):
     return out
 
 
-def _write(out, user_out, srcs, opname, run):
+def _write(out, user_out, srcs, run):
     """Run `run(dst)`; through a temporary when `out=` overlaps an input."""
     if user_out is not None and any(_overlaps(user_out, s) for s in srcs):
         tmp = Tensor._empty(out.shape, out.dtype, out.device)
@@ -170,17 +170,17 @@ def cat(tensors, dim=0, *, out=None):
     for x in tensors[1:]:
         dtype = _dt.promote_types(dtype, x.dtype)
     # torch's legacy rule: a 1-D tensor of size 0 takes part in nothing but the dtype
-    real = [x for x in tensors if not (x.ndim == 1 and x.shape[0] == 0)]
+    numbered = [(i, x) for i, x in enumerate(tensors) if not (x.ndim == 1 and x.shape[0] == 0)]
+    real = [x for _, x in numbered]
     if not real:
         shape, d = (0,), 0
     else:
-        ref = real[0]
+        i0, ref = numbered[0]
         if ref.ndim == 0:
-            raise ValueError("cat: zero-dimensional tensor (tensors[0]) cannot be concatenated")
+            raise ValueError(f"cat: zero-dimensional tensor (tensors[{i0}]) cannot be concatenated")
         d = normalize_dim(dim, ref.ndim)
         total = 0
-        for x in real:
-            i = next(k for k, y in enumerate(tensors) if y is x)
+        for i, x in numbered:
             if x.ndim != ref.ndim:
                 raise ValueError(f"cat: tensors[{i}] has {x.ndim} dims, expected {ref.ndim} like "
                                  f"the first non-empty tensor (shape {tuple(ref.shape)})")
@@ -194,7 +194,7 @@ def cat(tensors, dim=0, *, out=None):
     dev = tensors[0].device
     res = _prepare_out(out, shape, dtype, dev, "cat")
     srcs = [x if x.dtype is dtype else x.to(dtype) for x in real]
-    return _write(res, out, real, "cat", lambda o: impl("cat", dev)(o, srcs, d))
+    return _write(res, out, real, lambda o: impl("cat", dev)(o, srcs, d))
 
 
 concat = concatenate = cat
@@ -348,7 +348,7 @@ def _tri(name, input, diagonal, out):  # noqa: A002
     if out is not None and out._same_view(x):  # in place: each element reads only itself
         impl(name, x.device)(res, x, diagonal)
         return res
-    return _write(res, out, [x], name, lambda o: impl(name, x.device)(o, x, diagonal))
+    return _write(res, out, [x], lambda o: impl(name, x.device)(o, x, diagonal))
 
 
 def tril(input, diagonal=0, *, out=None):  # noqa: A002

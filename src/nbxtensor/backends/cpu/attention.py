@@ -81,7 +81,7 @@ def _rotate(x, pos, inv, interleaved):
 @register("rope", "numpy")
 def rope(out, x, pos, inv, *, interleaved):
     """out, x: (B, H, T, D) views; pos (B, T)."""
-    wt = np.float64 if x.dtype.itemsize == 8 else np.float32
+    wt = _work(x)
     y = _rotate(x._host_view().astype(wt), pos._host_view()[:, None, :], inv._host_view(),
                 interleaved)
     out._host_view()[...] = y.astype(out.dtype.np)
@@ -98,7 +98,7 @@ def kv_append(ck, cv, lengths, k, v, pos, q=None, inv=None, *, interleaved=False
     p = pos._host_view().astype(np.int64)
     kh = k._host_view()
     if inv is not None:
-        wt = np.float64 if k.dtype.itemsize == 8 else np.float32
+        wt = _work(k)
         kh = _rotate(kh.astype(wt), p[:, None, :], inv._host_view(), interleaved)
         qv = q._host_view()
         qv[...] = _rotate(qv.astype(wt), p[:, None, :], inv._host_view(),

@@ -10,12 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...dispatch import register
+from .elementwise import _erf
 
 
 def _gelu_erf(x):
-    from math import erf
-    return 0.5 * x * (1.0 + np.vectorize(erf, otypes=[x.dtype])(x * 0.7071067811865476)) \
-        if x.size else x
+    return 0.5 * x * (1.0 + _erf(x * 0.7071067811865476))
 
 
 def apply_activation(acc, act):

@@ -29,8 +29,7 @@ def _norm(out, x, weight, bias, eps, residual, h_out, rms):
     wt = _work(x, out)
     a = x._host_view()
     if residual is not None:
-        a = (a.astype(np.float32 if wt is np.float32 else wt)
-             + residual._host_view().astype(wt)).astype(x.dtype.np)
+        a = (a.astype(wt) + residual._host_view().astype(wt)).astype(x.dtype.np)
         h_out._host_view()[...] = a
     a = a.astype(wt)
     with np.errstate(all="ignore"):

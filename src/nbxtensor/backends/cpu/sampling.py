@@ -19,9 +19,10 @@ def _keep_mask(z, top_k, top_p):
         m = z[keep].max()
         w = np.where(keep, np.exp(z - m), 0.0)
         target = top_p * w.sum()
-        vals = np.unique(z[keep])                   # ascending
-        # mass strictly above each candidate value
-        above = np.array([w[z > v].sum() for v in vals])
+        vals, inv = np.unique(z[keep], return_inverse=True)   # ascending
+        # mass strictly above each candidate value: a suffix sum of the per-value masses
+        per_val = np.bincount(inv.reshape(-1), weights=w[keep], minlength=vals.size)
+        above = np.concatenate([np.cumsum(per_val[::-1])[::-1][1:], [0.0]])
         v_star = vals[np.nonzero(above < target)[0][0]]
         keep &= z >= v_star
     return keep

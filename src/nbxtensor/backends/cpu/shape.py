@@ -10,8 +10,8 @@ from ...dispatch import register
 def cat(out, tensors, dim):
     o = out._host_view()
     start = 0
-    for t in tensors:
-        n = t.shape[dim] if t.ndim == out.ndim else 0
+    for t in tensors:  # ops/shape.py passes only tensors of out's ndim (no legacy (0,) ones)
+        n = t.shape[dim]
         if n == 0:
             continue
         idx = (slice(None),) * dim + (slice(start, start + n),)

@@ -632,18 +632,6 @@ _SIGNATURES.update({
     "cuGraphGetNodes": (("cuGraphGetNodes",), [_P, _PP, _PS]),
     "cuGraphNodeGetType": (("cuGraphNodeGetType",), [_P, _PI]),
 })
-if _lib is not None:   # loaded before this section ran (cannot happen at import; be safe)
-    for _n in ("cuStreamBeginCapture", "cuStreamEndCapture", "cuStreamIsCapturing",
-               "cuStreamGetCaptureInfo", "cuThreadExchangeStreamCaptureMode",
-               "cuGraphInstantiateWithFlags", "cuGraphUpload", "cuGraphLaunch",
-               "cuGraphExecDestroy", "cuGraphDestroy", "cuGraphGetNodes", "cuGraphNodeGetType"):
-        for _s in _SIGNATURES[_n][0]:
-            _f = getattr(_lib, _s, None)
-            if _f is not None:
-                _f.argtypes, _f.restype = _SIGNATURES[_n][1], c_int
-                _fns[_n] = _f
-                break
-
 _KNOWN.update({
     900: "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", 901: "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
     902: "CUDA_ERROR_STREAM_CAPTURE_MERGE", 903: "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",

@@ -312,7 +312,7 @@ class _Entry:
 
     __slots__ = ("f", "name", "pack", "buf", "params", "block", "shared", "ctas", "sel", "tail", "fix",
                  "conv", "ex", "config", "attrs", "gsize", "galign", "gslot", "types", "names",
-                 "bound_names", "cpos", "variants", "fast", "kernel", "__weakref__")
+                 "cpos", "variants", "fast", "kernel", "__weakref__")
 
 
 def _make_fix(sel, tail, conv):
@@ -386,7 +386,6 @@ def _prepare(kernel, args, kwargs, dev: int, variant: bool = False) -> _Entry:
     e.gsize, e.galign = md.global_scratch_size, md.global_scratch_align
     e.ex = md.num_ctas != 1 or bool(md.launch_cooperative_grid) or bool(md.launch_pdl)
     e.config = _launch_config(e, md, f) if e.ex else None
-    e.bound_names = sig.names
     e.cpos = None
     e.fast = None     # the generated guarded launcher, made on the first launch (`_fast_launcher`)
     e.kernel = kernel  # caches are keyed by id(kernel): keep it alive so the id is not reused
@@ -853,8 +852,6 @@ def _slow_key(kernel, a, pos: int, idx: int, vd: dict):
         if id(st) not in vd:
             _verify(st, f"argument {pos}", idx, _sig_of(kernel).name)
         return ("tensor", a._dtype, a.data_ptr() & 15)
-    if isinstance(a, bool):
-        return "u1"
     if isinstance(a, int):     # int subclasses (IntEnum): the kind, as for ints
         t, attr = spec_of(int(a))
         return "int:" + t + (attr or "") if t != "constexpr" else "int:c1"
@@ -927,7 +924,8 @@ def cache_info() -> dict:
     loaded modules)."""
     return {"prepared": len(getattr(_state, "entries", {})), "modules": len(_modules),
             "kernels": len(_sigs),
-            "fast": sum(len(fl) for fl in getattr(_state, "fast", {}).values())}
+            "fast": sum(len(fl) for by_kw in getattr(_state, "fast", {}).values()
+                        for fl in by_kw.values())}
 
 
 def clear_cache() -> None:

@@ -23,10 +23,7 @@ def _stream_handle(index: int) -> int:
     global _current
     if _current is None:
         from ... import cuda
-        table = getattr(cuda, "_current", None)
-        if not isinstance(table, dict):        # no table to read: ask the public function
-            return cuda.current_stream(index).handle
-        _current = table
+        _current = cuda._current
     s = _current.get(index)
     return 0 if s is None else s.handle
 

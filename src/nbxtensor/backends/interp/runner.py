@@ -188,8 +188,8 @@ def run(kernel, grid, args, constexprs) -> None:
     block_torch = "torch" not in sys.modules
     if block_torch:
         sys.modules["torch"] = None
-    _swap_jit_globals(fn, swapped, set())
     try:
+        _swap_jit_globals(fn, swapped, set())
         _interpreted_fn(fn)[grid](*args, **constexprs)
     finally:
         for g, name, value in reversed(swapped):
