@@ -416,3 +416,17 @@ def test_split_k_rule():
     assert splitk_factor(128, 2048, 8192, 64, 16, 2) > 1           # 16 tiles, long K: split
     assert splitk_factor(128, 2048, 128, 64, 16, 2) == 1           # short K: no split
     assert splitk_factor(128, 2048, 8192, 64, 16, 8) == 1          # fp64: never
+
+
+def test_matmul_refuses_an_expanded_out(device):
+    """`out=` with several elements at one address would be written racily: refused, as the
+    shape family already did (one shared check, ops/_common.check_out)."""
+    a = nbx.tensor(np.random.default_rng().standard_normal((3, 4)).astype(np.float32), device=device)
+    b = nbx.tensor(np.random.default_rng().standard_normal((4, 5)).astype(np.float32), device=device)
+    out = nbx.empty(1, 5, device=device).expand(3, 5)
+    with pytest.raises(RuntimeError, match="matmul: out has more than one element at one memory"):
+        nbx.matmul(a, b, out=out)
+    good = nbx.full((3, 5), float("nan"), device=device)
+    nbx.matmul(a, b, out=good)
+    np.testing.assert_allclose(good.numpy(), a.numpy().astype(np.float64) @ b.numpy(), rtol=1e-5,
+                               atol=1e-5)

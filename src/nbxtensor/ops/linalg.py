@@ -21,6 +21,7 @@ import numbers
 from ..dispatch import impl
 from ..tensor import Tensor, _view_strides, broadcast_shapes
 from . import _methods
+from ._common import check_out as _check_out
 
 __all__ = ["matmul", "mm", "bmm", "mv", "addmm", "baddbmm", "linear", "dot", "outer", "ger",
            "inner", "fused_linear", "set_float32_matmul_precision",
@@ -68,19 +69,6 @@ def _check_pair(a, b, op, an="input", bn="other"):
     if a.dtype.kind == "b" or a.dtype.is_float8:
         raise TypeError(f"{op}: dtype {a.dtype.name} is not supported (expected a float "
                         f"or integer dtype)")
-
-
-def _check_out(out, shape, dtype, device, op):
-    if out is None:
-        return Tensor._empty(shape, dtype, device)
-    _check_tensor(out, "out", op)
-    if tuple(out.shape) != tuple(shape):
-        raise ValueError(f"{op}: out has shape {tuple(out.shape)}, expected {tuple(shape)}")
-    if out.dtype is not dtype:
-        raise TypeError(f"{op}: out has dtype {out.dtype.name}, expected {dtype.name}")
-    if out.device != device:
-        raise ValueError(f"{op}: out is on {out.device}, expected {device}")
-    return out
 
 
 def _batch_views(ts, batch):

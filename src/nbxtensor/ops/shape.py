@@ -12,6 +12,7 @@ from .. import dtypes as _dt
 from ..creation import arange
 from ..dispatch import impl
 from ..tensor import Tensor, _as_int, _overlaps, normalize_dim, normalize_size
+from ._common import check_out as _prepare_out
 from ._methods import install
 
 __all__ = ["cat", "concat", "concatenate", "stack", "hstack", "vstack", "split", "chunk",
@@ -25,23 +26,6 @@ def _check_tensor(x, argname):
     if not isinstance(x, Tensor):
         raise TypeError(f"{argname}: expected a Tensor, got {type(x).__name__}")
     return x
-
-
-def _prepare_out(out, shape, dtype, device, opname):
-    """A fresh output, or the caller's `out=` checked against what the op produces."""
-    if out is None:
-        return Tensor._empty(shape, dtype, device)
-    _check_tensor(out, "out")
-    if tuple(out.shape) != tuple(shape):
-        raise ValueError(f"{opname}: out has shape {tuple(out.shape)}, expected {tuple(shape)}")
-    if out.dtype is not dtype:
-        raise TypeError(f"{opname}: out has dtype {out.dtype.name}, expected {dtype.name}")
-    if out.device != device:
-        raise ValueError(f"{opname}: out is on {out.device}, expected {device}")
-    if any(n > 1 and s == 0 for n, s in zip(out.shape, out.stride())):
-        raise RuntimeError(f"{opname}: out has more than one element at one memory location "
-                           f"(an expanded tensor)")
-    return out
 
 
 def _write(out, user_out, srcs, run):

@@ -1,0 +1,26 @@
+"""Argument checks shared by the op families (one rule for `out=`, not one per family)."""
+from __future__ import annotations
+
+from ..tensor import Tensor
+
+
+def check_out(out, shape, dtype, device, op: str) -> Tensor:
+    """A fresh output, or the caller's `out=` checked against what `op` produces.
+
+    Unlike torch, `out=` is never resized or cast: it must have exactly the result's shape,
+    dtype and device, and may not be an expanded tensor (several elements at one address).
+    """
+    if out is None:
+        return Tensor._empty(shape, dtype, device)
+    if not isinstance(out, Tensor):
+        raise TypeError(f"{op}: out must be a Tensor, got {type(out).__name__}")
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{op}: out has shape {tuple(out.shape)}, expected {tuple(shape)}")
+    if out.dtype is not dtype:
+        raise TypeError(f"{op}: out has dtype {out.dtype.name}, expected {dtype.name}")
+    if out.device != device:
+        raise ValueError(f"{op}: out is on {out.device}, expected {device}")
+    if any(n > 1 and s == 0 for n, s in zip(out.shape, out.stride())):
+        raise RuntimeError(f"{op}: out has more than one element at one memory location "
+                           f"(an expanded tensor)")
+    return out
