@@ -39,6 +39,16 @@ class Size(tuple):
 _CONTIG: dict = {}   # shape -> contiguous strides, for Tensor._empty (small shapes repeat)
 
 
+def cached_contiguous_strides(shape) -> tuple[int, ...]:
+    """contiguous_strides(shape), remembered for the shapes ops allocate over and over."""
+    stride = _CONTIG.get(shape)
+    if stride is None:
+        stride = contiguous_strides(shape)
+        if len(_CONTIG) < 4096:
+            _CONTIG[shape] = stride
+    return stride
+
+
 def contiguous_strides(shape) -> tuple[int, ...]:
     strides, acc = [], 1
     for n in reversed(shape):
@@ -172,11 +182,7 @@ class Tensor:
         # every op allocates its output here: no re-derived strides, no extra conversions
         if shape.__class__ is not Size:
             shape = Size(shape)
-        stride = _CONTIG.get(shape)
-        if stride is None:
-            stride = contiguous_strides(shape)
-            if len(_CONTIG) < 4096:
-                _CONTIG[shape] = stride
+        stride = cached_contiguous_strides(shape)
         t = object.__new__(cls)
         t._storage = new_storage(device, math.prod(shape) * dtype.itemsize)
         t._shape = shape

@@ -23,7 +23,7 @@ from collections import namedtuple
 
 from .. import dtypes as _dt
 from ..dispatch import impl, register
-from ..tensor import _CONTIG, Size, Tensor, contiguous_strides, normalize_dim
+from ..tensor import _CONTIG, Size, Tensor, cached_contiguous_strides, normalize_dim
 from . import _methods
 
 __all__ = ["sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "var", "std",
@@ -102,12 +102,8 @@ def _cast_input(x: Tensor, dtype, fname):
 def _finish(res: Tensor, final_shape, out, fname, argname="out"):
     if out is None and res._offset == 0 and res._stride == _CONTIG.get(res._shape):
         # a fresh contiguous result: its final shape only drops (or keeps) size-1 dims
-        st = _CONTIG.get(final_shape)
-        if st is None:
-            st = contiguous_strides(final_shape)
-            if len(_CONTIG) < 4096:
-                _CONTIG[final_shape] = st
-        return Tensor._make(res._storage, final_shape, st, 0, res._dtype)
+        return Tensor._make(res._storage, final_shape, cached_contiguous_strides(final_shape), 0,
+                            res._dtype)
     res = res.view(final_shape)
     if out is None:
         return res
