@@ -4,6 +4,13 @@ from __future__ import annotations
 from ..tensor import Tensor
 
 
+def check_tensor(x, argname: str, op: str) -> Tensor:
+    """`x` itself when it is a Tensor; otherwise a TypeError naming `op` and the argument."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}: {argname} must be a Tensor, got {type(x).__name__}")
+    return x
+
+
 def check_out(out, shape, dtype, device, op: str) -> Tensor:
     """A fresh output, or the caller's `out=` checked against what `op` produces.
 

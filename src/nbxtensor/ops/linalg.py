@@ -21,7 +21,7 @@ import numbers
 from ..dispatch import impl
 from ..tensor import Tensor, _view_strides, broadcast_shapes
 from . import _methods
-from ._common import check_out as _check_out
+from ._common import check_out as _check_out, check_tensor
 
 __all__ = ["matmul", "mm", "bmm", "mv", "addmm", "baddbmm", "linear", "dot", "outer", "ger",
            "inner", "fused_linear", "set_float32_matmul_precision",
@@ -52,14 +52,8 @@ _ACTIVATIONS = (None, "none", "gelu", "gelu_tanh", "silu", "relu")
 
 
 # ------------------------------------------------------------------ validation helpers
-def _check_tensor(x, name, op):
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{op}: {name} must be a Tensor, got {type(x).__name__}")
-    return x
-
-
 def _check_pair(a, b, op, an="input", bn="other"):
-    _check_tensor(a, an, op), _check_tensor(b, bn, op)
+    check_tensor(a, an, op), check_tensor(b, bn, op)
     if a.device != b.device:
         raise ValueError(f"{op}: {an} is on {a.device} but {bn} is on {b.device}; "
                          f"expected both on one device")

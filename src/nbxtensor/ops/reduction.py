@@ -25,6 +25,7 @@ from .. import dtypes as _dt
 from ..dispatch import impl, register
 from ..tensor import _CONTIG, Size, Tensor, cached_contiguous_strides, normalize_dim
 from . import _methods
+from ._common import check_tensor
 
 __all__ = ["sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "var", "std",
            "logsumexp", "any", "all", "count_nonzero", "cumsum", "cumprod", "sort", "argsort",
@@ -39,11 +40,6 @@ aminmax_result = namedtuple("aminmax", ["min", "max"])
 
 
 # ------------------------------------------------------------------ helpers
-def _check_tensor(x, fname, argname="input"):
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{fname}: {argname} must be a Tensor, got {type(x).__name__}")
-
-
 # small caches of the shape decisions every reduction makes (the same few shapes repeat)
 _DIMS: dict = {}        # (ndim, dim) -> dims, for dim None or an int (not bool: True == 1)
 _SHAPES: dict = {}      # (shape, dims, keepdim) -> (keep shape, final shape)
@@ -163,7 +159,7 @@ def _nonempty(x, dims, fname):
 # ------------------------------------------------------------------ sum-like
 def sum(input, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A001
     """Sum over `dim` (None: all). Integers and bool sum in int64; fp16/bf16 accumulate in fp32."""
-    _check_tensor(input, "sum")
+    check_tensor(input, "input", "sum")
     _no_float8(input, "sum")
     x, dt = _cast_input(input, dtype, "sum")
     dims = _norm_dims(x, dim, "sum")
@@ -175,7 +171,7 @@ def sum(input, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A001
 
 
 def prod(input, dim=None, keepdim=False, *, dtype=None, out=None):
-    _check_tensor(input, "prod")
+    check_tensor(input, "input", "prod")
     _no_float8(input, "prod")
     if isinstance(dim, (tuple, list)):
         raise TypeError("prod: dim must be an int or None (torch's prod reduces one dim)")
@@ -189,7 +185,7 @@ def prod(input, dim=None, keepdim=False, *, dtype=None, out=None):
 
 
 def mean(input, dim=None, keepdim=False, *, dtype=None, out=None):
-    _check_tensor(input, "mean")
+    check_tensor(input, "input", "mean")
     x, _ = _cast_input(input, dtype, "mean")
     _require_float(x, "mean")
     dims = _norm_dims(x, dim, "mean")
@@ -202,7 +198,7 @@ def mean(input, dim=None, keepdim=False, *, dtype=None, out=None):
 
 
 def _var_std(kind, input, dim, correction, keepdim, out, unbiased):
-    _check_tensor(input, kind)
+    check_tensor(input, "input", kind)
     _require_float(input, kind)
     if unbiased is not None:
         if correction is not None:
@@ -238,7 +234,7 @@ def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None, out=N
 
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A002
     """torch.linalg.vector_norm: ord 2, 1, inf, -inf, 0 or any other float p."""
-    _check_tensor(x, "vector_norm", "x")
+    check_tensor(x, "x", "vector_norm")
     x, _ = _cast_input(x, dtype, "vector_norm")
     _require_float(x, "vector_norm", "x")
     if isinstance(ord, bool) or not isinstance(ord, (int, float)):
@@ -290,7 +286,7 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
     (max / min row abs-sum) on every device; 'nuc' (sum of singular values) and 2 / -2 (largest /
     smallest singular value) need an SVD, computed on the cpu device only."""
     fname = "linalg.matrix_norm"
-    _check_tensor(A, fname, "A")
+    check_tensor(A, "A", fname)
     if A.ndim < 2:
         raise ValueError(f"{fname}: A must have at least 2 dimensions, got {A.ndim}-D "
                          f"(shape {tuple(A.shape)})")
@@ -342,7 +338,7 @@ def linalg_norm(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None): 
     with ord given or a string ord), else a vector norm; ord=None is the 2-norm of the
     flattened input (or over `dim`)."""
     fname = "linalg.norm"
-    _check_tensor(A, fname, "A")
+    check_tensor(A, "A", fname)
     if isinstance(dim, int) and not isinstance(dim, bool):
         dim = (dim,)
     if dim is not None:
@@ -364,7 +360,7 @@ def linalg_norm(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None): 
 
 def logsumexp(input, dim, keepdim=False, *, out=None):
     """log(sum(exp(x))) computed as max + log(sum(exp(x - max))); integers give float32."""
-    _check_tensor(input, "logsumexp")
+    check_tensor(input, "input", "logsumexp")
     _no_float8(input, "logsumexp")
     x = input if input.dtype.is_floating_point else input.to(_dt.get_default_dtype())
     dims = _norm_dims(x, dim, "logsumexp")
@@ -380,7 +376,7 @@ def _bool_dtype(x):
 
 
 def any(input, dim=None, keepdim=False, *, out=None):  # noqa: A001
-    _check_tensor(input, "any")
+    check_tensor(input, "input", "any")
     _no_float8(input, "any")
     dims = _norm_dims(input, dim, "any")
     keep, final = _out_shape(input, dims, keepdim)
@@ -391,7 +387,7 @@ def any(input, dim=None, keepdim=False, *, out=None):  # noqa: A001
 
 
 def all(input, dim=None, keepdim=False, *, out=None):  # noqa: A001
-    _check_tensor(input, "all")
+    check_tensor(input, "input", "all")
     _no_float8(input, "all")
     dims = _norm_dims(input, dim, "all")
     keep, final = _out_shape(input, dims, keepdim)
@@ -402,7 +398,7 @@ def all(input, dim=None, keepdim=False, *, out=None):  # noqa: A001
 
 
 def count_nonzero(input, dim=None):
-    _check_tensor(input, "count_nonzero")
+    check_tensor(input, "input", "count_nonzero")
     _no_float8(input, "count_nonzero")
     dims = _norm_dims(input, dim, "count_nonzero")
     keep, final = _out_shape(input, dims, False)
@@ -415,7 +411,7 @@ def count_nonzero(input, dim=None):
 # ------------------------------------------------------------------ max / min family
 def amax(input, dim=(), keepdim=False, *, out=None):
     """Maximum over `dim` (() or None: all); NaN propagates. Empty reduced dims are an error."""
-    _check_tensor(input, "amax")
+    check_tensor(input, "input", "amax")
     _no_float8(input, "amax")
     dims = _norm_dims(input, dim, "amax")
     _nonempty(input, dims, "amax")
@@ -425,7 +421,7 @@ def amax(input, dim=(), keepdim=False, *, out=None):
 
 
 def amin(input, dim=(), keepdim=False, *, out=None):
-    _check_tensor(input, "amin")
+    check_tensor(input, "input", "amin")
     _no_float8(input, "amin")
     dims = _norm_dims(input, dim, "amin")
     _nonempty(input, dims, "amin")
@@ -435,7 +431,7 @@ def amin(input, dim=(), keepdim=False, *, out=None):
 
 
 def _max_min(kind, input, dim, keepdim, out):
-    _check_tensor(input, kind)
+    check_tensor(input, "input", kind)
     _no_float8(input, kind)
     if isinstance(dim, Tensor):
         raise TypeError(f"{kind}: for the element-wise {kind} of two tensors use "
@@ -472,7 +468,7 @@ def aminmax(input, *, dim=None, keepdim=False):
 
 
 def _arg(kind, input, dim, keepdim, out):
-    _check_tensor(input, kind)
+    check_tensor(input, "input", kind)
     _no_float8(input, kind)
     if dim is None:
         if input.numel() == 0:
@@ -502,7 +498,7 @@ def argmin(input, dim=None, keepdim=False, *, out=None):
 
 # ------------------------------------------------------------------ scans
 def _scan(kind, input, dim, dtype, out):
-    _check_tensor(input, kind)
+    check_tensor(input, "input", kind)
     _no_float8(input, kind)
     x, dt = _cast_input(input, dtype, kind)
     if dim is None:
@@ -526,7 +522,7 @@ def cumprod(input, dim, *, dtype=None, out=None):
 
 # ------------------------------------------------------------------ sort family
 def _sortable(x, fname):
-    _check_tensor(x, fname)
+    check_tensor(x, "input", fname)
     if x.dtype.is_float8:
         raise TypeError(f"{fname}: float8 inputs are not supported ({x.dtype.name}); cast first")
 
@@ -586,7 +582,7 @@ def nonzero(input, *, as_tuple=False):
     """Indices of the non-zero elements, (n, ndim) int64 in row-major order.
 
     On cuda this syncs with the host once to learn n (the output's size)."""
-    _check_tensor(input, "nonzero")
+    check_tensor(input, "input", "nonzero")
     _no_float8(input, "nonzero")
     res = impl("nonzero", input.device)(input)
     if as_tuple:
