@@ -17,6 +17,31 @@ import pytest  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 
 
+# ---- torch stays out of the package: any import of torch while a frame of src/nbxtensor is on
+# the stack is recorded, and the session fails at its end (tests may import torch themselves,
+# as an optional reference; that is not counted)
+_PKG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src",
+                        "nbxtensor") + os.sep
+_TORCH_FROM_PACKAGE: list = []
+
+
+class _TorchImportWatch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            f = sys._getframe(1)
+            while f is not None:
+                fn = f.f_code.co_filename
+                if fn.startswith(_PKG_DIR) or "/site-packages/nbxtensor/" in fn:
+                    _TORCH_FROM_PACKAGE.append(f"{name} from {fn}:{f.f_lineno}")
+                    break
+                f = f.f_back
+        return None   # never resolves anything itself
+
+
+sys.meta_path.insert(0, _TorchImportWatch())
+
+
+
 def _available_devices():
     from importlib.util import find_spec
     devs = ["cpu"]
@@ -49,3 +74,10 @@ def pytest_collection_modifyitems(config, items):
         callspec = getattr(item, "callspec", None)
         if callspec and callspec.params.get("device") == "cuda":
             item.add_marker(pytest.mark.cuda)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_torch_from_the_package():
+    yield
+    if _TORCH_FROM_PACKAGE:
+        raise AssertionError("the package imported torch: " + "; ".join(_TORCH_FROM_PACKAGE[:5]))
