@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field
 
@@ -102,29 +101,26 @@ class LlamaConfig:
 
 
 def rope_inv_freq(cfg: LlamaConfig, freq_factors=None):
-    """Inverse frequencies (head_dim/2,) float64, with Llama-3 scaling when configured."""
+    """Inverse frequencies (head_dim/2,) float64, with Llama-3 or linear scaling when configured.
+
+    One Llama-3 formula: `nbx.rope_inv_freq`'s; this adds the HF defaults for missing llama3
+    keys, linear scaling, and the GGUF `rope_freqs` divisors."""
     import numpy as np
-    d = cfg.head_dim
-    inv = 1.0 / cfg.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    from ..ops.attention import rope_inv_freq as _base
     sc = cfg.rope_scaling
+    kind = sc.get("rope_type", sc.get("type")) if sc else None
     if freq_factors is not None:            # GGUF llama3: rope_freqs.weight holds the divisors
-        inv = inv / np.asarray(freq_factors, np.float64)
-    elif sc:
-        kind = sc.get("rope_type", sc.get("type"))
-        if kind == "llama3":
-            factor, lo, hi = sc["factor"], sc.get("low_freq_factor", 1.0), sc.get("high_freq_factor", 4.0)
-            old = sc.get("original_max_position_embeddings", 8192)
-            wavelen = 2 * math.pi / inv
-            lo_wl, hi_wl = old / lo, old / hi
-            smooth = (old / wavelen - lo) / (hi - lo)
-            scaled = np.where(wavelen > lo_wl, inv / factor, inv)
-            mid = (wavelen <= lo_wl) & (wavelen >= hi_wl)
-            inv = np.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
-        elif kind in ("linear",):
-            inv = inv / sc["factor"]
-        elif kind not in (None, "default"):
-            raise ValueError(f"rope_scaling: type {kind!r} is not supported (supported: llama3, "
-                             f"linear)")
+        return _base(cfg.head_dim, cfg.rope_theta) / np.asarray(freq_factors, np.float64)
+    if kind == "llama3":
+        full = {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192, **sc, "rope_type": "llama3"}
+        return _base(cfg.head_dim, cfg.rope_theta, full)
+    inv = _base(cfg.head_dim, cfg.rope_theta)
+    if kind == "linear":
+        return inv / sc["factor"]
+    if kind not in (None, "default"):
+        raise ValueError(f"rope_scaling: type {kind!r} is not supported (supported: llama3, "
+                         f"linear)")
     return inv
 
 
