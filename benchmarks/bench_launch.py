@@ -9,20 +9,30 @@ then one synchronize; the figure is wall time / N, median over repeats, interlea
                             parameter buffer: the floor named in issue 3
   floor (ctypes, raw)       the same call through an argtypes-free binding (ctypes
                             objects passed as they are), which is what our launcher uses
-  nbx.launch                ours: the generated fast launcher of this kernel's argument
-                            kinds (guards + pack_into + raw cuLaunchKernel)
+  floor (raw, cuLaunchKernelEx)  the same launch through cuLaunchKernelEx (4 arguments,
+                            grid/block/shared/stream in a prepared CUlaunchConfig)
+  nbx.launch                ours, as shipped: the generated fast launcher of this kernel's
+                            argument kinds (guards + one pack_into of the parameters and the
+                            launch config + raw cuLaunchKernelEx where the driver has it)
+  nbx.launch (Ex fast path) the same with the Ex fast launcher installed explicitly (= the
+                            default row when the driver has cuLaunchKernelEx)
+  nbx.launch (cuLaunchKernel fast path)  the fast launcher for drivers without Ex (11-argument
+                            cuLaunchKernel), for comparison
   nbx prepare()(...)        ours, the prepared-launch API (`launcher.prepare`), for our ops
   triton kernel[grid]       Triton 3.6's own launcher on torch tensors
   torch.add(out=)           torch eager
 
-Goal (issue 3): nbx.launch <= 1.15x the floor, and below torch eager.
+Goal (issue 3): nbx.launch <= 1.15x the floor (argtypes), and below torch eager; the verdict
+line prints ours/floor, ours/torch and both goals.
 torch is imported only after our rows ran, for its own rows.
 
-    PYTHONPATH=src python3 benchmarks/bench_launch.py --cpu-overhead [--quick] [OUTDIR]
+    PYTHONPATH=src python3 benchmarks/bench_launch.py --cpu-overhead [--quick] [--before=FILE] [OUTDIR]
 
 needs no GPU: the launcher's Python cost per cached launch with a no-op C function of
 cuLaunchKernel's arity in its place (compiled with `cc` into a temp dir), beside the same
-stub called bare through ctypes; writes bench_launch_cpu.json.
+stub called bare through ctypes (one device, as on the H200; rows for each fast-launcher
+variant); `--before=FILE` adds another launcher.py (e.g. the committed one) measured in the
+same process; writes bench_launch_cpu.json.
 """
 from __future__ import annotations
 
@@ -97,6 +107,35 @@ def main(argv):
         for _ in range(n):
             launch(add_kernel, (1,), x, y, out, N_ELEM, BLOCK=BLOCK)
 
+    # the fast launcher variants, each installed alone in front of nbx.launch for its row, and
+    # each checked to compute the right sum through its own fast path first
+    variants = _fast_variants(L, e, (x, y, out, N_ELEM))
+    chosen = L._fast_list(add_kernel, {"BLOCK": BLOCK})
+    default_fast = chosen[0]
+    print("nbx.launch fast path as shipped:",
+          "cuLaunchKernelEx" if getattr(default_fast, "ex", False) else "cuLaunchKernel",
+          "| device check:", "_tls.device" in getattr(default_fast, "source", "_tls.device"))
+    twice = [2.0 * i for i in range(N_ELEM)]
+    for vname, fn in {"nbx.launch": default_fast, **variants}.items():
+        o2 = nbx.empty(N_ELEM, device="cuda")
+        launch(add_kernel, (1,), x, y, o2, N_ELEM, BLOCK=BLOCK)  # o2's storage verified here
+        nbx.cuda.synchronize()
+        assert (o2.numpy() == got).all(), f"{vname}: first launch computed a wrong sum"
+        chosen[:] = [fn]
+        launch(add_kernel, (1,), x, x, o2, N_ELEM, BLOCK=BLOCK)  # served by `fn` itself
+        nbx.cuda.synchronize()
+        assert chosen[0] is fn, f"{vname}: the fast launcher declined"
+        assert (o2.numpy() == twice).all(), f"{vname} (fast launcher) computed a wrong sum"
+    chosen[:] = [default_fast]
+
+    def variant_runner(fn):
+        def run(n):
+            chosen[:] = [fn]
+            for _ in range(n):
+                launch(add_kernel, (1,), x, y, out, N_ELEM, BLOCK=BLOCK)
+            chosen[:] = [default_fast]
+        return run
+
     prepared = L.prepare(add_kernel, x, y, out, N_ELEM, BLOCK=BLOCK) if hasattr(L, "prepare") else None
 
     if prepared is not None:   # the prepared path computes the same sum (2nd call: fast)
@@ -146,6 +185,8 @@ def main(argv):
             "nbx.launch": (run_ours, nsync)}
     if raw_ex is not None:
         rows["floor (raw, cuLaunchKernelEx)"] = (run_floor_ex, nsync)
+    for vname, fn in variants.items():
+        rows[vname] = (variant_runner(fn), nsync)
     if prepared is not None:
         rows["nbx prepare()(...)"] = (run_prepared, nsync)
     before_alloc = nbx.cuda.memory_allocated() if hasattr(nbx.cuda, "memory_allocated") else None
@@ -190,23 +231,32 @@ def main(argv):
     med = {k: statistics.median(v) for k, v in results.items()}
     floor = med["floor (ctypes, argtypes)"]
     print(f"\nper-launch cost, {props['name']}, {n_calls} launches x {repeats} repeats (median)")
-    print(f"{'':28s} {'us/launch':>10s} {'x floor':>8s}")
+    tmed = med.get("torch.add(out=)")
+    print(f"{'':38s} {'us/launch':>10s} {'x floor':>8s} {'x torch':>8s}")
     for k, v in med.items():
-        print(f"{k:28s} {v:10.2f} {v / floor:8.2f}")
+        print(f"{k:38s} {v:10.2f} {v / floor:8.2f} {v / tmed if tmed else float('nan'):8.2f}")
     ratio = med["nbx.launch"] / floor
     verdict = {"ours_over_floor": ratio, "ours_over_raw_floor": med["nbx.launch"] / med["floor (ctypes, raw)"],
                "goal_floor_1.15x": ratio <= 1.15}
+    if "floor (raw, cuLaunchKernelEx)" in med:
+        verdict["ours_over_raw_ex_floor"] = med["nbx.launch"] / med["floor (raw, cuLaunchKernelEx)"]
     if "nbx prepare()(...)" in med:
         verdict["prepared_over_floor"] = med["nbx prepare()(...)"] / floor
-    if "torch.add(out=)" in med:
-        verdict["ours_over_torch"] = med["nbx.launch"] / med["torch.add(out=)"]
-        verdict["goal_below_torch"] = med["nbx.launch"] < med["torch.add(out=)"]
+    if tmed:
+        verdict["ours_over_torch"] = med["nbx.launch"] / tmed
+        verdict["goal_below_torch"] = med["nbx.launch"] < tmed
+        if "nbx prepare()(...)" in med:
+            verdict["prepared_over_torch"] = med["nbx prepare()(...)"] / tmed
+    verdict["goals_met"] = bool(verdict["goal_floor_1.15x"] and verdict.get("goal_below_torch", False))
+    verdict["fast_path"] = "cuLaunchKernelEx" if getattr(default_fast, "ex", False) else "cuLaunchKernel"
+    verdict["device_check"] = "_tls.device" in getattr(default_fast, "source", "_tls.device")
     print("\n" + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in verdict.items()))
     if before_alloc is not None:
         print(f"allocated bytes before/after our launches: {before_alloc} / {after_alloc}")
 
     report = {
-        "benchmark": "launch", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "benchmark": "launch", "fast_path": "cuLaunchKernelEx" if getattr(default_fast, "ex", False)
+        else "cuLaunchKernel", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "device": props["name"], "driver_version": drv.driver_version(), "versions": versions,
         "n_calls": n_calls, "repeats": repeats, "quick": quick, "kernel": "add 1024 fp32, grid (1,)",
         "median_us": med, "all_us": results, "verdict": verdict,
@@ -227,7 +277,31 @@ _STUB_C = """
 int nbx_stub_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                     unsigned bz, unsigned shared, void *stream, void **params, void **extra)
 { return 0; }
+int nbx_stub_launch_ex(const void *config, void *f, void **params, void **extra)
+{ return 0; }
 """
+
+
+def _fast_variants(L, e, args) -> dict:
+    """Fast launchers of entry `e` for each call path the launcher can generate (only for a
+    launcher module that has them): Ex with and without the device check, cuLaunchKernel."""
+    if not hasattr(L, "_use_ex"):
+        return {}
+    saved = L._use_ex
+    out = {}
+    try:
+        for name, ex, check in (("nbx.launch (Ex fast path)", True, not L._single_device()),
+                                ("nbx.launch (Ex, device check kept)", True, True),
+                                ("nbx.launch (cuLaunchKernel fast path)", False, True)):
+            if ex and not saved:
+                continue       # the driver has no cuLaunchKernelEx
+            L._use_ex = ex
+            fn = L._fast_launcher(e, args, 0, device_check=check)
+            if fn is not None and name not in out:
+                out[name] = fn
+    finally:
+        L._use_ex = saved
+    return out
 
 
 def _stub_launch():
@@ -243,24 +317,27 @@ def _stub_launch():
         subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", so, c], check=True, capture_output=True)
         lib = ctypes.CDLL(so)
         raw, decl = lib.nbx_stub_launch, ctypes.CDLL(so).nbx_stub_launch
-        what = "no-op C function (cc)"
+        raw_ex = lib.nbx_stub_launch_ex
+        what = "no-op C functions (cc)"
     except (OSError, subprocess.CalledProcessError):
         # no C compiler: libc's labs ignores the extra arguments (cdecl: the caller cleans up)
         libc = ctypes.CDLL(None)
-        raw, decl = libc.labs, ctypes.CDLL(None).labs
+        raw, decl, raw_ex = libc.labs, ctypes.CDLL(None).labs, ctypes.CDLL(None).labs
         what = "libc labs (no C compiler)"
+    raw_ex.restype = ctypes.c_int
     shutil.rmtree(d, ignore_errors=True)   # the loaded library stays mapped
     raw.restype = ctypes.c_int
     decl.restype = ctypes.c_int
     decl.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
                      ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
                      ctypes.c_void_p]
-    return raw, decl, what
+    return raw, decl, raw_ex, what
 
 
 class _FakeStorage:
-    """A cuda storage without a GPU: what the launcher reads of one (device, ptr, nbytes)."""
-    __slots__ = ("device", "ptr", "nbytes", "__weakref__")
+    """A cuda storage without a GPU: what the launcher reads of one (device, ptr, nbytes),
+    with CudaStorage's slot for the launcher's verification mark."""
+    __slots__ = ("device", "ptr", "nbytes", "_nbx_launch", "__weakref__")
 
     def __init__(self, ptr, nbytes):
         from nbxtensor.device import Device
@@ -278,11 +355,16 @@ def _fake_cuda_tensor(ptr, n):
     return Tensor._make(_FakeStorage(ptr, 4 * n), (n,), (1,), 0, nbx.float32)
 
 
-def _wire_fakes(L, raw):
-    """Point launcher module `L` at the stub and fakes below the (real, sm_90) compile step."""
-    saved = {k: getattr(L, k) for k in ("_cuLaunchKernel", "_allocator_for", "_device_info", "_load",
-                                        "_streams")}
+def _wire_fakes(L, raw, raw_ex):
+    """Point launcher module `L` at the stubs and fakes below the (real, sm_90) compile step."""
+    names = ["_cuLaunchKernel", "_allocator_for", "_device_info", "_load", "_streams"]
+    names += [k for k in ("_cuLaunchKernelEx", "_use_ex", "_single") if hasattr(L, k)]
+    saved = {k: getattr(L, k) for k in names}
     L._cuLaunchKernel = raw
+    if hasattr(L, "_cuLaunchKernelEx"):
+        L._cuLaunchKernelEx = raw_ex
+        L._use_ex = True
+        L._single = True     # the H200 box: one device
     L._allocator_for = lambda dev: _FakeAllocator()
     L._device_info = lambda dev: (90, 232448, 49152)
     L._load = lambda md, cubin, dev: 0xF00
@@ -302,15 +384,16 @@ def _min_us(fn, n, repeats):
     return best / n * 1e6
 
 
-def cpu_overhead_compare(modules: dict, n_calls=1000, repeats=300, out=None):
+def cpu_overhead_compare(modules: dict, n_calls=1000, repeats=300, out=None, variants=True):
     """Python cost per cached launch of `add_kernel` for each launcher module, same process and
     stub: the minimum over `repeats` interleaved runs of `n_calls` calls. Short runs, many of
     them: on a loaded machine only a run that was not preempted shows the true cost."""
-    raw, decl, what = _stub_launch()
+    raw, decl, raw_ex, what = _stub_launch()
     x, y, o = (_fake_cuda_tensor(0x7F0000000000 + k * 4096, N_ELEM) for k in range(3))
     f, s = ctypes.c_void_p(0xF00), ctypes.c_void_p(0x5)
     params = (ctypes.c_void_p * 6)()
     fi, si = 0xF00, 0x5
+    cfg = ctypes.c_void_p(ctypes.addressof((ctypes.c_uint64 * 7)()))
 
     def run_decl(n):
         for _ in range(n):
@@ -320,10 +403,15 @@ def cpu_overhead_compare(modules: dict, n_calls=1000, repeats=300, out=None):
         for _ in range(n):
             raw(f, 1, 1, 1, 128, 1, 1, 0, s, params, None)
 
-    rows = {"stub (ctypes, argtypes)": run_decl, "stub (ctypes, raw)": run_raw}
+    def run_raw_ex(n):
+        for _ in range(n):
+            raw_ex(cfg, f, params, None)
+
+    rows = {"stub (ctypes, argtypes)": run_decl, "stub (ctypes, raw)": run_raw,
+            "stub Ex (ctypes, raw)": run_raw_ex}
     saved = {}
     for name, L in modules.items():
-        saved[name] = _wire_fakes(L, raw)
+        saved[name] = _wire_fakes(L, raw, raw_ex)
         lp = L.launch_public
         lp(add_kernel, (1,), x, y, o, N_ELEM, BLOCK=BLOCK)      # compile (sm_90) + prepare
 
@@ -331,6 +419,17 @@ def cpu_overhead_compare(modules: dict, n_calls=1000, repeats=300, out=None):
             for _ in range(n):
                 lp(add_kernel, (1,), x, y, o, N_ELEM, BLOCK=BLOCK)
         rows[f"launch_public [{name}]"] = run
+        if variants and hasattr(L, "_fast_list"):
+            e = [e for e in L._state.entries.values() if getattr(e, "name", None) == "add_kernel"][-1]
+            chosen = L._fast_list(add_kernel, {"BLOCK": BLOCK})
+            for vname, fn in _fast_variants(L, e, (x, y, o, N_ELEM)).items():
+                def runv(n, lp=lp, fn=fn, chosen=chosen):
+                    keep = chosen[:]
+                    chosen[:] = [fn]
+                    for _ in range(n):
+                        lp(add_kernel, (1,), x, y, o, N_ELEM, BLOCK=BLOCK)
+                    chosen[:] = keep
+                rows[f"{vname[len('nbx.launch ('):-1]} [{name}]"] = runv
         if hasattr(L, "prepare"):
             pk = L.prepare(add_kernel, x, y, o, N_ELEM, BLOCK=BLOCK)
 
@@ -348,11 +447,11 @@ def cpu_overhead_compare(modules: dict, n_calls=1000, repeats=300, out=None):
         if hasattr(L, "_wire_hot_path"):
             L._wire_hot_path()
     floor = best["stub (ctypes, raw)"]
-    print(f"\nPython cost per cached launch, CPU only ({what} in place of cuLaunchKernel), "
-          f"{n_calls} calls, min of {repeats}")
-    print(f"{'':34s} {'us/call':>8s} {'above raw stub':>15s}")
+    print(f"\nPython cost per cached launch, CPU only ({what} in place of cuLaunchKernel and "
+          f"cuLaunchKernelEx), {n_calls} calls, min of {repeats}")
+    print(f"{'':44s} {'us/call':>8s} {'above raw stub':>15s}")
     for k, v in best.items():
-        print(f"{k:34s} {v:8.3f} {v - floor:15.3f}")
+        print(f"{k:44s} {v:8.3f} {v - floor:15.3f}")
     report = {"benchmark": "launch_cpu_overhead", "stub": what, "n_calls": n_calls,
               "repeats": repeats, "min_us": best,
               "above_raw_stub_us": {k: v - floor for k, v in best.items()}}
@@ -371,7 +470,19 @@ def cpu_overhead(argv):
     rest = [a for a in argv if not a.startswith("--")]
     outdir = rest[0] if rest else os.environ.get("OUT")
     n, r = (1000, 60) if quick else (1000, 400)
-    cpu_overhead_compare({"nbx": L}, n, r, outdir)
+    modules = {"nbx": L}
+    before = [a.split("=", 1)[1] for a in argv if a.startswith("--before=")]
+    if before:
+        # another launcher.py (e.g. `git show HEAD:src/nbxtensor/backends/cuda/launcher.py`),
+        # loaded as a sibling module, measured in the same process against the same stubs
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("nbxtensor.backends.cuda._launcher_before",
+                                                      before[0])
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        modules = {"before": mod, "nbx": L}
+    cpu_overhead_compare(modules, n, r, outdir)
     return 0
 
 

@@ -85,6 +85,17 @@ def _big_smem(x, out, BLOCK: tl.constexpr):
 # ----------------------------------------------------------------------------- fakes
 
 class FakeStorage:
+    # _nbx_launch: the launcher's verification mark, as on CudaStorage
+    __slots__ = ("device", "ptr", "nbytes", "_nbx_launch", "__weakref__")
+
+    def __init__(self, ptr, nbytes=1 << 20, index=0):
+        self.device = Device("cuda", index)
+        self.ptr = ptr
+        self.nbytes = nbytes
+
+
+class FakeStorageNoMark:
+    """A storage class without the mark slot: verified by id (the `vd` dict) instead."""
     __slots__ = ("device", "ptr", "nbytes", "__weakref__")
 
     def __init__(self, ptr, nbytes=1 << 20, index=0):
@@ -93,9 +104,9 @@ class FakeStorage:
         self.nbytes = nbytes
 
 
-def fake_cuda(shape, dtype=nbx.float32, ptr=0x7F0000000000, offset=0, stride=None, index=0):
+def fake_cuda(shape, dtype=nbx.float32, ptr=0x7F0000000000, offset=0, stride=None, index=0, mark=True):
     from nbxtensor.tensor import contiguous_strides
-    st = FakeStorage(ptr, index=index)
+    st = (FakeStorage if mark else FakeStorageNoMark)(ptr, index=index)
     return Tensor._make(st, shape, stride or contiguous_strides(shape), offset, nbx.dtypes.as_dtype(dtype))
 
 
@@ -109,33 +120,50 @@ class FakeAllocator:
 
 
 class Recorder:
-    """Stands in for cuLaunchKernel: decodes the parameter buffer it is handed."""
+    """Stands in for cuLaunchKernel (11 arguments) and cuLaunchKernelEx (4: config, f,
+    params, extra): decodes what it is handed into the same fields (Ex: the CUlaunchConfig
+    read back from its address: grid, block, shared, stream, launch attributes)."""
 
     def __init__(self):
         self.calls = []
 
     def __call__(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        self.calls.append(dict(f=f.value, grid=(gx, gy, gz), block=(bx, by, bz), shared=shared,
-                               stream=stream.value, params=[params[i] for i in range(len(params))]))
+        assert extra is None
+        self.calls.append(dict(api="cuLaunchKernel", f=f.value, grid=(gx, gy, gz), block=(bx, by, bz),
+                               shared=shared, stream=stream.value or 0, attrs=[],
+                               params=[params[i] for i in range(len(params))]))
+        return 0
+
+    def ex(self, cfgp, f, params, extra):
+        assert extra is None
+        c = L.drv.LaunchConfig.from_address(cfgp.value)
+        self.calls.append(dict(api="cuLaunchKernelEx", f=f.value, grid=(c.gridDimX, c.gridDimY, c.gridDimZ),
+                               block=(c.blockDimX, c.blockDimY, c.blockDimZ), shared=c.sharedMemBytes,
+                               stream=c.hStream or 0,
+                               attrs=[(c.attrs[i].id, list(c.attrs[i].value[:3])) for i in range(c.numAttrs)],
+                               params=[params[i] for i in range(len(params))]))
         return 0
 
 
-@pytest.fixture
-def fake_gpu(monkeypatch):
-    """The cuda launcher wired to fakes below the compile step (which stays real)."""
+@pytest.fixture(params=["ex", "classic"])
+def fake_gpu(monkeypatch, request):
+    """The cuda launcher wired to fakes below the compile step (which stays real); the fast
+    launchers call cuLaunchKernelEx ("ex", the default where the driver has it) or
+    cuLaunchKernel ("classic", older drivers). More than one device: the device check stays."""
     alloc = FakeAllocator()
     rec = Recorder()
     monkeypatch.setattr(L, "_allocator_for", lambda dev: alloc)
     monkeypatch.setattr(L, "_device_info", lambda dev: (90, 232448, 49152))
     monkeypatch.setattr(L, "_load", lambda md, cubin, dev: 0xF00 + dev)
     monkeypatch.setattr(L, "_cuLaunchKernel", rec)
+    monkeypatch.setattr(L, "_cuLaunchKernelEx", rec.ex)
+    monkeypatch.setattr(L, "_use_ex", request.param == "ex")
+    monkeypatch.setattr(L, "_single", False)
     monkeypatch.setattr(L, "_streams", {0: ctypes.c_void_p(0x5)})
     monkeypatch.setattr(L.drv, "set_device", lambda i: setattr(L.drv._tls, "device", i))
-    L.clear_cache()
-    L._verified.clear()
+    L._forget_verified()
     yield alloc, rec
-    L.clear_cache()
-    L._verified.clear()
+    L._forget_verified()
     L.drv._tls.__dict__.pop("device", None)
 
 
@@ -461,6 +489,9 @@ def test_launch_refusals_on_every_device(device):
         nbx.launch(_add, (1,), x, x, x, 8, BLOCK=16, nm_warps=4)
     with pytest.raises(TypeError, match="grid"):
         nbx.launch(_add, "abc", x, x, x, 8, BLOCK=16)
+    for bad in ((), (1, 1, 1, 1), []):     # no dimension / too many: a ValueError naming grid
+        with pytest.raises(ValueError, match=r"grid must have 1 to 3 dimensions, got"):
+            nbx.launch(_add, bad, x, x, x, 8, BLOCK=16)
 
 
 def test_launch_refuses_cpu_and_no_tensor():
@@ -633,25 +664,21 @@ def test_cuda_launch_with_the_real_allocator_over_fake_memory(fake_gpu, monkeypa
     assert len(rec.calls) == 10_001
 
 
-def test_cuda_launch_clusters_go_through_launch_kernel_ex(fake_gpu, monkeypatch):
+def test_cuda_launch_clusters_go_through_launch_kernel_ex(fake_gpu):
     # num_ctas > 1: Triton's launcher multiplies grid x by num_ctas and sets a cluster
     # dimension and the spread scheduling policy through cuLaunchKernelEx
     from nbxtensor.backends.cuda import driver as drv
-    seen = []
-
-    def fake_ex(f, cfg, params):
-        seen.append(((cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ), cfg.blockDimX, cfg.hStream,
-                     [(cfg.attrs[i].id, list(cfg.attrs[i].value[:3])) for i in range(cfg.numAttrs)],
-                     len(params)))
-
-    monkeypatch.setattr(drv, "launch_kernel_ex", fake_ex)
+    alloc, rec = fake_gpu
     x = fake_cuda((4096,))
-    nbx.launch(_add, (3, 2), x, x, x, 4096, BLOCK=256, num_ctas=2, num_warps=4)
-    grid, block, stream, attrs, nparams = seen[-1]
-    assert grid == (6, 2, 1) and block == 128 and stream == 0x5 and nparams == 6
-    assert attrs == [(drv.LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, [2, 1, 1]),
-                     (drv.LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
-                      [drv.CLUSTER_SCHEDULING_POLICY_SPREAD, 0, 0])]
+    for k in range(3):     # the general path, then the fast one (Ex available) or general again
+        nbx.launch(_add, (3, 2 + k), x, x, x, 4096, BLOCK=256, num_ctas=2, num_warps=4)
+        c = rec.calls[-1]
+        assert c["api"] == "cuLaunchKernelEx"
+        assert c["grid"] == (6, 2 + k, 1) and c["block"] == (128, 1, 1) and c["stream"] == 0x5
+        assert len(c["params"]) == 6 and read_param(c["params"][3], "i32") == 4096
+        assert c["attrs"] == [(drv.LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, [2, 1, 1]),
+                              (drv.LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+                               [drv.CLUSTER_SCHEDULING_POLICY_SPREAD, 0, 0])]
 
 
 def test_cuda_launch_constexpr_passed_positionally_dispatches_on_its_value(fake_gpu, monkeypatch):
@@ -667,10 +694,11 @@ def test_cuda_launch_constexpr_passed_positionally_dispatches_on_its_value(fake_
 # ----------------------------------------------------------------------------- fast launchers, prepare()
 
 def _decoded(call, types):
-    """A recorded launch as comparable values: function, grid, block, stream, parameters."""
+    """A recorded launch as comparable values: function, grid, block, shared, stream,
+    parameters, parameter count, launch attributes (decoded from the Ex config too)."""
     p = call["params"]
     return (call["f"], call["grid"], call["block"], call["shared"], call["stream"],
-            [read_param(p[i], ty) for i, ty in enumerate(types)], len(p))
+            [read_param(p[i], ty) for i, ty in enumerate(types)], len(p), call["attrs"])
 
 
 @pytest.fixture
@@ -710,30 +738,73 @@ _MIXED_VALUES = dict(
 _MIXED_FEW = dict(a=[16, 17, 1], b=[0, 5], c=[7])     # few kinds: launchers meet other kinds often
 
 
-def test_fast_launchers_agree_with_the_general_path(distinct_loads):
+# launch options whose entries need launch attributes (cuLaunchKernelEx): PDL, a cluster
+_ATTR_OPTIONS = [{}, {"launch_pdl": True}, {"num_ctas": 2}, {"launch_cooperative_grid": True}]
+
+
+@pytest.mark.parametrize("opts", _ATTR_OPTIONS, ids=["plain", "pdl", "cluster", "cooperative"])
+def test_fast_launchers_agree_with_the_general_path(distinct_loads, opts, monkeypatch):
+    from nbxtensor.backends.cuda import driver as drv
     alloc, rec = distinct_loads
+    slow_paths = []
+    real = L._lookup
+    monkeypatch.setattr(L, "_lookup", lambda *a: slow_paths.append(1) or real(*a))
     g = rng()
     bases = [fake_cuda((64,), dt) for dt in (nbx.float32, nbx.int64)]
-    for step in range(100):
+    kw = {"h": 2, **opts}
+    want_attrs = {"plain": [], "pdl": [(drv.LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, [1, 0, 0])],
+                  "cluster": [(drv.LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, [2, 1, 1]),
+                              (drv.LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+                               [drv.CLUSTER_SCHEDULING_POLICY_SPREAD, 0, 0])],
+                  "cooperative": [(drv.LAUNCH_ATTRIBUTE_COOPERATIVE, [1, 0, 0])]}
+    want_attrs = want_attrs["pdl" if "launch_pdl" in opts else "cluster" if "num_ctas" in opts
+                            else "cooperative" if opts else "plain"]
+    steps = 100 if not opts else 60
+    for step in range(steps):
         p0 = bases[int(g.integers(2))]
         p0 = p0[int(g.integers(3)):]                       # 16-byte aligned or not
         values = _MIXED_VALUES if step < 30 else _MIXED_FEW
         a, b, c = (v[int(g.integers(len(v)))] for v in values.values())
         grid = tuple(int(v) for v in g.integers(1, 5, size=int(g.integers(1, 4))))
         args = (p0, a, b, c, -5, 1.5, 2.0, False)
-        _, _, _, _, runtime = L.bind(_mixed, args, {"h": 2})
+        _, _, _, _, runtime = L.bind(_mixed, args, kw)
         types = ["Q" if ty[0] == "*" else ty for _, ty, _ in runtime]
-        nbx.launch(_mixed, grid, *args, h=2)             # a fast launcher where one matches
-        fast = _decoded(rec.calls[-1], types)
-        kept = L._state.fast.pop(id(_mixed), {}).get((("h", 2),), [])
-        nbx.launch(_mixed, grid, *args, h=2)             # the general path
-        slow = _decoded(rec.calls[-1], types)
+        n_slow = len(slow_paths)
+        nbx.launch(_mixed, grid, *args, **kw)             # a fast launcher where one matches
+        fast_call = rec.calls[-1]
+        fast = _decoded(fast_call, types)
+        served = len(slow_paths) == n_slow    # random history: served or not
+        kept = L._fast_list(_mixed, kw)
+        L._state.fast.pop(id(_mixed), None)
+        nbx.launch(_mixed, grid, *args, **kw)             # the general path
+        slow_call = rec.calls[-1]
+        slow = _decoded(slow_call, types)
         # keep the recent launchers (other kinds) in line, as in a real sequence of launches
-        fl = L._state.fast[id(_mixed)][(("h", 2),)]
+        fl = L._fast_list(_mixed, kw)
         fl += [k for k in kept if k is not fl[0]][:3]
         assert fast == slow, (step, args)
         assert slow[5] == [p0.data_ptr() if t == "Q" else v for t, (_, _, v) in zip(types, runtime)]
         assert slow[6] == len(runtime) + 2
+        assert slow[7] == want_attrs
+        if served and (opts or L._use_ex):     # Ex fast launchers (with attributes: only Ex)
+            assert fast_call["api"] == "cuLaunchKernelEx", fast_call
+        elif served:
+            assert fast_call["api"] == "cuLaunchKernel", fast_call
+        if opts and not L._use_ex:             # a driver without Ex: no fast launcher for these
+            assert not served
+        if opts:   # attributes: the general path calls Ex too, grid x times num_ctas
+            assert slow_call["api"] == "cuLaunchKernelEx"
+            assert slow[1][0] == grid[0] * opts.get("num_ctas", 1)
+        # the same launch again: the launcher the general path just put first serves it
+        n_slow = len(slow_paths)
+        nbx.launch(_mixed, grid, *args, **kw)
+        again = rec.calls[-1]
+        assert _decoded(again, types) == slow, (step, args)
+        if opts and not L._use_ex:
+            assert len(slow_paths) == n_slow + 1
+        else:
+            assert len(slow_paths) == n_slow, (step, args)
+            assert again["api"] == ("cuLaunchKernelEx" if L._use_ex else "cuLaunchKernel")
 
 
 def test_fast_launcher_redispatches_when_kinds_change(distinct_loads):
@@ -794,7 +865,9 @@ def test_fast_launcher_launch_error_is_named(fake_gpu, monkeypatch):
     x = fake_cuda((64,))
     nbx.launch(_add, (1,), x, x, x, 64, BLOCK=16)
     monkeypatch.setattr(L, "_cuLaunchKernel", lambda *a: 1)
-    with pytest.raises(CudaError, match=r"cuLaunchKernel\(kernel=_add, grid=\(2, 1, 1\).*INVALID_VALUE"):
+    monkeypatch.setattr(L, "_cuLaunchKernelEx", lambda *a: 1)
+    with pytest.raises(CudaError, match=r"cuLaunchKernel(Ex)?\(kernel=_add, grid=\(2, 1, 1\), "
+                                        r"block=\(128, 1, 1\).*INVALID_VALUE"):
         nbx.launch(_add, (2,), x, x, x, 64, BLOCK=16)
 
 
@@ -833,21 +906,21 @@ def test_prepare_launches_and_redispatches(distinct_loads, monkeypatch):
     slow = []
     real = L._lookup
     monkeypatch.setattr(L, "_lookup", lambda *a: slow.append(a) or real(*a))
-    add((4,), out, x, x, 4064)       # the first call makes the device current (general path)
+    add((4,), out, x, x, 4064)       # prepare made the device current: fast at once
     add((4,), out, x, x, 4064)
-    assert len(slow) == 1
+    assert len(slow) == 0
     c = rec.calls[-1]
     f0 = c["f"]
     assert c["grid"] == (4, 1, 1) and c["block"] == (64, 1, 1)
     assert [read_param(c["params"][i], "Q") for i in range(3)] == [out.data_ptr(), x.data_ptr(), x.data_ptr()]
     # an assumption the compiled kernel relies on breaks (16-byte alignment): re-dispatched
     add((1,), x[2:], x, out, 4064)
-    assert len(slow) == 2 and rec.calls[-1]["f"] != f0
+    assert len(slow) == 1 and rec.calls[-1]["f"] != f0
     assert read_param(rec.calls[-1]["params"][0], "Q") == x.data_ptr() + 8
     assert len(add.launchers) == 2
     add((1,), x[2:], x, out, 4064)               # now a prepared kind too
     add((1,), x, x, out, 4064)
-    assert len(slow) == 2
+    assert len(slow) == 1
     with pytest.raises(L.KernelArgumentError, match="takes 5 arguments"):
         add((1,), x, x, out)
     with pytest.raises(L.ForeignPointerError):
@@ -878,7 +951,7 @@ def test_fast_launcher_none_constants_and_runtime_defaults(fake_gpu):
         nbx.launch(_rt_default, (1,), p, 7)
         prm = rec.calls[-1]["params"]
         assert (read_param(prm[1], "i32"), read_param(prm[2], "fp32"), read_param(prm[3], "i32")) == (7, 2.5, 48)
-    srcs = [fn.source for by_kw in L._state.fast.values() for fl in by_kw.values() for fn in fl]
+    srcs = [fn.source for rec in L._state.fast.values() for fl in rec[2].values() for fn in fl]
     assert any("a4 is not None" in s for s in srcs) and any("*TAIL" in s for s in srcs)
 
 
@@ -912,7 +985,9 @@ def test_bench_launch_cpu_overhead_mode_runs(tmp_path):
         from nbxtensor.backends.cuda import launcher as L
         rep = bench_launch.cpu_overhead_compare({{"nbx": L}}, n_calls=50, repeats=2)
         assert set(rep["min_us"]) == {{"stub (ctypes, argtypes)", "stub (ctypes, raw)",
-                                       "launch_public [nbx]", "prepare()(...) [nbx]"}}, rep
+                                       "stub Ex (ctypes, raw)", "launch_public [nbx]",
+                                       "Ex fast path [nbx]", "Ex, device check kept [nbx]",
+                                       "cuLaunchKernel fast path [nbx]", "prepare()(...) [nbx]"}}, rep
         assert all(v > 0 for v in rep["min_us"].values())
         print("ok")
     """, timeout=120)
@@ -921,6 +996,180 @@ def test_bench_launch_cpu_overhead_mode_runs(tmp_path):
 
 def test_cache_info_counts_fast_launchers_not_keyword_variants(monkeypatch):
     # _state.fast is {id(kernel): {constexpr keywords: [fast launchers]}}
-    monkeypatch.setattr(L._state, "fast", {1: {(("BLOCK", 128),): [len, abs, min]},
-                                           2: {(): [max], (("BLOCK", 64),): []}}, raising=False)
+    monkeypatch.setattr(L._state, "fast", {1: [None, (), {(("BLOCK", 128),): [len, abs, min]}],
+                                           2: [None, (), {(): [max], (("BLOCK", 64),): []}]},
+                        raising=False)
     assert L.cache_info()["fast"] == 4
+
+
+# ----------------------------------------------------------------------------- this session: Ex, marks, grids
+
+def test_empty_grid_is_a_value_error_naming_grid(fake_gpu):
+    alloc, rec = fake_gpu
+    x = fake_cuda((64,))
+    for k in range(3):      # before any fast launcher, then with one in front
+        for bad in ((), (1, 2, 3, 4), [], lambda meta: ()):
+            with pytest.raises(L.GridError, match=r"grid must have 1 to 3 dimensions") as ei:
+                nbx.launch(_add, bad, x, x, x, 64, BLOCK=16)
+            assert isinstance(ei.value, ValueError) and isinstance(ei.value, TypeError)
+        nbx.launch(_add, (1,), x, x, x, 64, BLOCK=16)
+    nbx.launch(_add, (0, 3), x, x, x, 64, BLOCK=16)     # a zero-size dimension: nothing launched
+    assert len(rec.calls) == 3
+
+
+def test_single_device_drops_the_device_check(fake_gpu, monkeypatch):
+    alloc, rec = fake_gpu
+    monkeypatch.setattr(L, "_single", True)
+    x = fake_cuda((64,))
+    nbx.launch(_add, (1,), x, x, x, 64, BLOCK=16)
+    (fn,) = L._fast_list(_add, {"BLOCK": 16})
+    assert "_tls" not in fn.source
+    nbx.launch(_add, (2,), x, x, x, 48, BLOCK=16)
+    assert rec.calls[-1]["grid"] == (2, 1, 1) and read_param(rec.calls[-1]["params"][3], "i32") == 48
+    monkeypatch.setattr(L, "_single", False)   # more than one device: the check is generated
+    L.clear_cache()
+    nbx.launch(_add, (1,), x, x, x, 64, BLOCK=16)
+    (fn,) = L._fast_list(_add, {"BLOCK": 16})
+    assert "_tls.device != 0" in fn.source
+
+
+def test_verification_marks_and_the_id_fallback(fake_gpu, monkeypatch):
+    # a storage with the slot is marked once verified; one without it is found by id; both get
+    # the fast path, and neither lets a foreign or other-device storage through
+    alloc, rec = fake_gpu
+    slow = []
+    real = L._lookup
+    monkeypatch.setattr(L, "_lookup", lambda *a: slow.append(1) or real(*a))
+    m = fake_cuda((64,))
+    u = fake_cuda((64,), ptr=0x7F0000100000, mark=False)
+    for k in range(3):
+        nbx.launch(_add, (1,), m, u, m, 64, BLOCK=16)
+    assert len(slow) == 1 and m._storage._nbx_launch is L._vtoken(0)
+    assert id(u._storage) in L._verified[0] and id(m._storage) in L._verified[0]
+    assert "_nbx_launch is not V" in L._fast_list(_add, {"BLOCK": 16})[0].source
+    assert "id(s1) not in vd" in L._fast_list(_add, {"BLOCK": 16})[0].source
+    # a new, unverified storage of either class: checked by the general path (here: foreign)
+    for mark in (True, False):
+        bad = fake_cuda((64,), ptr=0x1000, mark=mark)
+        with pytest.raises(L.ForeignPointerError):
+            nbx.launch(_add, (1,), m, bad, m, 64, BLOCK=16)
+        with pytest.raises(L.ForeignPointerError):
+            nbx.launch(_add, (1,), bad, u, m, 64, BLOCK=16)
+    # a storage verified on device 1 is not verified for a device-0 launch
+    d1 = fake_cuda((64,), index=1)
+    nbx.launch(_add, (1,), d1, d1, d1, 64, BLOCK=16)
+    assert d1._storage._nbx_launch is L._vtoken(1)
+    with pytest.raises(ValueError, match="cuda:1.*launch is on cuda:0"):
+        nbx.launch(_add, (1,), m, d1, m, 64, BLOCK=16)
+    # a host tensor reaching a cuda fast launcher: declined, then the general path's refusal
+    h = nbx.zeros(64, device="interp")
+    with pytest.raises(ValueError, match="interp"):
+        nbx.launch(_add, (1,), m, h, m, 64, BLOCK=16)
+    # forgetting verifications: new tokens, the marks no longer match, storages re-checked
+    L._forget_verified()
+    calls = alloc.calls
+    nbx.launch(_add, (1,), m, u, m, 64, BLOCK=16)
+    assert alloc.calls > calls
+
+
+def test_prepared_launcher_from_another_thread_takes_the_general_path(fake_gpu, monkeypatch):
+    import threading
+    alloc, rec = fake_gpu
+    x = fake_cuda((64,))
+    add = L.prepare(_add, x, x, x, 64, BLOCK=16)
+    slow = []
+    real = L._lookup
+    monkeypatch.setattr(L, "_lookup", lambda *a: slow.append(threading.get_ident()) or real(*a))
+    add((1,), x, x, x, 64)
+    assert slow == []
+    th = threading.Thread(target=lambda: add((1,), x, x, x, 64))
+    th.start()
+    th.join()
+    assert len(slow) == 1 and slow[0] != threading.get_ident() and len(rec.calls) == 2
+
+
+def test_pdl_entries_get_ex_fast_launchers(fake_gpu, monkeypatch):
+    from nbxtensor.backends.cuda import driver as drv
+    alloc, rec = fake_gpu
+    slow = []
+    real = L._lookup
+    monkeypatch.setattr(L, "_lookup", lambda *a: slow.append(1) or real(*a))
+    x, y = fake_cuda((4096,)), fake_cuda((4096,), ptr=0x7F0000100000)
+    for k in range(4):
+        nbx.launch(_add, (k + 1, 2), x, y, x, 4096 - 16 * k, BLOCK=128, launch_pdl=True)
+        c = rec.calls[-1]
+        assert c["api"] == "cuLaunchKernelEx" and c["grid"] == (k + 1, 2, 1) and c["stream"] == 0x5
+        assert c["attrs"] == [(drv.LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, [1, 0, 0])]
+        assert read_param(c["params"][3], "i32") == 4096 - 16 * k
+        assert [read_param(c["params"][i], "Q") for i in range(3)] == [x.data_ptr(), y.data_ptr(), x.data_ptr()]
+    # Ex: one general-path launch, then fast; without Ex (old driver) all take the general path
+    assert len(slow) == (1 if L._use_ex else 4)
+    # the same kernel without PDL is another entry: no attribute
+    nbx.launch(_add, (1,), x, y, x, 4096, BLOCK=128)
+    assert rec.calls[-1]["attrs"] == []
+
+
+@triton.jit
+def _pdl_producer(x, out, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    v = tl.load(x + i, mask=i < n)
+    for _ in range(8):                 # some work, so a consumer that did not wait would race
+        v = v * 1.0001 + 0.5
+    tl.store(out + i, v, mask=i < n)
+    tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def _pdl_consumer(a, out, n, BLOCK: tl.constexpr):
+    tl.extra.cuda.gdc_wait()           # the producer's writes are visible after this
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + i, tl.load(a + i, mask=i < n) * 2.0 - 1.0, mask=i < n)
+
+
+def test_pdl_kernels_compile_for_sm90():
+    # catches a Triton API change in gdc_* here, without a GPU
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    for k in (_pdl_producer, _pdl_consumer):
+        ck = triton.compile(ASTSource(fn=k, signature={"x" if k is _pdl_producer else "a": "*fp32",
+                                                       "out": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                                      constexprs={"BLOCK": 256}),
+                            target=GPUTarget("cuda", 90, 32), options={"launch_pdl": True})
+        assert "griddepcontrol" in ck.asm["ptx"] and ck.metadata.launch_pdl
+
+
+@cuda
+@needs_gpu
+def test_gpu_pdl_pair_through_the_fast_path():
+    # producer writes, consumer (launched with PDL) waits on it then reads: right results on
+    # the general path (first launch) and on the Ex fast launchers (the following ones)
+    n = 3 * 4096 + 1
+    x = randn((n,), device="cuda")
+    mid = poisoned((n,), nbx.float32, "cuda")
+    ref = x.numpy().astype(np.float64)
+    for _ in range(8):
+        ref = ref * np.float32(1.0001) + 0.5
+    for step in range(4):
+        out = poisoned((n,), nbx.float32, "cuda")
+        grid = (triton.cdiv(n, 256),)
+        nbx.launch(_pdl_producer, grid, x, mid, n, BLOCK=256, launch_pdl=True)
+        nbx.launch(_pdl_consumer, grid, mid, out, n, BLOCK=256, launch_pdl=True)
+        assert_close(out, ref * 2.0 - 1.0, rtol=1e-5, atol=1e-5)
+        mid = poisoned((n,), nbx.float32, "cuda")
+    fns = L._fast_list(_pdl_consumer, {"BLOCK": 256, "launch_pdl": True})
+    assert fns and all(getattr(f, "ex", False) for f in fns)
+
+
+def test_fast_launcher_passes_the_kernels_shared_memory(fake_gpu, monkeypatch):
+    # a kernel with shared memory (a transpose): the Ex config carries it like cuLaunchKernel
+    alloc, rec = fake_gpu
+    slow = []
+    real = L._lookup
+    monkeypatch.setattr(L, "_lookup", lambda *a: slow.append(1) or real(*a))
+    x, out = fake_cuda((64 * 64,)), fake_cuda((64 * 64,), ptr=0x7F0000100000)
+    for k in range(3):
+        nbx.launch(_big_smem, (1,), x, out, BLOCK=64, num_warps=4)
+    (e,) = [e for e in L._state.entries.values() if e.name == "_big_smem"]
+    assert e.shared > 0 and len(slow) == 1
+    assert [c["shared"] for c in rec.calls] == [e.shared] * 3
+    assert {c["api"] for c in rec.calls[1:]} == {"cuLaunchKernelEx" if L._use_ex else "cuLaunchKernel"}

@@ -16,7 +16,8 @@
 * Keyword arguments are the kernel's constexpr parameters plus compile options
   (num_warps, num_stages, num_ctas, maxnreg, ...). Non-constexpr parameters go by position.
 * `grid` is a tuple of 1 to 3 ints, or a callable taking the dict of bound arguments
-  (as in Triton) and returning one.
+  (as in Triton) and returning one. A grid with a zero dimension launches nothing; one with
+  no dimension or more than 3 raises `GridError` (a ValueError, and a TypeError).
 * The tensors' device picks the driver: `cuda` binds, compiles (Triton's on-disk cache),
   loads and launches through nbxtensor's own CUDA driver on `nbx.cuda.current_stream()`;
   `interp` runs Triton's interpreter over host memory. All tensors share one device.
@@ -67,7 +68,7 @@ def launch_other(kernel, grid, args, kwargs) -> None:
 
 
 def _interp_launch(kernel, grid, args, kwargs) -> None:
-    from .cuda.launcher import KernelArgumentError, _sig_of, bind
+    from .cuda.launcher import GridError, KernelArgumentError, _sig_of, bind
     from .interp.runner import HostPointer, run
     # the same checks as on cuda: argument count, keywords, kinds of values
     bind(kernel, args, kwargs)
@@ -81,7 +82,9 @@ def _interp_launch(kernel, grid, args, kwargs) -> None:
         meta.update(zip(sig.names, args))
         meta.update(kwargs)
         grid = grid(meta)
-    if not isinstance(grid, (tuple, list)) or not 1 <= len(grid) <= 3 or not all(
+    if isinstance(grid, (tuple, list)) and not 1 <= len(grid) <= 3:
+        raise GridError(f"launch: grid must have 1 to 3 dimensions, got {grid!r}")   # as on cuda
+    if not isinstance(grid, (tuple, list)) or not all(
             isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in grid):
         raise TypeError(f"launch: grid must be a tuple of 1 to 3 non-negative ints or a callable "
                         f"returning one, got {grid!r}")

@@ -39,7 +39,7 @@ from ...tensor import Tensor
 from . import driver as drv
 
 __all__ = ["launch", "prepare", "bind", "spec_of", "KernelArgumentError", "ForeignPointerError",
-           "OutOfResourcesError", "cache_info", "clear_cache"]
+           "OutOfResourcesError", "GridError", "cache_info", "clear_cache"]
 
 
 class KernelArgumentError(TypeError):
@@ -52,6 +52,10 @@ class ForeignPointerError(ValueError):
 
 class OutOfResourcesError(RuntimeError):
     """The compiled kernel needs more of a per-block resource than the device has."""
+
+
+class GridError(ValueError, TypeError):
+    """The grid has no dimensions or more than 3: a ValueError (a TypeError too, as before)."""
 
 
 # ----------------------------------------------------------------------------- binder
@@ -310,9 +314,9 @@ def _bf16_bits(x: float) -> int:
 class _Entry:
     """One prepared launch: the function, its parameter buffer and launch configuration."""
 
-    __slots__ = ("f", "name", "pack", "buf", "params", "block", "shared", "ctas", "sel", "tail", "fix",
-                 "conv", "ex", "config", "attrs", "gsize", "galign", "gslot", "types", "names",
-                 "cpos", "variants", "fast", "kernel", "__weakref__")
+    __slots__ = ("f", "name", "pack", "xpack", "buf", "params", "block", "shared", "ctas", "sel", "tail",
+                 "fix", "conv", "ex", "config", "cfgp", "attrs", "gsize", "galign", "gslot", "types",
+                 "names", "cpos", "variants", "fast", "kernel", "__weakref__")
 
 
 def _make_fix(sel, tail, conv):
@@ -373,26 +377,38 @@ def _prepare(kernel, args, kwargs, dev: int, variant: bool = False) -> _Entry:
     e.conv = tuple((k, _bf16_bits) for k, ty in enumerate(e.types) if ty == "bf16") or None
     e.fix = None if (e.sel is None and not e.tail and e.conv is None) else _make_fix(e.sel, e.tail, e.conv)
     n = len(e.types)
-    e.buf = (ctypes.c_uint64 * max(n, 1))()
+    # one buffer: the n 8-byte parameter slots, then a CUlaunchConfig (56 bytes, 8-aligned).
+    # `xpack` writes the parameters AND the config's head (grid, block, shared, stream) in one
+    # pack_into for cuLaunchKernelEx; attrs/numAttrs lie past its end, written once here
+    e.buf = (ctypes.c_uint64 * (n + _CFG_WORDS))()
     e.gslot = ctypes.c_uint64(0)      # global scratch pointer
     pslot = ctypes.c_uint64(0)        # profile scratch pointer (always null here)
     base = ctypes.addressof(e.buf)
     e.params = (ctypes.c_void_p * (n + 2))(*[base + 8 * k for k in range(n)],
                                            ctypes.addressof(e.gslot), ctypes.addressof(pslot))
-    e.attrs = (e.gslot, pslot)        # keep the slots alive with the entry
     e.block = 32 * md.num_warps
     e.shared = md.shared
     e.ctas = md.num_ctas
     e.gsize, e.galign = md.global_scratch_size, md.global_scratch_align
     e.ex = md.num_ctas != 1 or bool(md.launch_cooperative_grid) or bool(md.launch_pdl)
-    e.config = _launch_config(e, md, f) if e.ex else None
+    e.xpack = struct.Struct(fmt + _CFG_HEAD).pack_into
+    e.config = _launch_config(e, md, f, 8 * n)
+    e.cfgp = ctypes.c_void_p(base + 8 * n)
+    e.attrs = (e.gslot, pslot, e.config)   # keep the slots (and the attributes) alive with the entry
     e.cpos = None
     e.fast = None     # the generated guarded launcher, made on the first launch (`_fast_launcher`)
     e.kernel = kernel  # caches are keyed by id(kernel): keep it alive so the id is not reused
     return e
 
 
-def _launch_config(e: _Entry, md, f):
+_CFG_WORDS = ctypes.sizeof(drv.LaunchConfig) // 8
+assert ctypes.sizeof(drv.LaunchConfig) == 56 and drv.LaunchConfig.hStream.offset == 32
+_CFG_HEAD = "IIIIIII4xQ"    # gridDim xyz, blockDim xyz, sharedMemBytes, (pad), hStream
+
+
+def _launch_config(e: _Entry, md, f, offset: int):
+    """The entry's CUlaunchConfig, a view into its buffer at `offset`, with the launch
+    attributes of the compiled kernel (PDL, cooperative, cluster) set once."""
     attrs = []
     if md.launch_pdl:
         attrs.append((drv.LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, (1,)))
@@ -409,11 +425,12 @@ def _launch_config(e: _Entry, md, f):
         arr[k].id = aid
         for j, v in enumerate(vals):
             arr[k].value[j] = v
-    cfg = drv.LaunchConfig()
+    cfg = drv.LaunchConfig.from_buffer(e.buf, offset)   # keeps e.buf alive
     cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = e.block, 1, 1
     cfg.sharedMemBytes = e.shared
-    cfg.attrs = arr
-    cfg.numAttrs = len(attrs)   # ctypes keeps `arr` alive through the pointer field
+    if attrs:
+        cfg.attrs = arr         # ctypes keeps `arr` alive through the pointer field
+    cfg.numAttrs = len(attrs)
     return cfg
 
 
@@ -446,6 +463,31 @@ def _verify(st, argname: str, dev: int, kname: str) -> None:
         vd[k] = weakref.ref(st, lambda _, k=k, vd=vd: vd.pop(k, None))
     except TypeError:
         pass  # a storage without weak references is simply checked on every launch
+    try:
+        # the fast launchers' check: a mark on the storage itself (a slot of CudaStorage) is
+        # one attribute load, and dies with the storage (no id reuse). Its address and device
+        # never change while it lives, so the check holds for its lifetime
+        st._nbx_launch = _vtoken(dev)
+    except AttributeError:
+        pass  # no slot for it: the fast launchers fall back to `id(storage) in vd`
+
+
+_vtokens: dict = {}   # device -> the object a storage verified on it is marked with
+
+
+def _vtoken(dev: int):
+    t = _vtokens.get(dev)
+    if t is None:
+        t = _vtokens.setdefault(dev, ("verified on cuda", dev))
+    return t
+
+
+def _forget_verified() -> None:
+    """Forget every verification (tests): new tokens, so old marks no longer match; fast
+    launchers generated before hold the old token, so their caches are dropped too."""
+    _verified.clear()
+    _vtokens.clear()
+    clear_cache()
 
 
 # ----------------------------------------------------------------------------- scratch
@@ -485,10 +527,18 @@ def launch_public(kernel, grid, *args, **kwargs) -> None:
     kinds its entry was compiled for and launches, or declines without side effects.
     """
     # fast launchers are indexed by the constexpr keywords, so a kernel launched with many
-    # constexpr variants (one flat element-wise kernel serves every op) finds its own at once
+    # constexpr variants (one flat element-wise kernel serves every op) finds its own at once;
+    # the keywords of the kernel's last launch are compared first (a dict == is ~4x cheaper
+    # than building and hashing the key tuple)
     try:
-        fns = _state.fast[id(kernel)].get(tuple(kwargs.items()), ())
-    except (AttributeError, KeyError, TypeError):
+        rec = _state.fast[id(kernel)]
+        if rec[0] == kwargs:
+            fns = rec[1]
+        else:
+            fns = rec[2].get(tuple(kwargs.items()), ())
+            if fns:
+                rec[0], rec[1] = kwargs, fns
+    except Exception:   # no launchers yet (AttributeError, KeyError), unhashable or odd values
         fns = ()
     for fn in fns:
         if fn(grid, args):
@@ -577,10 +627,12 @@ def _launch(kernel, grid, args, kwargs, idx: int) -> None:
             if _bad_grid(grid):
                 return
     else:
+        if not 2 <= n <= 3:
+            raise GridError(f"launch: grid must have 1 to 3 dimensions, got {grid!r}")
         gx = grid[0]
         gy = grid[1]
         gz = grid[2] if n == 3 else 1
-        if (n > 3 or type(gx) is not int or type(gy) is not int or type(gz) is not int
+        if (type(gx) is not int or type(gy) is not int or type(gz) is not int
                 or not 0 < gx <= _MAX_X or not 0 < gy <= _MAX_YZ or not 0 < gz <= _MAX_YZ):
             if _bad_grid(grid):
                 return
@@ -596,10 +648,16 @@ def _launch(kernel, grid, args, kwargs, idx: int) -> None:
     if e.gsize:
         _global_scratch(e, idx, gx * gy * gz, stream.value or 0)
     if e.ex:
-        c = e.config
-        c.gridDimX, c.gridDimY, c.gridDimZ = gx * e.ctas, gy, gz
-        c.hStream = stream
-        drv.launch_kernel_ex(e.f, c, e.params)
+        # the parameters are packed again with the config head (a failed fast pack may have
+        # zeroed it): grid, block, shared, stream; attrs were set once at prepare
+        try:
+            e.xpack(e.buf, 0, *vals, gx * e.ctas, gy, gz, e.block, 1, 1, e.shared, stream.value or 0)
+        except (struct.error, OverflowError):   # the parameters packed above: the grid is too wide
+            raise ValueError(f"launch: grid={grid!r} times num_ctas={e.ctas} exceeds CUDA's grid "
+                             f"limit {_MAX_X} in x") from None
+        rc = _cuLaunchKernelEx(e.cfgp, e.f, e.params, None)
+        if rc:
+            _launch_failed_ex(rc, e)
     else:
         # the raw (argtypes-free) entry point: every argument is a ctypes object or a checked C int
         rc = _cuLaunchKernel(e.f, gx, gy, gz, e.block, 1, 1, e.shared, stream, e.params, None)
@@ -612,6 +670,14 @@ def _launch_failed(rc, name, gx, gy, gz, block, shared, stream):
     drv.check_launch_error(rc, f"cuLaunchKernel(kernel={name}, grid=({gx}, {gy}, {gz}), "
                                f"block=({block}, 1, 1), shared_bytes={shared}, "
                                f"stream={stream.value or 0:#x})")
+
+
+def _launch_failed_ex(rc, e: _Entry):
+    c = e.config
+    drv.check_launch_error(rc, f"cuLaunchKernelEx(kernel={e.name}, grid=({c.gridDimX}, {c.gridDimY}, "
+                               f"{c.gridDimZ}), block=({c.blockDimX}, {c.blockDimY}, {c.blockDimZ}), "
+                               f"shared_bytes={c.sharedMemBytes}, stream={c.hStream or 0:#x}, "
+                               f"attrs={[c.attrs[i].id for i in range(c.numAttrs)]})")
 
 
 # ----------------------------------------------------------------------------- fast launchers
@@ -631,9 +697,10 @@ def _install_fast(kernel, e: _Entry, args, kwargs, idx: int) -> None:
         fast = _state.fast
     except AttributeError:
         fast = _state.fast = {}
-    by_kw = fast.get(id(kernel))
-    if by_kw is None:
-        by_kw = fast[id(kernel)] = {}
+    rec = fast.get(id(kernel))
+    if rec is None:             # [keywords of the last launch, their launchers, by keywords]
+        rec = fast[id(kernel)] = [None, (), {}]
+    by_kw = rec[2]
     try:
         key = tuple(kwargs.items())
         fl = by_kw.get(key)
@@ -643,6 +710,7 @@ def _install_fast(kernel, e: _Entry, args, kwargs, idx: int) -> None:
         if len(by_kw) >= _FAST_KW_VARIANTS:
             by_kw.clear()       # bounded: a kernel swept over many configs starts afresh
         fl = by_kw[key] = []
+    rec[0], rec[1] = dict(kwargs), fl
     if fn in fl:
         k = fl.index(fn)
         if k:
@@ -652,26 +720,35 @@ def _install_fast(kernel, e: _Entry, args, kwargs, idx: int) -> None:
     del fl[_FAST_PER_KERNEL:]
 
 
-def _fast_launcher(e: _Entry, args, idx: int):
+def _fast_launcher(e: _Entry, args, idx: int, device_check: bool | None = None):
     """Generate `fast(grid, args) -> bool` for entry `e` from the arguments that built its key.
 
     It launches only when every argument has the kind this entry was compiled for, with the
     same classes the general path keys on (tensor: exact dtype, storage already verified on
     device `idx`, 16-byte aligned or not; int: exact type, the constant 1 / i32 / i64 / u64
     by range, divisible by 16 or not; float; bool; None), the grid is a tuple of in-range
-    ints and device `idx` is current. Otherwise it returns False having changed nothing that
-    matters (the general path then re-dispatches, refuses or raises the documented error).
-    None when the entry needs more than one raw cuLaunchKernel (cluster launch, scratch,
-    bf16 scalars, positional constexprs).
+    ints and device `idx` is current (a check left out when the process has one device, see
+    `_single_device`). Otherwise it returns False having changed nothing that matters (the
+    general path then re-dispatches, refuses or raises the documented error).
+
+    With cuLaunchKernelEx (the default where the driver has it) one pack_into writes the
+    parameters and the entry's CUlaunchConfig head (grid, block, shared, stream) and the
+    call has 4 arguments; launch attributes (PDL, cooperative, clusters) are part of the
+    config, so those entries get a fast launcher too. Without Ex: cuLaunchKernel, and no
+    fast launcher for entries with attributes. None for entries that need more than one
+    call (global scratch), bf16 scalars, or positional constexprs.
     """
-    if e.ex or e.gsize or e.conv is not None or e.cpos is not None:
+    use_ex = _ex_available()
+    if (e.ex and not use_ex) or e.gsize or e.conv is not None or e.cpos is not None:
         return None
+    if device_check is None:
+        device_check = not _single_device()
     n = len(args)
     packed = list(e.sel) if e.sel is not None else list(range(n))
     # pack_into a memoryview of the buffer: a little cheaper than through the ctypes array
-    env = {"T": Tensor, "vd": _verified.setdefault(idx, {}), "pack": e.pack,
-           "buf": memoryview(e.buf).cast("B"), "F": e.f, "PARAMS": e.params, "NAME": e.name,
-           "TAIL": e.tail}
+    env = {"T": Tensor, "vd": _verified.setdefault(idx, {}), "V": _vtoken(idx),
+           "pack": e.xpack if use_ex else e.pack, "buf": memoryview(e.buf).cast("B"), "F": e.f,
+           "PARAMS": e.params, "NAME": e.name, "TAIL": e.tail, "E": e, "CFG": e.cfgp}
     names = [f"a{i}" for i in range(n)]
     if n:
         body = ["try:", f"    {', '.join(names)}{',' if n == 1 else ''} = args",
@@ -718,8 +795,17 @@ def _fast_launcher(e: _Entry, args, idx: int):
         body += [f"if {' or '.join(types)}:", "    return False"]
     if tensors:
         body.append("; ".join(f"s{i} = a{i}._storage" for i in tensors))
-        # a storage in `vd` was checked against device idx's allocator (and is on idx)
-        body += [f"if {' or '.join(f'id(s{i}) not in vd' for i in tensors)}:", "    return False"]
+        # a storage marked V (or, without the slot for the mark, one in `vd`) was checked
+        # against device idx's allocator and is on device idx; an unmarked storage or one
+        # of another class raises AttributeError: the general path verifies or refuses it
+        marked = [i for i in tensors if _has_mark_slot(args[i]._storage)]
+        byid = [i for i in tensors if i not in marked]
+        conds = [f"s{i}._nbx_launch is not V" for i in marked] + [f"id(s{i}) not in vd" for i in byid]
+        if marked:
+            body += ["try:", f"    if {' or '.join(conds)}:", "        return False",
+                     "except AttributeError:", "    return False"]
+        else:
+            body += [f"if {' or '.join(conds)}:", "    return False"]
         body += [f"if {' or '.join(f'a{i}._dtype is not D{i}' for i in tensors)}:", "    return False"]
         for i in tensors:
             body.append(f"p{i} = s{i}.ptr + a{i}._offset * {args[i]._dtype.itemsize}")
@@ -745,33 +831,59 @@ def _fast_launcher(e: _Entry, args, idx: int):
         f"            or not 0 < gx <= {_MAX_X} or not 0 < gy <= {_MAX_YZ} or not 0 < gz <= {_MAX_YZ}):",
         "        return False",
         "else:", "    return False",
-        "try:",
-        f"    if _tls.device != {idx}:", "        return False",
-        "except AttributeError:", "    return False",
     ]
+    if device_check:
+        body += [
+            "try:",
+            f"    if _tls.device != {idx}:", "        return False",
+            "except AttributeError:", "    return False",
+        ]
     vals = [f"p{i}" if i in tensors else f"a{i}" for i in packed]
     if e.tail:
         vals.append("*TAIL")
-    body += [
-        "try:",
-        f"    pack(buf, 0{''.join(', ' + v for v in vals)})",
-        "except (struct_error, OverflowError):",
-        "    return False   # the general path names the argument that does not fit",
-        f"stream = _streams.get({idx}, _NULL)",
-        f"rc = _cuLaunchKernel(F, gx, gy, gz, {e.block}, 1, 1, {e.shared}, stream, PARAMS, None)",
-        "if rc:",
-        f"    _launch_failed(rc, NAME, gx, gy, gz, {e.block}, {e.shared}, stream)",
-        "return True",
-    ]
+    if use_ex:
+        gxe = "gx" if e.ctas == 1 else f"gx * {e.ctas}"
+        # parameters, then the config head: grid, block, shared, stream (a c_void_p: its value
+        # is None for the null stream)
+        vals += [gxe, "gy", "gz", str(e.block), "1", "1", str(e.shared),
+                 f"_streams.get({idx}, _NULL).value or 0"]
+        body += [
+            "try:",
+            f"    pack(buf, 0, {', '.join(vals)})",
+            "except (struct_error, OverflowError):",
+            "    return False   # the general path names the argument that does not fit",
+            "rc = _cuLaunchKernelEx(CFG, F, PARAMS, None)",
+            "if rc:",
+            "    _launch_failed_ex(rc, E)",
+            "return True",
+        ]
+    else:
+        body += [
+            "try:",
+            f"    pack(buf, 0{''.join(', ' + v for v in vals)})",
+            "except (struct_error, OverflowError):",
+            "    return False   # the general path names the argument that does not fit",
+            f"stream = _streams.get({idx}, _NULL)",
+            f"rc = _cuLaunchKernel(F, gx, gy, gz, {e.block}, 1, 1, {e.shared}, stream, PARAMS, None)",
+            "if rc:",
+            f"    _launch_failed(rc, NAME, gx, gy, gz, {e.block}, {e.shared}, stream)",
+            "return True",
+        ]
     src = (f"def make({', '.join(env)}):\n    def fast(grid, args):\n"
            + "".join(f"        {line}\n" for line in body) + "    return fast\n")
     ns = {}
-    # module globals: `_streams`, `_cuLaunchKernel`, `_tls` are read at call time (they change)
+    # module globals: `_streams`, `_cuLaunchKernel(Ex)`, `_tls` are read at call time (they change)
     exec(compile(src, f"<nbx fast launcher {e.name}>", "exec"), globals(), ns)
     fast = ns["make"](**env)
     fast.source = src
     fast.kernel = e.kernel   # keyed by id(kernel) in the fast lists: keep the id from reuse
+    fast.ex = use_ex
     return fast
+
+
+def _has_mark_slot(st) -> bool:
+    """Whether storage `st`'s class has the `_nbx_launch` slot the verification mark uses."""
+    return hasattr(type(st), "_nbx_launch")
 
 
 struct_error = struct.error
@@ -804,21 +916,28 @@ def prepare(kernel, *example_args, **kwargs):
     idx = dev.index or 0
     kw = dict(kwargs)
     e, _ = _lookup(kernel, example_args, kw, idx)
+    drv.set_device(idx)   # as a launch would: the fast launchers may rely on it (one device)
     fn = e.fast
     if fn is None:
         fn = e.fast = _fast_launcher(e, example_args, idx) or _NO_FAST
     fns = [] if fn is _NO_FAST else [fn]
-    owner = threading.get_ident()
-    get_ident = threading.get_ident
+    # the owner thread, by a per-thread object: a thread ident can be reused by a new thread
+    # (which has neither this thread's buffers' ownership nor its current device)
+    owner = _thread_token()
+    st = _state
 
     def prepared(grid, *args):
-        if get_ident() == owner:
+        try:
+            mine = st.token is owner
+        except AttributeError:
+            mine = False
+        if mine:
             for f in fns:
                 if f(grid, args):
                     return
         launch_public(kernel, grid, *args, **kw)
-        if get_ident() == owner:   # what the general path prepared joins this launcher
-            for f in _state.fast.get(id(kernel), {}).get(tuple(kw.items()), ()):
+        if mine:   # what the general path prepared joins this launcher
+            for f in _fast_list(kernel, kw):
                 if f not in fns:
                     fns.insert(0, f)
                     del fns[_FAST_PER_KERNEL:]
@@ -826,6 +945,13 @@ def prepare(kernel, *example_args, **kwargs):
     prepared.kernel, prepared.kwargs, prepared.launchers = kernel, kw, fns
     prepared.__doc__ = f"prepared launch of {e.name} with {kw}: prepared(grid, *args)"
     return prepared
+
+
+def _thread_token():
+    t = getattr(_state, "token", None)
+    if t is None:
+        t = _state.token = object()
+    return t
 
 
 def _wide_int_key(a: int) -> str:
@@ -866,16 +992,18 @@ def _grid_of(grid, sig, args, kwargs):
         grid = grid(_meta(sig, args, kwargs))
     if isinstance(grid, list):
         grid = tuple(grid)
-    if type(grid) is not tuple or not grid:
+    if type(grid) is not tuple:
         raise TypeError(f"launch: grid must be a tuple of 1 to 3 ints or a callable returning one, "
                         f"got {grid!r}")
+    if not grid:
+        raise GridError(f"launch: grid must have 1 to 3 dimensions, got {grid!r}")
     return grid
 
 
 def _bad_grid(grid) -> bool:
     """True for an empty grid (nothing to launch, as Triton); raises for an invalid one."""
     if not 1 <= len(grid) <= 3:
-        raise TypeError(f"launch: grid must have 1 to 3 dimensions, got {grid!r}")
+        raise GridError(f"launch: grid must have 1 to 3 dimensions, got {grid!r}")
     for g in grid:
         if type(g) is not int:
             raise TypeError(f"launch: grid must hold ints, got {grid!r}")
@@ -890,15 +1018,55 @@ def _bad_grid(grid) -> bool:
 
 
 class _LazyFn:
-    """The raw cuLaunchKernel, resolved from the driver on first call, then called directly."""
+    """A raw driver entry (cuLaunchKernel / cuLaunchKernelEx), resolved from the driver on
+    first call, then called directly (the module global is rebound to it)."""
+
+    def __init__(self, name: str):
+        self.name = name
 
     def __call__(self, *a):
-        global _cuLaunchKernel
-        _cuLaunchKernel = drv.fn_raw("cuLaunchKernel")
-        return _cuLaunchKernel(*a)
+        f = drv.fn_raw(self.name)
+        globals()["_" + self.name] = f
+        return f(*a)
 
 
-_cuLaunchKernel = _LazyFn()
+_cuLaunchKernel = _LazyFn("cuLaunchKernel")
+_cuLaunchKernelEx = _LazyFn("cuLaunchKernelEx")
+_use_ex: bool | None = None    # None: decided on the first fast launcher (does the driver have Ex?)
+
+
+def _ex_available() -> bool:
+    """Whether the fast launchers call cuLaunchKernelEx (4 ctypes arguments; grid and stream
+    packed with the parameters). cuLaunchKernelEx exists from CUDA 12.0 drivers on; older
+    ones keep cuLaunchKernel (and their PDL / cluster entries get no fast launcher)."""
+    global _use_ex
+    if _use_ex is None:
+        if not isinstance(_cuLaunchKernelEx, _LazyFn):
+            _use_ex = True          # already resolved (or replaced by a test's stub)
+        else:
+            try:
+                globals()["_cuLaunchKernelEx"] = drv.fn_raw("cuLaunchKernelEx")
+                _use_ex = True
+            except drv.CudaUnavailable:
+                _use_ex = False
+    return _use_ex
+
+
+_single: bool | None = None
+
+
+def _single_device() -> bool:
+    """True when the process sees exactly one cuda device. Then a fast launcher need not check
+    this thread's current device: it only runs in a thread that made device `idx` current (its
+    entry's general-path launch, or `prepare`), and `set_device` cannot make another one
+    current (there is none), so `_tls.device == idx` holds on every call."""
+    global _single
+    if _single is None:
+        try:
+            _single = drv.device_count() == 1
+        except (drv.CudaUnavailable, drv.CudaError):
+            _single = False
+    return _single
 
 
 def _meta(sig: _Sig, args, kwargs) -> dict:
@@ -924,8 +1092,15 @@ def cache_info() -> dict:
     loaded modules)."""
     return {"prepared": len(getattr(_state, "entries", {})), "modules": len(_modules),
             "kernels": len(_sigs),
-            "fast": sum(len(fl) for by_kw in getattr(_state, "fast", {}).values()
-                        for fl in by_kw.values())}
+            "fast": sum(len(fl) for rec in getattr(_state, "fast", {}).values()
+                        for fl in rec[2].values())}
+
+
+def _fast_list(kernel, kwargs) -> list:
+    """This thread's fast launchers of `kernel` for constexprs/options `kwargs`, newest first
+    (the list itself: tests and the benchmark rearrange it)."""
+    rec = getattr(_state, "fast", {}).get(id(kernel))
+    return rec[2].get(tuple(kwargs.items()), []) if rec is not None else []
 
 
 def clear_cache() -> None:

@@ -7,6 +7,8 @@ the kernels queued on it.
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from . import driver
@@ -31,7 +33,8 @@ def _stream_handle(index: int) -> int:
 class CudaStorage:
     """`nbytes` of device memory on `device` (a cuda Device)."""
 
-    __slots__ = ("device", "nbytes", "ptr", "_block", "_alloc", "__weakref__")
+    # _nbx_launch: set by the launcher once it verified this storage (launcher._verify)
+    __slots__ = ("device", "nbytes", "ptr", "_block", "_alloc", "_nbx_launch", "__weakref__")
 
     def __init__(self, device, nbytes: int, block, allocator):
         self.device = device
@@ -82,6 +85,9 @@ class CudaStorage:
             driver.set_device(index)
             self._sync_current(index)
             driver.memcpy_dtoh(out.ctypes.data, self.ptr + offset, nbytes)
+        ix = sys.modules.get("nbxtensor.kernels.indexing")  # [indexing hook] index errors
+        if ix is not None and ix.PENDING[0]:                  # seen by earlier ops (async)
+            ix.check_pending()
         return out
 
     def from_host(self, offset: int, arr: np.ndarray) -> None:
