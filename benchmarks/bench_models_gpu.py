@@ -1,7 +1,10 @@
 """GPU benchmark (H200): SmolLM2-135M prefill and decode tokens/s with nbxtensor -- GGUF
-weights kept quantised (fused Q8_0/Q4_1 dequant-GEMV) and dequantised to bf16 -- against
-an eager torch bf16 implementation of the same model in the same run; model load time
-from a cold start with an empty compile cache and with a warm one.
+weights kept quantised (fused Q8_0/Q4_1 dequant-GEMV) with float32 activations (the GGUF
+default since issue 7's review) and with bf16 activations, and dequantised to bf16 --
+against an eager torch bf16 implementation of the same model in the same run; model load
+time from a cold start with an empty compile cache and with a warm one, and a second load
+in the same process (page cache and pinned staging pool warm). Each nbx row also answers
+"What is the capital of France?" (bf16 activations derail the Q4_1 model there).
 
     PYTHONPATH=src python3 benchmarks/bench_models_gpu.py [--quick] [--model PATH.gguf] [OUTDIR]
 
@@ -46,11 +49,14 @@ def _sync():
         pass
 
 
-def bench_nbx(path, quantized: bool, n_new: int):
+def bench_nbx(path, quantized: bool, n_new: int, dtype=None):
     from nbxtensor.models import LlamaModel, generate
     t0 = time.perf_counter()
-    m = LlamaModel.from_gguf(path, device="cuda", dtype="bfloat16", quantized=quantized)
+    m = LlamaModel.from_gguf(path, device="cuda", dtype=dtype, quantized=quantized)
     load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    LlamaModel.from_gguf(path, device="cuda", dtype=dtype, quantized=quantized)
+    reload = time.perf_counter() - t0
     ids = m.tokenizer.apply_chat_template(PROMPT)
     t0 = time.perf_counter()
     generate(m, ids, max_new_tokens=4, stop_ids=())          # compiles every kernel
@@ -58,9 +64,12 @@ def bench_nbx(path, quantized: bool, n_new: int):
     _sync()
     r = generate(m, ids, max_new_tokens=n_new, stop_ids=())
     _sync()
-    return {"load_s": load, "first_run_s": warm, "prompt_tokens": len(ids),
-            "prefill_tok_s": r.prefill_tps, "decode_tok_s": r.decode_tps, "tokens": r.tokens,
-            "text": r.text[:200]}
+    cap = generate(m, m.tokenizer.apply_chat_template("What is the capital of France?"),
+                   max_new_tokens=12).text
+    return {"dtype": m.dtype.name, "load_s": load, "reload_s": reload, "first_run_s": warm,
+            "prompt_tokens": len(ids), "prefill_tok_s": r.prefill_tps,
+            "decode_tok_s": r.decode_tps, "tokens": r.tokens, "text": r.text[:200],
+            "capital_answer": cap, "says_paris": "Paris" in cap}
 
 
 def _torch_model(path):
@@ -151,7 +160,7 @@ import sys, time, json
 t0 = time.perf_counter()
 sys.path.insert(0, {src!r})
 from nbxtensor.models import LlamaModel, generate
-m = LlamaModel.from_gguf({path!r}, device="cuda", dtype="bfloat16", quantized={q})
+m = LlamaModel.from_gguf({path!r}, device="cuda", dtype={dtype!r}, quantized={q})
 t1 = time.perf_counter()
 ids = m.tokenizer.apply_chat_template("Hi")
 generate(m, ids, max_new_tokens=2, stop_ids=())
@@ -160,10 +169,11 @@ print(json.dumps({{"import_and_load_s": t1 - t0, "first_tokens_s": t2 - t1, "tot
 """
 
 
-def bench_cold_warm(path, quantized: bool):
+def bench_cold_warm(path, quantized: bool, dtype=None):
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, TRITON_CACHE_DIR=cache, NBX_CACHE_DIR=cache)
-        code = _LOAD_SNIPPET.format(src=os.path.abspath(SRC), path=path, q=quantized)
+        code = _LOAD_SNIPPET.format(src=os.path.abspath(SRC), path=path, q=quantized,
+                                    dtype=dtype)
         out = {}
         for label in ("cold", "warm"):
             p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
@@ -198,21 +208,24 @@ def main():
         print(res["error"])
     else:
         n = 32 if quick else 128
-        _section(res, "nbx_quantized", bench_nbx, path, True, n)
-        _section(res, "nbx_bf16", bench_nbx, path, False, n)
+        _section(res, "nbx_quantized", bench_nbx, path, True, n)            # default: f32
+        _section(res, "nbx_quantized_bf16", bench_nbx, path, True, n, "bfloat16")
+        _section(res, "nbx_bf16", bench_nbx, path, False, n, "bfloat16")
         _section(res, "torch_bf16", bench_torch, path, n)
         _section(res, "load_quantized", bench_cold_warm, path, True)
         if not quick:
-            _section(res, "load_bf16", bench_cold_warm, path, False)
+            _section(res, "load_bf16", bench_cold_warm, path, False, "bfloat16")
         print(f"{'SmolLM2-135M on cuda':30s} {'prefill tok/s':>14s} {'decode tok/s':>13s}")
-        for k in ("nbx_quantized", "nbx_bf16", "torch_bf16"):
+        for k in ("nbx_quantized", "nbx_quantized_bf16", "nbx_bf16", "torch_bf16"):
             r = res.get(k, {})
             if "error" in r:
                 print(f"{k:30s} ERROR {r['error'][:80]}")
             else:
-                print(f"{k:30s} {r['prefill_tok_s']:14.1f} {r['decode_tok_s']:13.1f}")
+                extra = (f"  {r['dtype']}, load {r['load_s']:.2f} s (again {r['reload_s']:.2f} s)"
+                         f", capital: {r['capital_answer']!r}" if "dtype" in r else "")
+                print(f"{k:30s} {r['prefill_tok_s']:14.1f} {r['decode_tok_s']:13.1f}{extra}")
         t = res.get("torch_bf16", {}).get("tokens")
-        for k in ("nbx_quantized", "nbx_bf16"):
+        for k in ("nbx_quantized", "nbx_quantized_bf16", "nbx_bf16"):
             o = res.get(k, {}).get("tokens")
             if t and o:
                 same = next((i for i, (a, b) in enumerate(zip(o, t)) if a != b), len(t))

@@ -175,7 +175,11 @@ class FakeGPU:
         return bytes(buf[off:off + t.nbytes])
 
     def leaks(self):
-        return {"pinned": len(self.pinned), "streams": len(self.queues), "events": len(self.events)}
+        """Resources neither freed nor idle in the staging pool."""
+        pooled = {p for _, p in staging._POOL._free}
+        assert pooled <= set(self.pinned), "the pool holds freed pinned memory"
+        return {"pinned": len(set(self.pinned) - pooled), "streams": len(self.queues),
+                "events": len(self.events)}
 
 
 @pytest.fixture
@@ -191,8 +195,11 @@ def gpu_fake(monkeypatch):
                  "stream_destroy", "stream_synchronize", "event_create", "event_destroy",
                  "event_record", "event_synchronize", "event_query"):
         monkeypatch.setattr(driver, name, getattr(f, name))
+    monkeypatch.setattr(staging, "_POOL", staging._PinnedPool())     # this fake's own pool
     yield f
     gc.collect()
+    staging.release_pinned_memory()
+    assert not f.pinned, "pinned memory neither pooled nor freed"
 
 
 def _rand_bytes(rng, n):
@@ -248,7 +255,8 @@ def test_buffers_are_reused_only_after_their_event(gpu_fake):
     assert gpu_fake.violations == []
     assert gpu_fake.read(t) == a.tobytes()
     allocs = [e for e in gpu_fake.log if e[0] == "host_alloc"]
-    assert len(allocs) == 2 and all(n == CHUNK for *_, n in allocs)     # allocated once each
+    # allocated once each (pool grain: 64 KiB >= CHUNK)
+    assert len(allocs) == 2 and all(n == 64 << 10 for *_, n in allocs)
     # order: before the 3rd..11th copy from a buffer, that buffer's previous event was waited for
     seen = {}          # buffer -> state: "copied" (since last record) / "recorded" / "waited"
     ev_buf, waits = {}, 0
@@ -265,6 +273,86 @@ def test_buffers_are_reused_only_after_their_event(gpu_fake):
             seen[ev_buf[e[1]]] = "waited"
             waits += 1
     assert waits == 9      # 11 pieces through 2 buffers: every reuse waited
+
+
+def test_pinned_buffers_are_pooled_across_uploaders(gpu_fake):
+    """The H200 finding: pinning per uploader cost ~0.8 ms/MiB. A second load reuses the
+    first one's pinned buffers; release_pinned_memory() hands them back."""
+    rng = np.random.default_rng(21)
+    for rep in range(3):
+        a = _rand_bytes(rng, 7 * CHUNK + 11)
+        with Uploader("cuda", chunk_bytes=CHUNK, num_buffers=2) as up:
+            t = up.upload(a, f"w{rep}")
+        assert gpu_fake.read(t) == a.tobytes()
+    assert sum(e[0] == "host_alloc" for e in gpu_fake.log) == 2       # pinned once
+    assert sum(e[0] == "host_free" for e in gpu_fake.log) == 0
+    assert staging.pinned_pool_bytes() == 2 * (64 << 10)
+    assert gpu_fake.leaks() == {"pinned": 0, "streams": 0, "events": 0}
+    assert gpu_fake.violations == []
+    assert staging.release_pinned_memory() == 2 * (64 << 10)
+    assert sum(e[0] == "host_free" for e in gpu_fake.log) == 2 and not gpu_fake.pinned
+    # a bigger ring than the pool holds: the missing buffers are pinned, the rest reused
+    with Uploader("cuda", chunk_bytes=CHUNK, num_buffers=1) as up:
+        up.upload(_rand_bytes(rng, 10), "one")
+    with Uploader("cuda", chunk_bytes=CHUNK, num_buffers=3) as up:
+        t = up.upload(a, "three")
+    assert gpu_fake.read(t) == a.tobytes()
+    assert sum(e[0] == "host_alloc" for e in gpu_fake.log) == 2 + 3
+
+
+def test_pool_is_capped_and_a_failed_wait_frees_instead_of_pooling(gpu_fake, monkeypatch):
+    monkeypatch.setattr(staging, "POOL_MAX_BYTES", 2 * (64 << 10))
+    a = _rand_bytes(np.random.default_rng(22), 5 * CHUNK)
+    with Uploader("cuda", chunk_bytes=CHUNK, num_buffers=3) as up:
+        up.upload(a, "a")
+    assert staging.pinned_pool_bytes() == 2 * (64 << 10)             # one freed at once
+    assert sum(e[0] == "host_free" for e in gpu_fake.log) == 1
+    # the stream wait fails: the buffers may still be read by the DMA -> freed, not pooled
+    staging.release_pinned_memory()
+    up = Uploader("cuda", chunk_bytes=CHUNK, num_buffers=2)
+    up.upload(a, "b")
+    real_sync = gpu_fake.stream_synchronize
+
+    def bad_sync(st):
+        if st == up._stream:
+            gpu_fake._run(st)        # the work does finish; only the call reports failure
+            raise driver.CudaError(999, "cuStreamSynchronize")
+        return real_sync(st)
+    monkeypatch.setattr(driver, "stream_synchronize", bad_sync)
+    with pytest.raises(UploadError, match="waiting for the uploads"):
+        up.close()
+    assert staging.pinned_pool_bytes() == 0 and not gpu_fake.pinned
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_parallel_fill_every_byte(gpu_fake, monkeypatch, threads):
+    """Large pieces are split over the fill threads (page-aligned parts)."""
+    monkeypatch.setattr(staging, "PARALLEL_MIN_BYTES", 8192)
+    monkeypatch.setattr(staging, "PART_MIN_BYTES", 4096)
+    parts = []
+    real_copyto = np.copyto
+
+    def spy(dst, src):
+        parts.append(src.nbytes)
+        real_copyto(dst, src)
+    monkeypatch.setattr(staging.np, "copyto", spy)
+    rng = np.random.default_rng(23 + threads)
+    arrs = [(f"t{i}", _rand_bytes(rng, n)) for i, n in
+            enumerate([3 * 65536 + 777, 8191, 8192, 12289, 65536, 100])]
+    with Uploader("cuda", chunk_bytes=65536, num_buffers=2, threads=threads) as up:
+        out = up.upload_many(arrs)
+    monkeypatch.setattr(staging.np, "copyto", real_copyto)
+    assert gpu_fake.violations == []
+    for name, a in arrs:
+        assert gpu_fake.read(out[name]) == a.tobytes(), name
+    assert sum(parts) == sum(a.nbytes for _, a in arrs)
+    if threads == 1:
+        assert len(parts) == sum(-(-a.nbytes // 65536) for _, a in arrs) + 1   # 65536 lands
+    else:                                                                       # mid-buffer
+        assert max(parts) <= -(-65536 // threads // 4096) * 4096
+        assert len(parts) > 12
+    with pytest.raises(ValueError, match="threads"):
+        Uploader("cuda", threads=0)
 
 
 def test_the_fake_catches_a_buffer_reused_without_waiting(gpu_fake, monkeypatch):
@@ -334,7 +422,8 @@ def test_total_bytes_hint_shrinks_the_buffers_and_stats(gpu_fake):
         up.upload(a, "a")
     assert up.chunk_bytes == 1280 and up.stats()["bytes"] == 1200 and up.tensors == 1
     assert up.seconds > 0 and up.rate_mb_s > 0
-    assert [e for e in gpu_fake.log if e[0] == "host_alloc"][0][2] == 1280
+    # pinned sizes are pool grains (64 KiB, powers of two), not the default 4 MiB
+    assert [e for e in gpu_fake.log if e[0] == "host_alloc"][0][2] == 64 << 10
 
 
 def test_progress_is_driven(gpu_fake):
@@ -390,6 +479,8 @@ def test_refusals(gpu_fake):
             up.upload(np.ones(2, np.float32), "w", dtype="float16")
         with pytest.raises(TypeError, match="dtype of tensor 'c'"):
             up.upload(np.ones(2, np.complex64), "c")
+        with pytest.raises(TypeError, match="dtype of tensor 'u'.*uint64"):
+            up.upload(np.ones(2, np.uint64), "u")
     assert gpu_fake.leaks()["pinned"] == 0
 
 
@@ -522,6 +613,31 @@ def test_model_loaders_upload_through_staging(gpu_fake, capture_init, monkeypatc
                                                               "events": 0}
 
 
+def test_default_compute_dtype_gguf_float32_on_cuda_folder_bf16(gpu_fake, monkeypatch,
+                                                                 tiny_model_files):
+    """Issue 7 review: a GGUF model computes in float32 on every device unless asked
+    (bf16 activations derail SmolLM2 Q4_1); HF folders keep bf16 on cuda."""
+    from nbxtensor.models import LlamaModel
+    from nbxtensor.models._ops import QuantWeight
+
+    def init(self, cfg, w, tok, dev, dtype, *a):
+        self.w, self.dtype = w, dtype
+    monkeypatch.setattr(LlamaModel, "__init__", init)
+    d = tiny_model_files
+
+    def floats(m):
+        return {v.dtype for v in _flat_weights(m.w).values()
+                if v is not None and v.dtype is not nbx.uint8}
+    m = LlamaModel.from_gguf(str(d / "tiny.gguf"), device="cuda")
+    assert m.dtype is nbx.float32 and floats(m) == {nbx.float32}
+    assert any(isinstance(L["wq"], QuantWeight) for L in m.w["layers"])   # still quantised
+    m = LlamaModel.from_gguf(str(d / "tiny.gguf"), device="cuda", dtype="bfloat16")
+    assert m.dtype is nbx.bfloat16 and floats(m) == {nbx.bfloat16}
+    m = LlamaModel.from_folder(str(d), device="cuda")
+    assert m.dtype is nbx.bfloat16 and floats(m) == {nbx.bfloat16}
+    assert gpu_fake.violations == []
+
+
 def test_model_loader_failure_frees_the_staging_buffers(gpu_fake, capture_init,
                                                         tiny_model_files):
     from nbxtensor.models import LlamaModel
@@ -533,20 +649,23 @@ def test_model_loader_failure_frees_the_staging_buffers(gpu_fake, capture_init,
 
 # ----------------------------------------------------------------------------- real GPU
 
-@pytest.mark.parametrize("chunk,nbuf", [(32 << 20, 3), (1 << 20, 2)])
+@pytest.mark.parametrize("chunk,nbuf,threads", [(32 << 20, 3, 1), (1 << 20, 2, 4),
+                                                (None, None, None)])
 @pytest.mark.cuda
 @pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA device")
-def test_real_upload_few_hundred_mb(chunk, nbuf, record_property):
+def test_real_upload_few_hundred_mb(chunk, nbuf, threads, record_property):
     rng = np.random.default_rng(8)
-    big = rng.integers(0, 2**63, (300 << 20) // 8, dtype=np.uint64)      # 300 MiB
+    # int64: nbxtensor has no uint64 (the upload refuses it by name, see test_refusals)
+    big = rng.integers(-2**63, 2**63 - 1, (300 << 20) // 8, dtype=np.int64)    # 300 MiB
     smalls = {f"s{i}": rng.standard_normal(int(n)).astype(np.float32)
               for i, n in enumerate(rng.integers(0, 5000, 200))}
-    items = {"big": big, "odd": big[: (chunk // 8) * 3 + 1].view(np.uint8)[3:-2], **smalls}
-    with Uploader("cuda", chunk_bytes=chunk, num_buffers=nbuf) as up:
+    cb = chunk or staging.DEFAULT_CHUNK_BYTES
+    items = {"big": big, "odd": big[: (cb // 8) * 3 + 1].view(np.uint8)[3:-2], **smalls}
+    with Uploader("cuda", chunk_bytes=chunk, num_buffers=nbuf, threads=threads) as up:
         out = up.upload_many(items)
     record_property("mb_per_s", up.rate_mb_s)
     print(f"staging upload {up.bytes / 2**20:.0f} MiB at {up.rate_mb_s:.0f} MB/s "
-          f"(chunk {chunk >> 20} MiB x {nbuf})")
+          f"(chunk {up.chunk_bytes >> 20} MiB x {up.num_buffers}, {up.threads} threads)")
     for k, a in items.items():
         got = out[k].numpy()
         assert got.dtype == a.dtype and got.shape == a.shape, k
@@ -567,3 +686,17 @@ def test_real_upload_on_a_side_current_stream_and_capture_refusal():
     with pytest.raises(driver.CaptureError, match="uploading"):
         with nbx.cuda.graph(g):
             upload_many({"a": a}, "cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA device")
+def test_real_pinned_pool_is_reused_and_released():
+    staging.release_pinned_memory()
+    a = np.random.default_rng(10).standard_normal(3 << 20).astype(np.float32)    # 12 MiB
+    t1 = upload_many({"a": a}, "cuda")["a"]
+    made = staging._POOL.allocated
+    assert made >= staging.DEFAULT_CHUNK_BYTES and staging.pinned_pool_bytes() == made
+    t2 = upload_many({"b": a[::-1]}, "cuda")["b"]
+    assert staging._POOL.allocated == made                    # nothing pinned again
+    assert np.array_equal(t1.numpy(), a) and np.array_equal(t2.numpy(), a[::-1])
+    assert staging.release_pinned_memory() == made and staging._POOL.allocated == 0

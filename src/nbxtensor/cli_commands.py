@@ -5,6 +5,16 @@ import sys
 import time
 
 
+# compute dtypes the models run in (argparse refuses anything else by name); short aliases
+_DTYPES = ("float32", "bfloat16", "float16")
+_DTYPE_ALIASES = {"f32": "float32", "fp32": "float32", "bf16": "bfloat16", "f16": "float16",
+                  "fp16": "float16"}
+
+
+def _dtype_arg(s: str) -> str:
+    return _DTYPE_ALIASES.get(s.lower(), s.lower())
+
+
 def add_commands(sub) -> None:
     p = sub.add_parser("generate", help="generate text with a Llama-family model",
                        description="MODEL: a folder (config.json + safetensors + tokenizer.json), "
@@ -20,8 +30,10 @@ def add_commands(sub) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N, interp (default: cuda if "
                                                   "present, else cpu)")
-    p.add_argument("--dtype", default=None, help="compute dtype (default: float32 on cpu, "
-                                                 "bfloat16 on cuda)")
+    p.add_argument("--dtype", default=None, type=_dtype_arg, choices=_DTYPES,
+                   help="compute dtype; bf16/f32/f16 accepted (default: float32 for "
+                        "GGUF files on every device, as llama.cpp; for HF folders float32 on "
+                        "cpu, bfloat16 on cuda)")
     p.add_argument("--no-chat", action="store_true", help="feed the prompt as raw text")
     p.add_argument("--no-graph", action="store_true",
                    help="cuda: launch the decode step op by op instead of replaying it as a "
@@ -34,7 +46,8 @@ def add_commands(sub) -> None:
     p.add_argument("texts", nargs="+")
     p.add_argument("--output", "-o", default=None, help="write to file.json or file.npy")
     p.add_argument("--device", default=None)
-    p.add_argument("--dtype", default=None)
+    p.add_argument("--dtype", default=None, type=_dtype_arg, choices=_DTYPES,
+                   help="compute dtype (default: float32)")
     p.add_argument("--batch-size", type=int, default=32)
     p.set_defaults(fn=cmd_embed)
     from . import cli_tune

@@ -1,5 +1,15 @@
-"""GGUF: metadata and tensors. The `gguf` package parses the container; dequantisation
-to float is ours (io/quant.py on the host, kernels/quant.py on the GPU).
+"""GGUF: metadata and tensors, parsed here (no `gguf` package needed to read).
+
+Our own parser: the `gguf` package's reader builds a NumPy memmap view per field part
+(~250k views for a 49k-token vocabulary: ~2 s of a SmolLM2 load); this one walks the
+header with struct and decodes string arrays in one loop (~0.05 s). Dequantisation to
+float is ours too (io/quant.py on the host, kernels/quant.py on the GPU).
+
+Layout (GGUF v2/v3, little-endian): "GGUF" | u32 version | u64 n_tensors | u64 n_kv |
+n_kv x (string key, u32 type, value) | n_tensors x (string name, u32 n_dims,
+n_dims x u64 ne, u32 ggml type, u64 offset) | padding to `general.alignment` (32) |
+tensor data (each at data_start + offset). A string is u64 length + UTF-8 bytes; an
+array is u32 element type + u64 count + elements.
 
 Shapes are given in torch order (rows first): ggml's [ne0, ne1] becomes (ne1, ne0), so
 a linear layer's weight is (out_features, in_features) as in HF checkpoints.
@@ -7,22 +17,47 @@ a linear layer's weight is (out_features, in_features) as in HF checkpoints.
 from __future__ import annotations
 
 import math
+import mmap
 import os
+import struct
 
 import numpy as np
 
 from . import quant as _quant
 
-__all__ = ["GGUFFile", "GGUFTensor", "load_gguf"]
+__all__ = ["GGUFFile", "GGUFTensor", "load_gguf", "GGML_TYPES"]
+
+# ggml type id -> (name, weights per block, bytes per block) (ggml.h / gguf constants)
+GGML_TYPES = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40),
+    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 25: ("I16", 1, 2),
+    26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66),
+}
+
+# metadata value types: id -> struct format (8 = string, 9 = array)
+_SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
+           12: "d"}
+_NP = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32,
+       6: np.float32, 7: np.bool_, 10: np.uint64, 11: np.int64, 12: np.float64}
+_STRING, _ARRAY = 8, 9
+_MAX_DIMS = 4           # GGML_MAX_DIMS
+_U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 
 
 class GGUFTensor:
-    """One tensor: name, GGML type name, torch-order shape, and its raw bytes (a memory map)."""
+    """One tensor: name, GGML type name, torch-order shape, and its raw bytes (a flat
+    read-only uint8 view of the memory-mapped file)."""
 
-    __slots__ = ("name", "qtype", "shape", "raw")
+    __slots__ = ("name", "qtype", "shape", "raw", "offset")
 
-    def __init__(self, name, qtype, shape, raw):
-        self.name, self.qtype, self.shape, self.raw = name, qtype, shape, raw
+    def __init__(self, name, qtype, shape, raw, offset=0):
+        self.name, self.qtype, self.shape, self.raw, self.offset = name, qtype, shape, raw, offset
 
     def dequantize(self, dtype=np.float32) -> np.ndarray:
         return _quant.dequantize(self.raw, self.qtype, self.shape, dtype)
@@ -30,25 +65,95 @@ class GGUFTensor:
     def blocks(self) -> np.ndarray:
         """Raw bytes as (rows, bytes_per_row) uint8 (for GPU upload of quantised weights)."""
         rows = math.prod(self.shape[:-1])
-        return np.asarray(self.raw).reshape(-1).view(np.uint8).reshape(rows, -1)
+        return self.raw.reshape(rows, -1)
 
     def __repr__(self):
         return f"GGUFTensor({self.name!r}, {self.qtype}, shape={self.shape})"
 
 
-def _field_value(field):
-    try:
-        v = field.contents()
-    except Exception:  # noqa: BLE001 - fall back to the raw parts for odd field types
-        v = [np.asarray(field.parts[i]).tolist() for i in field.data]
-    if isinstance(v, np.generic):
-        v = v.item()
-    return v
+class _Reader:
+    """Bounds-checked little-endian reads from the mapped file."""
+
+    def __init__(self, buf, where):
+        self.buf, self.off, self.size, self.where = buf, 0, len(buf), where
+
+    def need(self, n, what):
+        if n < 0 or self.off + n > self.size:
+            raise ValueError(f"{self.where}: truncated or corrupt: {what} needs {n} bytes at "
+                             f"offset {self.off}, the file has {self.size}")
+
+    def u32(self, what):
+        self.need(4, what)
+        v = _U32.unpack_from(self.buf, self.off)[0]
+        self.off += 4
+        return v
+
+    def u64(self, what):
+        self.need(8, what)
+        v = _U64.unpack_from(self.buf, self.off)[0]
+        self.off += 8
+        return v
+
+    def string(self, what):
+        n = self.u64(what)
+        self.need(n, what)
+        s = self.buf[self.off:self.off + n].decode("utf-8", errors="surrogateescape")
+        self.off += n
+        return s
+
+    def strings(self, count, what):
+        # the hot loop of a vocabulary: locals, no per-item bound check beyond the slice's
+        buf, off, size, out = self.buf, self.off, self.size, []
+        unpack, append = _U64.unpack_from, out.append
+        for i in range(count):
+            if off + 8 > size:
+                self.off = off
+                self.need(8, f"{what}[{i}]")
+            n = unpack(buf, off)[0]
+            off += 8
+            if off + n > size:
+                self.off = off
+                self.need(n, f"{what}[{i}]")
+            append(buf[off:off + n].decode("utf-8", errors="surrogateescape"))
+            off += n
+        self.off = off
+        return out
+
+    def value(self, vtype, what, depth=0):
+        if vtype in _SCALAR:
+            fmt = "<" + _SCALAR[vtype]
+            n = struct.calcsize(fmt)
+            self.need(n, what)
+            v = struct.unpack_from(fmt, self.buf, self.off)[0]
+            self.off += n
+            return v
+        if vtype == _STRING:
+            return self.string(what)
+        if vtype == _ARRAY:
+            if depth > 8:
+                raise ValueError(f"{self.where}: corrupt: {what} nests arrays too deep")
+            etype = self.u32(what)
+            count = self.u64(what)
+            if etype in _NP:
+                dt = np.dtype(_NP[etype]).newbyteorder("<")
+                self.need(count * dt.itemsize, what)
+                a = np.frombuffer(self.buf, dt, count, self.off)
+                self.off += count * dt.itemsize
+                return a
+            if etype == _STRING:
+                self.need(count * 8, what)          # at least the lengths: rejects absurd counts
+                return self.strings(count, what)
+            if etype == _ARRAY:
+                self.need(count * 12, what)
+                return [self.value(_ARRAY, f"{what}[{i}]", depth + 1) for i in range(count)]
+            raise ValueError(f"{self.where}: corrupt: {what} has array element type {etype}")
+        raise ValueError(f"{self.where}: corrupt: {what} has value type {vtype} (known: 0-12)")
 
 
 class GGUFFile:
-    """An open GGUF file. `metadata` maps keys to Python values; `tensors` maps names to
-    GGUFTensor (raw bytes stay memory-mapped until dequantised)."""
+    """An open GGUF file. `get(key)` returns metadata as Python values (arrays as lists,
+    `array(key)` as NumPy); `tensors` maps names to GGUFTensor (raw bytes stay
+    memory-mapped until dequantised or uploaded)."""
 
     def __init__(self, path):
         self.path = os.fspath(path)
@@ -57,47 +162,96 @@ class GGUFFile:
             raise FileNotFoundError(f"{where}: no such file")
         with open(self.path, "rb") as f:
             magic = f.read(4)
-        if magic != b"GGUF":
-            raise ValueError(f"{where}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
-        try:
-            import gguf
-        except ImportError:
-            raise ImportError("reading GGUF needs the `gguf` package: pip install gguf") from None
-        try:
-            reader = gguf.GGUFReader(self.path, "r")
-        except Exception as e:  # the reader raises many kinds on a damaged file
-            raise ValueError(f"{where}: cannot parse the file (truncated or corrupt?): "
-                             f"{type(e).__name__}: {e}") from None
-        self._reader = reader
-        # the large arrays (vocabulary, merges) are decoded on demand in `metadata`
-        self._fields = reader.fields
-        self._meta: dict = {}
+            size = os.fstat(f.fileno()).st_size
+            if magic != b"GGUF":
+                raise ValueError(f"{where}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self._mm = mm
+        r = _Reader(mm, where)
+        r.off = 4
+        version = r.u32("the version")
+        if version not in (2, 3):
+            hint = " (big-endian files are not supported)" if version > 0xFFFF else ""
+            raise ValueError(f"{where}: GGUF version {version} is not supported (2 or 3){hint}")
+        n_tensors = r.u64("the tensor count")
+        n_kv = r.u64("the metadata count")
+        # each entry takes >= 12 (kv) / 24 (tensor info) bytes: bounds absurd counts early
+        if n_kv * 12 + n_tensors * 24 > size:
+            raise ValueError(f"{where}: truncated or corrupt: header claims {n_kv} metadata "
+                             f"entries and {n_tensors} tensors in a {size}-byte file")
+        meta = {}
+        for i in range(n_kv):
+            key = r.string(f"metadata key {i}")
+            vtype = r.u32(f"metadata {key!r} type")
+            meta[key] = r.value(vtype, f"metadata {key!r}")
+        self._raw_meta = meta
+        infos = []
+        for i in range(n_tensors):
+            name = r.string(f"tensor {i} name")
+            nd = r.u32(f"tensor {name!r} n_dims")
+            if nd > _MAX_DIMS:
+                raise ValueError(f"{where}: corrupt: tensor {name!r} has {nd} dimensions "
+                                 f"(max {_MAX_DIMS})")
+            ne = [r.u64(f"tensor {name!r} shape") for _ in range(nd)]
+            tid = r.u32(f"tensor {name!r} type")
+            off = r.u64(f"tensor {name!r} offset")
+            infos.append((name, ne, tid, off))
+        align = meta.get("general.alignment", 32)
+        if not isinstance(align, int) or align <= 0 or align & (align - 1):
+            raise ValueError(f"{where}: corrupt: general.alignment {align!r} is not a power of two")
+        data_start = -(-r.off // align) * align
+        self.data_offset = data_start
+        self.alignment = align
+        self.version = version
+        base = np.frombuffer(mm, np.uint8)
         self.tensors: dict[str, GGUFTensor] = {}
-        size = os.path.getsize(self.path)
-        for t in reader.tensors:
-            qtype = t.tensor_type.name
-            shape = tuple(int(n) for n in reversed([int(x) for x in t.shape]))
-            if qtype in _quant.BLOCK_SIZES:
-                want = math.prod(shape) // _quant.BLOCK_SIZES[qtype][0] * _quant.BLOCK_SIZES[qtype][1]
-                if t.data.nbytes != want or t.data_offset + want > size:
-                    raise ValueError(f"{where}: tensor {t.name!r} ({qtype}, shape {shape}) needs "
-                                     f"{want} bytes at offset {t.data_offset}, file has {size}")
-            self.tensors[t.name] = GGUFTensor(t.name, qtype, shape, t.data)
+        for name, ne, tid, off in infos:
+            if tid not in GGML_TYPES:
+                raise ValueError(f"{where}: tensor {name!r} has unknown GGML type id {tid}")
+            qtype, bs, ts = GGML_TYPES[tid]
+            shape = tuple(int(n) for n in reversed(ne))
+            numel = math.prod(shape)
+            if shape and shape[-1] % bs:
+                raise ValueError(f"{where}: tensor {name!r} ({qtype}, shape {shape}): rows of "
+                                 f"{shape[-1]} are not a multiple of the block size {bs}")
+            want = numel // bs * ts
+            begin = data_start + off
+            if off % align or begin + want > size:
+                raise ValueError(f"{where}: tensor {name!r} ({qtype}, shape {shape}) needs "
+                                 f"{want} bytes at offset {begin}, file has {size}"
+                                 + (f" (offset not {align}-aligned)" if off % align else ""))
+            if name in self.tensors:
+                raise ValueError(f"{where}: corrupt: tensor {name!r} appears twice")
+            self.tensors[name] = GGUFTensor(name, qtype, shape, base[begin:begin + want], begin)
+        self._meta: dict = {}
 
     def get(self, key, default=None):
-        if key in self._meta:
-            return self._meta[key]
-        f = self._fields.get(key)
-        if f is None:
+        """A metadata value: int/float/bool/str, or a list for arrays (None-safe default)."""
+        if key not in self._raw_meta:
             return default
-        v = self._meta[key] = _field_value(f)
+        v = self._meta.get(key)
+        if v is None:
+            v = self._raw_meta[key]
+            if isinstance(v, np.ndarray):
+                v = v.tolist()
+            self._meta[key] = v
+        return v
+
+    def array(self, key) -> np.ndarray | list:
+        """An array value as stored: a NumPy array (numeric) or a list of str."""
+        v = self._raw_meta.get(key)
+        if v is None:
+            raise KeyError(f"GGUF {self.path!r}: no metadata key {key!r}")
+        if not isinstance(v, (np.ndarray, list)):
+            raise TypeError(f"GGUF {self.path!r}: metadata {key!r} is a "
+                            f"{type(v).__name__}, not an array")
         return v
 
     def __contains__(self, key):
-        return key in self._fields
+        return key in self._raw_meta
 
     def keys(self):
-        return list(self._fields)
+        return list(self._raw_meta)
 
     @property
     def architecture(self) -> str:
@@ -110,9 +264,11 @@ class GGUFFile:
         return t
 
     def token_list(self, key) -> list:
-        """A string array (vocabulary, merges) decoded fast from the raw parts."""
-        f = self._fields[key]
-        return [bytes(f.parts[i]).decode("utf-8", errors="surrogateescape") for i in f.data]
+        """A string array (vocabulary, merges)."""
+        v = self.array(key)
+        if not isinstance(v, list) or (v and not isinstance(v[0], str)):
+            raise TypeError(f"GGUF {self.path!r}: metadata {key!r} is not a string array")
+        return v
 
 
 def load_gguf(path) -> GGUFFile:

@@ -37,23 +37,27 @@ def _f16(b: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(b).view(np.float16).astype(np.float32)
 
 
-def _q8_0(b):
-    d = _f16(b[:, 0:2])
-    return d * b[:, 2:34].view(np.int8).astype(np.float32)
+# Q8_0 / Q4_0 / Q4_1 write straight into the output chunk (no float temporaries: these
+# are the common GGUF types and the host dequantisation is most of a cpu load)
+def _q8_0(b, out):
+    out[...] = b[:, 2:34].view(np.int8)
+    out *= _f16(b[:, 0:2])
 
 
-def _q4_0(b):
-    d = _f16(b[:, 0:2])
+def _q4_0(b, out):
     qs = b[:, 2:18]
-    q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.int8) - 8
-    return d * q.astype(np.float32)
+    out[:, :16] = qs & 0x0F
+    out[:, 16:] = qs >> 4
+    out -= 8.0
+    out *= _f16(b[:, 0:2])
 
 
-def _q4_1(b):
-    d, m = _f16(b[:, 0:2]), _f16(b[:, 2:4])
+def _q4_1(b, out):
     qs = b[:, 4:20]
-    q = np.concatenate([qs & 0x0F, qs >> 4], axis=1)
-    return d * q.astype(np.float32) + m
+    out[:, :16] = qs & 0x0F
+    out[:, 16:] = qs >> 4
+    out *= _f16(b[:, 0:2])
+    out += _f16(b[:, 2:4])
 
 
 def _k_scales(s: np.ndarray):
@@ -109,11 +113,12 @@ def _q6_k(b):
 
 _BLOCK_FNS = {"Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q4_K": _q4_k, "Q5_K": _q5_k,
               "Q6_K": _q6_k}
+_INTO = ("Q8_0", "Q4_0", "Q4_1")      # fn(blocks, out) instead of returning the floats
 _FLOAT = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "F64": np.float64}
 
 
 def dequantize(raw: np.ndarray, qtype: str, shape, out_dtype=np.float32,
-               chunk_blocks: int = 1 << 16) -> np.ndarray:
+               chunk_blocks: int = 1 << 13) -> np.ndarray:
     """Raw bytes of a GGML tensor -> array of `shape` (torch order) in `out_dtype`.
 
     Float types are converted with astype; block types are decoded in chunks so the
@@ -140,6 +145,17 @@ def dequantize(raw: np.ndarray, qtype: str, shape, out_dtype=np.float32,
     blocks = raw.reshape(-1, ts)
     out = np.empty((blocks.shape[0], bs), out_dtype)
     fn = _BLOCK_FNS[qtype]
+    into = qtype in _INTO and out.dtype == np.float32
+    tmp = None
     for i in range(0, blocks.shape[0], chunk_blocks):
-        out[i:i + chunk_blocks] = fn(blocks[i:i + chunk_blocks])
+        b = blocks[i:i + chunk_blocks]
+        if into:
+            fn(b, out[i:i + chunk_blocks])
+        elif qtype in _INTO:                # float32 chunk, then cast to out_dtype
+            if tmp is None or tmp.shape[0] != b.shape[0]:
+                tmp = np.empty((b.shape[0], bs), np.float32)
+            fn(b, tmp)
+            out[i:i + chunk_blocks] = tmp
+        else:
+            out[i:i + chunk_blocks] = fn(b)
     return out.reshape(shape)

@@ -61,9 +61,8 @@ class Tokenizer:
                       pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
         tk.pre_tokenizer = pre_tokenizers.Sequence(steps)
         tk.decoder = decoders.ByteLevel()
-        f = g._fields.get("tokenizer.ggml.token_type")
-        types = np.array([int(f.parts[i][0]) for i in f.data]) if f is not None else \
-            np.ones(len(tokens), int)
+        types = np.asarray(g.array("tokenizer.ggml.token_type")) \
+            if "tokenizer.ggml.token_type" in g else np.ones(len(tokens), int)
         # 3 = control (special), 4 = user-defined: both are matched whole, before BPE
         tk.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
                                for i in np.where(types == 3)[0]])
