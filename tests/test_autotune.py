@@ -407,6 +407,7 @@ def test_shipped_table_is_inside_the_space():
     for e in entries:
         t = space.get_tunable(e["kernel"])
         assert t.contains(e["config"], e["dtype"]), e
+        assert cache.usable_in_space(e) is None, e          # in the space, applies to its key
         assert e["cc"] == "sm_90" and e["screen"]["reference"] == "float64 host"
         assert tuple(e["key"]) == t.bucket(tuple(e["key"]))
 
@@ -557,9 +558,20 @@ def test_tune_isolated_runs_in_a_child_process(tmp_cache):
                             candidates=[MM_CFG], warmup=0, reps=1)
     assert e["config"] == MM_CFG and e["timing"]["raw_key"] == [33, 24, 40]
     assert json.loads(tmp_cache.read_text())["entries"][0]["config"] == MM_CFG
+    # one tuning process serves the next key too (no interpreter start-up a key)
+    pid = sweep._WORKER.p.pid
+    sweep.tune_isolated("matmul", (17, 24, 40), dtype="float32", device=INTERP,
+                        candidates=[MM_CFG], warmup=0, reps=1)
+    assert sweep._WORKER.p.pid == pid
+    pc = sweep.Precompiler(workers=1)           # the compile pool runs a key's dry runs
+    try:
+        assert pc.run("matmul", (33, 24, 40), "float32", "interp", [MM_CFG])["compiled"] == 1
+    finally:
+        pc.close()
     with pytest.raises(RuntimeError, match="outside the declared"):   # child errors come back
         sweep.tune_isolated("matmul", (33, 24, 40), dtype="float32", device=INTERP,
                             candidates=[dict(MM_CFG, BLOCK_M=16)], warmup=0, reps=1)
+    assert sweep._WORKER is None                 # an error retires the tuning process
 
 
 def test_flushes_cover_the_host_time_of_a_call():
@@ -809,3 +821,159 @@ def test_real_decode_attention_sweep_on_interp(tmp_cache):
     assert e["config"]["TARGET"] in (396, 132)
     assert autotune.lookup("decode_attention", (2, 40, 3, 16), dtype="float32",
                            device=INTERP)[0] == e["config"]
+
+
+# ------------------------------------- pruning, model keys, deadlines, shipped-table merges
+
+def test_prune_drops_configs_that_cannot_win_but_never_the_rule():
+    mm = space.get_tunable("matmul").candidates("bfloat16")
+    kept, why = space.prune("matmul", (128, 100, 576), mm)
+    assert kept and all(c["BLOCK_N"] <= 128 and not c.get("PERSISTENT") for c in kept)
+    assert why["BLOCK_N beyond N"] > 0 and why["persistent with no more 128x128 tiles than SMs"] > 0
+    assert any(c["BLOCK_N"] == 256 for c in space.prune("matmul", (128, 192, 576), mm)[0])
+    kept, why = space.prune("matmul", (128, 64, 576), mm)
+    assert all(c["BLOCK_N"] == 64 for c in kept) and why["BLOCK_N beyond N"] > 0
+    big = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, GROUP_M=8)
+    kept, _ = space.prune("matmul", (16, 16, 16), mm, keep=big)
+    assert big in kept                                          # the rule's config stays
+    # a persistent matmul survives where tiles outnumber the SMs
+    kept, _ = space.prune("matmul", (4096, 4096, 4096), mm)
+    assert any(c.get("PERSISTENT") for c in kept) and len(kept) == len(mm)
+    # attention tiles beyond a short sequence; decode tiles beyond a small cache
+    at = space.attention_candidates("bfloat16", 64)
+    kept, why = space.prune("attention", (16, 4, 2, 64, 1), at)
+    assert kept and all(c["BLOCK_M"] == 16 and c["BLOCK_N"] == 16 for c in kept)
+    kept, _ = space.prune("decode_attention", (2, 32, 2, 64), space.decode_candidates("bfloat16"))
+    assert kept and all(c["BLOCK_N"] <= 32 for c in kept)
+
+
+def test_sweep_dedupes_targets_that_launch_the_same_split():
+    # gemv 1x24x40, BLOCK_K 64: one K block, so every TARGET gives K_SPLIT = one block
+    cands = [dict(GV1_CFG, BLOCK_K=64, TARGET=t) for t in (264, 528, 1056)]
+    out, rec = sweep.prune_for_key("gemv", (1, 24, 40), cands, dtype="float32")
+    assert len(out) == 1 and rec["rules"]["same launch as another TARGET (same split)"] == 2
+    # the rule's TARGET is the one kept among equals, and a missing rule config is added
+    rule = dict(GV1_CFG, BLOCK_K=64, TARGET=528)
+    out, _ = sweep.prune_for_key("gemv", (1, 24, 40), cands, default=rule, dtype="float32")
+    assert out == [rule]
+    out, _ = sweep.prune_for_key("gemv", (1, 24, 40), cands[:1] + cands[2:], default=rule,
+                                 dtype="float32")
+    assert out == [rule]
+    # where the splits differ, every TARGET stays
+    big = [dict(GV1_CFG, BLOCK_N=16, BLOCK_K=128, TARGET=t) for t in (264, 528, 1056)]
+    out, rec = sweep.prune_for_key("gemv", (1, 512, 8192), big, dtype="float32")
+    assert len(out) == 3 and rec is None
+
+
+def test_model_keys_cover_every_tunable_kernel_most_valuable_first():
+    from nbxtensor.cli_tune import GROUPS, model_keys
+    ks = model_keys("smollm2")
+    kernels = [k[1] for k in ks]
+    assert set(kernels) == {"gemv", "matmul", "attention", "decode_attention", "rms_norm",
+                            "softmax"}
+    groups = [k[0] for k in ks]
+    assert groups == sorted(groups) and len(GROUPS) > max(groups)
+    assert ks[0][1:3] == ("gemv", (1, 576, 576))                # decode GEMVs first
+    assert ("attention", (128, 9, 3, 64, 1)) in [k[1:3] for k in ks]
+    assert ("decode_attention", (3, 512, 3, 64)) in [k[1:3] for k in ks]
+    assert kernels.index("rms_norm") > kernels.index("decode_attention")
+    # one key per bucket
+    b = [(k[1], space.get_tunable(k[1]).bucket(k[2])) for k in ks]
+    assert len(b) == len(set(b))
+    bert = model_keys("minilm")
+    assert all(k[2][0] > 1 for k in bert if k[1] in ("gemv", "matmul"))   # no 1-token steps
+    assert not any(k[1] == "decode_attention" for k in bert)
+    assert ("attention", (512, 12, 12, 32, 0)) in [k[1:3] for k in bert]  # <= 512 positions
+
+
+def test_run_keys_stops_at_the_deadline_and_keeps_what_it_did(monkeypatch):
+    from nbxtensor.cli_tune import run_keys
+    cand = dict(GV1_CFG, BLOCK_K=64)
+    monkeypatch.setattr(sweep.GemvCase, "candidates", lambda self: [cand])
+    keys = [("gemv", (1, 24, 40), "float32"), ("gemv", (1, 24, 56), "float32")]
+    seen = []
+    res = run_keys(keys, INTERP, deadline_s=0.0, on_entry=lambda *a: seen.append(a))
+    assert res["left"] == 2 and res["tuned"] == 0 and not seen
+    res = run_keys(keys[:1], INTERP, deadline_s=600.0, on_entry=lambda *a: seen.append(a))
+    assert res["tuned"] == 1 and res["left"] == 0 and isinstance(seen[0][3], dict)
+    e = seen[0][3]
+    assert e["screen"]["candidates"] == 2          # the candidate and the rule's config
+    assert autotune.lookup("gemv", (1, 24, 40), dtype="float32", device=INTERP)[0] == e["config"]
+
+
+def _sm90_entry(kernel, key, cfg, dtype="bfloat16", speed=1.0):
+    e = cache.make_entry(("NVIDIA H200", "sm_90"), kernel, key, dtype, cfg,
+                         {"reference": "float64 host", "passed": 3, "candidates": 3,
+                          "excluded": []}, {"speedup": speed})
+    return e
+
+
+def test_merge_lays_new_entries_over_the_table_and_drops_out_of_space(tmp_path, capsys):
+    import importlib.util
+    old_mm = _sm90_entry("matmul", (128, 576, 576), MM_CFG, "float32", 1.1)
+    keep = _sm90_entry("matmul", (256, 576, 576), MM_CFG, "float32")
+    stale = _sm90_entry("matmul", (512, 576, 576), dict(MM_CFG, BLOCK_M=48), "float32")
+    new_cfg = dict(MM_CFG, BLOCK_N=128)
+    new_mm = _sm90_entry("matmul", (128, 576, 576), new_cfg, "float32", 2.0)
+    new_mm["device"] = "NVIDIA H100"                 # shipped keys ignore the card's name
+    gemv_bad = _sm90_entry("gemv", (8, 24, 40), GV1_CFG, "float32")   # BLOCK_M=1 at M=8
+    added = _sm90_entry("rms_norm", (128, 576), dict(BLOCK_N=1024, BLOCK_R=1, SINGLE=True,
+                                                     num_warps=4), "float32")
+    entries, rep = cache.merge_tables([old_mm, keep, stale], [new_mm, gemv_bad, added])
+    by = {(e["kernel"], tuple(e["key"])): e for e in entries}
+    assert by[("matmul", (128, 576, 576))]["config"] == new_cfg
+    assert by[("matmul", (128, 576, 576))]["screen"]["reference"] == "float64 host"
+    assert by[("matmul", (128, 576, 576))]["timing"]["speedup"] == 2.0
+    assert ("matmul", (256, 576, 576)) in by and ("rms_norm", (128, 576)) in by
+    assert ("matmul", (512, 576, 576)) not in by and ("gemv", (8, 24, 40)) not in by
+    assert rep["replaced"] == 1 and rep["added"] == 1 and rep["kept"] == 1
+    assert {d["reason"] for d in rep["dropped"]} == {"config outside today's space",
+                                                      "config does not apply to its key"}
+    # the script's --merge writes the table file the loader reads
+    spec = importlib.util.spec_from_file_location(
+        "make_sm90_table", os.path.join(os.path.dirname(__file__), "..", "scripts",
+                                        "make_sm90_table.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    base, new = tmp_path / "sm90.json", tmp_path / "new.json"
+    cache._write(str(base), [old_mm, keep, stale])
+    cache._write(str(new), [new_mm, gemv_bad, added])
+    assert mod.merge(str(new), str(base)) == 0
+    out = capsys.readouterr().out
+    assert "1 added, 1 replaced" in out and "2 dropped" in out
+    assert len(cache._read(str(base))) == 3
+
+
+def test_shipped_table_ignores_out_of_space_entries_and_can_be_disabled(tmp_path, monkeypatch):
+    good = _sm90_entry("matmul", (128, 24, 40), MM_CFG, "float32")
+    bad = _sm90_entry("matmul", (256, 24, 40), dict(MM_CFG, num_warps=3), "float32")
+    cache._write(str(tmp_path / "sm90.json"), [good, bad])
+    monkeypatch.setattr(cache, "TABLE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "device_identity", lambda d: ("NVIDIA H100 PCIe", "sm_90"))
+    autotune.reload()
+    cfg, src = autotune.lookup("matmul", (100, 24, 40), dtype="float32", device=INTERP)
+    assert cfg == MM_CFG and src == "shipped table sm90.json"
+    # the out-of-space entry is not served; its key falls back to the near in-space one
+    cfg, src = autotune.lookup("matmul", (256, 24, 40), dtype="float32", device=INTERP)
+    assert cfg == MM_CFG and "near key (128, 24, 40)" in src
+    assert autotune.lookup("matmul", (1024, 24, 40), dtype="float32", device=INTERP)[0] is None
+    monkeypatch.setenv("NBX_NO_SHIPPED_TABLE", "1")
+    autotune.reload()
+    assert autotune.lookup("matmul", (100, 24, 40), dtype="float32", device=INTERP)[0] is None
+    assert autotune.pick("matmul", (100, 24, 40), {"x": 1}, dtype="float32",
+                         device=INTERP) == {"x": 1}
+
+
+def test_a_faster_rule_config_outside_the_space_is_not_stored(toy, tmp_cache, monkeypatch):
+    """If the kernel's rule uses a knob the space lacks and beats every candidate, an entry
+    would make the op slower: tune returns it marked `rule_wins` and stores nothing."""
+    fast_rule = dict(BLOCK=16, MODE=0)                 # not declared in the toy space
+    monkeypatch.setattr(ToyCase, "default_config", lambda self: dict(fast_rule))
+    monkeypatch.setitem(SPEED, (16, 0), 0.01)
+    e = autotune.tune("toy", (7, 9), dtype="float32", device=INTERP, timer=FakeTimer())
+    assert e["timing"]["rule_wins"] is True and e["config"] == GOOD64
+    assert not tmp_cache.exists()
+    # a rule config inside the space is a candidate: it can win and be stored as usual
+    monkeypatch.setattr(ToyCase, "default_config", lambda self: dict(GOOD32))
+    e = autotune.tune("toy", (7, 9), dtype="float32", device=INTERP, timer=FakeTimer())
+    assert "rule_wins" not in e["timing"] and tmp_cache.exists()

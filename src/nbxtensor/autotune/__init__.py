@@ -9,7 +9,8 @@ either (space.py's rules), else `default_config` -- and only an entry whose conf
 inside today's declared space and applies to this key. Lookups are memoised, so the cost
 on a launch is one dict lookup (~2 us with the copy). NBX_AUTOTUNE=0 (read when the
 tables load, i.e. at the first pick or after `reload()`) or `with autotune.disabled():` make
-it return the default always.
+it return the default always. NBX_NO_SHIPPED_TABLE=1 (read at the same moments) ignores the
+shipped tables only: an empty-table start, with the user cache still applied.
 
 Sweeps (`tune`, `nbx tune`) live in sweep.py; the screen in screen.py; timing in timing.py;
 the cache files in cache.py. Importing this package does not import triton.

@@ -98,9 +98,54 @@ def load_user(path: str | None = None) -> Table:
     return Table(_read(path or cache_path()), with_name=True, source="user cache")
 
 
+def shipped_disabled() -> bool:
+    """NBX_NO_SHIPPED_TABLE=1: ignore the packaged tables (an 'empty table' start, e.g. to
+    measure what they save); the user cache still applies."""
+    return os.environ.get("NBX_NO_SHIPPED_TABLE", "") not in ("", "0")
+
+
 def load_shipped(cc: str) -> Table:
     p = os.path.join(TABLE_DIR, f"{cc.replace('_', '')}.json")
+    if shipped_disabled():
+        return Table([], with_name=False, source="shipped table (disabled: NBX_NO_SHIPPED_TABLE)")
     return Table(_read(p), with_name=False, source=f"shipped table {os.path.basename(p)}")
+
+
+def usable_in_space(e: dict) -> str | None:
+    """None if entry `e` is inside today's declared space for its kernel and applies to its
+    key; else why not (the loaders ignore such entries; merges drop them)."""
+    from .space import TUNABLES
+    t = TUNABLES.get(e.get("kernel"))
+    if t is None:
+        return f"no tunable kernel {e.get('kernel')!r}"
+    cfg = e.get("config")
+    if not isinstance(cfg, dict) or not t.contains(cfg, e.get("dtype")):
+        return "config outside today's space"
+    if t.applies is not None and not t.applies(cfg, tuple(e["key"])):
+        return "config does not apply to its key"
+    return None
+
+
+def merge_tables(base: list[dict], new: list[dict]) -> tuple[list[dict], dict]:
+    """A shipped table from `base` with `new` laid over it (same cc/Triton/kernel/key/dtype:
+    the new entry wins; device names are not part of a shipped key). Entries are kept whole
+    (config, screen record, timing); ones outside today's space are dropped and counted.
+    Returns (entries, report)."""
+    rep = dict(base=len(base), new=len(new), replaced=0, added=0, kept=0, dropped=[])
+    out: dict = {}
+    for src, entries in (("base", base), ("new", new)):
+        for e in entries:
+            why = usable_in_space(e)
+            if why is not None:
+                rep["dropped"].append(dict(source=src, kernel=e.get("kernel"), key=e.get("key"),
+                                           dtype=e.get("dtype"), reason=why))
+                continue
+            k = entry_key(e, with_name=False)
+            if src == "new":
+                rep["replaced" if k in out else "added"] += 1
+            out[k] = dict(e)
+    rep["kept"] = len(out) - rep["added"] - rep["replaced"]
+    return list(out.values()), rep
 
 
 def _write(path: str, entries: list[dict]) -> None:

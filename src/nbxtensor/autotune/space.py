@@ -215,6 +215,14 @@ def attention_candidates(dtype: str, D: int) -> list[dict]:
     return [c for c in _attn_space(dtype) if not c.get("TMA") or tma_head_dim(D)]
 
 
+def attention_sweep(dtype: str, D: int) -> list[dict]:
+    """What an attention sweep times (52 of the 122 for a 16-bit power-of-two head dim):
+    2 or 3 stages, and no 16-wide key tiles under query tiles of 64+ rows -- each candidate
+    is a ~1 s compile on a cold sweep. The rule's config is added by the sweep if missing."""
+    return [c for c in attention_candidates(dtype, D)
+            if c["num_stages"] in (2, 3) and not (c["BLOCK_M"] >= 64 and c["BLOCK_N"] == 16)]
+
+
 # --------------------------------------------------------------------- decode attention
 # Split-K decode attention (kernels/decode_attention.py): key (B*Hk, C, R, D) = kv rows
 # (batch x kv heads), cache capacity, query rows per kv head (group x tokens), head dim.
@@ -249,6 +257,65 @@ def decode_candidates(dtype: str) -> list[dict]:
     return [c for c in _decode_space(dtype)
             if (c["COMBINE"] == 1 and c["num_warps"] >= 4 and c["TARGET"] != 1056)
             or (c["COMBINE"] == 0 and c["TARGET"] == 396 and c["num_warps"] == 4)]
+
+
+# ------------------------------------------------------------------------------ pruning
+# A cold sweep is mostly compiles, so each key sweeps only the configs that can win on it.
+# A tile wider than the (power-of-two rounded) extent it covers computes masked-off lanes
+# only: the narrower tile of the same config does the same work with less waste. A
+# persistent matmul with no more tiles than SMs is the plain kernel plus a loop. The rule's
+# own config is never pruned (it is the untuned baseline). Sweeps record what was pruned.
+
+SM90_SMS = 132
+
+
+def _cap(v: int, floor: int) -> int:
+    return max(floor, _pow2_ceil(v))
+
+
+def _prune_reason(kernel: str, key: tuple, c: dict) -> str | None:
+    k = tuple(int(v) for v in key)
+    if kernel == "matmul":
+        M, N, K = k
+        if c["BLOCK_M"] > _cap(M, 64):
+            return "BLOCK_M beyond M"
+        if c["BLOCK_N"] > _cap(N, 64):
+            return "BLOCK_N beyond N"
+        if c["BLOCK_K"] > _cap(K, 16):
+            return "BLOCK_K beyond K"
+        if c.get("PERSISTENT") and -(-M // 128) * -(-N // 128) <= SM90_SMS:
+            return "persistent with no more 128x128 tiles than SMs"
+    elif kernel == "gemv":
+        M, N, K = k
+        if c["BLOCK_N"] > _cap(N, 16):
+            return "BLOCK_N beyond N"
+        if c["BLOCK_K"] > _cap(K, 64):
+            return "BLOCK_K beyond K"
+    elif kernel in ("rms_norm", "softmax"):
+        if c["BLOCK_R"] > _pow2_ceil(k[0]):
+            return "BLOCK_R beyond the rows"
+    elif kernel == "attention":
+        L = k[0]
+        if c["BLOCK_M"] > _cap(L, 16) or c["BLOCK_N"] > _cap(L, 16):
+            return "tile beyond the sequence"
+    elif kernel == "decode_attention":
+        if c["BLOCK_N"] > _cap(k[1], 16):
+            return "BLOCK_N beyond the cache"
+    return None
+
+
+def prune(kernel: str, key: tuple, candidates: list[dict], keep: dict | None = None):
+    """(kept, {reason: count}): the candidates that can win on `key` (`keep`, the rule's
+    config, is never pruned)."""
+    kept, why = [], {}
+    kc = canon(keep) if keep else None
+    for c in candidates:
+        r = _prune_reason(kernel, key, c)
+        if r is None or canon(c) == kc:
+            kept.append(c)
+        else:
+            why[r] = why.get(r, 0) + 1
+    return kept, why
 
 
 TUNABLES: dict[str, Tunable] = {}

@@ -13,6 +13,7 @@ default config's run, at least 2 ms) -- a slower candidate is dropped and report
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import numpy as np
@@ -320,8 +321,8 @@ class AttentionCase:
     def candidates(self):
         # TMA candidates only where the TMA kernel runs (16-bit, head dim a power of two):
         # elsewhere sdpa would time the pointer kernel under a TMA label
-        from .space import attention_candidates
-        return attention_candidates(self.dtype.name, self.D)
+        from .space import attention_sweep
+        return attention_sweep(self.dtype.name, self.D)
 
     def default_config(self):
         from ..kernels import attention as ka
@@ -480,7 +481,12 @@ def tune(kernel: str, key: tuple, *, dtype, device, timer=None, candidates=None,
         raise KeyError(f"autotune: kernel {kernel!r} has a space but no sweep case "
                        f"(inputs + reference); cases exist for {', '.join(sorted(CASES))}")
     case = case_cls(tuple(key), dtype, device, seed=seed)
-    cands = candidates if candidates is not None else case.candidates()
+    pruned = None
+    if candidates is not None:
+        cands = candidates
+    else:
+        cands, pruned = prune_for_key(kernel, tuple(key), case.candidates(), case.default_config(),
+                                      dtype)
     if not cands:
         raise ValueError(f"autotune: the {kernel} space is empty for dtype {dtype}")
     outside = [c for c in cands if not t.contains(c, dtype)]
@@ -530,6 +536,8 @@ def tune(kernel: str, key: tuple, *, dtype, device, timer=None, candidates=None,
                           f"the timing (dropped: {dropped[:3]}, skipped: {len(skipped)})", rep)
     best_ms, _, best_cfg, best_tm = min(timed, key=lambda r: r[:2])
     screen_rec = dict(rep.record, excluded=[_short(x) for x in rep.excluded])
+    if pruned:
+        screen_rec["pruned"] = pruned
     timing = dict(best=best_tm.as_dict(), default_config=default_cfg,
                   default_ms=round(base_ms, 6) if base_ms is not None else None,
                   speedup=round(base_ms / best_ms, 4) if base_ms else None,
@@ -537,12 +545,61 @@ def tune(kernel: str, key: tuple, *, dtype, device, timer=None, candidates=None,
                   skipped_by_sweep_budget=len(skipped), run_budget_ms=budget_ms,
                   budget_s=budget_s, screen_s=round(screen_s, 3),
                   sweep_s=round(time.perf_counter() - t0, 3), raw_key=[int(v) for v in key])
+    # the rule's config outside the space (a kernel-side knob the space lacks) that beats
+    # every candidate: an entry would make the op slower, so it is returned, not stored
+    if base_ms is not None and best_ms > base_ms and not t.contains(default_cfg, dtype):
+        timing["rule_wins"] = True
     entry = _cache.make_entry(ident, kernel, t.bucket(tuple(key)), dtype, best_cfg,
                               screen_rec, timing)
-    if store:
+    if store and not timing.get("rule_wins"):
         _cache.store([entry], cache_file)
         reload()
     return entry
+
+
+def _launch_signature(kernel: str, key: tuple, cfg: dict):
+    """What a config launches, for configs that differ only in a derived knob: gemv's TARGET
+    and decode attention's TARGET set a split count, and two TARGETs giving the same split
+    launch the same kernel on the same grid (timing both would only time noise)."""
+    from .space import canon
+    if kernel == "gemv":
+        from ..kernels.gemv import _cdiv
+        M, N, K = (int(v) for v in key)
+        kb = _cdiv(K, cfg["BLOCK_K"])
+        split = max(1, min(kb, _cdiv(cfg["TARGET"], _cdiv(N, cfg["BLOCK_N"]))))
+        return canon({**cfg, "TARGET": _cdiv(kb, split)})
+    if kernel == "decode_attention":
+        from ..kernels.decode_attention import splits
+        BH, C = int(key[0]), int(key[1])
+        return canon({**cfg, "TARGET": splits(BH, C, cfg["TARGET"], cfg["BLOCK_N"])})
+    return canon(cfg)
+
+
+def prune_for_key(kernel: str, key: tuple, cands: list[dict], default: dict | None = None,
+                  dtype: str = "bfloat16"):
+    """(candidates, record or None): the space's `prune` rules (space.prune), then one
+    config per distinct launch (`_launch_signature`; the rule's config wins a tie)."""
+    from .space import canon, prune
+    t = get_tunable(kernel)
+    dtype_ok = None
+    if default is not None and t.contains(default, dtype):
+        dtype_ok = default
+        if not any(canon(c) == canon(default) for c in cands):
+            cands = [dict(default)] + list(cands)    # the baseline is always a candidate
+    kept, why = prune(kernel, key, cands, keep=dtype_ok)
+    by_sig, order = {}, []
+    for c in kept:
+        sig = _launch_signature(kernel, key, c)
+        if sig not in by_sig:
+            by_sig[sig] = c
+            order.append(sig)
+        elif dtype_ok is not None and canon(c) == canon(dtype_ok):
+            by_sig[sig] = c                    # keep the rule's spelling of this launch
+    out = [by_sig[s] for s in order]
+    dup = len(kept) - len(out)
+    if dup:
+        why["same launch as another TARGET (same split)"] = dup
+    return out, (dict(of=len(cands), kept=len(out), rules=why) if why else None)
 
 
 def _short(x: dict) -> dict:
@@ -559,61 +616,242 @@ def _short(x: dict) -> dict:
 # a sweep that must survive one runs each key in a child process: a faulting candidate is
 # excluded (and reported in the entry) and the key is retried in a fresh child without it.
 
-def _child(q, kernel, key, dtype, device, candidates, kw):
+def _child(q, kernel, key, dtype, device, candidates, kw) -> str:
     try:
         e = tune(kernel, tuple(key), dtype=dtype, device=device, candidates=candidates,
                  store=False, **kw)
         q.put(("ok", e))
+        return "ok"
     except DeviceFault as err:
         q.put(("fault", dict(config=err.config, error=str(err))))
+        return "fault"
     except ScreenError as err:
         q.put(("screen", str(err)))
+        return "screen"
     except Exception as err:  # noqa: BLE001 - carried to the parent as text
         q.put(("error", f"{type(err).__name__}: {err}"))
+        return "error"
+
+
+def _worker_loop(q_in, q_out):
+    """A tuning process that serves keys until told to stop or until a device fault (its
+    CUDA context is then dead): one interpreter start-up and one CUDA context for many keys."""
+    while True:
+        req = q_in.get()
+        if req is None:
+            return
+        if _child(q_out, *req) == "fault":
+            return
+
+
+class _Worker:
+    def __init__(self):
+        import multiprocessing as mp
+        ctx = mp.get_context("spawn")          # a fresh interpreter: a fresh CUDA context
+        self.q_in, self.q_out = ctx.Queue(), ctx.Queue()
+        self.p = ctx.Process(target=_worker_loop, args=(self.q_in, self.q_out), daemon=True)
+        self.p.start()
+
+    def ask(self, req, timeout_s):
+        import queue
+        self.q_in.put(req)
+        t0 = time.perf_counter()
+        while True:
+            try:
+                return self.q_out.get(timeout=0.5)
+            except queue.Empty:
+                if not self.p.is_alive():
+                    return ("error", f"the tuning process died (exit code {self.p.exitcode})")
+                if timeout_s is not None and time.perf_counter() - t0 > timeout_s:
+                    self.p.kill()
+                    return ("timeout", f"the tuning process took over {timeout_s:.0f} s")
+
+    def close(self):
+        if self.p.is_alive():
+            try:
+                self.q_in.put(None)
+                self.p.join(timeout=5)
+            except Exception:  # noqa: BLE001
+                pass
+            if self.p.is_alive():
+                self.p.kill()
+        self.p.join(timeout=5)
+
+
+_WORKER: _Worker | None = None
+
+
+def close_worker() -> None:
+    """Stop the persistent tuning process (atexit does it too)."""
+    global _WORKER
+    if _WORKER is not None:
+        _WORKER.close()
+        _WORKER = None
 
 
 def _run_child(kernel, key, dtype, device, candidates, kw, timeout_s=1800.0):
-    import multiprocessing as mp
-    import queue
-    ctx = mp.get_context("spawn")          # a fresh interpreter: a fresh CUDA context
-    q = ctx.Queue()
-    p = ctx.Process(target=_child, args=(q, kernel, key, dtype, str(device), candidates, kw))
-    p.start()
-    t0 = time.perf_counter()
+    """One key in the persistent tuning process (started on first use; replaced after a
+    fault, a death or a timeout)."""
+    global _WORKER
+    if _WORKER is None or not _WORKER.p.is_alive():
+        import atexit
+        _WORKER = _Worker()
+        atexit.register(close_worker)
+    res = _WORKER.ask((kernel, key, dtype, str(device), candidates, kw), timeout_s)
+    if res[0] in ("fault", "error", "timeout"):
+        close_worker()
+    if res[0] == "timeout":
+        return ("error", res[1])
+    return res
+
+
+# ------------------------------------------------------------ parallel compiles (cuda)
+#
+# A cold sweep is mostly compiles (~0.2-1 s a candidate on the H200's host, one after the
+# other in the screen). A Precompiler compiles a key's candidates first in a pool of
+# processes -- each builds the same case and runs every candidate in dry mode (compiled,
+# resource-checked, never launched), so no device fault can happen there -- filling Triton's
+# on-disk cache; the screen then finds each kernel compiled. Errors there are ignored: the
+# screen repeats the dry run and reports them.
+
+_PC_CASE: dict = {}
+
+
+def _precompile_task(kernel, key, dtype, device, configs, seed):
+    import nbxtensor as nbx
+    from .screen import dry_launches
+    dev = nbx.device(device)
+    ck = (kernel, tuple(key), dtype, seed)
+    case = _PC_CASE.get(ck)
+    if case is None:
+        _PC_CASE.clear()                       # one key's inputs at a time
+        case = _PC_CASE[ck] = CASES[kernel](tuple(key), dtype, dev, seed=seed)
+    ok = 0
+    for cfg in configs:
+        try:
+            with dry_launches():
+                case.run(cfg)
+            ok += 1
+        except Exception:  # noqa: BLE001 - the screen reports it
+            pass
+    return ok
+
+
+class Precompiler:
+    """A pool of `workers` processes that compile candidates ahead of the screen."""
+
+    def __init__(self, workers: int | None = None):
+        self.workers = workers or max(1, min(12, (os.cpu_count() or 2) - 2))
+        self._start()
+
+    def _start(self):
+        import concurrent.futures as cf
+        import multiprocessing as mp
+        self.pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"))
+
+    def run(self, kernel, key, dtype, device, candidates, seed=0, timeout_s=None) -> dict:
+        """Compile `candidates` for the key; never raises (a broken pool -- a worker that
+        died in a compile -- is replaced, and the screen compiles what is missing)."""
+        import concurrent.futures as cf
+        t0 = time.perf_counter()
+        chunks = [candidates[i::self.workers] for i in range(self.workers)]
+        try:
+            futs = [self.pool.submit(_precompile_task, kernel, tuple(key), dtype, str(device),
+                                     c, seed) for c in chunks if c]
+            done, late = cf.wait(futs, timeout=timeout_s)
+            ok = sum(f.result() for f in done if f.exception() is None)
+            broken = any(isinstance(f.exception(), cf.process.BrokenProcessPool) for f in done)
+        except Exception as e:  # noqa: BLE001 - precompiling is an optimisation only
+            ok, late, broken = 0, [], f"{type(e).__name__}: {e}"
+        if broken:
+            self.close()
+            self._start()
+        return dict(compiled=ok, of=len(candidates), late_chunks=len(late),
+                    seconds=round(time.perf_counter() - t0, 2),
+                    **({"pool_restarted": str(broken)[:200]} if broken else {}))
+
+    def close(self):
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def candidates_for(kernel: str, key: tuple, dtype: str) -> list[dict]:
+    """The candidates a sweep of this key screens (pruned), without device inputs."""
+    return prune_for_key(kernel, tuple(key), _candidates_of(kernel, tuple(key), dtype, None),
+                         _default_of(kernel, tuple(key), dtype), dtype)[0]
+
+
+def _default_of(kernel, key, dtype):
+    """The rule's config for a key (no device inputs), as the cases report it."""
+    import nbxtensor as nbx
+    dt = nbx.dtypes.as_dtype(dtype)
     try:
-        while True:
-            try:
-                return q.get(timeout=1.0)
-            except queue.Empty:
-                if not p.is_alive():
-                    return ("error", f"the tuning process died (exit code {p.exitcode})")
-                if time.perf_counter() - t0 > timeout_s:
-                    p.kill()
-                    return ("error", f"the tuning process took over {timeout_s:.0f} s")
-    finally:
-        p.join(timeout=30)
+        if kernel == "matmul":
+            from ..kernels import matmul as km
+            return dict(km.matmul_config(*key, dt))
+        if kernel == "gemv":
+            from ..kernels import gemv as kg
+            from . import disabled
+            with disabled():
+                cfg = kg.gemv_config(*key, dt)
+            cfg.pop("K_SPLIT", None)
+            return cfg
+        if kernel in ("rms_norm", "softmax"):
+            from ..kernels.softmax import row_config
+            return row_config(int(key[1]))
+        if kernel == "attention":
+            from ..kernels import attention as ka
+            from .space import _attn_key
+            L, H, Hk, D, causal = _attn_key(key)
+            return ka.flash_config(D, D, dt.itemsize, False, bool(causal))
+        if kernel == "decode_attention":
+            from ..kernels import decode_attention as kd
+            BH, C, R, D = (int(v) for v in key)
+            bd = max(16, 1 << (D - 1).bit_length())
+            cfg = kd.decode_config(1, BH, C, bd, bd, dt.itemsize, False)
+            return dict(TARGET=kd.TUNED["TARGET"], BLOCK_N=cfg["BLOCK_N"],
+                        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+                        COMBINE=cfg["COMBINE"])
+    except Exception:  # noqa: BLE001 - no default known: nothing is protected from pruning
+        return None
+    return None
 
 
 def tune_isolated(kernel: str, key: tuple, *, dtype, device, candidates=None, max_faults=4,
-                  cache_file: str | None = None, run_child=None, **kw) -> dict:
-    """`tune` in a child process, surviving device faults: each faulting candidate is
-    excluded and reported, the key is retried without it (at most `max_faults` times).
-    Stores the entry in the parent. Raises ScreenError / RuntimeError like tune."""
+                  cache_file: str | None = None, run_child=None, precompiler=None,
+                  timeout_s: float | None = None, **kw) -> dict:
+    """`tune` in a child process (a persistent one, replaced after a fault), surviving
+    device faults: each faulting candidate is excluded and reported, the key is retried
+    without it (at most `max_faults` times). Stores the entry in the parent. Raises
+    ScreenError / RuntimeError like tune; a key over `timeout_s` is abandoned (RuntimeError).
+    `precompiler` (a Precompiler) compiles the key's candidates in parallel first."""
+    import functools
     import nbxtensor as nbx
     from . import reload
-    run_child = run_child or _run_child
+    t_start = time.perf_counter()
     kw.pop("store", None)
     kw.pop("progress", None)          # callbacks do not cross processes
     dt = nbx.dtypes.as_dtype(dtype).name
     faults = []
     cands = list(candidates) if candidates is not None else None
+    if precompiler is not None and str(device).startswith("cuda"):
+        pc = precompiler.run(kernel, key, dt, device,
+                             cands if cands is not None else candidates_for(kernel, key, dt),
+                             seed=kw.get("seed", 0), timeout_s=timeout_s)
+    else:
+        pc = None
+    if run_child is None:     # one time limit for the whole key, compiles included
+        left = None if timeout_s is None else max(1.0, timeout_s - (time.perf_counter() - t_start))
+        run_child = functools.partial(_run_child, timeout_s=left or 1800.0)
     while True:
         kind, payload = run_child(kernel, tuple(key), dt, device, cands, kw)
+        if kind == "ok" and pc is not None:
+            payload["timing"]["precompile"] = pc
         if kind == "ok":
             payload["screen"]["excluded"] = faults + payload["screen"]["excluded"]
             payload["screen"]["candidates"] += len(faults)
-            _cache.store([payload], cache_file)
-            reload()
+            if not payload["timing"].get("rule_wins"):
+                _cache.store([payload], cache_file)
+                reload()
             return payload
         if kind == "fault":
             faults.append(dict(config=payload["config"], reason="device fault: " + payload["error"][:300]))
@@ -621,7 +859,7 @@ def tune_isolated(kernel: str, key: tuple, *, dtype, device, candidates=None, ma
                 raise RuntimeError(f"autotune: {kernel} {key}: {len(faults)} device faults; giving "
                                    f"up: {payload['error']}")
             if cands is None:
-                cands = _candidates_of(kernel, tuple(key), dt, device)
+                cands = candidates_for(kernel, tuple(key), dt)
             cands = [c for c in cands if c != payload["config"]]
             continue
         if kind == "screen":
@@ -640,6 +878,6 @@ def _candidates_of(kernel, key, dtype, device):
         from .space import decode_candidates
         return decode_candidates(dtype)
     if kernel == "attention":
-        from .space import attention_candidates
-        return attention_candidates(dtype, int(key[3]))
+        from .space import attention_sweep
+        return attention_sweep(dtype, int(key[3]))
     return get_tunable(kernel).candidates(dtype)
