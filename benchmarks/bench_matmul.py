@@ -1,6 +1,10 @@
 """Matrix products on the H200, side by side with torch (cuBLAS) in the same run.
 
-    PYTHONPATH=src python3 benchmarks/bench_matmul.py [--quick] [--sweep] [OUTDIR]
+    PYTHONPATH=src python3 benchmarks/bench_matmul.py [--quick] [--sweep | --sweep-only] [OUTDIR]
+
+--quick (~60-90 s on the H200) prints the issue's whole shape table -- bf16 4096^3 and
+8192^3 (fp16 4096^3), the 1B-model linears at M in {1, 16, 128, 2048}, the odd sizes --
+with fewer iterations and only three GEMV shapes.
 
 Sections
   big      bf16 / fp16 matmul at 4096^3 and 8192^3: TFLOP/s of nbx and torch, ratio
@@ -40,7 +44,8 @@ import torch  # noqa: E402  (the reference only)
 import nbxtensor as nbx  # noqa: E402
 
 QUICK = "--quick" in sys.argv
-SWEEP = "--sweep" in sys.argv
+SWEEP_ONLY = "--sweep-only" in sys.argv   # only the sweeps (they take a few minutes)
+SWEEP = "--sweep" in sys.argv or SWEEP_ONLY
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 OUTDIR = ARGS[0] if ARGS else os.environ.get("OUT", ".")
 DEV = "cuda"
@@ -101,6 +106,8 @@ def time_gpu(fn, n_inner, repeats=5, flush=False, warmup=2):
 
 
 def rel_err(got, ref):
+    if ref.numel() > (1 << 24) and ref.dim() == 2:   # big outputs: the first rows (host time)
+        got, ref = got[:64], ref[:64]
     g, r = to_np(got), to_np(ref)
     return float(np.max(np.abs(g - r)) / max(np.max(np.abs(r)), 1e-30))
 
@@ -116,9 +123,8 @@ def record(**row):
 
 # ------------------------------------------------------------------ sections
 def bench_big():
-    sizes = [4096] if QUICK else [4096, 8192]
     for dt in (nbx.bfloat16, nbx.float16):
-        for n in sizes:
+        for n in ([4096, 8192] if dt is nbx.bfloat16 or not QUICK else [4096]):
             tdt = TORCH_DT[dt]
             ta = torch.randn(n, n, device="cuda", dtype=tdt)
             tb = torch.randn(n, n, device="cuda", dtype=tdt)
@@ -139,8 +145,8 @@ LINEARS = [(2048, 2048), (2048, 512), (2048, 8192), (8192, 2048), (2048, 128256)
 
 
 def bench_model():
-    Ms = [1, 16, 128] if QUICK else [1, 16, 128, 2048]
-    lins = LINEARS[:3] + LINEARS[4:] if QUICK else LINEARS
+    Ms = [1, 16, 128, 2048]
+    lins = LINEARS
     dt = nbx.bfloat16
     for K, N in lins:
         tw = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
@@ -149,7 +155,7 @@ def bench_model():
             tx = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
             x = to_nbx(tx)
             out = nbx.empty((M, N), dtype=dt, device=DEV)
-            inner = 20 if M * N * K < 2 ** 33 else 5
+            inner = (10 if QUICK else 20) if M * N * K < 2 ** 33 else 3
             flush = M <= 16
             t_nbx = time_gpu(lambda: nbx.linear(x, w, out=out), inner, flush=flush)
             t_tor = time_gpu(lambda: torch.nn.functional.linear(tx, tw), inner, flush=flush)
@@ -159,8 +165,9 @@ def bench_model():
                    nbx_tflops=fl / t_nbx / 1e12, torch_tflops=fl / t_tor / 1e12,
                    nbx_gbs=byts / t_nbx / 1e9, ratio=t_tor / t_nbx, nbx_us=t_nbx * 1e6,
                    torch_us=t_tor * 1e6, err=rel_err(out, torch.nn.functional.linear(tx, tw)))
-    # odd sizes: nothing a multiple of the tiles (and of 8: no vector hints)
-    odd = [(1000, 1000, 1000), (4097, 4095, 4093)] if not QUICK else [(1000, 1000, 1000)]
+    # odd sizes: nothing a multiple of the tiles; 1000 = 8 * 125 (16-byte rows, not 16 elements),
+    # 4093/4095 (unaligned rows: padded copies)
+    odd = [(1000, 1000, 1000), (4097, 4095, 4093)]
     for M, N, K in odd:
         ta = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         tb = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
@@ -171,6 +178,17 @@ def bench_model():
         record(section="odd", dtype="bfloat16", M=M, N=N, K=K, nbx_tflops=fl / t_nbx / 1e12,
                torch_tflops=fl / t_tor / 1e12, ratio=t_tor / t_nbx,
                err=rel_err(nbx.matmul(a, b), torch.matmul(ta, tb)))
+    # linear layout (weight [N, K], K-major) with odd K and N
+    M, N, K = 2048, 2047, 2049
+    tx = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    tw = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
+    x, w = to_nbx(tx), to_nbx(tw)
+    t_nbx = time_gpu(lambda: nbx.linear(x, w), 5)
+    t_tor = time_gpu(lambda: torch.nn.functional.linear(tx, tw), 5)
+    fl = 2.0 * M * N * K
+    record(section="odd", dtype="bfloat16", M=M, N=N, K=K, nbx_tflops=fl / t_nbx / 1e12,
+           torch_tflops=fl / t_tor / 1e12, ratio=t_tor / t_nbx,
+           err=rel_err(nbx.linear(x, w), torch.nn.functional.linear(tx, tw)))
 
 
 def copy_bandwidth():
@@ -253,35 +271,87 @@ def bench_sweep():
                 record(section="sweep", M=n, cfg=str(cfg), error=f"{type(e).__name__}: {e}"[:200])
 
 
+MEDIUM = [(128, 2048, 2048), (128, 8192, 2048), (128, 2048, 8192), (2048, 512, 2048),
+          (2048, 2048, 2048), (2048, 8192, 2048), (128, 128256, 2048)]
+
+
+def bench_medium_sweep():
+    """Every 16-bit tile candidate of the rule (kernels/matmul.py _TILES_16), with its modelled
+    best K split and without a split, at medium-M linear shapes: shows whether the rule's
+    pick (marked *) is the measured best; recalibrate `_estimate` if it is not."""
+    from nbxtensor import autotune
+    from nbxtensor.kernels import matmul as km
+    for M, N, K in MEDIUM:
+        tx = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        tw = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
+        x, w = to_nbx(tx), to_nbx(tw)
+        out = nbx.empty((M, N), dtype=nbx.bfloat16, device=DEV)
+        t_tor = time_gpu(lambda: torch.nn.functional.linear(tx, tw), 10)
+        rule = km.matmul_config(M, N, K, nbx.bfloat16)
+        for bm, bn, bk, wp, st, eff in km._TILES_16:
+            sp = km._best_split(M, N, K, bm, bn, bk, eff, 1, 2)
+            variants = {(1, wp), (sp, wp)} | ({(sp, 12 - wp)} if bm * bn <= 128 * 128 else set())
+            for split, warps in sorted(variants):
+                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=st,
+                           SPLIT=split)
+                mark = "*" if ((bm, bn) == (rule["BLOCK_M"], rule["BLOCK_N"]) and split == sp
+                               and warps == wp) else ""
+                try:
+                    with autotune.disabled(), km.config_override(**cfg):
+                        t = time_gpu(lambda: nbx.linear(x, w, out=out), 10)
+                    record(section="sweep", M=M,
+                           cfg=f"{mark}{M}x{N}x{K} {bm}x{bn} w{warps} split={split} "
+                           f"model={km._estimate(M, N, K, bm, bn, eff, split) * 1e6:.1f}us "
+                           f"got={t * 1e6:.1f}us torch={t_tor * 1e6:.1f}us",
+                           nbx_tflops=2.0 * M * N * K / t / 1e12, ratio=t_tor / t)
+                except Exception as e:
+                    record(section="sweep", M=M, cfg=f"{M}x{N}x{K} {cfg}",
+                           error=f"{type(e).__name__}: {e}"[:200])
+        del tx, tw, x, w, out
+
+
 def bench_gemv_sweep(copy_bw):
-    """A few GEMV configs at two decode shapes (kernels/gemv.py `_OVERRIDE`)."""
+    """A few GEMV configs (kernels/gemv.py `_OVERRIDE`) at decode shapes, M = 1 and M = 16
+    (for M = 16 also the tiled kernel with the rule's tile, "tiled"); ratio = fraction of
+    the copy bandwidth (weight bytes / time)."""
     import nbxtensor.kernels.gemv as kg
-    configs = [dict(), dict(BLOCK_N=16), dict(BLOCK_N=64), dict(BLOCK_K=128),
-               dict(num_warps=8), dict(BLOCK_N=64, num_warps=8), dict(TARGET=8 * 132),
-               dict(TARGET=2 * 132)]
-    for K, N in [(2048, 2048), (4096, 14336), (2048, 128256)]:
+    from nbxtensor.kernels import matmul as km
+    configs = {1: [dict(), dict(BLOCK_N=16), dict(BLOCK_N=64), dict(BLOCK_K=128),
+                   dict(num_warps=8), dict(BLOCK_N=64, num_warps=8), dict(TARGET=8 * 132),
+                   dict(TARGET=2 * 132), dict(TARGET=1), dict(BLOCK_N=16, TARGET=1)],
+               16: [dict(), dict(num_warps=4), dict(BLOCK_N=128), dict(BLOCK_N=32),
+                    dict(TARGET=2 * 132), dict(TARGET=8 * 132), dict(BLOCK_K=128),
+                    dict(TARGET=1), dict(BLOCK_N=32, TARGET=1), "tiled"]}
+    # TARGET=1: no K split (one launch, no reduce) -- whether that wins for small weights
+    for K, N in [(2048, 2048), (2048, 8192), (4096, 14336), (2048, 128256)]:
         n_copies = max(1, min(256, -(-(128 << 20) // (2 * N * K))))
         ws = [to_nbx(torch.randn(N, K, device="cuda", dtype=torch.bfloat16))
               for _ in range(n_copies)]
-        x = to_nbx(torch.randn(1, K, device="cuda", dtype=torch.bfloat16))
-        out = nbx.empty((1, N), dtype=nbx.bfloat16, device=DEV)
-        it = {"i": 0}
+        for M in (1, 16):
+            x = to_nbx(torch.randn(M, K, device="cuda", dtype=torch.bfloat16))
+            out = nbx.empty((M, N), dtype=nbx.bfloat16, device=DEV)
+            it = {"i": 0}
 
-        def run():
-            it["i"] = (it["i"] + 1) % n_copies
-            nbx.linear(x, ws[it["i"]], out=out)
-        for cfg in configs:
-            old = kg._OVERRIDE
-            kg._OVERRIDE = cfg or None
-            try:
-                t = time_gpu(run, max(n_copies, 5), flush=True)
-                gbs = (2 * N * K) / t / 1e9
-                record(section="sweep", M=1, cfg=f"gemv K={K} N={N} {cfg}", nbx_tflops=gbs / 1e3,
-                       ratio=gbs / copy_bw)
-            except Exception as e:
-                record(section="sweep", M=1, cfg=f"gemv {cfg}", error=f"{type(e).__name__}: {e}"[:200])
-            finally:
-                kg._OVERRIDE = old
+            def run():
+                it["i"] = (it["i"] + 1) % n_copies
+                nbx.linear(x, ws[it["i"]], out=out)
+            for cfg in configs[M]:
+                old = kg._OVERRIDE
+                try:
+                    if cfg == "tiled":
+                        with km.config_override(**km.matmul_config(M, N, K, nbx.bfloat16)):
+                            t = time_gpu(run, max(n_copies, 5), flush=True)
+                    else:
+                        kg._OVERRIDE = cfg or None
+                        t = time_gpu(run, max(n_copies, 5), flush=True)
+                    gbs = (2 * N * K) / t / 1e9
+                    record(section="sweep", M=M, cfg=f"gemv M={M} K={K} N={N} {cfg} {t * 1e6:.1f}us",
+                           nbx_tflops=gbs / 1e3, ratio=gbs / copy_bw)
+                except Exception as e:
+                    record(section="sweep", M=M, cfg=f"gemv M={M} {cfg}",
+                           error=f"{type(e).__name__}: {e}"[:200])
+                finally:
+                    kg._OVERRIDE = old
         del ws
 
 
@@ -290,7 +360,7 @@ def main():
     print(f"torch {torch.__version__}  device {torch.cuda.get_device_name()}  quick={QUICK}",
           flush=True)
     failures = []
-    sections = [("big", bench_big), ("model", bench_model)]
+    sections = [] if SWEEP_ONLY else [("big", bench_big), ("model", bench_model)]
     for name, fn in sections:
         try:
             fn()
@@ -299,12 +369,14 @@ def main():
             traceback.print_exc()
     try:
         bw = copy_bandwidth()
-        bench_gemv(bw)
+        if not SWEEP_ONLY:
+            bench_gemv(bw)
     except Exception:
         failures.append("gemv")
         traceback.print_exc()
     if SWEEP:
         try:
+            bench_medium_sweep()
             bench_gemv_sweep(bw)
             bench_sweep()
         except Exception:

@@ -334,39 +334,61 @@ def test_linalg_namespace():
     assert F.linear is nbx.linear and F.softmax is nbx.softmax
 
 
-@pytest.mark.slow
-def test_configs_compile_for_sm90():
-    """Every tile the config rule can pick compiles for sm_90 within 227 KB of shared memory;
-    16-bit tiles use wgmma. Needs triton's CUDA backend (no GPU)."""
-    triton = pytest.importorskip("triton")
+def _compile_sm90(cfg, dt, **flags):
+    """Compile the tiled kernel for sm_90 with the launcher's usual specialisation (pointers
+    16-byte aligned; ints divisible by 16 where named in flags['div16'])."""
+    import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from nbxtensor.kernels.matmul import _matmul_kernel, matmul_config
+    from nbxtensor.kernels.matmul import _matmul_kernel
     names = _matmul_kernel.arg_names
-    seen = set()
-    for dt in (nbx.bfloat16, nbx.float32):
-        for M, N in ((4096, 4096), (128, 128), (16, 4096)):
-            cfg = matmul_config(M, N, 4096, dt)
-            key = (dt.name, tuple(sorted(cfg.items())))
-            if key in seen:
-                continue
-            seen.add(key)
-            ce = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-                      GROUP_M=8, EVEN_K=True, HINT_M=True, HINT_N=True, A_K1=True, B_N1=True,
-                      B_K1=False, HAS_ALPHA=False, HAS_BIAS=True, HAS_RES=False, ACT=0,
-                      PRECISION="ieee", ACC_F64=False)
-            sig = {n: ("constexpr" if n in ce else "*" + dt.triton if n.endswith("_ptr")
-                       else "fp32" if n in ("alpha", "beta") else "i32") for n in names}
-            attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names
-                     if n not in ce and n not in ("s_ak", "s_bn", "alpha", "beta", "B1")}
-            src = ASTSource(fn=_matmul_kernel, signature=sig, attrs=attrs,
-                            constexprs={(names.index(k),): v for k, v in ce.items()})
-            k = triton.compile(src, target=GPUTarget("cuda", 90, 64),
-                               options=dict(num_warps=cfg["num_warps"],
-                                            num_stages=cfg["num_stages"]))
-            assert k.metadata.shared <= 227 * 1024, (key, k.metadata.shared)
+    div16 = flags.pop("div16", ("s_a0", "s_a1", "s_am", "s_b0", "s_b1", "s_bk", "K_SPLIT"))
+    ce = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+              GROUP_M=8, EVEN_K=True, HINT_M=True, HINT_N=True, A_K1=True, A_M1=False,
+              B_N1=True, B_K1=False, A_DIV=1, B_DIV=1, HAS_ALPHA=False, HAS_BIAS=True,
+              HAS_RES=False, ACT=0, PRECISION="ieee", ACC_F64=False, SPLIT_K=False)
+    ce.update(flags)
+    sig = {n: ("constexpr" if n in ce else "*" + dt.triton if n.endswith("_ptr")
+               else "fp32" if n in ("alpha", "beta") else "i32") for n in names}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names
+             if n.endswith("_ptr") or n in div16}
+    src = ASTSource(fn=_matmul_kernel, signature=sig, attrs=attrs,
+                    constexprs={(names.index(k),): v for k, v in ce.items()})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 64),
+                          options=dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+
+
+@pytest.mark.slow
+def test_configs_compile_for_sm90():
+    """Every tile the config rule can pick compiles for sm_90 within 227 KB of shared memory
+    (also with the K tail, a K-major B and split-K); 16-bit tiles use wgmma and a cp.async
+    pipeline. Needs triton's CUDA backend (no GPU)."""
+    pytest.importorskip("triton")
+    from nbxtensor.kernels.matmul import _TILES_16, matmul_config
+    cfgs = [(nbx.bfloat16, dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=st))
+            for bm, bn, bk, w, st, _ in _TILES_16]
+    cfgs += [(nbx.float32, matmul_config(M, 4096, 4096, nbx.float32)) for M in (4096, 16)]
+    for dt, cfg in cfgs:
+        for flags in (dict(), dict(EVEN_K=False, B_N1=False, B_K1=True), dict(SPLIT_K=True)):
+            k = _compile_sm90(cfg, dt, **flags)
+            assert k.metadata.shared <= 227 * 1024, (cfg, flags, k.metadata.shared)
             if dt.itemsize == 2:
-                assert "wgmma.mma_async" in k.asm["ptx"], key
+                ptx = k.asm["ptx"]
+                assert "wgmma.mma_async" in ptx and "cp.async.cg.shared.global" in ptx, (cfg, flags)
+
+
+@pytest.mark.slow
+def test_odd_strides_vectorise_for_sm90():
+    """Row strides that are multiples of 8 elements but not 16 (K = 1000): without the
+    A_DIV/B_DIV scaling the loads are element-wise and unpipelined (what made 1000^3 5x
+    slower); with it, 16-byte cp.async. The peeled K tail keeps the main loop unmasked."""
+    pytest.importorskip("triton")
+    cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4)
+    slow = _compile_sm90(cfg, nbx.bfloat16, div16=("K_SPLIT",), EVEN_K=False)
+    fast = _compile_sm90(cfg, nbx.bfloat16, div16=("K_SPLIT",), EVEN_K=False, A_DIV=8, B_DIV=8)
+    assert "cp.async" not in slow.asm["ptx"]
+    assert fast.asm["ptx"].count("cp.async.cg.shared.global") >= 16
+    assert fast.metadata.shared >= 3 * (128 * 64 + 64 * 128) * 2   # >= 3 stages in flight
 
 
 @pytest.mark.parametrize("flatten", [False, True])
@@ -430,3 +452,164 @@ def test_matmul_refuses_an_expanded_out(device):
     nbx.matmul(a, b, out=good)
     np.testing.assert_allclose(good.numpy(), a.numpy().astype(np.float64) @ b.numpy(), rtol=1e-5,
                                atol=1e-5)
+
+
+# ------------------------------------------------------------------ odd sizes (issue 5)
+def _count_pads(monkeypatch):
+    from nbxtensor.kernels import matmul as km
+    calls = []
+    orig = km._pad_copy
+
+    def counting(t, unit_dim):
+        calls.append(unit_dim)
+        return orig(t, unit_dim)
+    monkeypatch.setattr(km, "_pad_copy", counting)
+    return calls
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("pad", [True, False])
+def test_odd_sizes_padded_copies(device, monkeypatch, ta, tb, pad):
+    """K and N not multiples of 8 (odd row strides): with PAD the misaligned operands are
+    copied into 16-byte-padded buffers first (both orientations, the padded columns must
+    never reach the output); without, the element-wise loads. K tail + M/N tails."""
+    from nbxtensor.kernels.matmul import config_override
+    calls = _count_pads(monkeypatch)
+    dtype = nbx.bfloat16
+    g = rng()
+    M, N, K = 37, 35, 43
+    a = arr((K, M) if ta else (M, K), dtype, g)
+    b = arr((N, K) if tb else (K, N), dtype, g)
+    A = T(a, dtype, device).t() if ta else T(a, dtype, device)
+    B = T(b, dtype, device).t() if tb else T(b, dtype, device)
+    an, bn = (a.T if ta else a), (b.T if tb else b)
+    ref, scale = ref_mm(an, bn)
+    with config_override(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, PAD=pad):
+        out = nbx.mm(A, B)
+    check(out, ref, scale, dtype)
+    if device != "cpu":
+        assert len(calls) == (2 if pad else 0)
+
+
+@pytest.mark.parametrize("dtype", [nbx.float32, nbx.float16])
+def test_odd_sizes_batched_broadcast_padded(device, monkeypatch, dtype):
+    """Padded copies of batched operands: a stride-0 (broadcast) batch dim stays stride 0
+    (copied once), a permuted batch of transposed matrices, split-K over the padded
+    operands, and the epilogue (bias + residual) on top."""
+    from nbxtensor.kernels.matmul import config_override
+    calls = _count_pads(monkeypatch)
+    g = rng()
+    M, N, K = 19, 21, 45
+    a = arr((3, M, K), dtype, g)
+    b = arr((2, N, K), dtype, g)
+    r = arr((2, 3, M, N), dtype, g)
+    A = T(a, dtype, device)[None]                       # (1, 3, M, K) -> broadcast over 2
+    B = T(b, dtype, device).transpose(1, 2)[:, None]    # (2, 1, K, N), K-major
+    ref = np.matmul(a[None], b.transpose(0, 2, 1)[:, None]) + r
+    scale = np.matmul(np.abs(a[None]), np.abs(b.transpose(0, 2, 1)[:, None])) + np.abs(r)
+    with config_override(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, PAD=True):
+        out = nbx.baddbmm(T(r, dtype, device).reshape(6, M, N),
+                          A.expand(2, 3, M, K).reshape(6, M, K),
+                          B.expand(2, 3, K, N).reshape(6, K, N))
+        out2 = nbx.matmul(A, B) + T(r, dtype, device)
+    check(out.reshape(2, 3, M, N), ref, scale, dtype)
+    check(out2, ref, scale, dtype, tol=2 * MM_TOL[dtype])
+    x, w = arr((M, K), dtype, g), arr((N, K), dtype, g)
+    with config_override(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, PAD=True, SPLIT=2):
+        o3 = nbx.linear(T(x, dtype, device), T(w, dtype, device))
+    check(o3, x @ w.T, np.abs(x) @ np.abs(w.T), dtype)
+    if device != "cpu":
+        assert calls, "the padded path was not taken"
+
+
+@pytest.mark.parametrize("dtype", [nbx.bfloat16, nbx.float32])
+def test_strides_multiple_of_8_not_16(device, dtype):
+    """Row strides of 8k (not 16k) elements take the A_DIV/B_DIV vector path: row-major,
+    transposed A (M a multiple of 8, unit stride along M) and K-major B, with a K tail."""
+    from nbxtensor.kernels.matmul import config_override
+    g = rng()
+    M, N, K = 40, 24, 56          # K % 16 = 8, tiles of 16: every dim overhangs or tails
+    a, bt = arr((K, M), dtype, g), arr((N, K), dtype, g)
+    ref, scale = ref_mm(a.T, bt.T)
+    with config_override(BLOCK_M=32, BLOCK_N=16, BLOCK_K=32, PAD=False):
+        out = nbx.mm(T(a, dtype, device).t(), T(bt, dtype, device).t())
+        out2 = nbx.mm(T(a.T.copy(), dtype, device), T(bt.T.copy(), dtype, device))
+    check(out, ref, scale, dtype)
+    check(out2, ref, scale, dtype)
+
+
+def test_config_rule_fills_the_sms():
+    """The default rule (kernels/matmul.py `matmul_config` + `splitk_factor`): big products
+    keep the 128x256 tile, medium-M shapes get enough programs for the 132 SMs, every
+    choice is in the autotune space, and smaller-than-a-wave grids split K when K is long."""
+    from nbxtensor.autotune import space
+    from nbxtensor.kernels.matmul import NUM_SMS, matmul_config, splitk_factor
+    from nbxtensor.kernels._host import cdiv
+    tun = space.get_tunable("matmul")
+    for n in (4096, 8192):
+        c = matmul_config(n, n, n, nbx.bfloat16)
+        assert (c["BLOCK_M"], c["BLOCK_N"]) == (128, 256)
+    for M in (17, 64, 128, 512, 2048):
+        for K, N in [(2048, 2048), (2048, 512), (2048, 8192), (8192, 2048), (2048, 128256),
+                     (576, 576), (1536, 576), (576, 1536), (1000, 1000), (4093, 4095)]:
+            for dt in (nbx.bfloat16, nbx.float16, nbx.float32):
+                c = matmul_config(M, N, K, dt)
+                assert tun.contains(c, dt.name), (M, N, K, c)
+            c = matmul_config(M, N, K, nbx.bfloat16)
+            tiles = cdiv(M, c["BLOCK_M"]) * cdiv(N, c["BLOCK_N"])
+            split = splitk_factor(M, N, K, c["BLOCK_K"], tiles, 2, c["BLOCK_M"], c["BLOCK_N"])
+            assert split == 1 or tiles * split <= 2 * NUM_SMS
+            if M * N >= 2048 * 512:
+                assert tiles * split >= NUM_SMS * 0.5, (M, N, K, c, split)
+    c = matmul_config(128, 2048, 8192, nbx.bfloat16)
+    tiles = cdiv(128, c["BLOCK_M"]) * cdiv(2048, c["BLOCK_N"])
+    assert splitk_factor(128, 2048, 8192, c["BLOCK_K"], tiles, 2, c["BLOCK_M"], c["BLOCK_N"]) > 1
+
+
+# ------------------------------------------------------------------ split-row softmax
+# (kernels/softmax.py `_softmax_split_kernel`; the other softmax tests are in test_nn.py)
+def _ref_softmax(a, dim, log):
+    m = np.max(a, axis=dim, keepdims=True)
+    with np.errstate(all="ignore"):
+        m = np.where(np.isneginf(m), 0.0, m)
+        e = np.exp(a - m)
+        s = e.sum(axis=dim, keepdims=True)
+        return (a - m - np.log(s)) if log else e / s
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("dtype", [nbx.float32, nbx.bfloat16])
+def test_softmax_split_rows(device, monkeypatch, log, dtype):
+    """A few long rows cut into chunks (forced small: 5 chunks of 64, 32-column steps, a
+    partial last chunk); over the last dim and over dim 0 of a transposed view; rows that
+    are all -inf (NaN, as torch), -inf in whole chunks, NaN, +inf."""
+    if device == "cpu":
+        pytest.skip("kernel path")
+    import nbxtensor.kernels.softmax as ks
+    monkeypatch.setattr(ks, "_OVERRIDE", dict(SPLIT_CHUNK=64, SPLIT_BLOCK=32))
+    g = rng()
+    a = (g.standard_normal((6, 64 * 4 + 33)) * 4).astype(dtype.np).astype(np.float64)
+    a[1, :] = -np.inf
+    a[2, :200] = -np.inf                 # the first three chunks see only -inf
+    a[3, 100] = np.nan
+    a[4, 7] = np.inf
+    fn = nbx.log_softmax if log else nbx.softmax
+    got = fn(T(a, dtype, device), -1).numpy().astype(np.float64)
+    assert np.isnan(got[1]).all() and np.isnan(got[3]).all() and np.isnan(got[4, 7])
+    tol = 2e-5 if dtype is nbx.float32 else 1e-2
+    for r in (0, 2, 5):
+        ref = _ref_softmax(a[r:r + 1], 1, log)
+        np.testing.assert_allclose(got[r:r + 1], ref, rtol=tol, atol=tol)
+    b = arr((289, 3), dtype, g)
+    got = fn(T(b.T.copy(), dtype, device).t(), 0).numpy().astype(np.float64)  # strided dim
+    np.testing.assert_allclose(got, _ref_softmax(b, 0, log), rtol=tol, atol=tol)
+
+
+def test_softmax_split_rule():
+    from nbxtensor.kernels.softmax import MAX_SINGLE, split_config
+    assert split_config(16, MAX_SINGLE) is None              # short rows: one program a row
+    assert split_config(4096, 128256) is None                # many rows fill the SMs already
+    chunk, n = split_config(16, 128256)
+    assert 16 * n >= 132 and chunk * n >= 128256 and chunk * (n - 1) < 128256
+    chunk, n = split_config(1, 128256)
+    assert n >= 60 and chunk * (n - 1) < 128256

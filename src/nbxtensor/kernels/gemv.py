@@ -133,8 +133,10 @@ _OVERRIDE: dict | None = None
 def gemv_config(M, N, K, dtype, device=None) -> dict:
     bk = 256 if dtype.itemsize == 2 else 128
     bk = min(bk, max(16, _np2(K)))
+    # 2..16 rows: 8 warps (every M = 16 winner of the shipped sm90 table used 8; twice the
+    # loads in flight for the same 64 x 256 weight tile)
     cfg = dict(BLOCK_M=1 if M == 1 else 16, BLOCK_N=32 if M == 1 else 64, BLOCK_K=bk,
-               num_warps=4, num_stages=4, TARGET=TARGET_PROGRAMS)
+               num_warps=4 if M == 1 else 8, num_stages=4, TARGET=TARGET_PROGRAMS)
     if _OVERRIDE:   # for sweeps: any of the keys above (K_SPLIT is always derived)
         cfg.update(_OVERRIDE)
     elif device is not None:

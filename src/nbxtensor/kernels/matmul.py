@@ -12,7 +12,13 @@ view (addmm's `input`, or the residual stream of a transformer block). `act` is
 none, gelu (erf), gelu_tanh, silu or relu.
 
 Decode-shaped products (M <= GEMV_MAX_M = 16 rows, one batch) go to the GEMV kernel in
-gemv.py; other products with fewer tiles than SMs split K (fp32 partials + a reduce).
+gemv.py; other products with fewer tiles than SMs may split K (fp32 partials + a reduce),
+as the cost model behind `matmul_config` decides.
+
+Loads vectorise (16-byte cp.async, pipelined) only where the compiler can prove 16-byte
+aligned rows: strides that are multiples of 16 bytes are proven through A_DIV/B_DIV, and
+operands that are not aligned at all (K = 4093 rows) are first copied into a padded buffer
+when the product is big enough (`_pad_copy`). The K tail is one peeled, masked step.
 """
 from __future__ import annotations
 
@@ -73,21 +79,49 @@ def _grouped_tile(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     return pid_m, pid_n
 
 
+
 @triton.jit
-def _mm_tile(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr, pid_m, pid_n, M, N, K,
+def _scale_strides(s_a0, s_a1, s_am, s_ak, s_b0, s_b1, s_bk, s_bn,
+                   A_K1: tl.constexpr, A_M1: tl.constexpr, B_N1: tl.constexpr,
+                   B_K1: tl.constexpr, A_DIV: tl.constexpr, B_DIV: tl.constexpr):
+    """The host passes an operand's non-unit strides divided by A_DIV/B_DIV (16 bytes in
+    elements when they all divide). Multiplying by the constexpr here tells the compiler
+    every row start is 16-byte aligned, so loads vectorise (cp.async 16 B) even when the
+    stride is, e.g., 1000 -- the launcher's own hint only covers multiples of 16."""
+    if A_DIV > 1:
+        s_a0 = s_a0 * A_DIV
+        s_a1 = s_a1 * A_DIV
+        if A_K1:
+            s_am = s_am * A_DIV
+        if A_M1:
+            s_ak = s_ak * A_DIV
+    if B_DIV > 1:
+        s_b0 = s_b0 * B_DIV
+        s_b1 = s_b1 * B_DIV
+        if B_N1:
+            s_bk = s_bk * B_DIV
+        if B_K1:
+            s_bn = s_bn * B_DIV
+    return s_a0, s_a1, s_am, s_ak, s_b0, s_b1, s_bk, s_bn
+
+
+@triton.jit
+def _mm_tile(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr, pid_m, pid_n, M, N, K, M_LD, N_LD,
              s_am, s_ak, s_bk, s_bn, s_cm, s_cn, s_rm, s_rn, s_bias, alpha, beta,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
              EVEN_K: tl.constexpr, HINT_M: tl.constexpr, HINT_N: tl.constexpr,
-             A_K1: tl.constexpr, B_N1: tl.constexpr, B_K1: tl.constexpr,
+             A_K1: tl.constexpr, A_M1: tl.constexpr, B_N1: tl.constexpr, B_K1: tl.constexpr,
              HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
              ACT: tl.constexpr, PRECISION: tl.constexpr, ACC_F64: tl.constexpr):
     """One [BLOCK_M, BLOCK_N] output tile: the K loop, the epilogue, the masked store."""
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     # rows/cols past the edge re-read row/col 0 (always in bounds): loads stay unmasked in
-    # M and N, and the store is masked
-    offs_am = tl.where(offs_m < M, offs_m, 0)
-    offs_bn = tl.where(offs_n < N, offs_n, 0)
+    # M and N, and the store is masked. M_LD/N_LD >= M/N: the rows/cols that may be read
+    # (a padded operand copy has in-bounds columns up to the next multiple of 8, which
+    # keeps the contiguity hint below true; what they hold only reaches masked outputs).
+    offs_am = tl.where(offs_m < M_LD, offs_m, 0)
+    offs_bn = tl.where(offs_n < N_LD, offs_n, 0)
     # The where() hides that the offsets are contiguous runs, which would make a transposed
     # A (or a row-major B) load one element at a time. When M (N) is a multiple of 8 every
     # aligned group of 8 is wholly inside or wholly replaced by row 0's first 8 elements,
@@ -101,6 +135,8 @@ def _mm_tile(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr, pid_m, pid_n, M, N, K,
     offs_k = tl.arange(0, BLOCK_K)
     if A_K1:  # a constexpr unit stride lets the compiler vectorise the loads
         a_ptrs = a_ptr + offs_am[:, None] * s_am + offs_k[None, :]
+    elif A_M1:
+        a_ptrs = a_ptr + offs_am[:, None] + offs_k[None, :] * s_ak
     else:
         a_ptrs = a_ptr + offs_am[:, None] * s_am + offs_k[None, :] * s_ak
     if B_N1:
@@ -120,20 +156,27 @@ def _mm_tile(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr, pid_m, pid_n, M, N, K,
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        if EVEN_K:
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs)
-        else:
-            k_left = K - k * BLOCK_K
-            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+    # Full K blocks unmasked; the tail (K % BLOCK_K) peeled into one masked step. A mask
+    # inside the loop would have a runtime bound, so the compiler could not prove it is
+    # constant over 8-element groups and would load element by element every step.
+    for k in range(0, K // BLOCK_K):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
         if ACC_F64:
             acc = tl.dot(a, b, acc, out_dtype=tl.float64)
         else:
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
         a_ptrs += a_step
         b_ptrs += b_step
+    if not EVEN_K:
+        k_left = K % BLOCK_K
+        if k_left > 0:
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+            if ACC_F64:
+                acc = tl.dot(a, b, acc, out_dtype=tl.float64)
+            else:
+                acc = tl.dot(a, b, acc, input_precision=PRECISION)
 
     acc = _apply_epilogue(acc, offs_m, offs_n, M, N, bias_ptr, s_bias, r_ptr, s_rm, s_rn,
                           alpha, beta, HAS_ALPHA, HAS_BIAS, HAS_RES, ACT)
@@ -144,7 +187,7 @@ def _mm_tile(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr, pid_m, pid_n, M, N, K,
 
 @triton.jit
 def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr,
-                   M, N, K, B1,
+                   M, N, K, B1, M_LD, N_LD,
                    s_a0, s_a1, s_am, s_ak,
                    s_b0, s_b1, s_bk, s_bn,
                    s_c0, s_c1, s_cm, s_cn,
@@ -153,36 +196,41 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
                    HINT_M: tl.constexpr, HINT_N: tl.constexpr,
-                   A_K1: tl.constexpr, B_N1: tl.constexpr, B_K1: tl.constexpr,
+                   A_K1: tl.constexpr, A_M1: tl.constexpr, B_N1: tl.constexpr,
+                   B_K1: tl.constexpr, A_DIV: tl.constexpr, B_DIV: tl.constexpr,
                    HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
                    ACT: tl.constexpr, PRECISION: tl.constexpr, ACC_F64: tl.constexpr,
                    SPLIT_K: tl.constexpr):
     """One program per output tile; grid (tiles, B0 * B1) -- or, with SPLIT_K (one batch),
     grid (tiles, 1, SPLIT): program k sums K-slice [k*K_SPLIT, (k+1)*K_SPLIT) into the fp32
     workspace c + k*SPLIT_STRIDE (no epilogue; the reduce kernel applies it)."""
+    s_a0, s_a1, s_am, s_ak, s_b0, s_b1, s_bk, s_bn = _scale_strides(
+        s_a0, s_a1, s_am, s_ak, s_b0, s_b1, s_bk, s_bn, A_K1, A_M1, B_N1, B_K1, A_DIV, B_DIV)
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     if SPLIT_K:
         pid_k = tl.program_id(2)
         k_lo = pid_k * K_SPLIT
-        _mm_tile(a_ptr + k_lo * s_ak, b_ptr + k_lo * s_bk, c_ptr + pid_k.to(tl.int64) * SPLIT_STRIDE,
-                 bias_ptr, r_ptr, pid_m, pid_n, M, N, min(K_SPLIT, K - k_lo),
+        a_k = k_lo if A_K1 else k_lo * s_ak   # constexpr unit strides keep the alignment
+        b_k = k_lo if B_K1 else k_lo * s_bk
+        _mm_tile(a_ptr + a_k, b_ptr + b_k, c_ptr + pid_k.to(tl.int64) * SPLIT_STRIDE,
+                 bias_ptr, r_ptr, pid_m, pid_n, M, N, min(K_SPLIT, K - k_lo), M_LD, N_LD,
                  s_am, s_ak, s_bk, s_bn, s_cm, s_cn, s_rm, s_rn, s_bias,
-                 alpha, beta, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, HINT_M, HINT_N, A_K1, B_N1,
-                 B_K1, False, False, False, 0, PRECISION, ACC_F64)
+                 alpha, beta, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, HINT_M, HINT_N, A_K1, A_M1,
+                 B_N1, B_K1, False, False, False, 0, PRECISION, ACC_F64)
     else:
         pid_b = tl.program_id(1).to(tl.int64)
         b0 = pid_b // B1
         b1 = pid_b % B1
         _mm_tile(a_ptr + b0 * s_a0 + b1 * s_a1, b_ptr + b0 * s_b0 + b1 * s_b1,
                  c_ptr + b0 * s_c0 + b1 * s_c1, bias_ptr, r_ptr + b0 * s_r0 + b1 * s_r1,
-                 pid_m, pid_n, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, s_rm, s_rn, s_bias,
-                 alpha, beta, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, HINT_M, HINT_N, A_K1, B_N1,
-                 B_K1, HAS_ALPHA, HAS_BIAS, HAS_RES, ACT, PRECISION, ACC_F64)
+                 pid_m, pid_n, M, N, K, M_LD, N_LD, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, s_rm, s_rn, s_bias,
+                 alpha, beta, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, HINT_M, HINT_N, A_K1, A_M1,
+                 B_N1, B_K1, HAS_ALPHA, HAS_BIAS, HAS_RES, ACT, PRECISION, ACC_F64)
 
 
 @triton.jit
 def _matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr,
-                              M, N, K, B1, NUM_PROGS,
+                              M, N, K, B1, NUM_PROGS, M_LD, N_LD,
                               s_a0, s_a1, s_am, s_ak,
                               s_b0, s_b1, s_bk, s_bn,
                               s_c0, s_c1, s_cm, s_cn,
@@ -191,12 +239,15 @@ def _matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                               GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
                               HINT_M: tl.constexpr, HINT_N: tl.constexpr,
-                              A_K1: tl.constexpr, B_N1: tl.constexpr, B_K1: tl.constexpr,
+                              A_K1: tl.constexpr, A_M1: tl.constexpr, B_N1: tl.constexpr,
+                              B_K1: tl.constexpr, A_DIV: tl.constexpr, B_DIV: tl.constexpr,
                               HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr,
                               HAS_RES: tl.constexpr, ACT: tl.constexpr, PRECISION: tl.constexpr,
                               ACC_F64: tl.constexpr, FLATTEN: tl.constexpr):
     """Persistent variant: NUM_PROGS programs (one wave) stride over all tiles of all
     batches; with FLATTEN the compiler pipelines across tile boundaries too."""
+    s_a0, s_a1, s_am, s_ak, s_b0, s_b1, s_bk, s_bn = _scale_strides(
+        s_a0, s_a1, s_am, s_ak, s_b0, s_b1, s_bk, s_bn, A_K1, A_M1, B_N1, B_K1, A_DIV, B_DIV)
     for t in tl.range(tl.program_id(0), NUM_TILES, NUM_PROGS, flatten=FLATTEN):
         pid_b = (t // TILES_PER_BATCH).to(tl.int64)
         pid_m, pid_n = _grouped_tile(t % TILES_PER_BATCH, M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -204,34 +255,51 @@ def _matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr,
         b1 = pid_b % B1
         _mm_tile(a_ptr + b0 * s_a0 + b1 * s_a1, b_ptr + b0 * s_b0 + b1 * s_b1,
                  c_ptr + b0 * s_c0 + b1 * s_c1, bias_ptr, r_ptr + b0 * s_r0 + b1 * s_r1,
-                 pid_m, pid_n, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, s_rm, s_rn, s_bias,
-                 alpha, beta, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, HINT_M, HINT_N, A_K1, B_N1,
-                 B_K1, HAS_ALPHA, HAS_BIAS, HAS_RES, ACT, PRECISION, ACC_F64)
+                 pid_m, pid_n, M, N, K, M_LD, N_LD, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, s_rm, s_rn, s_bias,
+                 alpha, beta, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, HINT_M, HINT_N, A_K1, A_M1,
+                 B_N1, B_K1, HAS_ALPHA, HAS_BIAS, HAS_RES, ACT, PRECISION, ACC_F64)
+
+
+# ------------------------------------------------------------------ padded operand copies
+
+@triton.jit
+def _pad_copy_kernel(src_ptr, dst_ptr, R, C, CP8, B1, s_0, s_1, s_r, s_c,
+                     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """dst[b, r, c] = src[b0, b1, r, c] for c < C, 0 for C <= c < CP; dst contiguous
+    [B0*B1, R, CP] with CP = 8 * CP8 (passed divided so the stores vectorise)."""
+    CP = CP8 * 8
+    pid_b = tl.program_id(2).to(tl.int64)
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    src = src_ptr + (pid_b // B1) * s_0 + (pid_b % B1) * s_1
+    inside = (rows[:, None] < R) & (cols[None, :] < C)
+    x = tl.load(src + rows[:, None].to(tl.int64) * s_r + cols[None, :].to(tl.int64) * s_c,
+                mask=inside, other=0.0)
+    dst = dst_ptr + pid_b * R * CP + rows[:, None].to(tl.int64) * CP + cols[None, :]
+    tl.store(dst, x, mask=(rows[:, None] < R) & (cols[None, :] < CP))
 
 
 # ------------------------------------------------------------------ launch configuration
 #
-# The rule (see docs/notes/opsII.md). Tiles are picked by dtype and by the M, N buckets:
-#   16-bit, M >= 256 and N >= 256 : 128 x 256 x 64, 8 warps, 3 stages  (wgmma on sm_90)
-#   16-bit, M >= 64               : 128 x 128 x 64, 8 warps, 4 stages
-#   16-bit, M < 64                :  64 x 128 x 64, 4 warps, 4 stages
-#   fp32                          : 128 x 128 x 32, 8 warps, 3 stages (64 x 64 x 32 for small M)
-#   fp64                          :  64 x  64 x 16, 4 warps, 2 stages
-# GROUP_M = 8 everywhere. Shared memory of each stays under 227 KB on sm_90
+# The rule is `matmul_config` (tiles, warps, stages) + `splitk_factor` (K slices), both
+# driven by one cost model, `_estimate` (see its doc and docs/notes/opsII.md).
+# GROUP_M = 8 everywhere. Shared memory of each candidate stays under 227 KB on sm_90
 # (checked in tests/test_linalg.py::test_configs_compile_for_sm90).
-# On interp the same rule applies (big tiles = few programs = a fast interpreter);
-# `config_override` replaces it, which the tests use to force tails with tiny tiles.
+# On interp the same rule applies; `config_override` replaces it, which the tests use to
+# force tails with tiny tiles.
 
 _OVERRIDE: dict | None = None
 NUM_SMS = 132   # H200; the persistent variant launches one program per SM
 GEMV_MAX_M = 16  # up to this many rows (one batch) a product is memory-bound: gemv.py
+PAD_MIN_MACS = 1 << 24   # pad a misaligned operand only when the product amortises the copy
 
 
 @contextlib.contextmanager
 def config_override(**cfg):
     """Force the matmul tile config (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps,
-    num_stages, and PERSISTENT / NUM_PROGS / FLATTEN for the persistent variant; any
-    subset) inside a `with` block -- for tests and sweeps. It also disables the GEMV path."""
+    num_stages, and PERSISTENT / NUM_PROGS / FLATTEN for the persistent variant, SPLIT for
+    the K split, PAD=True/False to force or forbid padded operand copies; any subset)
+    inside a `with` block -- for tests and sweeps. It also disables the GEMV path."""
     global _OVERRIDE
     old = _OVERRIDE
     _OVERRIDE = dict(cfg)
@@ -241,14 +309,60 @@ def config_override(**cfg):
         _OVERRIDE = old
 
 
-def matmul_config(M, N, K, dtype) -> dict:
+# 16-bit candidates, biggest first: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, efficiency).
+# Efficiency = tensor-core rate of one program relative to the 128x256 tile (which measured
+# ~5.4 TFLOP/s per SM, 712 TFLOP/s at 4096^3 on the H200). Smaller tiles re-read more
+# operand bytes per FLOP and use half-filled warpgroups (64-row tiles: one warpgroup).
+# The autotune table's M=128 winners (64x64x64 at N, K <= 1536) are in this list.
+_TILES_16 = [(128, 256, 64, 8, 3, 1.00), (128, 128, 64, 8, 4, 0.85), (128, 64, 64, 4, 4, 0.70),
+             (64, 128, 64, 4, 4, 0.70), (64, 64, 64, 4, 4, 0.50)]
+_SM_FLOPS = 5.6e12        # bf16/fp16 FLOP/s of one SM running the 128x256 tile
+_SM_L2_BW = 100e9         # operand bytes/s one SM pulls from L2 (64 B/clk at ~1.7 GHz)
+_HBM_BW = 3.6e12          # achievable HBM bytes/s (4.19 TB/s copy)
+_T_TILE = 2e-6            # per program: pipeline fill + epilogue
+_T_LAUNCH = 3e-6          # the split-K reduce: one more kernel on the stream
+
+
+def _estimate(M, N, K, bm, bn, eff, split, batch=1, itemsize=2):
+    """Modelled seconds of one product with a bm x bn tile and `split` K slices.
+
+    Programs = tiles * batch * split are spread over NUM_SMS; an SM that runs c of them
+    takes c * max(compute, operand loads) plus the fill/epilogue latency once per pair
+    (two small programs share an SM and hide each other's latency; a 128x256 one does not).
+    Bounded below by the HBM traffic of the operands. A split adds the reduce kernel and
+    its fp32 workspace traffic (written and read once per slice)."""
+    tiles = _cdiv(M, bm) * _cdiv(N, bn) * batch
+    progs = tiles * split
+    c = _cdiv(progs, NUM_SMS)
+    ks = _cdiv(K, split)
+    occ = 1 if bm * bn >= 128 * 256 else 2
+    t_tile = max(2.0 * bm * bn * ks / (_SM_FLOPS * eff), (bm + bn) * ks * itemsize / _SM_L2_BW)
+    t = c * t_tile + _T_TILE * _cdiv(c, occ)
+    t = max(t, batch * itemsize * (M * K + K * N + M * N) / _HBM_BW)
+    if split > 1:
+        t += _T_LAUNCH + (2 * split + 1) * 4.0 * M * N * batch / _HBM_BW
+    return t
+
+
+def matmul_config(M, N, K, dtype, batch=1) -> dict:
+    """The default launch config of the tiled kernel (the autotune table overrides it per
+    shape where it has an entry; `config_override` for tests and sweeps).
+
+    16-bit: among _TILES_16, the one (with its best K split, `splitk_factor`) whose
+    `_estimate` is lowest -- so the big square products keep 128x256x64 (8 warps, 3 stages),
+    a product with few output tiles takes a smaller tile to fill the 132 SMs (M = 2048,
+    N = 512: 128x64; M = 128, N = 2048: 64x64), and a small M*N with a long K splits K.
+    fp32 (FMA or TF32): 128x128x32 / 64x64x32 (8 / 4 warps, 3 stages) by M >= 64.
+    fp64: 64x64x16, 4 warps, 2 stages, never split."""
     if dtype.itemsize == 2:
-        if M >= 256 and N >= 256:
-            cfg = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3)
-        elif M >= 64:
-            cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4)
-        else:
-            cfg = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4)
+        best = None
+        for bm, bn, bk, w, st, eff in _TILES_16:
+            split = _best_split(M, N, K, bm, bn, bk, eff, batch, 2)
+            t = _estimate(M, N, K, bm, bn, eff, split, batch, 2)
+            if best is None or t < best[0] * 0.97:   # ties go to the bigger tile
+                best = (t, dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w,
+                                num_stages=st))
+        cfg = best[1]
     elif dtype.itemsize == 4:
         if M >= 64:
             cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3)
@@ -258,12 +372,96 @@ def matmul_config(M, N, K, dtype) -> dict:
         cfg = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=16, num_warps=4, num_stages=2)
     cfg["GROUP_M"] = 8
     if _OVERRIDE:
-        cfg.update(_OVERRIDE)
+        cfg.update({k: v for k, v in _OVERRIDE.items() if k not in ("SPLIT", "PAD")})
     return cfg
 
 
+def _best_split(M, N, K, bm, bn, bk, eff, batch, itemsize):
+    if batch != 1 or itemsize == 8:
+        return 1
+    tiles = _cdiv(M, bm) * _cdiv(N, bn)
+    if tiles >= NUM_SMS:
+        return 1
+    k_blocks = _cdiv(K, bk)
+    best_s, best_t = 1, None
+    for s in range(1, min(16, k_blocks // 4, _cdiv(NUM_SMS, tiles)) + 1):
+        t = _estimate(M, N, K, bm, bn, eff, s, 1, itemsize)
+        if best_t is None or t < best_t:
+            best_s, best_t = s, t
+    return best_s
+
+
+def splitk_factor(M, N, K, BK, tiles, itemsize, BM=None, BN=None) -> int:
+    """How many K-slices for a one-batch product with `tiles` output tiles.
+
+    Split only when the tiles do not fill one wave of SMs, with >= 4 K-blocks a slice and
+    at most 16 slices; among those, the split `_estimate` models fastest (the reduce kernel
+    and the fp32 workspace traffic weigh against it). fp64 never splits."""
+    if _OVERRIDE and "SPLIT" in _OVERRIDE:      # forced (tests, sweeps)
+        return max(1, int(_OVERRIDE["SPLIT"]))
+    if tiles >= NUM_SMS or itemsize == 8:
+        return 1
+    if BM is None:   # tile shape unknown: assume square tiles of the same count
+        BM = BN = max(16, int((M * N / tiles) ** 0.5))
+    eff = {(128, 256): 1.0, (128, 128): 0.85, (64, 64): 0.5}.get((BM, BN), 0.7)
+    if itemsize == 4:
+        eff *= 0.5
+    return _best_split(M, N, K, BM, BN, BK, eff, 1, itemsize)
+
+
 def _strides4(t):
-    return tuple(t.stride()) if t is not None else (0, 0, 0, 0)
+    """Strides of a 4-D view, 0 for size-1 dims (their index is always 0; a 0 keeps them
+    out of the alignment checks)."""
+    if t is None:
+        return (0, 0, 0, 0)
+    return tuple(0 if n == 1 else s for n, s in zip(t._shape, t._stride))
+
+
+def _layout(s_rows, s_cols):
+    """'cols' if unit stride along the second dim, 'rows' along the first, else None."""
+    if s_cols == 1:
+        return "cols"
+    if s_rows == 1:
+        return "rows"
+    return None
+
+
+def _operand_div(t, st, lay, n_unit, align):
+    """A_DIV/B_DIV: `align` (16 bytes in elements) when the operand can be loaded in
+    aligned 16-byte vectors -- base 16-byte aligned, every non-unit stride a multiple of
+    `align` and, when the unit-stride dim is M or N (cut by the where() redirect), its
+    extent a multiple of 8 -- else 1."""
+    if lay is None or t.data_ptr() % 16:
+        return 1
+    others = [st[0], st[1], st[2] if lay == "cols" else st[3]]
+    if any(x % align for x in others):
+        return 1
+    if n_unit is not None and n_unit % 8:
+        return 1
+    return align
+
+
+def _pad_copy(t, unit_dim):
+    """A contiguous copy of 4-D view t whose unit-stride dim (2 or 3) is last in memory and
+    padded to a 16-byte multiple; stride-0 (broadcast) batch dims stay stride 0. Returns
+    (view with t's shape, padded length of unit_dim)."""
+    from ..tensor import Tensor
+    from ..backends.launch import launch
+    B0, B1, d2, d3 = t._shape
+    st = _strides4(t)
+    R, C = (d2, d3) if unit_dim == 3 else (d3, d2)
+    s_r, s_c = (st[2], st[3]) if unit_dim == 3 else (st[3], st[2])
+    CP = _cdiv(max(C, 1), 8) * 8   # 16 bytes (fp32: 32) and the 8-row contiguity hint
+    b0 = B0 if st[0] else 1
+    b1 = B1 if st[1] else 1
+    buf = Tensor._empty((b0 * b1 * R * CP,), t.dtype, t.device)
+    BR, BC = 16, 128
+    launch(_pad_copy_kernel, (_cdiv(R, BR), _cdiv(CP, BC), b0 * b1), t, buf, R, C, CP // 8, b1,
+           st[0], st[1], s_r, s_c, BLOCK_R=BR, BLOCK_C=BC, num_warps=4)
+    s0 = b1 * R * CP if b0 > 1 else 0
+    s1 = R * CP if b1 > 1 else 0
+    stride = (s0, s1, CP, 1) if unit_dim == 3 else (s0, s1, 1, CP)
+    return buf._view((B0, B1, d2, d3), stride, 0), CP
 
 
 @register("matmul", "triton")
@@ -284,20 +482,58 @@ def matmul(out, a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activati
         from .gemv import gemv
         return gemv(out, a, b, bias=bias, residual=residual, alpha=alpha, beta=beta, act=act,
                     precision=precision)
-    cfg = matmul_config(M, N, K, a.dtype)
+    cfg = matmul_config(M, N, K, a.dtype, B0 * B1)
     if _OVERRIDE is None and B0 * B1 == 1:
         # autotune seam: a screened config from the user cache / shipped table, else the rule
         cfg = _autotune.pick("matmul", (M, N, K), cfg, dtype=a.dtype.name, device=a.device)
     BM, BN, BK = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     from ..backends.launch import launch
-    sa, sb, sc, sr = _strides4(a), _strides4(b), _strides4(out), _strides4(residual)
+    sa, sb = _strides4(a), _strides4(b)
+    lay_a, lay_b = _layout(sa[2], sa[3]), _layout(sb[2], sb[3])
+    M_LD, N_LD = M, N
+    # Operands that cannot be read in aligned 16-byte vectors (odd leading strides such as
+    # K = 4093, N not a multiple of 8 along the unit-stride dim, no unit stride, unaligned
+    # base) load element by element, ~5x slower; when the product is big enough they are
+    # first copied into a padded buffer (one extra read + write of the operand).
+    itemsize = a.dtype.itemsize
+    align = 16 // itemsize
+    div_a = _operand_div(a, sa, lay_a, M if lay_a == "rows" else None, align) if itemsize < 8 else 1
+    div_b = _operand_div(b, sb, lay_b, N if lay_b == "cols" else None, align) if itemsize < 8 else 1
+    force = _OVERRIDE.get("PAD") if _OVERRIDE else None
+    # by default only when the product amortises the copy, and not for a single row or
+    # column (a vector is cheap to read element-wise)
+    pad_a = force is True or (force is None and M * N * K >= PAD_MIN_MACS and M > 1)
+    pad_b = force is True or (force is None and M * N * K >= PAD_MIN_MACS and N > 1)
+    if itemsize < 8 and K > 0:
+        if pad_a and div_a == 1:
+            a, m_pad = _pad_copy(a, 2 if lay_a == "rows" else 3)
+            if lay_a == "rows":
+                M_LD = m_pad   # loads may run into the zero padding of the unit-stride dim
+            sa = _strides4(a)
+            lay_a = _layout(sa[2], sa[3])
+            div_a = _operand_div(a, sa, lay_a, None, align)
+        if pad_b and div_b == 1:
+            b, n_pad = _pad_copy(b, 2 if lay_b == "rows" else 3)
+            if lay_b != "rows":
+                N_LD = n_pad
+            sb = _strides4(b)
+            lay_b = _layout(sb[2], sb[3])
+            div_b = _operand_div(b, sb, lay_b, None, align)
+    a_k1, a_m1 = lay_a == "cols", lay_a == "rows"
+    b_n1, b_k1 = lay_b == "cols", lay_b == "rows"
+    # strides handed over divided by the alignment the kernel multiplies back (A_DIV/B_DIV)
+    qa = (sa[0] // div_a, sa[1] // div_a, sa[2] // div_a if a_k1 else sa[2],
+          sa[3] // div_a if a_m1 else sa[3])
+    qb = (sb[0] // div_b, sb[1] // div_b, sb[2] // div_b if b_n1 else sb[2],
+          sb[3] // div_b if b_k1 else sb[3])
+    sc, sr = _strides4(out), _strides4(residual)
     tensors = (a, b, out, bias if bias is not None else out,
                residual if residual is not None else out)
-    strides = (*sa, *sb, *sc, *sr, bias.stride(0) if bias is not None else 0,
+    strides = (*qa, *qb, *sc, *sr, bias.stride(0) if bias is not None else 0,
                float(alpha), float(beta))
     consts = dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=cfg["GROUP_M"], EVEN_K=K % BK == 0,
-                  HINT_M=M % 8 == 0, HINT_N=N % 8 == 0,
-                  A_K1=sa[3] == 1, B_N1=sb[3] == 1, B_K1=sb[3] != 1 and sb[2] == 1,
+                  HINT_M=M_LD % 8 == 0, HINT_N=N_LD % 8 == 0,
+                  A_K1=a_k1, A_M1=a_m1, B_N1=b_n1, B_K1=b_k1, A_DIV=div_a, B_DIV=div_b,
                   HAS_ALPHA=alpha != 1, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
                   ACT=act, PRECISION=precision if a.dtype is _dt.float32 else "ieee",
                   ACC_F64=a.dtype is _dt.float64,
@@ -305,14 +541,14 @@ def matmul(out, a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activati
     tiles = _cdiv(M, BM) * _cdiv(N, BN)
     if cfg.get("PERSISTENT"):
         nprog = min(tiles * B0 * B1, cfg.get("NUM_PROGS", NUM_SMS))
-        launch(_matmul_persistent_kernel, (nprog,), *tensors, M, N, K, B1, nprog,
+        launch(_matmul_persistent_kernel, (nprog,), *tensors, M, N, K, B1, nprog, M_LD, N_LD,
                *strides, tiles * B0 * B1, tiles,
                FLATTEN=cfg.get("FLATTEN", False), **consts)
         return out
-    split = splitk_factor(M, N, K, BK, tiles, a.dtype.itemsize) if B0 * B1 == 1 else 1
+    split = splitk_factor(M, N, K, BK, tiles, itemsize, BM, BN) if B0 * B1 == 1 else 1
     if split == 1:
-        launch(_matmul_kernel, (tiles, B0 * B1), *tensors, M, N, K, B1, *strides, 0, 0,
-               SPLIT_K=False, **consts)
+        launch(_matmul_kernel, (tiles, B0 * B1), *tensors, M, N, K, B1, M_LD, N_LD, *strides,
+               0, 0, SPLIT_K=False, **consts)
         return out
     # fewer tiles than SMs: split K, fp32 partials, then the epilogue in the reduce kernel
     from ..tensor import Tensor
@@ -320,26 +556,11 @@ def matmul(out, a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activati
     k_split = _cdiv(_cdiv(K, BK), split) * BK
     split = _cdiv(K, k_split)
     ws = Tensor._empty((split, M, N), _dt.float32, out.device)
-    launch(_matmul_kernel, (tiles, 1, split), a, b, ws, ws, ws, M, N, K, 1,
-           *sa, *sb, 0, 0, N, 1, 0, 0, 0, 0, 0, 1.0, 1.0, k_split, M * N,
+    launch(_matmul_kernel, (tiles, 1, split), a, b, ws, ws, ws, M, N, K, 1, M_LD, N_LD,
+           *qa, *qb, 0, 0, N, 1, 0, 0, 0, 0, 0, 1.0, 1.0, k_split, M * N,
            SPLIT_K=True, **dict(consts, HAS_ALPHA=False, HAS_BIAS=False, HAS_RES=False, ACT=0))
     # out[0, 0] / residual[0, 0] built directly (B0 == B1 == 1 here)
     splitk_reduce(ws, out._view(out._shape[2:], out._stride[2:]), bias,
                   residual._view(residual._shape[2:], residual._stride[2:])
                   if residual is not None else None, alpha, beta, act)
     return out
-
-
-def splitk_factor(M, N, K, BK, tiles, itemsize) -> int:
-    """How many K-slices for a one-batch product with `tiles` output tiles.
-
-    Rule: split only when the tiles do not fill one wave of SMs; aim for ~NUM_SMS programs,
-    keep >= 4 K-blocks a slice, and keep the fp32 workspace traffic (8*split*M*N bytes)
-    no larger than the operands' bytes; at most 16. fp64 never splits."""
-    if _OVERRIDE and "SPLIT" in _OVERRIDE:      # forced (tests, sweeps)
-        return max(1, int(_OVERRIDE["SPLIT"]))
-    if tiles >= NUM_SMS or itemsize == 8:
-        return 1
-    k_blocks = _cdiv(K, BK)
-    by_traffic = (itemsize * (M * K + K * N)) // (8 * M * N)
-    return max(1, min(_cdiv(NUM_SMS, tiles), k_blocks // 4, by_traffic, 16))

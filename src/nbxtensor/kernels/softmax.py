@@ -80,6 +80,72 @@ def _softmax_kernel(x_ptr, o_ptr, R, R1, N, s_x0, s_x1, s_xn, s_o0, s_o1, s_on,
             tl.store(orow[:, None] + c[None, :] * s_on, y.to(o_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _softmax_split_kernel(x_ptr, o_ptr, ws_ptr, R1, N, CHUNK, NCHUNK,
+                          s_x0, s_x1, s_xn, s_o0, s_o1, s_on,
+                          BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, PASS: tl.constexpr,
+                          LOG: tl.constexpr, F64: tl.constexpr):
+    """Split-row softmax for a few long rows: grid (rows, NCHUNK), program (r, c) owns
+    columns [c*CHUNK, (c+1)*CHUNK) of row r (CHUNK a multiple of BLOCK_N).
+    PASS 1: the chunk's max m_c and sum s_c = sum exp(x - m_c) -> ws[r, c, 0:2].
+    PASS 2: every program combines its row's NCHUNK partials (M = max m_c,
+    S = sum s_c * exp(m_c - M), in a fixed order) and writes its chunk.
+    -inf: a chunk (or row) of only -inf shifts by 0, so exp() gives 0 rather than NaN;
+    an all -inf row ends as 0/0 = NaN, as torch."""
+    r = tl.program_id(0)
+    c = tl.program_id(1)
+    i0 = (r // R1).to(tl.int64)
+    i1 = (r % R1).to(tl.int64)
+    xrow = x_ptr + i0 * s_x0 + i1 * s_x1
+    orow = o_ptr + i0 * s_o0 + i1 * s_o1
+    cols = tl.arange(0, BLOCK_N)
+    lo = c * CHUNK
+    hi = tl.minimum(lo + CHUNK, N)
+    ws_row = ws_ptr + r.to(tl.int64) * NCHUNK * 2
+    if PASS == 1:
+        if F64:
+            m = tl.full((BLOCK_N,), -float("inf"), tl.float64)
+            s = tl.zeros((BLOCK_N,), tl.float64)
+        else:
+            m = tl.full((BLOCK_N,), -float("inf"), tl.float32)
+            s = tl.zeros((BLOCK_N,), tl.float32)
+        # lane-wise online max/sum (no cross-lane reduction inside the loop)
+        for start in range(lo, hi, BLOCK_N):
+            cc = start + cols
+            x = tl.load(xrow + cc.to(tl.int64) * s_xn, mask=cc < hi, other=-float("inf"))
+            x = x.to(tl.float64) if F64 else x.to(tl.float32)
+            m_new = tl.maximum(m, x)
+            m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+            s = s * tl.exp(m - m_safe) + tl.exp(x - m_safe)
+            m = m_new
+        mc = tl.max(m, axis=0)
+        mc_safe = tl.where(mc == -float("inf"), 0.0, mc)
+        sc = tl.sum(s * tl.exp(m - mc_safe), axis=0)
+        tl.store(ws_row + c * 2, mc)
+        tl.store(ws_row + c * 2 + 1, sc)
+    else:
+        ch = tl.arange(0, BLOCK_C)
+        pm = tl.load(ws_row + ch * 2, mask=ch < NCHUNK, other=-float("inf"))
+        ps = tl.load(ws_row + ch * 2 + 1, mask=ch < NCHUNK, other=0.0)
+        mx = tl.max(pm, axis=0)
+        m_safe = tl.where(mx == -float("inf"), 0.0, mx)
+        tot = tl.sum(ps * tl.exp(pm - m_safe), axis=0)
+        if LOG:
+            shift = m_safe + tl.log(tot)
+        else:
+            inv = 1.0 / tot
+        for start in range(lo, hi, BLOCK_N):
+            cc = start + cols
+            mask = cc < hi
+            x = tl.load(xrow + cc.to(tl.int64) * s_xn, mask=mask, other=-float("inf"))
+            x = x.to(tl.float64) if F64 else x.to(tl.float32)
+            if LOG:
+                y = x - shift
+            else:
+                y = tl.exp(x - m_safe) * inv
+            tl.store(orow + cc.to(tl.int64) * s_on, y.to(o_ptr.dtype.element_ty), mask=mask)
+
+
 # ------------------------------------------------------------------ launch configuration
 # Rule: a row of N <= MAX_SINGLE elements is held whole (BLOCK_N = next_pow2(N)); enough
 # rows share a program to make a tile of >= 2048 elements; warps grow with the tile
@@ -99,6 +165,27 @@ def row_config(N, max_single=MAX_SINGLE):
 
 _OVERRIDE: dict | None = None
 
+# Split rows: a few long rows (16 x 128256 logits; 1 x vocab when sampling) would run one
+# program per row -- 16 of 132 SMs. Rows longer than MAX_SINGLE, when R is below
+# SPLIT_MAX_ROWS, are cut into chunks so that about SPLIT_TARGET programs run (two launches:
+# partial max/sum, then combine + write; still two reads and one write of x).
+SPLIT_MAX_ROWS = 2 * 132
+SPLIT_TARGET = 4 * 132
+SPLIT_BLOCK = 2048      # columns a program step
+SPLIT_MAX_CHUNKS = 256  # the combine holds all of a row's partials in one vector
+
+
+def split_config(R, N):
+    """(CHUNK, NCHUNK) for the split-row path, or None to keep one program per row."""
+    if _OVERRIDE and "SPLIT_CHUNK" in _OVERRIDE:        # forced (tests)
+        chunk = int(_OVERRIDE["SPLIT_CHUNK"])
+        return chunk, _cdiv(N, chunk)
+    if N <= MAX_SINGLE or R >= SPLIT_MAX_ROWS:
+        return None
+    want = max(2, min(SPLIT_MAX_CHUNKS, _cdiv(SPLIT_TARGET, R), _cdiv(N, SPLIT_BLOCK)))
+    chunk = _cdiv(_cdiv(N, want), SPLIT_BLOCK) * SPLIT_BLOCK
+    return chunk, _cdiv(N, chunk)
+
 
 @register("softmax", "triton")
 def softmax(out, x, rows, *, dim, log=False):
@@ -108,6 +195,9 @@ def softmax(out, x, rows, *, dim, log=False):
     R, R1, N, sx, so = rows
     if R == 0 or N == 0:
         return out
+    sp = split_config(R, N)
+    if sp is not None:
+        return _softmax_split(out, x, R, R1, N, sx, so, sp, log)
     cfg = row_config(N)
     if _OVERRIDE:
         cfg.update(_OVERRIDE)
@@ -117,4 +207,22 @@ def softmax(out, x, rows, *, dim, log=False):
     launch(_softmax_kernel, (_cdiv(R, cfg["BLOCK_R"]),), x, out, R, R1, N, *sx, *so,
            BLOCK_R=cfg["BLOCK_R"], BLOCK_N=cfg["BLOCK_N"], SINGLE=cfg["SINGLE"], LOG=log,
            F64=out.dtype is _dt.float64 or x.dtype is _dt.float64, num_warps=cfg["num_warps"])
+    return out
+
+
+def _softmax_split(out, x, R, R1, N, sx, so, sp, log):
+    from .. import dtypes as _dt
+    from ..backends.launch import launch
+    from ..tensor import Tensor
+    chunk, nchunk = sp
+    f64 = out.dtype is _dt.float64 or x.dtype is _dt.float64
+    ws = Tensor._empty((R, nchunk, 2), _dt.float64 if f64 else _dt.float32, out.device)
+    bn = min(SPLIT_BLOCK, max(16, _np2(chunk)))
+    if _OVERRIDE and "SPLIT_BLOCK" in _OVERRIDE:
+        bn = int(_OVERRIDE["SPLIT_BLOCK"])
+    common = dict(BLOCK_N=bn, BLOCK_C=max(2, _np2(nchunk)), LOG=log, F64=f64,
+                  num_warps=8 if bn >= 2048 else 4)
+    for p in (1, 2):
+        launch(_softmax_split_kernel, (R, nchunk), x, out, ws, R1, N, chunk, nchunk, *sx, *so,
+               PASS=p, **common)
     return out
