@@ -1,6 +1,7 @@
 """Flash attention (prefill) and flash-decoding on the H200 vs torch SDPA, in one run.
 
     PYTHONPATH=src python3 benchmarks/bench_attention.py [--quick] [--sweep] [OUTDIR]
+    PYTHONPATH=src python3 benchmarks/bench_attention.py --sweep-prefill [OUTDIR]
 
 Prefill: B=4, H=32, S=4096, bf16, D=128 and D=64, causal and not: TFLOP/s (4*B*H*L*S*D,
 halved when causal) and the ratio to torch SDPA on the same tensors (goal >= 0.85), plus
@@ -12,10 +13,13 @@ length; goal > 1). Times are kernel times (CUDA events behind a spin kernel, see
 bench_matmul.py); decode is timed one call at a time after an L2 flush (cold K/V, as in a
 real step), so its small-cache figures include the two kernels' fixed ~us cost.
 --sweep (one GPU call, ~1-2 min; implies the --quick case set) also times the candidate
-configurations below per case -- the pointer kernel and the TMA kernel (LAZY = FA4's lazy
-rescale) for prefill, split/tile/stage/merge variants for decode -- after compiling them all
-in parallel processes, and prints ready-to-paste `TUNED` tables for kernels/attention.py and
-kernels/decode_attention.py (also in the JSON under "paste").
+configurations below per case -- the pointer kernel, the TMA kernel and the warp-specialised
+one-loop kernel (WS) for prefill, split/tile/stage/merge variants for decode -- after
+compiling them all in parallel processes, prints the best prefill config per case with its
+ratio to torch, and ready-to-paste `TUNED` tables for kernels/attention.py and
+kernels/decode_attention.py (also in the JSON under "paste" and "best").
+--sweep-prefill: the same for the four prefill cases only (no decode, no copy; ~1 min).
+ATTN_CANDS='{"128": [{...}, ...]}' (JSON) replaces a head dim's prefill candidate list.
 JSON to OUTDIR/attention.json (default: $OUT, else the current directory).
 """
 from __future__ import annotations
@@ -34,7 +38,8 @@ import torch  # noqa: E402  (the reference only)
 import nbxtensor as nbx  # noqa: E402
 from bench_matmul import rel_err, time_gpu, to_nbx  # noqa: E402
 
-SWEEP = "--sweep" in sys.argv
+PREFILL_ONLY = "--sweep-prefill" in sys.argv    # the prefill sweep alone (no decode, no copy)
+SWEEP = "--sweep" in sys.argv or PREFILL_ONLY
 QUICK = "--quick" in sys.argv or SWEEP
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 OUTDIR = ARGS[0] if ARGS else os.environ.get("OUT", ".")
@@ -48,25 +53,33 @@ def record(**row):
 
 
 # ------------------------------------------------------------------ sweep candidates
-# prefill, keyed by head dim (BLOCK_M must be a multiple of BLOCK_N). Compile-checked for
-# sm_90 (bf16, S=4096): all fit shared memory (<= 230 KB) without spills; every one lowers
-# both dots to wgmma. TMA rows use `_flash_fwd_tma` (tensor descriptors on the device).
+# prefill, keyed by head dim; the first entry is today's default (TUNED). WS rows use
+# `_flash_fwd_ws` (one key loop, Triton's Hopper warp specialisation: num_warps=4 becomes 12
+# warps = a TMA producer warpgroup (40 regs) + two consumer warpgroups of BLOCK_M/2 rows
+# (232-256 regs)); WS="off" is the same loop unspecialised (8 warps, the control that says
+# whether the specialisation itself pays); TMA rows `_flash_fwd_tma`; the rest the pointer
+# kernel. Compile facts (bf16, sm_90, ptxas -v, causal and not), none spills, both dots on
+# wgmma: D128 WS M128 N128 s2 192 KB, N64 s3 160 KB, N64 s4 192 KB, control 160 KB/188-196
+# regs; D64 WS M128 N128 s3 128 KB, s4 160 KB, N64 s4 96 KB, TMA N64 s3 65 KB.
+# Rejected: D128 WS N128 s3 (256 KB > 227 KB), D128 WS M256 N64 and D64 causal WS M256 N128
+# (spills), WS="off" with 4 warps (184-424 B spills).
 PREFILL_CANDS = {
     128: [dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),        # the default
-          dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2),
-          dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2, TMA=True),
-          dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3, TMA=True),
-          dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3, TMA=True),
-          dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=4, TMA=True),
-          dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2, TMA=True, LAZY=True),
-          dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3, TMA=True, LAZY=True)],
+          dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, WS=True),
+          dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3, WS=True),
+          dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=4, WS=True),
+          dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2, WS="off")],  # control
     64: [dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3),         # the default
-         dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
-         dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3, TMA=True),
          dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3, TMA=True),
-         dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=4, TMA=True),
-         dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3, TMA=True, LAZY=True)],
+         dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=3, WS=True),
+         dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=4, WS=True),
+         dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=4, WS=True)],
 }
+if os.environ.get("ATTN_CANDS"):
+    # a follow-up sweep without editing this file, e.g.
+    # ATTN_CANDS='{"128": [{"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2,
+    #                       "WS": true}]}'   (JSON; keys are head dims; replaces those lists)
+    PREFILL_CANDS.update({int(d): c for d, c in json.loads(os.environ["ATTN_CANDS"]).items()})
 # decode (B=1, 8 kv heads): TARGET programs -> P = cdiv(TARGET, B*Hk) splits. Shared memory
 # per program (bf16, D=128): N64 s2 39 KB, N64 s3 72 KB, N32 s4 54 KB, N32 s3 ~40 KB,
 # N64 s4 w8 ~104 KB, so each TARGET is one resident wave (4, 3, 4, 5, 2 per SM).
@@ -79,6 +92,7 @@ DECODE_CANDS = [
     dict(TARGET=264, BLOCK_N=64, num_warps=8, num_stages=4, COMBINE=1),
 ]
 SWEPT: dict = {}    # case key -> list of (cfg, seconds, err)
+REF: dict = {}      # prefill (D, causal, layout) -> (torch s, default nbx s, flops)
 
 
 def cfg_text(c):
@@ -169,6 +183,7 @@ def prefill(B, H, S, D, causal, layout="bhsd"):
     t_n = time_gpu(fn, inner)
     t_t = time_gpu(tfn, inner)
     err = rel_err(fn(), tfn())
+    REF[(D, causal, layout)] = (t_t, t_n, flops)
     record(case="prefill", shape=f"B{B} H{H} S{S} D{D} {layout}", causal=causal,
            nbx_tflops=flops / t_n / 1e12, torch_tflops=flops / t_t / 1e12, ratio=t_t / t_n,
            nbx_ms=t_n * 1e3, torch_ms=t_t * 1e3, err=err)
@@ -283,10 +298,27 @@ def paste_tables():
     return out
 
 
+def best_summary():
+    """Per prefill case: torch, today's default and the fastest valid candidate."""
+    lines = [f"{'case':24} {'torch':>7} {'default':>8} {'ratio':>6} {'best':>7} {'ratio':>6}"
+             "  best config"]
+    for (D, causal, layout), (t_t, t_n, flops) in REF.items():
+        if layout != "bhsd":
+            continue
+        key = (max(16, 1 << (D - 1).bit_length()), causal)
+        ok = [(c, t) for c, t, e in SWEPT.get(("prefill", key), []) if e < 2e-2]
+        c, t = min(ok, key=lambda r: r[1]) if ok else ({}, float("nan"))
+        lines.append(f"{f'D{D} causal={causal}':24} {flops / t_t / 1e12:7.1f} "
+                     f"{flops / t_n / 1e12:8.1f} {t_t / t_n:6.3f} {flops / t / 1e12:7.1f} "
+                     f"{t_t / t:6.3f}  {cfg_text(c)}")
+    return "\n".join(lines)
+
+
 def main():
     t0 = time.time()
-    bw = copy_bw()
-    record(case="copy", shape="1GiB", gbs=bw)
+    bw = float("nan") if PREFILL_ONLY else copy_bw()
+    if not PREFILL_ONLY:
+        record(case="copy", shape="1GiB", gbs=bw)
     failures = []
     pre = [(4, 32, 4096, 128, False, "bhsd"), (4, 32, 4096, 128, True, "bhsd"),
            (4, 32, 4096, 64, False, "bhsd"), (4, 32, 4096, 64, True, "bhsd")]
@@ -298,7 +330,8 @@ def main():
             jobs = []
             for args in pre:
                 jobs += prefill_jobs(*args[:5])
-            jobs += decode_jobs()
+            if not PREFILL_ONLY:
+                jobs += decode_jobs()
             warm_compile(jobs)
         except Exception:  # noqa: BLE001 - only a speed-up; the timed loop compiles anyway
             traceback.print_exc()
@@ -308,7 +341,7 @@ def main():
         except Exception as e:  # noqa: BLE001 - keep going, report at the end
             traceback.print_exc()
             failures.append(f"prefill {args}: {type(e).__name__}: {e}")
-    for n in ([1024, 32768] if QUICK else [1024, 4096, 16384, 32768]):
+    for n in ([] if PREFILL_ONLY else [1024, 32768] if QUICK else [1024, 4096, 16384, 32768]):
         try:
             decode(n, bw)
         except Exception as e:  # noqa: BLE001
@@ -320,6 +353,7 @@ def main():
     with open(path, "w") as f:
         json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                        quick=QUICK, rows=ROWS, failures=failures, paste=paste,
+                       best=best_summary() if SWEEP else "",
                        seconds=time.time() - t0), f, indent=1)
     print(f"\n{'case':8} {'shape':34} {'causal':6} {'nbx':>9} {'torch':>9} {'ratio':>6} "
           f"{'frac_copy':>9} {'err':>8}")
@@ -331,6 +365,9 @@ def main():
                   f"{r[unit]:9.1f} {r[tunit]:9.1f} {r['ratio']:6.2f} "
                   f"{r.get('frac_copy', float('nan')):9.2f} {r['err']:8.1e}")
     print(f"copy bandwidth {bw:.0f} GB/s; prefill in TFLOP/s, decode in GB/s of K/V read")
+    if SWEEP:
+        summary = best_summary()
+        print("\nprefill, TFLOP/s (ratio = torch time / nbx time; goal >= 0.85):\n" + summary)
     for mod, text in paste.items():
         print(f"\n# paste into src/nbxtensor/kernels/{mod}.py (replacing its TUNED):\n{text}")
     for f_ in failures:

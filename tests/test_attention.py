@@ -72,18 +72,25 @@ TMA_CASES = [  # B, Hq, Hk, L, S, D, causal, dtype, layout
     (2, 2, 2, 47, 33, 32, True, "bfloat16", "bhsd"),    # L > S causal
     (1, 4, 2, 17, 65, 16, True, "bfloat16", "bshd"),    # GQA, L < S causal, strided views
     (1, 2, 1, 1, 19, 16, False, "float16", "bhsd"),
+    (1, 2, 2, 33, 48, 16, False, "bfloat16", "bhsd"),   # S a multiple of BLOCK_N: no mask
+    (1, 2, 2, 48, 48, 32, True, "float16", "bshd"),     # causal, both lengths even
 ]
+# the fast kernels: TMA (two loops, LAZY on/off) and the one-loop kernel for Hopper warp
+# specialisation (WS=True; "off" = the same loop unspecialised)
+TMA_VARIANTS = {"tma": {"TMA": True}, "tma-lazy": {"TMA": True, "LAZY": True},
+                "ws": {"WS": True}, "ws-off": {"WS": "off"}}
 
 
-@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("variant", sorted(TMA_VARIANTS))
 @pytest.mark.parametrize("case", TMA_CASES)
-def test_sdpa_tma_path(device, monkeypatch, case, lazy):
-    """The TMA kernel (tensor descriptors, zero-filled tails, clipped stores) with tiles that
-    overhang; the pointer kernel is removed so the test fails if the TMA path is not taken."""
+def test_sdpa_tma_path(device, monkeypatch, case, variant):
+    """The TMA kernels (tensor descriptors, zero-filled tails, clipped stores) with tiles that
+    overhang; the other kernels are removed so the test fails if the path is not taken."""
     if device == "cpu":
         pytest.skip("kernel path: cuda/interp only")
     from nbxtensor.kernels import attention as ka
     B, Hq, Hk, L, S, D, causal, dtype, layout = case
+    lazy = variant == "tma-lazy"
     g = rng()
     q, k, v = _rand(g, (B, Hq, L, D), dtype), _rand(g, (B, Hk, S, D), dtype), \
         _rand(g, (B, Hk, S, D), dtype)
@@ -93,8 +100,10 @@ def test_sdpa_tma_path(device, monkeypatch, case, lazy):
         args = [_t(np.ascontiguousarray(np.swapaxes(a, 1, 2)), dtype, device).transpose(1, 2)
                 for a in (q, k, v)]
     monkeypatch.setattr(ka, "_flash_fwd", None)
-    monkeypatch.setattr(ka, "_OVERRIDE", {"BLOCK_M": 32, "BLOCK_N": 16, "TMA": True,
-                                          "LAZY": lazy})
+    monkeypatch.setattr(ka, "_flash_fwd_ws" if variant.startswith("tma") else "_flash_fwd_tma",
+                        None)
+    monkeypatch.setattr(ka, "_OVERRIDE", {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4,
+                                          **TMA_VARIANTS[variant]})
     if lazy:    # scores that grow along the keys make the lazy rescale fire
         k = k * np.linspace(0.2, 4.0, S, dtype=np.float32)[:, None].astype(k.dtype)
         args[1] = (_t(k, dtype, device) if layout == "bhsd" else
@@ -112,7 +121,8 @@ def test_sdpa_tma_not_applicable_uses_pointer_kernel(device, monkeypatch):
         pytest.skip("kernel path: cuda/interp only")
     from nbxtensor.kernels import attention as ka
     monkeypatch.setattr(ka, "_flash_fwd_tma", None)
-    monkeypatch.setattr(ka, "_OVERRIDE", {"BLOCK_M": 16, "BLOCK_N": 16, "TMA": True})
+    monkeypatch.setattr(ka, "_flash_fwd_ws", None)
+    monkeypatch.setattr(ka, "_OVERRIDE", {"BLOCK_M": 16, "BLOCK_N": 16, "TMA": True, "WS": True})
     g = rng()
     q, k, v = (_rand(g, (1, 2, 17, 24), "float32") for _ in range(3))
     o = nbx.scaled_dot_product_attention(*(_t(a, "float32", device) for a in (q, k, v)))
@@ -383,6 +393,77 @@ def test_sdpa_causal_tiles(device, blocks, L, S):
     finally:
         ka._OVERRIDE = None
     np.testing.assert_allclose(o.numpy(), ref_sdpa(q, k, v, causal=True), rtol=2e-5, atol=2e-5)
+
+
+def test_sdpa_tuned_fast_entry_falls_back(device, monkeypatch):
+    """A TUNED WS/TMA entry that the call does not suit (a mask here) runs the pointer
+    kernel with its untuned default tile, not the WS tile (TUNED applies off interp only,
+    so flash_config is asked as for the GPU)."""
+    if device == "cpu":
+        pytest.skip("kernel path: cuda/interp only")
+    import nbxtensor.backends.launch as bl
+    from nbxtensor.kernels import attention as ka
+    real_cfg, real_launch, seen = ka.flash_config, bl.launch, []
+    monkeypatch.setattr(ka, "flash_config", lambda D, DV, size, interp=False, causal=False,
+                        tuned=True: real_cfg(D, DV, 2, False, causal, tuned))
+    monkeypatch.setattr(ka, "TUNED", {(16, False): dict(BLOCK_M=64, BLOCK_N=32, num_warps=4,
+                                                        num_stages=2, WS=True)})
+    monkeypatch.setattr(ka, "_flash_fwd_ws", None)
+
+    def spy(kernel, grid, *a, **kw):
+        seen.append((kernel.fn.__name__, kw["BLOCK_M"], kw["BLOCK_N"]))
+        return real_launch(kernel, grid, *a, **kw)
+    monkeypatch.setattr(bl, "launch", spy)
+    g = rng()
+    q, k, v = (_rand(g, (1, 2, 17, 16), "float32") for _ in range(3))
+    m = g.random((17, 17)) < 0.7
+    o = nbx.scaled_dot_product_attention(*(_t(a, "float32", device) for a in (q, k, v)),
+                                         attn_mask=nbx.tensor(m, device=device))
+    np.testing.assert_allclose(o.numpy(), ref_sdpa(q, k, v, mask=m), rtol=2e-5, atol=2e-5)
+    default = real_cfg(16, 16, 2, tuned=False)
+    assert seen == [("_flash_fwd", default["BLOCK_M"], default["BLOCK_N"])]
+
+
+FAST_CFGS = [  # the sweep's TMA / warp-specialised candidates at production tiles
+    dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, WS=True),
+    dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3, WS=True),
+    dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2, WS="off"),
+    dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3, TMA=True),
+]
+
+
+def _ws_refused(D, causal, cfg):
+    """WS settings outside WS_VERIFIED (wrong on the H200 with Triton 3.6) must be refused."""
+    from nbxtensor.kernels import attention as ka
+    return cfg.get("WS") is True and (causal or (D, cfg["BLOCK_M"], cfg["BLOCK_N"],
+                                                 cfg["num_warps"], cfg["num_stages"])
+                                      not in ka.WS_VERIFIED)
+
+
+@pytest.mark.parametrize("cfg", range(len(FAST_CFGS)))
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("D", [64, 128])
+def test_sdpa_fast_kernels_cuda(device, monkeypatch, cfg, causal, D):
+    """On the GPU machine: the real (warp-specialised, 12-warp) compile of each fast kernel
+    vs float64, with tails on both lengths (L, S not multiples of 64/128), L < S and L > S
+    causal, GQA; the pointer kernel is removed so the fast path must run."""
+    if device != "cuda":
+        pytest.skip("cuda only (production tiles; on interp the tiles are 16-32)")
+    from nbxtensor.kernels import attention as ka
+    monkeypatch.setattr(ka, "_flash_fwd", None)
+    monkeypatch.setattr(ka, "_OVERRIDE", dict(FAST_CFGS[cfg]))
+    g = rng()
+    for L, S in ((300, 333), (333, 200), (256, 256)):
+        q = _rand(g, (2, 4, L, D), "bfloat16")
+        k, v = _rand(g, (2, 2, S, D), "bfloat16"), _rand(g, (2, 2, S, D), "bfloat16")
+        args = [_t(a, "bfloat16", device) for a in (q, k, v)]
+        if _ws_refused(D, causal, FAST_CFGS[cfg]):     # (this test runs on cuda only)
+            with pytest.raises(ValueError, match="warp-specialised kernel is only run"):
+                nbx.scaled_dot_product_attention(*args, is_causal=causal, enable_gqa=True)
+            continue
+        o = nbx.scaled_dot_product_attention(*args, is_causal=causal, enable_gqa=True)
+        np.testing.assert_allclose(o.numpy().astype(np.float64),
+                                   ref_sdpa(q, k, v, causal=causal), rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -11,7 +11,9 @@ it are skipped. Tails (L, S not multiples of the tile, head dims that are not a 
 two) are masked loads. A row with every key masked gives 0 (torch >= 2.5 safe softmax).
 
 `_flash_fwd_tma` is the same algorithm for the common no-mask case with TMA tile loads
-(device-built tensor descriptors); `flash_config`'s TMA flag / TUNED table choose it.
+(device-built tensor descriptors); `_flash_fwd_ws` is that case as one key loop for
+Triton's Hopper warp specialisation (a TMA producer warpgroup + two softmax/MMA consumer
+warpgroups, FA3's layout). The TUNED table at the top chooses the kernel and tile.
 """
 from __future__ import annotations
 
@@ -23,6 +25,28 @@ from ..dispatch import register
 from ._host import cdiv as _cdiv, f64_bits as _f64_bits, next_pow2 as _np2
 
 LOG2E = 1.4426950408889634
+
+# ---- the default rule for 16-bit GPU inputs, keyed by (padded head dim, causal) ----------
+# `benchmarks/bench_attention.py --sweep-prefill` prints this table from the H200's winners,
+# ready to paste over it. Keys: BLOCK_M, BLOCK_N, num_warps, num_stages (launch), and at
+# most one kernel switch: TMA=True (`_flash_fwd_tma`, LAZY=True adds the lazy rescale),
+# WS=True (`_flash_fwd_ws`, Hopper warp specialisation; WS="off" the same loop without it),
+# none = the pointer kernel. TMA/WS entries apply only where `_tma_ok` holds (no mask, head
+# dim a power of two, 16-byte aligned rows); elsewhere the pointer kernel runs its own
+# (untuned) default tile, never the TMA/WS tile.
+# Measured on the H200 (2026-11-29, session 2 sweep, B4 H32 S4096): D128 non-causal WS
+# M128 N128 s2 579 TFLOP/s = 0.86x torch SDPA (pointer kernel 0.75x); D128 causal: the
+# pointer kernel (0.77x); D64: the pointer kernel (0.91-0.93x).
+# Triton 3.6's warp-specialised loop computed WRONG results on the H200 (NaN, or 0.23 off)
+# causal, with BLOCK_N=64, and at D=64; only the settings in WS_VERIFIED (each checked
+# against float64 with tails on both lengths by test_sdpa_fast_kernels_cuda) may run it.
+WS_VERIFIED = {(128, 128, 128, 4, 2)}   # (head dim, BLOCK_M, BLOCK_N, num_warps, num_stages)
+TUNED: dict = {
+    (128, False): dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, WS=True),
+    (128, True): dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),
+    (64, False): dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3),
+    (64, True): dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3),
+}
 
 
 @triton.jit
@@ -259,24 +283,78 @@ def _flash_fwd_tma(q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_k
     od.store([start_m, 0], o.to(o_ptr.dtype.element_ty))
 
 
+@triton.jit
+def _flash_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn,
+                  s_vb, s_vh, s_vn, s_ob, s_oh, s_om, H, L, S, qk_scale,
+                  GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, EVEN_S: tl.constexpr,
+                  WS: tl.constexpr, PREC: tl.constexpr):
+    """The no-mask fast path as ONE key loop that Triton 3.6's Hopper warp specialisation
+    accepts (`tl.range(warp_specialize=True)` with num_warps=4: a TMA producer warpgroup
+    and two consumer warpgroups of BLOCK_M/2 rows each, FA3's layout). The pass rejects a
+    second loop after the specialised one and an `if` inside it, so the diagonal/tail
+    blocks cannot be peeled: the key mask (causal and/or the S tail) is applied in every
+    block, a select an element; with EVEN_S and not CAUSAL there is no mask at all.
+    Same preconditions as `_flash_fwd_tma` (`_tma_ok`)."""
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)   # the longest rows first
+    else:
+        pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H).to(tl.int64)
+    h = pid_bh % H
+    hk = (h // GROUP).to(tl.int64)
+    h = h.to(tl.int64)
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    qd = tl.make_tensor_descriptor(q_ptr + b * s_qb + h * s_qh, shape=[L, BLOCK_D],
+                                   strides=[s_qm, 1], block_shape=[BLOCK_M, BLOCK_D])
+    kd = tl.make_tensor_descriptor(k_ptr + b * s_kb + hk * s_kh, shape=[S, BLOCK_D],
+                                   strides=[s_kn, 1], block_shape=[BLOCK_N, BLOCK_D])
+    vd = tl.make_tensor_descriptor(v_ptr + b * s_vb + hk * s_vh, shape=[S, BLOCK_D],
+                                   strides=[s_vn, 1], block_shape=[BLOCK_N, BLOCK_D])
+    q = qd.load([start_m, 0])
+    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    m_i = tl.full((BLOCK_M,), -float("inf"), tl.float32)
+    if CAUSAL:
+        hi = tl.minimum(start_m + BLOCK_M, S)
+    else:
+        hi = S
+    for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=WS):
+        k = kd.load([start_n, 0])                       # rows >= S read as 0
+        qk = tl.dot(q, k.T, input_precision=PREC)
+        if CAUSAL or not EVEN_S:
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            if CAUSAL:
+                # key j <= query i (and j < S: rows i >= S see all keys < S only)
+                lim = tl.minimum(offs_m, S - 1)
+                keep = offs_n[None, :] <= lim[:, None]
+            else:
+                keep = offs_n[None, :] < S
+            # every row sees key 0 (S > 0), so m is finite after the first block; the
+            # scale stays folded into the exponent's FMA (scale > 0: -inf stays -inf)
+            qk = tl.where(keep, qk, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        p = tl.exp2(qk * qk_scale - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        v = vd.load([start_n, 0])
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PREC)
+        m_i = m_new
+    o = acc / l_i[:, None]
+    od = tl.make_tensor_descriptor(o_ptr + b * s_ob + h * s_oh, shape=[L, BLOCK_D],
+                                   strides=[s_om, 1], block_shape=[BLOCK_M, BLOCK_D])
+    od.store([start_m, 0], o.to(o_ptr.dtype.element_ty))
+
+
 # ------------------------------------------------------------------ launch configuration
 # Hopper, fp16/bf16: BLOCK_M=128, BLOCK_N=64 (32 for head dims > 128 to fit shared
 # memory), 8 warps, 3 stages. fp32/fp64 tiles are smaller (twice/four times the bytes).
 # BLOCK_M must be a multiple of BLOCK_N (the causal split relies on it).
-# TMA=True (absent = False; the autotune space has it for 16-bit dtypes, not LAZY) picks
-# `_flash_fwd_tma` where it applies (no mask, head dim a power of two, unit head-dim
-# stride, 16-byte aligned strides, scale > 0); elsewhere `_flash_fwd` runs. LAZY=True
-# adds FA4's lazy rescale there.
-# TUNED overrides the defaults for 16-bit inputs, keyed by (padded head dim, causal):
-# paste the table that `benchmarks/bench_attention.py --sweep` prints.
-# measured on the H200 (bench_attention.py --sweep, 2026-11-29): the pointer kernel with
-# 64-key blocks won at D=128 and D=64, causal or not; the TMA variants were 5-15% slower
-TUNED: dict = {
-    (128, False): dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),
-    (128, True): dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),
-    (64, False): dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3),
-    (64, True): dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3),
-}
+# TMA / WS / LAZY: see TUNED at the top (the autotune space has TMA for 16-bit dtypes).
+# 16-bit GPU inputs take TUNED's entry when there is one.
 
 
 def flash_config(D, DV, dtype_size, interp=False, causal=False, tuned=True):
@@ -329,14 +407,41 @@ def sdpa(out, q, k, v, mask, *, scale, is_causal):
     elif B == 1 and mask is None and L == S and D == DV:
         # autotune seam: the sweep's shape (one sequence, self-attention, no mask), keyed by
         # head dim, causal flag and dtype; a screened entry inside today's space, else the
-        # default above. A TMA entry the tensors do not suit (strides, alignment) falls
-        # back to that default rather than running its tile on the pointer kernel.
-        default = cfg
+        # default above
         cfg = _autotune.pick("attention", (L, H, Hk, D, int(bool(is_causal))), cfg,
                              dtype=q.dtype.name, device=q.device)
-        if cfg.get("TMA") and not _tma_ok(q, k, v, out, mask, scale, D, DV, S):
-            cfg = default
-    tma = bool(cfg.get("TMA")) and _tma_ok(q, k, v, out, mask, scale, D, DV, S)
+    tma = bool(cfg.get("TMA") or cfg.get("WS"))
+    if tma and not _tma_ok(q, k, v, out, mask, scale, D, DV, S):
+        tma = False
+        if not _OVERRIDE:
+            # a TMA/WS tile (strides, alignment, a mask do not suit) is not a tuned
+            # pointer-kernel tile: TUNED's entry if it is a pointer one, else the untuned one
+            for tuned in (True, False):
+                cfg = flash_config(D, DV, q.dtype.itemsize, q.device.type == "interp",
+                                   is_causal, tuned=tuned)
+                if not (cfg.get("TMA") or cfg.get("WS")):
+                    break
+    # (the interpreter runs the loop's plain semantics, which are right: cuda only)
+    if tma and cfg.get("WS") and cfg["WS"] != "off" and q.device.type == "cuda" and (is_causal or (
+            D, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"])
+            not in WS_VERIFIED):
+        if _OVERRIDE:     # a test or sweep asked for it: refuse rather than compute garbage
+            raise ValueError(f"sdpa: the warp-specialised kernel is only run non-causal with "
+                             f"(D, BLOCK_M, BLOCK_N, num_warps, num_stages) in {WS_VERIFIED} "
+                             f"(other settings computed wrong results with Triton 3.6); got "
+                             f"D={D}, causal={bool(is_causal)}, {cfg}")
+        tma = False       # the tuned table never asks for it; the pointer kernel then
+        cfg = flash_config(D, DV, q.dtype.itemsize, q.device.type == "interp", is_causal,
+                           tuned=False)
+    if tma and cfg.get("WS"):
+        grid = (_cdiv(L, cfg["BLOCK_M"]), B * H)
+        launch(_flash_fwd_ws, grid, q, k, v, out, *q.stride()[:3], *k.stride()[:3],
+               *v.stride()[:3], *out.stride()[:3], H, L, S, scale * LOG2E,
+               GROUP=H // Hk, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_D=D,
+               CAUSAL=is_causal, EVEN_S=S % cfg["BLOCK_N"] == 0, WS=cfg["WS"] != "off",
+               PREC="ieee" if q.dtype.itemsize >= 4 else "tf32", num_warps=cfg["num_warps"],
+               num_stages=cfg["num_stages"])
+        return out
     if tma:
         if cfg["BLOCK_M"] % cfg["BLOCK_N"]:
             raise ValueError(f"sdpa: BLOCK_M ({cfg['BLOCK_M']}) must be a multiple of "
