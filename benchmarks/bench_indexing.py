@@ -1,19 +1,22 @@
-"""Indexing ops on the GPU, side by side with torch in the same run.
+"""Indexing, shape and sort ops on the GPU, side by side with torch in the same run (issue 4).
 
-    PYTHONPATH=src python3 benchmarks/bench_indexing.py [--quick] [OUTDIR]
+    PYTHONPATH=src python3 benchmarks/bench_indexing.py [--quick] [--sort-sweep] [OUTDIR]
+    PYTHONPATH=src python3 benchmarks/bench_indexing.py --fake-cuda   # our Python only (no GPU)
 
-Cases: embedding (vocab 128256 x 2048 bf16, 1..4096 tokens), index_select, gather and
-masked_fill at model shapes. Each case is timed as wall-clock per call over a loop of
-calls after a warm-up and a synchronize (so it is the eager cost a model sees,
+Cases at model shapes: embedding (vocab 128256 x 2048 bf16, 1..4096 tokens), index_select,
+gather, masked_fill, cat, stack, flip, sort and topk. Each case is timed as wall-clock per
+call over a loop of calls after a warm-up and a synchronize (the eager cost a model sees,
 including Python and launch overhead), median of 5 repeats, for:
 
     torch        torch's op
-    nbx          nbxtensor's op (reads the 16-byte out-of-range flag back: one sync)
-    nbx_defer    nbxtensor's op inside deferred_index_checks() (no per-call sync)
+    nbx          nbxtensor's op (default 'async' index checks: no per-call sync)
+    nbx_sync     index ops with nbx.set_index_check('sync') (a flag read, i.e. a sync, per op)
+    gpu          GPU time per call (calls queued behind a sleep kernel), nbx and torch
 
-ratio = torch / nbx (>= 0.8 is the goal; > 1 means nbx is faster). Each result is
-also compared with torch's (exact equality: these ops move values, they do not round).
-Writes indexing.json to OUTDIR (default: $OUT, else the current directory).
+ratio = torch / nbx wall time (>= 0.8 is the goal; > 1 means nbx is faster); gpu_ratio the
+same for GPU time. Each result is compared with torch's (exact equality: these ops move
+values). --sort-sweep also times sort (1, 32000) under several tile / rank-path configs
+(kernels/sort.py CONFIG). Writes indexing.json to OUTDIR (default: $OUT, else the cwd).
 """
 from __future__ import annotations
 
@@ -27,28 +30,32 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
-import torch  # noqa: E402  (the reference only)
-
-import nbxtensor as nbx  # noqa: E402
-from nbxtensor.ops.indexing import deferred_index_checks  # noqa: E402
-
 QUICK = "--quick" in sys.argv
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 OUTDIR = ARGS[0] if ARGS else os.environ.get("OUT", ".")
 
+import nbxtensor as nbx  # noqa: E402
+from nbxtensor.ops.indexing import set_index_check  # noqa: E402
 
-def to_nbx(t: torch.Tensor):
+
+def to_nbx(t):
     """A torch cuda tensor -> an nbx cuda tensor (through the host; setup only)."""
+    import torch
     t = t.contiguous().cpu()
     if t.dtype == torch.bfloat16:
         import ml_dtypes
         a = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    elif t.dtype == torch.bool:
+        a = t.numpy()
     else:
         a = t.numpy()
     return nbx.tensor(a, device="cuda")
 
 
 def to_np(x):
+    import torch
+    if isinstance(x, (tuple, list)):
+        return [to_np(y) for y in x]
     if isinstance(x, torch.Tensor):
         x = x.cpu()
         if x.dtype == torch.bfloat16:
@@ -59,6 +66,7 @@ def to_np(x):
 
 
 def sync_all():
+    import torch
     torch.cuda.synchronize()
     nbx.cuda.synchronize()
 
@@ -76,57 +84,120 @@ def timeit(fn, n_iter):
     return statistics.median(times)
 
 
+def gputime(fn, n_iter, wall):
+    """Kernel time only: a sleep kernel first, so the host enqueues every call before the
+    GPU reaches them (both libraries launch on the legacy default stream)."""
+    import torch
+    if not hasattr(torch.cuda, "_sleep"):
+        return float("nan")
+    best = float("inf")
+    cycles = int(min(2e9 * (n_iter * wall * 2 + 2e-4), 2e9 * 0.5))
+    for _ in range(3):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles)
+        e0.record()
+        for _ in range(n_iter):
+            fn()
+        e1.record()
+        e1.synchronize()
+        best = min(best, e0.elapsed_time(e1) / 1e3 / n_iter)
+    nbx.cuda.synchronize()
+    return best if best <= wall * 1.05 else float("nan")  # nan: it synchronised
+
+
 def iters_for(nbytes):
     if nbytes < (1 << 20):
-        return 200 if not QUICK else 50
+        return 200 if not QUICK else 60
     if nbytes < (64 << 20):
-        return 50 if not QUICK else 10
-    return 10 if not QUICK else 3
+        return 50 if not QUICK else 15
+    return 10 if not QUICK else 4
 
 
-def bench(name, shape_desc, torch_fn, nbx_fn, moved_bytes):
+def same(ref, got):
+    r, g = to_np(ref), to_np(got)
+    if isinstance(r, list):
+        return all(np.array_equal(a, b) for a, b in zip(r, g))
+    return bool(np.array_equal(r, g))
+
+
+def bench(name, shape_desc, torch_fn, nbx_fn, moved_bytes, index_op=False):
     ref = torch_fn()
     got = nbx_fn()
-    match = bool(np.array_equal(to_np(ref), to_np(got)))
+    match = same(ref, got)
     n = iters_for(moved_bytes)
     t_torch = timeit(torch_fn, n)
     t_nbx = timeit(nbx_fn, n)
-
-    def deferred():
-        with deferred_index_checks():
-            for _ in range(8):
-                nbx_fn()
-
-    t_def = timeit(deferred, max(1, n // 8)) / 8
+    t_sync = float("nan")
+    if index_op:
+        prev = set_index_check("sync")
+        try:
+            t_sync = timeit(nbx_fn, n)
+        finally:
+            set_index_check(prev)
+    g_torch = gputime(torch_fn, n, t_torch)
+    g_nbx = gputime(nbx_fn, n, t_nbx)
     row = dict(op=name, shape=shape_desc, torch_us=t_torch * 1e6, nbx_us=t_nbx * 1e6,
-               nbx_defer_us=t_def * 1e6, ratio=t_torch / t_nbx, ratio_defer=t_torch / t_def,
-               nbx_GBps=moved_bytes / t_nbx / 1e9, torch_GBps=moved_bytes / t_torch / 1e9,
-               match=match)
-    print(f"{name:13s} {shape_desc:44s} torch {row['torch_us']:9.1f} us  nbx {row['nbx_us']:9.1f} "
-          f"us  defer {row['nbx_defer_us']:9.1f} us  ratio {row['ratio']:5.2f} "
-          f"({row['ratio_defer']:5.2f} deferred)  {row['nbx_GBps']:7.0f} GB/s  "
-          f"{'ok' if match else 'MISMATCH'}", flush=True)
+               nbx_sync_us=t_sync * 1e6, ratio=t_torch / t_nbx,
+               torch_gpu_us=g_torch * 1e6, nbx_gpu_us=g_nbx * 1e6, gpu_ratio=g_torch / g_nbx,
+               nbx_GBps=moved_bytes / t_nbx / 1e9 if moved_bytes else None, match=match)
+    print(f"{name:12s} {shape_desc:42s} {row['torch_us']:8.1f} {row['nbx_us']:8.1f} "
+          f"{row['nbx_sync_us']:8.1f} {row['ratio']:6.2f} | {row['torch_gpu_us']:8.1f} "
+          f"{row['nbx_gpu_us']:8.1f} {row['gpu_ratio']:6.2f}  {'ok' if match else 'MISMATCH'}",
+          flush=True)
     return row
 
 
+def sort_sweep(x_t, x_n):
+    """GPU and wall time of sort (1, 32000) desc under several kernels/sort.py configs."""
+    import torch
+    from nbxtensor.kernels import sort as ks
+    cfg = ks.CONFIG["cuda"]
+    saved = dict(cfg)
+    out = []
+    print("sort sweep (1, 32000) f32 desc: sort_tile rank_max_tiles rank_block -> wall us, gpu us")
+    for tile, maxt, blk in ((4096, 8, 256), (4096, 8, 128), (4096, 8, 512), (2048, 16, 256),
+                            (1024, 32, 256), (8192, 4, 256), (4096, 0, 256), (2048, 0, 256)):
+        cfg.update(sort_tile=tile, rank_max_tiles=maxt, rank_block=blk)
+        try:
+            fn = lambda: nbx.sort(x_n, -1, descending=True)  # noqa: E731
+            ok = same(torch.sort(x_t, -1, descending=True, stable=True), fn())
+            w = timeit(fn, 30)
+            g = gputime(fn, 30, w)
+            print(f"  {tile:5d} {maxt:3d} {blk:4d}  {w * 1e6:8.1f} {g * 1e6:8.1f}  "
+                  f"{'ok' if ok else 'MISMATCH'}", flush=True)
+            out.append(dict(sort_tile=tile, rank_max_tiles=maxt, rank_block=blk,
+                            wall_us=w * 1e6, gpu_us=g * 1e6, match=ok))
+        except Exception as e:  # noqa: BLE001 - a config that does not compile: report it
+            print(f"  {tile:5d} {maxt:3d} {blk:4d}  failed: {type(e).__name__}: {str(e)[:80]}")
+    cfg.clear()
+    cfg.update(saved)
+    return out
+
+
 def main():
+    if "--fake-cuda" in sys.argv:
+        return fake_cuda()
+    import torch
     if not torch.cuda.is_available() or not nbx.cuda.is_available():
         print("bench_indexing: needs a GPU with torch and nbxtensor's cuda device")
         return 1
+    t_start = time.perf_counter()
     torch.manual_seed(0)
     rows = []
     dev = "cuda"
+    print(f"{'op':12s} {'shape':42s} {'torch':>8s} {'nbx':>8s} {'nbx_sync':>8s} {'ratio':>6s} | "
+          f"{'t_gpu':>8s} {'nbx_gpu':>8s} {'ratio':>6s}   (us per call; ratio = torch/nbx)")
 
     # embedding: a Llama-3 vocabulary
     V, H = 128256, 2048
     w_t = torch.randn(V, H, dtype=torch.bfloat16, device=dev)
     w_n = to_nbx(w_t)
     for T in ([1, 128, 4096] if QUICK else [1, 16, 128, 512, 1024, 4096]):
-        ids_t = torch.randint(0, V, (T,), device=dev)
+        ids_t = torch.randint(0, V, (1, T), device=dev)
         ids_n = to_nbx(ids_t)
-        rows.append(bench("embedding", f"({V}x{H} bf16)[{T} tokens]",
+        rows.append(bench("embedding", f"({V}x{H} bf16)[1x{T} tokens]",
                           lambda: torch.nn.functional.embedding(ids_t, w_t),
-                          lambda: nbx.embedding(ids_n, w_n), 2 * T * H * 2 + T * 8))
+                          lambda: nbx.embedding(ids_n, w_n), 2 * T * H * 2 + T * 8, True))
     del w_t, w_n
 
     # index_select along dim 0 and dim 1
@@ -138,7 +209,8 @@ def main():
         moved = 2 * 4096 * m * 2 + m * 8
         rows.append(bench("index_select", f"(4096x4096 bf16, dim={dim}, {m} idx)",
                           lambda: torch.index_select(x_t, dim, i_t),
-                          lambda: nbx.index_select(x_n, dim, i_n), moved))
+                          lambda: nbx.index_select(x_n, dim, i_n), moved, True))
+    del x_t, x_n
 
     # gather: picking token log-probs, and a full-size gather along the last dim
     B = 1024 if QUICK else 4096
@@ -148,7 +220,7 @@ def main():
     g_n = to_nbx(g_t)
     rows.append(bench("gather", f"({B}x32000 f32, dim=-1, index {B}x1)",
                       lambda: torch.gather(lp_t, -1, g_t), lambda: nbx.gather(lp_n, -1, g_n),
-                      B * 16))
+                      B * 16, True))
     del lp_t, lp_n
     S = (8, 1024, 1024) if QUICK else (16, 2048, 2048)
     a_t = torch.randn(*S, dtype=torch.bfloat16, device=dev)
@@ -158,11 +230,11 @@ def main():
     numel = S[0] * S[1] * S[2]
     rows.append(bench("gather", f"({'x'.join(map(str, S))} bf16, dim=2, full index)",
                       lambda: torch.gather(a_t, 2, gi_t), lambda: nbx.gather(a_n, 2, gi_n),
-                      numel * (2 + 2 + 8)))
+                      numel * (2 + 2 + 8), True))
     del a_t, a_n, gi_t, gi_n
 
     # masked_fill: causal mask on attention scores, the mask broadcast over batch and heads
-    for (B, Hh, T) in ([(4, 32, 512)] if QUICK else [(4, 32, 512), (4, 32, 1024), (1, 32, 2048)]):
+    for (B, Hh, T) in ([(4, 32, 512)] if QUICK else [(4, 32, 512), (1, 32, 2048)]):
         s_t = torch.randn(B, Hh, T, T, dtype=torch.bfloat16, device=dev)
         s_n = to_nbx(s_t)
         m_t = torch.ones(T, T, dtype=torch.bool, device=dev).triu(1)[None, None]
@@ -173,15 +245,97 @@ def main():
                           lambda: s_n.masked_fill(m_n, float("-inf")), n * 4))
         del s_t, s_n
 
-    worst = min(r["ratio"] for r in rows)
-    print(f"worst ratio torch/nbx: {worst:.2f} (goal >= 0.8); all match: "
-          f"{all(r['match'] for r in rows)}")
+    # cat / stack / flip (shapes of BENCHMARKS.md's issue-4 table, plus a decode-sized cat)
+    k1_t = torch.randn(4, 8, 1024, 128, dtype=torch.bfloat16, device=dev)
+    k2_t = torch.randn(4, 8, 256, 128, dtype=torch.bfloat16, device=dev)
+    k1_n, k2_n = to_nbx(k1_t), to_nbx(k2_t)
+    rows.append(bench("cat", "[4,8,1024,128]+[4,8,256,128] bf16 dim 2",
+                      lambda: torch.cat([k1_t, k2_t], 2), lambda: nbx.cat([k1_n, k2_n], 2),
+                      2 * 2 * (k1_t.numel() + k2_t.numel())))
+    s1_t = torch.randn(1, 8, 1, 64, dtype=torch.bfloat16, device=dev)
+    s1_n = to_nbx(s1_t)
+    rows.append(bench("cat", "[1,8,1,64]x2 bf16 dim 2 (decode)",
+                      lambda: torch.cat([s1_t, s1_t], 2), lambda: nbx.cat([s1_n, s1_n], 2), 4096))
+    f_t = torch.randn(1024, 4096, dtype=torch.float32, device=dev)
+    f_n = to_nbx(f_t)
+    rows.append(bench("stack", "3x[1024,4096] f32 dim 0",
+                      lambda: torch.stack([f_t, f_t, f_t]), lambda: nbx.stack([f_n, f_n, f_n]),
+                      2 * 3 * 4 * f_t.numel()))
+    for dims in ((0,), (-1,)):
+        rows.append(bench("flip", f"[1024,4096] f32 dims {dims}",
+                          lambda: torch.flip(f_t, dims), lambda: nbx.flip(f_n, dims),
+                          2 * 4 * f_t.numel()))
+    del k1_t, k2_t, k1_n, k2_n, f_t, f_n
+
+    # sort / topk on a vocabulary row (sampling)
+    r_t = torch.randn(1, 32000, dtype=torch.float32, device=dev)
+    r_n = to_nbx(r_t)
+    rows.append(bench("sort", "(1,32000) f32 desc",
+                      lambda: torch.sort(r_t, dim=-1, descending=True, stable=True),
+                      lambda: nbx.sort(r_n, -1, descending=True), 0))
+    rows.append(bench("topk", "(1,32000) f32 k=50", lambda: torch.topk(r_t, 50),
+                      lambda: nbx.topk(r_n, 50), 0))
+    if not QUICK:
+        r8_t = torch.randn(8, 32000, dtype=torch.float32, device=dev)
+        r8_n = to_nbx(r8_t)
+        rows.append(bench("sort", "(8,32000) f32 desc",
+                          lambda: torch.sort(r8_t, -1, descending=True, stable=True),
+                          lambda: nbx.sort(r8_n, -1, descending=True), 0))
+    sweep = sort_sweep(r_t, r_n) if "--sort-sweep" in sys.argv else None
+
+    worst = min(rows, key=lambda r: r["ratio"])
+    print(f"worst wall ratio torch/nbx: {worst['ratio']:.2f} ({worst['op']} {worst['shape']}; "
+          f"goal >= 0.8); all match: {all(r['match'] for r in rows)}; "
+          f"{time.perf_counter() - t_start:.0f} s")
     os.makedirs(OUTDIR, exist_ok=True)
     path = os.path.join(OUTDIR, "indexing.json")
     with open(path, "w") as f:
         json.dump(dict(bench="indexing", quick=QUICK, device=torch.cuda.get_device_name(),
-                       torch=torch.__version__, rows=rows), f, indent=1)
+                       torch=torch.__version__, rows=rows, sort_sweep=sweep), f, indent=1)
     print(f"wrote {path}")
+    return 0
+
+
+def fake_cuda():
+    """Our Python per call on the cuda code path, no GPU: cuda tensors over the real
+    CudaStorage and caching allocator with a pretend address space, every launch and
+    host copy stubbed (bench_overhead.py's --fake-cuda machinery)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_overhead as bo
+    bo._stub_launches()
+    make = bo._fake_cuda()
+    from nbxtensor.backends.cuda import driver as drv
+    drv.memcpy_htod = drv.memcpy_dtoh = drv.stream_synchronize = lambda *a, **k: None
+    w = make((1000, 256), "bfloat16")
+    ids1, ids128 = make((1,), "int64"), make((128,), "int64")
+    x, i0 = make((512, 512), "bfloat16"), make((256,), "int64")
+    lp, gi = make((64, 32000), "float32"), make((64, 1), "int64")
+    a, b = make((4, 8, 64, 128), "bfloat16"), make((4, 8, 16, 128), "bfloat16")
+    s1 = make((256, 512), "float32")
+    row = make((1, 32000), "float32")
+    cases = [
+        ("embedding 1 token", lambda: nbx.embedding(ids1, w)),
+        ("embedding 128 tokens", lambda: nbx.embedding(ids128, w)),
+        ("index_select dim 0", lambda: nbx.index_select(x, 0, i0)),
+        ("gather dim -1 (B,1)", lambda: nbx.gather(lp, -1, gi)),
+        ("cat 2 dim 2", lambda: nbx.cat([a, b], 2)),
+        ("stack 3", lambda: nbx.stack([s1, s1, s1])),
+        ("flip dim 0", lambda: nbx.flip(s1, [0])),
+        ("flip dim -1", lambda: nbx.flip(s1, [-1])),
+        ("sort (1,32000)", lambda: nbx.sort(row, -1, descending=True)),
+        ("topk (1,32000) k=50", lambda: nbx.topk(row, 50)),
+    ]
+    loops, reps = (200, 5) if QUICK else (1000, 9)
+    print(f"{'op (fake cuda, launches stubbed)':34s} {'us/call':>8s} {'launches':>8s}")
+    out = []
+    for name, fn in cases:
+        fn()
+        bo._LAUNCHES[0] = 0
+        fn()
+        nl = bo._LAUNCHES[0]
+        us = bo._time_min(fn, loops, reps) * 1e6
+        out.append(dict(op=name, python_us=round(us, 2), launches=nl))
+        print(f"{name:34s} {us:8.2f} {nl:8d}")
     return 0
 
 

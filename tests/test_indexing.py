@@ -4,6 +4,8 @@ Shapes overhang the interp tiles (BC = 32 columns, 128 elements a tile): 33, 65,
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -32,6 +34,27 @@ def _t(a, device, layout="contig"):
         return nbx.tensor(big, device=device)[..., ::2]
     t = nbx.tensor(np.ascontiguousarray(np.swapaxes(a, 0, -1)), device=device)
     return t.transpose(0, -1)
+
+
+@contextlib.contextmanager
+def _raises(device, match=None):
+    """IndexError from the block, seen where it surfaces: on cuda (async index checks) at the
+    next synchronising call; interp runs the same async path here (checked at the block's
+    end), so CI covers it; cpu raises at the op."""
+    from nbxtensor.kernels import indexing as kix
+    added = device == "interp" and "interp" not in kix.ASYNC_TYPES
+    if added:
+        kix.ASYNC_TYPES.add("interp")
+    try:
+        with pytest.raises(IndexError, match=match):
+            yield
+            if device == "cuda":
+                nbx.cuda.synchronize()
+            elif device == "interp":
+                kix.check_pending()
+    finally:
+        if added:
+            kix.ASYNC_TYPES.discard("interp")
 
 
 def _idx(a, device, dtype=nbx.int64, layout="contig"):
@@ -74,9 +97,9 @@ def test_gather_dtypes(device, dtype):
 
 def test_gather_errors(device):
     x = nbx.tensor(np.ones((3, 4), np.float32), device=device)
-    with pytest.raises(IndexError, match=r"gather: index 4 .*dim 1 of size 4.*\[0, 3\]"):
+    with _raises(device, r"gather: index 4 .*dim 1 of size 4.*\[0, 3\]"):
         nbx.gather(x, 1, _idx([[0, 4]], device))
-    with pytest.raises(IndexError, match=r"gather: index -1 .*\[0, 3\]"):
+    with _raises(device, r"gather: index -1 .*\[0, 3\]"):
         nbx.gather(x, 1, _idx([[0, -1]], device))
     with pytest.raises(TypeError, match="int64 or int32"):
         nbx.gather(x, 1, nbx.tensor([[0.0]], device=device))
@@ -111,7 +134,7 @@ def test_index_select(device, layout, dim):
     assert_close(r, expect.astype(np.float64))
     big = _idx(np.repeat(ind, 2), device)[::2]  # a strided index
     np.testing.assert_array_equal(_t(x, device, layout).index_select(dim, big).numpy(), expect)
-    with pytest.raises(IndexError, match=r"index_select: index .* valid range is \[0, "):
+    with _raises(device, r"index_select: index .* valid range is \[0, "):
         nbx.index_select(_t(x, device, layout), dim, _idx([0, x.shape[dim]], device))
     e = nbx.index_select(_t(x, device, layout), dim, _idx(np.zeros(0, np.int64), device))
     assert e.shape[dim] == 0
@@ -131,9 +154,9 @@ def test_embedding(device, dtype):
     np.testing.assert_array_equal(r.numpy(), w[ind])
     r = nbx.embedding(nbx.tensor(4, device=device), nbx.tensor(w, device=device))
     np.testing.assert_array_equal(r.numpy(), w[4])
-    with pytest.raises(IndexError, match=r"embedding: index 50 .*\[0, 49\]"):
+    with _raises(device, r"embedding: index 50 .*\[0, 49\]"):
         nbx.embedding(_idx([[1, 50]], device), nbx.tensor(w, device=device))
-    with pytest.raises(IndexError, match=r"embedding: index -1 "):
+    with _raises(device, r"embedding: index -1 "):
         nbx.embedding(_idx([-1], device), nbx.tensor(w, device=device))
 
 
@@ -145,7 +168,7 @@ def test_take(device):
     for lay in LAYOUTS:
         r = nbx.take(_t(x, device, lay), _idx(ind, device))
         np.testing.assert_array_equal(r.numpy(), expect)
-    with pytest.raises(IndexError, match=r"take: index 210 .*\[-210, 209\]"):
+    with _raises(device, r"take: index 210 .*\[-210, 209\]"):
         nbx.take(nbx.tensor(x, device=device), _idx([x.size], device))
 
 
@@ -239,9 +262,9 @@ def test_scatter_reduce(device, reduce, include_self, dtype):
 def test_scatter_errors(device):
     x = nbx.tensor(np.zeros((3, 4), np.float32), device=device)
     src = nbx.tensor(np.ones((1, 2), np.float32), device=device)
-    with pytest.raises(IndexError, match=r"scatter_add: index 3 .*dim 0 of size 3.*\[0, 2\]"):
+    with _raises(device, r"scatter_add: index 3 .*dim 0 of size 3.*\[0, 2\]"):
         nbx.scatter_add(x, 0, _idx([[0, 3]], device), src)
-    with pytest.raises(IndexError, match=r"scatter: index -2 "):
+    with _raises(device, r"scatter: index -2 "):
         nbx.scatter(x, 0, _idx([[0, -2]], device), src)
     with pytest.raises(TypeError, match="dtype"):
         nbx.scatter(x, 0, _idx([[0, 1]], device), src.double() if device == "cpu" else
@@ -280,7 +303,7 @@ def test_index_add_copy_fill(device, layout):
     t = _t(x, device, layout)
     t.index_fill_(1, _idx(ind_u, device), nbx.tensor(-3.5))
     np.testing.assert_array_equal(t.numpy(), e)
-    with pytest.raises(IndexError, match=r"index_add: index 9 .*\[0, 8\]"):
+    with _raises(device, r"index_add: index 9 .*\[0, 8\]"):
         nbx.index_add(_t(x, device), 0, _idx([9], device), _t(src[:1], device))
     with pytest.raises(ValueError, match="source must have shape"):
         nbx.index_add(_t(x, device), 0, _idx([1], device), _t(src, device))
@@ -436,9 +459,9 @@ def test_getitem_torch_int_rule(device):
 
 def test_getitem_errors(device):
     x = nbx.tensor(np.ones((3, 4), np.float32), device=device)
-    with pytest.raises(IndexError, match=r"index 3 is out of range for dimension 0 with size 3"):
+    with _raises(device, r"index 3 is out of range for dimension 0 with size 3"):
         x[[0, 3]]
-    with pytest.raises(IndexError, match=r"index -5 .*dimension 1 with size 4.*\[-4, 3\]"):
+    with _raises(device, r"index -5 .*dimension 1 with size 4.*\[-4, 3\]"):
         x[[0, 1], [-5, 0]]
     with pytest.raises(IndexError, match="shape of the mask"):
         x[nbx.tensor(np.ones(4, bool), device=device)]
@@ -516,7 +539,7 @@ def test_index_put_accumulate(device, dtype):
         nbx.index_put(nbx.tensor(x, device=device), (_idx([0], device),),
                       nbx.tensor(np.ones(33, np.float16 if dtype is not nbx.float16 else np.float32),
                                  device=device))
-    with pytest.raises(IndexError, match=r"index_put: index 8 .*dimension 0 with size 8"):
+    with _raises(device, r"index_put: index 8 .*dimension 0 with size 8"):
         nbx.index_put(nbx.tensor(x, device=device), (_idx([8], device),),
                       nbx.tensor(v[:1], device=device))
 
@@ -524,9 +547,108 @@ def test_index_put_accumulate(device, dtype):
 def test_out_of_range_leaves_no_trace_in_later_calls(device):
     x = nbx.tensor(np.arange(10.0, dtype=np.float32), device=device)
     for _ in range(2):
-        with pytest.raises(IndexError):
+        with _raises(device):
             x[[1, 10]]
         np.testing.assert_array_equal(x[[1, 9]].numpy(), [1.0, 9.0])
+
+
+@pytest.fixture
+def async_checks(device):
+    """Async index checks on this device (the cuda default; interp opts in for the test)."""
+    from nbxtensor.kernels import indexing as kix
+    if device == "cpu":
+        pytest.skip("cpu checks indices on the host, before any write")
+    added = "interp" not in kix.ASYNC_TYPES
+    kix.ASYNC_TYPES.add(device)
+    yield kix
+    if added:
+        kix.ASYNC_TYPES.discard("interp")
+
+
+def _sync_point(device, kix):
+    if device == "cuda":
+        nbx.cuda.synchronize()
+    else:
+        kix.check_pending()
+
+
+def test_async_index_error_surfaces_at_the_next_sync(device, async_checks):
+    kix = async_checks
+    g = rng()
+    x = g.standard_normal((6, 33)).astype(np.float32)
+    xt = nbx.tensor(x, device=device)
+    buf = nbx.tensor(np.full((8, 33), np.nan, np.float32), device=device)
+    out = buf[1:7]  # the op's output inside a NaN guard band
+    ind = g.integers(0, 6, (6, 33))
+    ind[2, 5] = 9
+    r = nbx.gather(xt, 0, _idx(ind, device), out=out)  # no error at the op
+    assert r is out and kix.PENDING[0]
+    r2 = nbx.index_select(xt, 1, _idx([32, 0], device))  # a later good op runs
+    # a second bad op: the error names the first one (op and value)
+    nbx.embedding(_idx([50], device), xt)
+    with pytest.raises(IndexError, match=r"gather: index 9 is out of range for dim 0 of size 6"
+                                         r".*later synchronising call"):
+        _sync_point(device, kix)
+    assert not kix.PENDING[0]
+    # the bad op wrote every good position and nothing outside its output
+    got = buf.numpy()
+    assert np.isnan(got[0]).all() and np.isnan(got[7]).all()
+    good = np.ones(ind.shape, bool)
+    good[2, 5] = False
+    np.testing.assert_array_equal(got[1:7][good], np.take_along_axis(x, np.minimum(ind, 5), 0)[good])
+    np.testing.assert_array_equal(r2.numpy(), x[:, [32, 0]])
+    # the flag was reset: later ops and syncs are clean
+    np.testing.assert_array_equal(nbx.index_select(xt, 0, _idx([5], device)).numpy(), x[[5]])
+    _sync_point(device, kix)
+
+
+def test_async_scatter_does_not_write_outside(device, async_checks):
+    kix = async_checks
+    base = nbx.tensor(np.full(12, 7.0, np.float32), device=device)
+    dst = base[1:11]
+    src = nbx.tensor(np.arange(1.0, 4.0, dtype=np.float32), device=device)
+    dst.scatter_(0, _idx([2, 10, 4], device), src)   # 10 would land on base[11]
+    nbx.index_add(dst, 0, _idx([-1], device), src[:1])  # -1 would land on base[0]
+    with pytest.raises(IndexError, match=r"scatter_: index 10 .*dim 0 of size 10"):
+        _sync_point(device, kix)
+    b = base.numpy()
+    assert b[0] == 7.0 and b[11] == 7.0
+    assert b[3] == 1.0 and b[5] == 3.0  # the in-range updates of the bad call were applied
+
+
+def test_async_index_error_at_host_reads_and_stream_syncs(device):
+    """cuda: every seam that synchronises raises a recorded index error."""
+    if device != "cuda":
+        pytest.skip("the seams are cuda's")
+    x = nbx.tensor(np.arange(10.0, dtype=np.float32), device="cuda")
+    other = nbx.tensor(np.ones(3, np.float32), device="cuda")
+    seams = [lambda: other[:1].item(),
+             lambda: other.numpy(), lambda: other.tolist(), lambda: other.to("cpu"),
+             lambda: nbx.cuda.synchronize(), lambda: nbx.cuda.current_stream().synchronize()]
+    for k, seam in enumerate(seams):
+        nbx.index_select(x, 0, _idx([3, 10 + k], "cuda"))
+        with pytest.raises(IndexError, match=rf"index_select: index {10 + k} is out of range"):
+            seam()
+        seam()  # reported once
+    ev = nbx.cuda.Event()
+    nbx.take(x, _idx([40], "cuda"))
+    ev.record()
+    with pytest.raises(IndexError, match=r"take: index 40 "):
+        ev.synchronize()
+
+
+def test_sync_mode_raises_at_the_op(device):
+    set_index_check = nbx.set_index_check
+    x = nbx.tensor(np.arange(10.0, dtype=np.float32), device=device)
+    prev = set_index_check("sync")
+    try:
+        with pytest.raises(IndexError, match=r"index_select: index 11 "):
+            nbx.index_select(x, 0, _idx([11], device))
+        with pytest.raises(ValueError, match="mode"):
+            set_index_check("later")
+    finally:
+        set_index_check(prev)
+    assert prev == "async"
 
 
 def test_deferred_index_checks(device):

@@ -119,6 +119,53 @@ def test_cat_out_overlaps_input(device):
     same(buf, np.concatenate([ry, ry]))
 
 
+@pytest.mark.parametrize("dtype", [nbx.float32, nbx.bfloat16, nbx.uint8, nbx.int64, nbx.bool],
+                         ids=lambda d: d.name)
+@pytest.mark.parametrize("n", [2, 3, 5, 9])
+def test_cat_stack_contiguous_one_launch(n, dtype, device):
+    """The fast path (contiguous inputs of one dtype: one launch per 4 inputs), with widths
+    that overhang the interp block (64) and inputs at a storage offset."""
+    g = rng()
+    widths = [int(w) for w in g.integers(1, 70, n)]
+    widths[0] = 65
+    ts, rs = [], []
+    for k, w in enumerate(widths):
+        t, r = make((3, w, 2), dtype, device)
+        if k == 1:  # a contiguous view that starts inside its storage
+            big, rb = make((5, w, 2), dtype, device)
+            t, r = big[2:5], rb[2:5]
+        ts.append(t)
+        rs.append(r)
+    for d in (1, -2):
+        out = nbx.cat(ts, d)
+        same(out, np.concatenate(rs, d))
+    same(nbx.cat([t.reshape(-1) for t in ts]), np.concatenate([r.reshape(-1) for r in rs]))
+    eq = [make((3, 33), dtype, device)[0] for _ in range(n)]
+    for d in (0, 1, 2, -1, -3):
+        same(nbx.stack(eq, d), np.stack([t.numpy() for t in eq], d))
+
+
+def test_cat_fast_path_idx64(device, monkeypatch):
+    if device == "cpu":
+        pytest.skip("kernel path")
+    from nbxtensor.kernels import shape as ks
+    monkeypatch.setattr(ks, "_FORCE_IDX64", True)
+    a, ra = make((4, 100), nbx.float16, device)
+    b, rb = make((4, 3), nbx.float16, device)
+    same(nbx.cat([a, b, a], 1), np.concatenate([ra, rb, ra], 1))
+
+
+def test_flip_replayed_launches(device):
+    """flip's kernel entry replays the launches recorded for a layout: later calls with the
+    same layout and new data (and views at other offsets) must still be right."""
+    for _ in range(3):
+        for dims in ((0,), (-1,), (0, 2)):
+            x, rx = make((3, 5, 70), nbx.float32, device)
+            same(nbx.flip(x, dims), np.flip(rx, dims))
+            big, rb = make((6, 5, 70), nbx.bfloat16, device)
+            same(nbx.flip(big[3:], dims), np.flip(rb[3:], dims))
+
+
 @pytest.mark.parametrize("dim", [0, 1, 2, -1])
 def test_stack(dim, device):
     ts = [make((3, 345), nbx.bfloat16, device, lay) for lay in ("contig", "strided", "broadcast")]

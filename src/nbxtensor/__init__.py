@@ -21,6 +21,7 @@ from .creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, fu
                        linspace, ones, ones_like, scalar_tensor, tensor, zeros, zeros_like)
 from .ops import *  # noqa: F401,F403  - the op surface; attaches Tensor methods
 from . import ops as _ops
+from .ops.indexing import check_index_errors, set_index_check  # noqa: F401,E402 - cuda index-check mode
 
 _LAZY = {"cuda": "nbxtensor.cuda", "io": "nbxtensor.io", "models": "nbxtensor.models",
          "linalg": "nbxtensor.ops.linalg", "nn": "nbxtensor.nn"}

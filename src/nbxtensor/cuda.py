@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import sys
 
 from .backends.cuda import driver as _drv
 from .backends.cuda.driver import CudaError, CudaUnavailable  # noqa: F401 - public names
@@ -91,6 +92,7 @@ class Stream:
     def synchronize(self) -> None:
         _drv.set_device(self.device)
         _drv.stream_synchronize(self.handle)
+        _index_hook()
 
     def query(self) -> bool:
         """True when all work queued on the stream has finished."""
@@ -184,6 +186,7 @@ class Event:
 
     def synchronize(self) -> None:
         _drv.event_synchronize(self.handle)
+        _index_hook()
 
     def query(self) -> bool:
         return _drv.event_query(self.handle)
@@ -206,6 +209,14 @@ def synchronize(device=None) -> None:
     """Wait for all work on `device` (default: the current one) to finish."""
     _drv.set_device(_index(device))
     _drv.ctx_synchronize()
+    _index_hook()
+
+
+def _index_hook() -> None:
+    """[indexing hook] raise the out-of-range index errors that earlier cuda ops recorded."""
+    ix = sys.modules.get("nbxtensor.kernels.indexing")
+    if ix is not None and ix.PENDING[0]:
+        ix.check_pending()
 
 
 # ============================================================================================

@@ -30,6 +30,7 @@ import triton.language as tl
 
 from .. import dtypes as _dt
 from ..dispatch import NotImplementedOnDevice, register
+from ..backends.cuda import driver as _driver
 from ..backends.launch import launch
 from ..tensor import Tensor
 from ._host import f64_bits as _f64_bits
@@ -56,13 +57,17 @@ def _tile(pid, n_cblocks, n_rows, R1, R2, C, BR: tl.constexpr, BC: tl.constexpr)
 
 
 @triton.jit
-def _flag_bad(flag_ptr, bad, idx):
-    """Record the count of bad indices and one bad value (the largest) in flag[0:2]."""
+def _flag_bad(flag_ptr, bad, idx, tag):
+    """Record a bad index in the flag: [0] += count; the first op to see one writes its
+    host-side `tag` (names the op) into [2] and one bad value (this program's largest) into [1]."""
     nbad = tl.sum(bad.to(tl.int32))
     if nbad > 0:
         worst = tl.max(tl.where(bad, idx, -9223372036854775807))
         tl.atomic_add(flag_ptr, nbad.to(tl.int64))
-        tl.atomic_xchg(flag_ptr + 1, worst)
+        t64 = tag.to(tl.int64)
+        old = tl.atomic_cas(flag_ptr + 2, t64 * 0, t64)
+        if old == 0:
+            tl.atomic_xchg(flag_ptr + 1, worst)
 
 
 @triton.jit
@@ -75,7 +80,7 @@ def _scalar(value, F64BITS: tl.constexpr):
 
 
 @triton.jit
-def _gather_kernel(out_ptr, src_ptr, idx_ptr, flag_ptr,
+def _gather_kernel(out_ptr, src_ptr, idx_ptr, flag_ptr, tag,
                    n_rows, R1, R2, C, n_cblocks,
                    o0, o1, o2, oc, s0, s1, s2, sc, i0, i1, i2, ic,
                    sdim, lo, hi,
@@ -96,7 +101,7 @@ def _gather_kernel(out_ptr, src_ptr, idx_ptr, flag_ptr,
         if IDX_ROW:  # the index is constant along the cols: load it once per row
             idx = tl.load(idx_ptr + (r0 * i0 + r1 * i1 + r2 * i2), mask=rmask, other=0).to(tl.int64)
             bad = ((idx < lo) | (idx >= hi)) & rmask
-            _flag_bad(flag_ptr, bad, idx)
+            _flag_bad(flag_ptr, bad, idx, tag)
             if WRAP:
                 idx = tl.where(idx < 0, idx + hi, idx)
             soff += (idx * sdim)[:, None]
@@ -105,7 +110,7 @@ def _gather_kernel(out_ptr, src_ptr, idx_ptr, flag_ptr,
             ioff = (r0 * i0 + r1 * i1 + r2 * i2)[:, None] + (cols * ic)[None, :]
             idx = tl.load(idx_ptr + ioff, mask=mask, other=0).to(tl.int64)
             bad = ((idx < lo) | (idx >= hi)) & mask
-            _flag_bad(flag_ptr, bad, idx)
+            _flag_bad(flag_ptr, bad, idx, tag)
             if WRAP:
                 idx = tl.where(idx < 0, idx + hi, idx)
             soff += idx * sdim
@@ -116,7 +121,44 @@ def _gather_kernel(out_ptr, src_ptr, idx_ptr, flag_ptr,
 
 
 @triton.jit
-def _scatter_kernel(dst_ptr, src_ptr, idx_ptr, flag_ptr, value, alpha,
+def _gather_rows_kernel(out_ptr, src_ptr, idx_ptr, flag_ptr, tag, n_rows, C, n_cblocks,
+                        o_r, s_r, i_r, sdim, lo, hi,
+                        WRAP: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
+    """_gather_kernel's common case with fewer arguments (launch cost grows with them):
+    one row dim, one index per row, contiguous columns (embedding, index_select dim 0)."""
+    pid = tl.program_id(0)
+    rows = (pid // n_cblocks).to(tl.int64) * BR + tl.arange(0, BR)
+    cols = (pid % n_cblocks).to(tl.int64) * BC + tl.arange(0, BC)
+    rmask = rows < n_rows
+    mask = rmask[:, None] & (cols < C)[None, :]
+    idx = tl.load(idx_ptr + rows * i_r, mask=rmask, other=0).to(tl.int64)
+    bad = ((idx < lo) | (idx >= hi)) & rmask
+    _flag_bad(flag_ptr, bad, idx, tag)
+    if WRAP:
+        idx = tl.where(idx < 0, idx + hi, idx)
+    soff = (rows * s_r + idx * sdim)[:, None] + cols[None, :]
+    vals = tl.load(src_ptr + soff, mask=mask & (~bad)[:, None])
+    tl.store(out_ptr + (rows * o_r)[:, None] + cols[None, :], vals.to(out_ptr.dtype.element_ty),
+             mask=mask)
+
+
+@triton.jit
+def _gather_1d_kernel(out_ptr, src_ptr, idx_ptr, flag_ptr, tag, C, oc, sc, ic, sdim, lo, hi,
+                      WRAP: tl.constexpr, BC: tl.constexpr):
+    """_gather_kernel over one dim with an index per element (gather of (B, 1) indices)."""
+    cols = tl.program_id(0).to(tl.int64) * BC + tl.arange(0, BC)
+    m = cols < C
+    idx = tl.load(idx_ptr + cols * ic, mask=m, other=0).to(tl.int64)
+    bad = ((idx < lo) | (idx >= hi)) & m
+    _flag_bad(flag_ptr, bad, idx, tag)
+    if WRAP:
+        idx = tl.where(idx < 0, idx + hi, idx)
+    vals = tl.load(src_ptr + cols * sc + idx * sdim, mask=m & ~bad)
+    tl.store(out_ptr + cols * oc, vals.to(out_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _scatter_kernel(dst_ptr, src_ptr, idx_ptr, flag_ptr, tag, value, alpha,
                     n_rows, R1, R2, C, n_cblocks,
                     d0, d1, d2, dc, s0, s1, s2, sc, i0, i1, i2, ic,
                     ddim, lo, hi,
@@ -130,7 +172,7 @@ def _scatter_kernel(dst_ptr, src_ptr, idx_ptr, flag_ptr, value, alpha,
     if IDX_ROW:
         idx = tl.load(idx_ptr + (r0 * i0 + r1 * i1 + r2 * i2), mask=rmask, other=0).to(tl.int64)
         bad = ((idx < lo) | (idx >= hi)) & rmask
-        _flag_bad(flag_ptr, bad, idx)
+        _flag_bad(flag_ptr, bad, idx, tag)
         if WRAP:
             idx = tl.where(idx < 0, idx + hi, idx)
         doff += (idx * ddim)[:, None]
@@ -139,7 +181,7 @@ def _scatter_kernel(dst_ptr, src_ptr, idx_ptr, flag_ptr, value, alpha,
         ioff = (r0 * i0 + r1 * i1 + r2 * i2)[:, None] + (cols * ic)[None, :]
         idx = tl.load(idx_ptr + ioff, mask=mask, other=0).to(tl.int64)
         bad = ((idx < lo) | (idx >= hi)) & mask
-        _flag_bad(flag_ptr, bad, idx)
+        _flag_bad(flag_ptr, bad, idx, tag)
         if WRAP:
             idx = tl.where(idx < 0, idx + hi, idx)
         doff += idx * ddim
@@ -181,7 +223,7 @@ def _cas_multiply(dst_ptr, doff, vals, scratch_ptr, pending, ITY: tl.constexpr):
 
 
 @triton.jit
-def _scatter_prod_kernel(dst_ptr, src_ptr, idx_ptr, flag_ptr, scratch_ptr,
+def _scatter_prod_kernel(dst_ptr, src_ptr, idx_ptr, flag_ptr, tag, scratch_ptr,
                          n_rows, R1, R2, C, n_cblocks,
                          d0, d1, d2, dc, s0, s1, s2, sc, i0, i1, i2, ic,
                          ddim, lo, hi, IBITS: tl.constexpr, WRAP: tl.constexpr,
@@ -192,7 +234,7 @@ def _scatter_prod_kernel(dst_ptr, src_ptr, idx_ptr, flag_ptr, scratch_ptr,
     ioff = (r0 * i0 + r1 * i1 + r2 * i2)[:, None] + (cols * ic)[None, :]
     idx = tl.load(idx_ptr + ioff, mask=mask, other=0).to(tl.int64)
     bad = ((idx < lo) | (idx >= hi)) & mask
-    _flag_bad(flag_ptr, bad, idx)
+    _flag_bad(flag_ptr, bad, idx, tag)
     if WRAP:
         idx = tl.where(idx < 0, idx + hi, idx)
     doff = (r0 * d0 + r1 * d1 + r2 * d2)[:, None] + (cols * dc)[None, :] + idx * ddim
@@ -206,7 +248,7 @@ def _scatter_prod_kernel(dst_ptr, src_ptr, idx_ptr, flag_ptr, scratch_ptr,
 
 
 @triton.jit
-def _linearize_kernel(acc_ptr, idx_ptr, flag_ptr,
+def _linearize_kernel(acc_ptr, idx_ptr, flag_ptr, tag,
                       n_rows, R1, R2, C, n_cblocks,
                       a0, a1, a2, ac, i0, i1, i2, ic,
                       stride, lo, hi,
@@ -217,7 +259,7 @@ def _linearize_kernel(acc_ptr, idx_ptr, flag_ptr,
     ioff = (r0 * i0 + r1 * i1 + r2 * i2)[:, None] + (cols * ic)[None, :]
     idx = tl.load(idx_ptr + ioff, mask=mask, other=0).to(tl.int64)
     bad = ((idx < lo) | (idx >= hi)) & mask
-    _flag_bad(flag_ptr, bad, idx)
+    _flag_bad(flag_ptr, bad, idx, tag)
     if WRAP:
         idx = tl.where(idx < 0, idx + hi, idx)
     aoff = (r0 * a0 + r1 * a1 + r2 * a2)[:, None] + (cols * ac)[None, :]
@@ -344,44 +386,121 @@ def _plan(views):
 
 _FLAGS: dict = {}
 _DEFER = [0]  # replaced by ops.indexing's counter on first use (see _bind_defer)
+_MODE = ["async"]  # replaced by ops.indexing's (set_index_check) on first use
 
 
 def _bind_defer():
-    global _DEFER
+    global _DEFER, _MODE
     from ..ops import indexing as _ops_indexing  # a cached module; imported once here
     _DEFER = _ops_indexing._DEFER
+    _MODE = _ops_indexing._CHECK_MODE
 
 
 _bind_defer()
+
+# Out-of-range checks on cuda are asynchronous: the op records bad indices in the flag and
+# sets PENDING; the flag is read at the next point that synchronises anyway (a device->host
+# read: item/numpy/tolist/to('cpu'); nbx.cuda.synchronize; Stream/Event.synchronize), which
+# call check_pending(). PENDING[0] is what those seams test (one list read when idle).
+PENDING = [0]
+ASYNC_TYPES = {"cuda"}   # interp checks at the op (no sync to save); tests add it
+_GRAPH_OPS = [False]   # an index op was captured in a CUDA graph: its replays can set the flag
+
+# tags name the op in the flag: 16*k + 3 is never 1 nor a multiple of 16, so the launcher's
+# integer specialisation (and so the compiled kernel) is the same for every tag
+_TAG_OF: dict = {}
+_ERR_OF: dict = {3: None}
+_MAX_TAGS = 1 << 16
+
+
+def _tag(err) -> int:
+    t = _TAG_OF.get(err)
+    if t is None:
+        if err is None or len(_TAG_OF) >= _MAX_TAGS:
+            return 3   # unnamed (the table is full): the message says "an indexing op"
+        t = _TAG_OF[err] = 16 * (len(_TAG_OF) + 1) + 3
+        _ERR_OF[t] = err
+    return t
 
 
 def _flag(device) -> Tensor:
     f = _FLAGS.get(device)
     if f is None:
         from ..creation import tensor
-        f = _FLAGS[device] = tensor(np.zeros(2, np.int64), device=device)
+        f = _FLAGS[device] = tensor(np.zeros(4, np.int64), device=device)
     return f
 
 
-def _check_flag(device, err) -> None:
-    """Read the out-of-range flag (one small device->host copy) and raise if it is set."""
-    if _DEFER[0] and err is not None:
-        return
+def _read_flag(device, deferred) -> None:
+    """Read one device's flag (a small device->host copy) and raise if it records a bad index."""
     f = _FLAGS.get(device)
     if f is None:
         return
-    n, bad = (int(x) for x in f._storage.to_host(0, 16).view(np.int64))
+    n, bad, tag, _ = (int(x) for x in f._storage.to_host(f.storage_offset() * 8, 32).view(np.int64))
     if n:
-        f.untyped_storage().from_host(f.storage_offset() * 8, np.zeros(2, np.int64))
+        f.untyped_storage().from_host(f.storage_offset() * 8, np.zeros(4, np.int64))
         from ..ops.indexing import _oob_error
-        raise _oob_error(err or ("indexing", "its dimension (found after deferred checks)",
-                                 None, None), bad)
+        err = _ERR_OF.get(tag) or ("indexing", "its dimension", None, None)
+        e = _oob_error(err, bad)
+        if deferred:
+            e = IndexError(f"{e.args[0]} (recorded by an earlier op on {device} and reported at "
+                           f"a later synchronising call; nbx.set_index_check('sync') reports "
+                           f"it at the op)")
+        raise e
+
+
+def _after(dev, err) -> None:
+    """After an index-reading launch: check now (interp, or 'sync' mode) or leave it pending."""
+    if _DEFER[0] and err is not None:
+        if dev.type == "cuda" and _capturing():
+            _GRAPH_OPS[0] = True
+        return
+    if dev.type in ASYNC_TYPES:
+        cap = _capturing()
+        if _MODE[0] != "sync" or cap:   # a read inside a graph capture would be refused
+            PENDING[0] = 1
+            if cap:
+                _GRAPH_OPS[0] = True
+            return
+    _read_flag(dev, False)
+
+
+def _capturing() -> bool:
+    return bool(_driver._capturing)
+
+
+_BUSY = [False]
+
+
+def _read_all(deferred) -> None:
+    if _BUSY[0]:
+        return
+    _BUSY[0] = True
+    PENDING[0] = 0
+    try:
+        for dev in list(_FLAGS):
+            _read_flag(dev, deferred)
+    finally:
+        _BUSY[0] = False
+        if _GRAPH_OPS[0]:
+            PENDING[0] = 1
+
+
+def check_pending() -> None:
+    """The sync seams' hook: read the cuda flags if an index op ran since the last check.
+
+    Skipped inside deferred_index_checks() (its exit reads them) and during graph capture
+    (a host read would be refused). After an index op was captured in a graph, every sync
+    reads the flags (replays run no Python to set PENDING).
+    """
+    if _DEFER[0] or _capturing():
+        return
+    _read_all(True)
 
 
 def check_all_flags() -> None:
-    """Read every device's flag (after deferred checks) and raise for a recorded bad index."""
-    for dev in list(_FLAGS):
-        _check_flag(dev, None)
+    """Read every device's flag and raise for a recorded bad index (deferred checks' exit)."""
+    _read_all(True)
 
 
 # ---------------------------------------------------------------------------- entries
@@ -389,22 +508,56 @@ def _s4(st):
     return st[0], st[1], st[2], st[3]
 
 
+_GPLANS: dict = {}
+
+
+def _gather_plan(key, views, devtype, itemsize, has_idx):
+    """[(views, kernel, geometry args, constexprs, grid)] per launch of index_gather."""
+    plans = []
+    for vs, (n_rows, R1, R2, C, st) in _plan(views):
+        grid, ncb, br, bc, warps = _grid_args(devtype, n_rows, C, itemsize)
+        ist = st[2] if has_idx else [0, 0, 0, 0]
+        idx_row = has_idx and ist[3] == 0
+        contig = st[0][3] == 1 and st[1][3] == 1
+        if idx_row and contig and R2 == n_rows:     # rows of one dim: _gather_rows_kernel
+            plans.append((vs, _gather_rows_kernel, (n_rows, C, ncb, st[0][2], st[1][2], ist[2]),
+                          dict(BR=br, BC=bc, num_warps=warps), grid))
+            continue
+        if has_idx and n_rows == 1 and not idx_row:  # one dim, an index per element
+            plans.append((vs, _gather_1d_kernel, (C, st[0][3], st[1][3], ist[3]),
+                          dict(BC=br * bc, num_warps=warps), grid))
+            continue
+        geo = (n_rows, R1, R2, C, ncb, *_s4(st[0]), *_s4(st[1]), *_s4(ist))
+        kw = dict(HAS_IDX=has_idx, IDX_ROW=idx_row, CONTIG=contig, BR=br, BC=bc,
+                  num_warps=warps)
+        plans.append((vs, _gather_kernel, geo, kw, grid))
+    if len(plans) == 1 and len(_GPLANS) < 4096:   # one launch: cache it (no views to keep)
+        _GPLANS[key] = [(None,) + plans[0][1:]]
+    return plans
+
+
 @register("index_gather", "triton")
 def index_gather(out, src, idx, sdim, lo, hi, wrap, err):
     dev = out.device
-    flag = _flag(dev)
-    views = [out, src] + ([idx] if idx is not None else [])
-    for vs, (n_rows, R1, R2, C, st) in _plan(views):
-        grid, ncb, br, bc, warps = _grid_args(dev.type, n_rows, C, out.dtype.itemsize)
-        ist = st[2] if idx is not None else [0, 0, 0, 0]
-        idx_row = idx is not None and ist[3] == 0
-        contig = st[0][3] == 1 and st[1][3] == 1
-        launch(_gather_kernel, grid, vs[0], vs[1], vs[2] if idx is not None else vs[0], flag,
-               n_rows, R1, R2, C, ncb, *_s4(st[0]), *_s4(st[1]), *_s4(ist),
-               sdim, lo, hi, HAS_IDX=idx is not None, IDX_ROW=idx_row, WRAP=wrap,
-               CONTIG=contig, BR=br, BC=bc, num_warps=warps)
+    flag = _FLAGS.get(dev)
+    if flag is None:
+        flag = _flag(dev)
+    if idx is None:
+        key = (dev.type, out._dtype.itemsize, out._shape, out._stride, src._stride, None)
+        views = (out, src)
+    else:
+        key = (dev.type, out._dtype.itemsize, out._shape, out._stride, src._stride, idx._stride)
+        views = (out, src, idx)
+    plans = _GPLANS.get(key) or _gather_plan(key, list(views), dev.type, out._dtype.itemsize,
+                                             idx is not None)
+    tag = _tag(err) if idx is not None else 3
+    for vs, kernel, geo, kw, grid in plans:
+        if vs is None:
+            vs = views
+        launch(kernel, grid, vs[0], vs[1], vs[2] if idx is not None else vs[0], flag,
+               tag, *geo, sdim, lo, hi, WRAP=wrap, **kw)
     if idx is not None:
-        _check_flag(dev, err)
+        _after(dev, err)
 
 
 def _scalar_arg(value, dtype):
@@ -472,12 +625,12 @@ def index_scatter(dst, src, idx, ddim, lo, hi, wrap, mode, err, value=None, alph
         grid, ncb, br, bc, warps = _grid_args(dev.type, n_rows, C, et.itemsize)
         sst = st[2] if src is not None else [0, 0, 0, 0]
         launch(_scatter_kernel, grid, vs[0], vs[2] if src is not None else vs[0], vs[1], flag,
-               _scalar_arg(value, et), 1 if alpha is None else alpha,
+               _tag(err), _scalar_arg(value, et), 1 if alpha is None else alpha,
                n_rows, R1, R2, C, ncb, *_s4(st[0]), *_s4(sst), *_s4(st[1]),
                ddim, lo, hi, MODE=m, SRC_SCALAR=src is None, HAS_ALPHA=alpha is not None,
                F64BITS=f64,
                IDX_ROW=st[1][3] == 0, WRAP=wrap, BR=br, BC=bc, num_warps=warps)
-    _check_flag(dev, err)
+    _after(dev, err)
 
 
 def _scatter_prod(dst, src, idx, ddim, lo, hi, wrap, err, flag, value):
@@ -489,11 +642,11 @@ def _scatter_prod(dst, src, idx, ddim, lo, hi, wrap, err, flag, value):
     scratch = Tensor._empty((1,), dst.dtype, dev)
     for vs, (n_rows, R1, R2, C, st) in _plan([dst, idx, src]):
         grid, ncb, br, bc, warps = _grid_args(dev.type, n_rows, C, dst.dtype.itemsize)
-        launch(_scatter_prod_kernel, grid, vs[0], vs[2], vs[1], flag, scratch,
+        launch(_scatter_prod_kernel, grid, vs[0], vs[2], vs[1], flag, _tag(err), scratch,
                n_rows, R1, R2, C, ncb, *_s4(st[0]), *_s4(st[2]), *_s4(st[1]),
                ddim, lo, hi, IBITS=dst.dtype.itemsize * 8, WRAP=wrap, BR=br, BC=bc,
                num_warps=warps)
-    _check_flag(dev, err)
+    _after(dev, err)
 
 
 @register("index_linearize", "triton")
@@ -502,10 +655,10 @@ def index_linearize(acc, idx, stride, lo, hi, wrap, init, err):
     flag = _flag(dev)
     for vs, (n_rows, R1, R2, C, st) in _plan([acc, idx]):
         grid, ncb, br, bc, warps = _grid_args(dev.type, n_rows, C, 8)
-        launch(_linearize_kernel, grid, vs[0], vs[1], flag, n_rows, R1, R2, C, ncb,
+        launch(_linearize_kernel, grid, vs[0], vs[1], flag, _tag(err), n_rows, R1, R2, C, ncb,
                *_s4(st[0]), *_s4(st[1]), stride, lo, hi, INIT=init, WRAP=wrap,
                BR=br, BC=bc, num_warps=warps)
-    _check_flag(dev, err)
+    _after(dev, err)
 
 
 @register("masked_fill", "triton")

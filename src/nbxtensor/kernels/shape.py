@@ -139,7 +139,66 @@ def _rows_kernel(in_ptr, out_ptr, ncols, in_off, out_off, IS_ROW, OS_ROW,
     tl.store(out_ptr + (out_off + row * OS_ROW) + col, x, mask=mask)
 
 
+@triton.jit
+def _cat_kernel(out_ptr, p0, p1, p2, p3, w0, w1, w2, w3, span, ncb, OW, out_col0,
+                NIN: tl.constexpr, IDX64: tl.constexpr, BLOCK: tl.constexpr):
+    """One launch of cat over up to 4 contiguous inputs seen as (rows, w_k): output row r,
+    columns [out_col0, out_col0 + span) = input 0's row r, then input 1's, ... Each column
+    is loaded from the one input that holds it (the other loads are masked off)."""
+    pid = tl.program_id(0)
+    row = pid // ncb
+    cb = pid % ncb
+    if IDX64:
+        row = row.to(tl.int64)
+    col = cb * BLOCK + tl.arange(0, BLOCK)
+    m = col < span
+    x = tl.load(p0 + row * w0 + col, mask=m & (col < w0))
+    c = w0
+    if NIN > 1:
+        x1 = tl.load(p1 + row * w1 + (col - c), mask=m & (col >= c) & (col < c + w1))
+        x = tl.where(col >= c, x1, x)
+        c = c + w1
+    if NIN > 2:
+        x2 = tl.load(p2 + row * w2 + (col - c), mask=m & (col >= c) & (col < c + w2))
+        x = tl.where(col >= c, x2, x)
+        c = c + w2
+    if NIN > 3:
+        x3 = tl.load(p3 + row * w3 + (col - c), mask=m & (col >= c) & (col < c + w3))
+        x = tl.where(col >= c, x3, x)
+    tl.store(out_ptr + row * OW + out_col0 + col, x, mask=m)
+
+
+@triton.jit
+def _flip_rows_kernel(in_ptr, out_ptr, C, ncb, IDX64: tl.constexpr, BLOCK: tl.constexpr):
+    """Reverse rows of C contiguous elements: each program loads an ascending block (16-byte
+    vectors when C is a multiple of 16 elements), reverses it in registers, stores it
+    ascending. Output block cb holds source columns [C - (cb+1)*BLOCK, C - cb*BLOCK)."""
+    pid = tl.program_id(0)
+    row = pid // ncb
+    cb = pid % ncb
+    if IDX64:
+        row = row.to(tl.int64)
+    k = tl.arange(0, BLOCK)
+    s0 = C - (cb + 1) * BLOCK
+    x = tl.load(in_ptr + row * C + s0 + k, mask=s0 + k >= 0)
+    y = tl.flip(x, 0)
+    o = cb * BLOCK + k
+    tl.store(out_ptr + row * C + o, y, mask=o < C)
+
+
 # ---------------------------------------------------------------- launch config
+_REC = [None]   # a list while an entry's launches are being recorded (see _replayable)
+
+
+def _launch(kernel, grid, args, kw, src, out, idx):
+    """launch(), recording the launch with its tensors as placeholders when asked."""
+    rec = _REC[0]
+    if rec is not None:
+        slots = tuple("S" if a is src else "O" if a is out else "I" if a is idx and idx is not None
+                      else a for a in args)
+        rec.append((kernel, grid, slots, kw))
+    launch(kernel, grid, *args, **kw)
+
 _BLOCK = 1024
 _NUM_WARPS = 4
 _ROWS_MIN_COLS = 256  # rows at least this long take _rows_kernel
@@ -201,9 +260,10 @@ def _rows_fast_path(out, out_off, src, in_off, dims, mode, tri, idx) -> bool:
     if col_blocks > 65535 or rows > 2**31 - 1:  # grid limits of axis 1 and axis 0
         return False
     reach = max(abs(in_off) + abs(is_row) * rows, abs(out_off) + abs(os_row) * rows) + ncols + 1
-    launch(_rows_kernel, (rows, col_blocks), _as_bits(src), _as_bits(out), ncols, in_off,
-           out_off, is_row, os_row, IDX64=reach >= 2**31 - 1 or _FORCE_IDX64, BLOCK=_BLOCK,
-           num_warps=_NUM_WARPS)
+    sb, ob = _as_bits(src), _as_bits(out)
+    _launch(_rows_kernel, (rows, col_blocks), (sb, ob, ncols, in_off, out_off, is_row, os_row),
+            dict(IDX64=reach >= 2**31 - 1 or _FORCE_IDX64, BLOCK=_BLOCK, num_warps=_NUM_WARPS),
+            sb, ob, None)
     return True
 
 
@@ -262,19 +322,76 @@ def _launch_dims(out, out_off, src, in_off, dims, mode, fill, tri, diag, idx):
     reach = max(numel, abs(in_off) + sum(abs(d[1]) * d[3] for d in dims),
                 abs(out_off) + sum(abs(d[2]) * d[0] for d in dims)) + 1
     idx64 = reach >= 2**31 - 1 or _FORCE_IDX64
-    launch(_gather_kernel, (_cdiv(numel, _BLOCK),), _as_bits(src), _as_bits(out),
-           idx if idx is not None else _as_bits(src), numel, in_off, out_off, fill, diag, *args,
-           NDIM=len(dims), MODE=mode, TRI=tri, IDX_SLOT=idx_slot, IDX64=idx64, BLOCK=_BLOCK,
-           num_warps=_NUM_WARPS)
+    sb, ob = _as_bits(src), _as_bits(out)
+    _launch(_gather_kernel, (_cdiv(numel, _BLOCK),),
+            (sb, ob, idx if idx is not None else sb, numel, in_off, out_off, fill, diag, *args),
+            dict(NDIM=len(dims), MODE=mode, TRI=tri, IDX_SLOT=idx_slot, IDX64=idx64,
+                 BLOCK=_BLOCK, num_warps=_NUM_WARPS), sb, ob, idx)
 
 
 # ---------------------------------------------------------------- Python entries
+_CAT_PLANS: dict = {}
+
+
+def _cat_plan(devtype, itemsize, rows, widths):
+    """[(first input, count, span, out_col0, grid, ncb, constexprs)] for cat_rows."""
+    ow = sum(widths)
+    plans = []
+    c0 = 0
+    for k in range(0, len(widths), 4):
+        ws = widths[k:k + 4]
+        span = sum(ws)
+        if devtype == "interp":
+            block = min(_np2(span), 64)  # small tiles: test shapes overhang them
+        else:
+            block = min(_np2(span), max(16384 // itemsize, 256))
+        ncb = _cdiv(span, block)
+        idx64 = rows * ow + ow >= 2**31 - 1 or rows * ncb >= 2**31 - 1 or _FORCE_IDX64
+        warps = 8 if block * itemsize >= 8192 else 4
+        plans.append((k, len(ws), span, c0, (rows * ncb,), ncb,
+                      dict(NIN=len(ws), IDX64=idx64, BLOCK=block, num_warps=warps)))
+        c0 += span
+    return plans
+
+
+def _np2(n):
+    return 1 << (max(n, 1) - 1).bit_length()
+
+
+def cat_rows(out, tensors, rows, widths):
+    """cat of contiguous inputs of one dtype viewed as (rows, widths[k]) into a contiguous
+    out (rows, sum(widths)): one launch per 4 inputs."""
+    isz = out._dtype.itemsize
+    key = (out._storage.device.type, isz, rows, widths, _FORCE_IDX64)
+    plans = _CAT_PLANS.get(key)
+    if plans is None:
+        plans = _cat_plan(key[0], isz, rows, widths)
+        if len(_CAT_PLANS) < 4096:
+            _CAT_PLANS[key] = plans
+    bits = _BITS[isz]
+    ob = Tensor._make(out._storage, out._shape, out._stride, out._offset, bits)
+    ow = sum(widths)
+    for k, n, span, c0, grid, ncb, kw in plans:
+        ps = [Tensor._make(t._storage, t._shape, t._stride, t._offset, bits)
+              for t in tensors[k:k + n]]
+        ws = list(widths[k:k + n])
+        while len(ps) < 4:
+            ps.append(ps[0])
+            ws.append(0)
+        launch(_cat_kernel, grid, ob, *ps, *ws, span, ncb, ow, c0, **kw)
+
+
 def _plain_dims(out: Tensor, src: Tensor):
     return [(s, ist, ost, s, 0, False) for s, ist, ost in zip(out.shape, src.stride(), out.stride())]
 
 
 @register("cat", "triton")
-def cat(out, tensors, dim):
+def cat(out, tensors, dim, rows_widths=None):
+    """`rows_widths` (rows, widths): the op layer's fast path says every input is contiguous,
+    non-empty and of out's dtype, and out is fresh and contiguous: one launch per 4 inputs."""
+    if rows_widths is not None:
+        cat_rows(out, tensors, *rows_widths)
+        return
     start = 0
     for t in tensors:
         n = t.shape[dim] if t.ndim == out.ndim else 0
@@ -285,8 +402,50 @@ def cat(out, tensors, dim):
         start += n
 
 
+_REPLAY: dict = {}
+
+
+def _replayable(key, out, src, run):
+    """Run `run()`, or replay the launches it made for the same key (shapes, strides, args):
+    the launch geometry depends on nothing else. Entries with an index table are not cached."""
+    recs = _REPLAY.get(key)
+    if recs is None:
+        _REC[0] = recs = []
+        try:
+            run()
+        finally:
+            _REC[0] = None
+        if len(_REPLAY) < 4096 and all("I" not in r[2] for r in recs):
+            _REPLAY[key] = recs
+        return
+    bits = _BITS[out._dtype.itemsize]
+    sb = Tensor._make(src._storage, src._shape, src._stride, src._offset, bits)
+    ob = Tensor._make(out._storage, out._shape, out._stride, out._offset, bits)
+    for kernel, grid, slots, kw in recs:
+        launch(kernel, grid, *[sb if a == "S" else ob if a == "O" else a for a in slots], **kw)
+
+
 @register("flip", "triton")
 def flip(out, x, dims):
+    key = ("flip", out._dtype.itemsize, x._shape, x._stride, out._stride, tuple(dims),
+           _FORCE_IDX64)
+    _replayable(key, out, x, lambda: _flip(out, x, dims))
+
+
+def _flip(out, x, dims):
+    nd = x.ndim
+    ks = [d for d in dims if x.shape[d] > 1]
+    if ks == [nd - 1] and x.is_contiguous() and out.is_contiguous() and x.shape[-1] >= 16:
+        # the last dim only, contiguous: rows reversed with vector loads (_flip_rows_kernel)
+        C = x.shape[-1]
+        rows = x.numel() // C
+        block = min(_np2(C), 16 if out.device.type == "interp" else 2048)
+        ncb = _cdiv(C, block)
+        sb, ob = _as_bits(x), _as_bits(out)
+        _launch(_flip_rows_kernel, (rows * ncb,), (sb, ob, C, ncb),
+                dict(IDX64=rows * C + C >= 2**31 - 1 or rows * ncb >= 2**31 - 1 or _FORCE_IDX64,
+                     BLOCK=block, num_warps=4), sb, ob, None)
+        return
     off, plan = 0, []
     for d, (s, st, ost) in enumerate(zip(x.shape, x.stride(), out.stride())):
         if d in dims and s > 1:

@@ -171,6 +171,40 @@ def _merge_pass_kernel(src_ptr, dst_ptr, srci_ptr, dsti_ptr, N, L, STEPS: tl.con
 
 
 @triton.jit
+def _rank_decode_kernel(k_ptr, x_ptr, v_ptr, i_ptr, N, I, TILE: tl.constexpr, TP: tl.constexpr,
+                        STEPS: tl.constexpr, BLOCK: tl.constexpr):
+    # rows of (at most TP) sorted tiles of unique packed keys -> sorted values and indices in
+    # one pass: a key's final place is the sum over the tiles of the count of keys below it
+    # (one binary search per tile, all tiles at once as a [BLOCK, TP] tile of searches), and
+    # its value is gathered from the input. Replaces the merge passes and the decode.
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = g < N
+    base = k_ptr + row * N
+    key = tl.load(base + g, mask=m, other=0)
+    t = tl.arange(0, TP)
+    lo = tl.zeros([BLOCK, TP], dtype=tl.int32) + (t * TILE)[None, :]
+    lo = tl.minimum(lo, N)
+    start = lo
+    hi = tl.minimum(lo + TILE, N)
+    mm = m[:, None]
+    kk = key[:, None]
+    for _ in tl.static_range(STEPS):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        km = tl.load(base + mid, mask=mm & active, other=0)
+        right = active & (km < kk)
+        lo = tl.where(right, mid + 1, lo)
+        hi = tl.where(active & ~right, mid, hi)
+    rank = tl.sum(lo - start, axis=1).to(tl.int64)
+    idx = key & 0xFFFFFFFF
+    val = tl.load(x_ptr + row * N + idx, mask=m, other=0)
+    obase = (row // I) * N * I + (row % I)
+    tl.store(i_ptr + obase + rank * I, idx, mask=m)
+    tl.store(v_ptr + obase + rank * I, val, mask=m)
+
+
+@triton.jit
 def _topk_chunk_kernel(src_ptr, dst_ptr, N, NC, KP: tl.constexpr, CHUNK: tl.constexpr,
                        FROM_KEYS: tl.constexpr, IS_FLOAT: tl.constexpr, DESC: tl.constexpr):
     # the best KP packed keys of one CHUNK of a row -> dst[row, chunk*KP : (chunk+1)*KP]
@@ -259,8 +293,11 @@ def _topk_filter_kernel(x_ptr, t_ptr, cnt_ptr, cand_ptr, N, CHUNK: tl.constexpr,
 
 
 @triton.jit
-def _topk_select_kernel(cand_ptr, cnt_ptr, dst_ptr, N, KP: tl.constexpr, BLOCK: tl.constexpr):
-    # pass D: the best KP of the row's candidates (usually one block of them)
+def _topk_select_kernel(cand_ptr, cnt_ptr, x_ptr, v_ptr, i_ptr, N, K, I, KP: tl.constexpr,
+                        BLOCK: tl.constexpr):
+    # pass D: the best KP of the row's candidates (usually one block of them), decoded:
+    # the first K indices and their values gathered from the input, written into the
+    # output's row (o, i): base o*K*I + i, element stride I (the decode pass, fused)
     row = tl.program_id(0).to(tl.int64)
     n = tl.load(cnt_ptr + row)
     best = tl.full([KP], -9223372036854775807 - 1, tl.int64)
@@ -268,7 +305,13 @@ def _topk_select_kernel(cand_ptr, cnt_ptr, dst_ptr, N, KP: tl.constexpr, BLOCK: 
         j = b0 + tl.arange(0, BLOCK)
         key = tl.load(cand_ptr + row * N + j, mask=j < n, other=-9223372036854775807 - 1)
         best = tl.topk(tl.cat(best, tl.topk(key, KP), can_reorder=True), KP)
-    tl.store(dst_ptr + row * KP + tl.arange(0, KP), best)
+    j = tl.arange(0, KP)
+    m = j < K
+    idx = 2147483647 - (best & 0xFFFFFFFF)
+    val = tl.load(x_ptr + row * N + idx, mask=m, other=0)
+    obase = (row // I) * K * I + (row % I)
+    tl.store(i_ptr + obase + j * I, idx, mask=m)
+    tl.store(v_ptr + obase + j * I, val, mask=m)
 
 
 # ------------------------------------------------------------------ launch configuration
@@ -284,11 +327,11 @@ def _topk_select_kernel(cand_ptr, cnt_ptr, dst_ptr, N, KP: tl.constexpr, BLOCK: 
 CONFIG = {"cuda": {"sort_tile": 4096, "topk_chunk": 4096, "topk_programs": 132 * 2,
                    "topk_ept": 16, "merge_block": 1024, "max_kp": 1024,
                    "filt_min_n": 8192, "filt_max_kp": 128, "filt_chunk": 1024,
-                   "filt_ratio": 2, "filt_block": 1024},
+                   "filt_ratio": 2, "filt_block": 1024, "rank_max_tiles": 8, "rank_block": 256},
           "interp": {"sort_tile": 16, "topk_chunk": 32, "topk_programs": 8,
                      "topk_ept": 16, "merge_block": 32, "max_kp": 1024,
                      "filt_min_n": 64, "filt_max_kp": 8, "filt_chunk": 8, "filt_ratio": 4,
-                     "filt_block": 16}}
+                     "filt_block": 16, "rank_max_tiles": 4, "rank_block": 16}}
 
 
 def _grid(rows, per_row):
@@ -357,6 +400,19 @@ def _decode(sk, xr, values, indices, NK, N, K, inner, topk):
 @register("sort", "triton")
 def sort(x, dim, descending, values, indices):
     xr, M, N, inner = _rows(x, dim)
+    cfg = CONFIG[xr.device.type]
+    tile = max(min(_p2(N), cfg["sort_tile"]), 2)
+    nt = _cdiv(N, tile)
+    if xr.dtype.itemsize < 8 and 1 < nt <= cfg["rank_max_tiles"] and N < 2**31:
+        # few tiles: sort them, then place every key by its ranks in all tiles (2 launches)
+        keys = Tensor._empty((M, N), _dt.int64, xr.device)
+        launch(_sort_tile_kernel, _grid(M, nt), xr, keys, N, TILE=tile,
+               IS_FLOAT=xr.dtype.is_floating_point, DESC=descending,
+               num_warps=16 if tile >= 8192 else (8 if tile >= 2048 else 4))
+        blk = cfg["rank_block"]
+        launch(_rank_decode_kernel, _grid(M, _cdiv(N, blk)), keys, xr, values, indices, N,
+               inner, TILE=tile, TP=_p2(nt), STEPS=tile.bit_length(), BLOCK=blk, num_warps=4)
+        return
     keys = _sorted_keys(xr, M, N, descending)
     _decode(keys, xr, values, indices, N, N, N, inner, False)
 
@@ -408,11 +464,9 @@ def _topk_threshold(xr, M, N, k, kp, c, nc, largest, values, indices, inner, cfg
     cand = Tensor._empty((M, N), _dt.int64, dev)  # worst case (sorted rows): whole chunks
     launch(_topk_filter_kernel, _grid(M, nc), xr, t, cnt, cand, N, CHUNK=c, IS_FLOAT=isf,
            DESC=not largest, num_warps=max(1, min(4, c // 256)))
-    best = Tensor._empty((M, kp), _dt.int64, dev)
     blk = max(cfg["filt_block"], kp)
-    launch(_topk_select_kernel, (M,), cand, cnt, best, N, KP=kp, BLOCK=blk,
-           num_warps=max(1, min(8, blk // 256)))
-    _decode((best, None), xr, values, indices, kp, N, k, inner, True)
+    launch(_topk_select_kernel, (M,), cand, cnt, xr, values, indices, N, k, inner, KP=kp,
+           BLOCK=blk, num_warps=max(1, min(8, blk // 256)))
 
 
 # ------------------------------------------------------------------ nonzero, unique

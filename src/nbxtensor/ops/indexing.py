@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import os
 import sys
 
 import numpy as np
@@ -36,6 +37,38 @@ __all__ = ["gather", "scatter", "scatter_add", "scatter_reduce", "index_select",
 
 _BIG = 1 << 62  # a bound that no already-checked element offset reaches
 _DEFER = [0]     # > 0 inside deferred_index_checks()
+_CHECK_MODES = ("async", "sync")
+# cuda: 'async' reads the out-of-range flag at the next synchronising call, 'sync' after
+# every op (a device->host read each time; for debugging, as CUDA_LAUNCH_BLOCKING)
+_CHECK_MODE = [os.environ.get("NBX_INDEX_CHECK", "async")]
+if _CHECK_MODE[0] not in _CHECK_MODES:
+    raise ValueError(f"NBX_INDEX_CHECK must be one of {_CHECK_MODES}, got {_CHECK_MODE[0]!r}")
+
+
+def set_index_check(mode: str) -> str:
+    """When cuda ops report out-of-range indices; returns the previous mode.
+
+    'async' (default): the kernels mask bad indices (no memory outside the tensors is read or
+    written) and record the first one in a per-device flag; the flag is read at the next
+    call that synchronises anyway (Tensor.item/numpy/tolist/to('cpu'), nbx.cuda.synchronize,
+    Stream/Event.synchronize), which raises IndexError naming the op and the bad index.
+    'sync': the flag is read after every indexing op (one device->host copy, a sync), so the
+    error is raised by the op itself. Also set by the environment variable NBX_INDEX_CHECK.
+    cpu and interp always raise at the op.
+    """
+    if mode not in _CHECK_MODES:
+        raise ValueError(f"set_index_check: mode must be one of {_CHECK_MODES}, got {mode!r}")
+    prev = _CHECK_MODE[0]
+    check_index_errors()   # errors of the old mode are not carried into the new one silently
+    _CHECK_MODE[0] = mode
+    return prev
+
+
+def check_index_errors() -> None:
+    """Read the cuda out-of-range flags now (a sync) and raise IndexError for a bad index."""
+    mod = sys.modules.get("nbxtensor.kernels.indexing")
+    if mod is not None and not _DEFER[0]:
+        mod.check_all_flags()
 
 
 @contextlib.contextmanager
@@ -192,8 +225,49 @@ def _dim_info(t, d):
 
 
 # ---------------------------------------------------------------------------- gather family
+# Fast path of gather / index_select / embedding: after the full path has accepted a call,
+# its plan (result shape, the two views' strides, the index bounds and the error text) is
+# cached under everything it depends on (op, dim, dtypes, shapes, strides). A later call
+# with the same key checks only the classes and the device, allocates and dispatches.
+_FAST: dict = {}
+
+
+def _fast_gather(key, src, index, dev):
+    p = _FAST.get(key)
+    if p is None:
+        return None
+    shape, sstr, istr, sdim, hi, err = p
+    out = Tensor._empty(shape, src._dtype, dev)
+    if 0 not in shape:
+        impl("index_gather", dev)(out, Tensor._make(src._storage, shape, sstr, src._offset,
+                                                    src._dtype),
+                                  Tensor._make(index._storage, shape, istr, index._offset,
+                                               index._dtype), sdim, 0, hi, False, err)
+    return out
+
+
+def _remember(key, out, sv, iv, sdim, hi, err):
+    if len(_FAST) < 4096:
+        _FAST[key] = (out._shape, sv._stride, iv._stride, sdim, hi, err)
+
+
+def _same_dev(a, b):
+    da, db = a._storage.device, b._storage.device
+    return da if da is db or da == db else None
+
+
 def gather(input, dim, index, *, sparse_grad=False, out=None):  # noqa: A002
     """out[i][j][k] = input[index[i][j][k]][j][k] (for dim=0); index values in [0, size)."""
+    fast = out is None and input.__class__ is Tensor and index.__class__ is Tensor \
+        and dim.__class__ is int
+    if fast:
+        dev = _same_dev(input, index)
+        if dev is not None:
+            key = ("gather", dim, input._dtype, input._shape, input._stride, index._dtype,
+                   index._shape, index._stride, dev.type)
+            r = _fast_gather(key, input, index, dev)
+            if r is not None:
+                return r
     op = "gather"
     _check_tensor(input, "input", op)
     _check_index(index, "index", op, input.device)
@@ -214,12 +288,24 @@ def gather(input, dim, index, *, sparse_grad=False, out=None):  # noqa: A002
     # 0-dim and 1-D mix as torch allows: the 0-dim side has one element
     src = _along(input, d, index.shape) if input.ndim == index.ndim else \
         _with(input, index.shape, (0,) * index.ndim)
-    return _gather(out, src, index, st, 0, n, False,
-                   (op, f"dim {d} of size {n}", 0, n))
+    err = (op, f"dim {d} of size {n}", 0, n)
+    if fast and dev is not None:
+        _remember(key, out, src, index, st, n, err)
+    return _gather(out, src, index, st, 0, n, False, err)
 
 
 def index_select(input, dim, index, *, out=None):  # noqa: A002
     """input's slices at `index` (1-D, values in [0, size)) along `dim`."""
+    fast = out is None and input.__class__ is Tensor and index.__class__ is Tensor \
+        and dim.__class__ is int
+    if fast:
+        dev = _same_dev(input, index)
+        if dev is not None:
+            key = ("index_select", dim, input._dtype, input._shape, input._stride, index._dtype,
+                   index._shape, index._stride, dev.type)
+            r = _fast_gather(key, input, index, dev)
+            if r is not None:
+                return r
     op = "index_select"
     _check_tensor(input, "input", op)
     _check_index(index, "index", op, input.device)
@@ -242,8 +328,11 @@ def index_select(input, dim, index, *, out=None):  # noqa: A002
     if shape:
         istr[d] = index.stride(0) if index.ndim else 0
     src = input if input.ndim else _with(input, (1,) * len(shape), (0,) * len(shape))
-    return _gather(out, _along(src, d, shape), _with(index, shape, istr), st, 0, n, False,
-                   (op, f"dim {d} of size {n}", 0, n))
+    sv, iv = _along(src, d, shape), _with(index, shape, istr)
+    err = (op, f"dim {d} of size {n}", 0, n)
+    if fast and dev is not None and src is input:
+        _remember(key, out, sv, iv, st, n, err)
+    return _gather(out, sv, iv, st, 0, n, False, err)
 
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # noqa: A002
@@ -252,6 +341,16 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # 
 
     padding_idx only affects gradients in torch; it is validated and otherwise ignored.
     """
+    fast = input.__class__ is Tensor and weight.__class__ is Tensor and max_norm is None \
+        and padding_idx is None
+    if fast:
+        dev = _same_dev(weight, input)
+        if dev is not None:
+            key = ("embedding", input._dtype, input._shape, input._stride, weight._dtype,
+                   weight._shape, weight._stride, dev.type)
+            r = _fast_gather(key, weight, input, dev)
+            if r is not None:
+                return r
     op = "embedding"
     _check_tensor(weight, "weight", op)
     _check_index(input, "input", op, weight.device)
@@ -270,8 +369,10 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # 
     out = Tensor._empty(shape, weight.dtype, weight.device)
     idx = _with(input, shape, input._stride + (0,))
     src = _with(weight, shape, (0,) * len(input._shape) + (weight._stride[1],))
-    return _gather(out, src, idx, weight._stride[0], 0, v, False,
-                   (op, f"a weight of {v} rows", 0, v))
+    err = (op, f"a weight of {v} rows", 0, v)
+    if fast and dev is not None:
+        _remember(key, out, src, idx, weight._stride[0], v, err)
+    return _gather(out, src, idx, weight._stride[0], 0, v, False, err)
 
 
 def take(input, index, *, out=None):  # noqa: A002

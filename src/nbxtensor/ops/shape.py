@@ -147,8 +147,95 @@ def _tensor_list(tensors, opname):
     return list(tensors)
 
 
+# cat/stack of contiguous tensors of one dtype on a kernel device: one launch per 4 inputs
+# (kernels/shape.py cat_rows, through the "cat" entry's rows_widths argument).
+# The plan (result shape, rows, widths) depends only on the shapes and strides, which are
+# the key; the per-call checks left are each tensor's class, dtype and device.
+_CAT_FAST: dict = {}
+
+
+def _cat_fast_plan(shapes_strides, d, stack):
+    ref = shapes_strides[0][0]
+    nd = len(ref)
+    for shp, st in shapes_strides:
+        if len(shp) != nd or not _contiguous(shp, st) or 0 in shp:
+            return None
+        if stack:
+            if shp != ref:
+                return None
+        elif any(shp[k] != ref[k] for k in range(nd) if k != d):
+            return None
+    if stack:
+        if not -nd - 1 <= d <= nd:
+            return None
+        d = d % (nd + 1)
+        shape = ref[:d] + (len(shapes_strides),) + ref[d:]
+        rows = 1
+        for n in ref[:d]:
+            rows *= n
+        inner = 1
+        for n in ref[d:]:
+            inner *= n
+        return shape, rows, (inner,) * len(shapes_strides)
+    if nd == 0 or not -nd <= d < nd:
+        return None
+    d = d % nd
+    rows = 1
+    for n in ref[:d]:
+        rows *= n
+    after = 1
+    for n in ref[d + 1:]:
+        after *= n
+    widths = tuple(shp[d] * after for shp, _ in shapes_strides)
+    shape = ref[:d] + (sum(shp[d] for shp, _ in shapes_strides),) + ref[d + 1:]
+    return shape, rows, widths
+
+
+def _contiguous(shape, stride):
+    expected = 1
+    for n, s in zip(reversed(shape), reversed(stride)):
+        if n != 1 and s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _cat_fast(tensors, dim, stack):
+    """The result of cat/stack through one cat_rows dispatch, or None (take the full path)."""
+    if dim.__class__ is not int or tensors.__class__ not in (list, tuple) or len(tensors) < 2:
+        return None
+    t0 = tensors[0]
+    if t0.__class__ is not Tensor:
+        return None
+    dt, dev = t0._dtype, t0._storage.device
+    if dev.type == "cpu":
+        return None
+    for x in tensors:
+        if x.__class__ is not Tensor or x._dtype is not dt:
+            return None
+        xd = x._storage.device
+        if xd is not dev and xd != dev:
+            return None
+    key = (stack, dim, tuple((x._shape, x._stride) for x in tensors))
+    plan = _CAT_FAST.get(key)
+    if plan is None:
+        plan = _cat_fast_plan(key[2], dim, stack) or False
+        if len(_CAT_FAST) < 4096:
+            _CAT_FAST[key] = plan
+    if plan is False:
+        return None
+    shape, rows, widths = plan
+    out = Tensor._empty(shape, dt, dev)
+    impl("cat", dev)(out, tensors, None, rows_widths=(rows, widths))  # kernel devices only
+    return out
+
+
 def cat(tensors, dim=0, *, out=None):
     """Concatenate along `dim`; dtypes promote (torch); 1-D empty tensors are skipped (torch)."""
+    if out is None:
+        r = _cat_fast(tensors, dim, False)
+        if r is not None:
+            return r
     tensors = _tensor_list(tensors, "cat")
     dtype = tensors[0].dtype
     for x in tensors[1:]:
@@ -185,6 +272,10 @@ concat = concatenate = cat
 
 
 def stack(tensors, dim=0, *, out=None):
+    if out is None:
+        r = _cat_fast(tensors, dim, True)
+        if r is not None:
+            return r
     tensors = _tensor_list(tensors, "stack")
     for i, x in enumerate(tensors):
         if x.shape != tensors[0].shape:
