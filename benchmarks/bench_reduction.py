@@ -178,20 +178,6 @@ def main():
           close(1e-2, 1e-1), big_iters)
     bench("sum bf16 (32768,4096) dim=0", x.nbytes, lambda: x.sum(0), lambda: t.sum(0),
           close(1e-2, 1), big_iters)
-    # A/B of the rule that doubles the tile for 16-bit inputs (NARROW_TILE_SCALE)
-    from nbxtensor.kernels import reduction as _red
-    saved = dict(_red.NARROW_TILE_SCALE)
-    try:
-        _red.NARROW_TILE_SCALE["cuda"] = 1
-        _red._plan.cache_clear()
-        bench("sum bf16 (32768,4096) dim=-1 [fp32-sized tile]", x.nbytes, lambda: x.sum(-1),
-              lambda: t.sum(-1), close(1e-2, 1e-1), big_iters)
-        bench("sum bf16 (32768,4096) dim=0 [fp32-sized tile]", x.nbytes, lambda: x.sum(0),
-              lambda: t.sum(0), close(1e-2, 1), big_iters)
-    finally:
-        _red.NARROW_TILE_SCALE.clear()
-        _red.NARROW_TILE_SCALE.update(saved)
-        _red._plan.cache_clear()
     del x, t
 
     # ---- small shapes: per-call cost

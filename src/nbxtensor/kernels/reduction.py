@@ -324,9 +324,6 @@ CONFIG = {
 
 
 SPLIT_MIN_BYTES = {"cuda": 256 << 10}   # interp: 0, so tests take the split path
-# 16-bit and 8-bit inputs get tiles of twice the elements on cuda, so a program keeps as many
-# bytes in flight as with fp32 (the accumulators stay fp32: 64 registers a thread at 8 warps)
-NARROW_TILE_SCALE = {"cuda": 2}
 
 
 def _p2(n: int) -> int:
@@ -336,9 +333,8 @@ def _p2(n: int) -> int:
 @functools.lru_cache(maxsize=4096)
 def _plan(devtype, O, R, I, itemsize):
     cfg = CONFIG[devtype]
-    scale = NARROW_TILE_SCALE.get(devtype, 1) if itemsize < 4 else 1
     if I == 1:
-        full = cfg["row_tile"] * scale
+        full = cfg["row_tile"]
         block_r = min(_p2(R), cfg["row_block_r"])
         block_k = max(1, min(_p2(O), full // block_r))
         if block_k * block_r < full:  # few rows (e.g. a full reduction): longer steps along R
@@ -348,7 +344,7 @@ def _plan(devtype, O, R, I, itemsize):
         nprog = _cdiv(O, block_k)
         warps = cfg["row_warps"]
     else:
-        full = cfg["col_tile"] * scale
+        full = cfg["col_tile"]
         block_k = min(_p2(I), cfg["col_block_k"])
         block_r = max(1, min(_p2(R), full // block_k))
         nprog = O * _cdiv(I, block_k)
