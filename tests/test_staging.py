@@ -613,10 +613,9 @@ def test_model_loaders_upload_through_staging(gpu_fake, capture_init, monkeypatc
                                                               "events": 0}
 
 
-def test_default_compute_dtype_gguf_float32_on_cuda_folder_bf16(gpu_fake, monkeypatch,
-                                                                 tiny_model_files):
-    """Issue 7 review: a GGUF model computes in float32 on every device unless asked
-    (bf16 activations derail SmolLM2 Q4_1); HF folders keep bf16 on cuda."""
+def test_default_compute_dtype_bf16_on_cuda(gpu_fake, monkeypatch, tiny_model_files):
+    """On cuda a GGUF model (weights still quantised) and an HF folder compute in bf16
+    unless asked; float32 on request."""
     from nbxtensor.models import LlamaModel
     from nbxtensor.models._ops import QuantWeight
 
@@ -629,10 +628,10 @@ def test_default_compute_dtype_gguf_float32_on_cuda_folder_bf16(gpu_fake, monkey
         return {v.dtype for v in _flat_weights(m.w).values()
                 if v is not None and v.dtype is not nbx.uint8}
     m = LlamaModel.from_gguf(str(d / "tiny.gguf"), device="cuda")
-    assert m.dtype is nbx.float32 and floats(m) == {nbx.float32}
-    assert any(isinstance(L["wq"], QuantWeight) for L in m.w["layers"])   # still quantised
-    m = LlamaModel.from_gguf(str(d / "tiny.gguf"), device="cuda", dtype="bfloat16")
     assert m.dtype is nbx.bfloat16 and floats(m) == {nbx.bfloat16}
+    assert any(isinstance(L["wq"], QuantWeight) for L in m.w["layers"])   # still quantised
+    m = LlamaModel.from_gguf(str(d / "tiny.gguf"), device="cuda", dtype="float32")
+    assert m.dtype is nbx.float32 and floats(m) == {nbx.float32}
     m = LlamaModel.from_folder(str(d), device="cuda")
     assert m.dtype is nbx.bfloat16 and floats(m) == {nbx.bfloat16}
     assert gpu_fake.violations == []

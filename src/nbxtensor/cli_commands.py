@@ -31,9 +31,8 @@ def add_commands(sub) -> None:
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N, interp (default: cuda if "
                                                   "present, else cpu)")
     p.add_argument("--dtype", default=None, type=_dtype_arg, choices=_DTYPES,
-                   help="compute dtype; bf16/f32/f16 accepted (default: float32 for "
-                        "GGUF files on every device, as llama.cpp; for HF folders float32 on "
-                        "cpu, bfloat16 on cuda)")
+                   help="compute dtype; bf16/f32/f16 accepted (default: float32 on cpu, "
+                        "bfloat16 on cuda, for GGUF files and HF folders alike)")
     p.add_argument("--no-chat", action="store_true", help="feed the prompt as raw text")
     p.add_argument("--no-graph", action="store_true",
                    help="cuda: launch the decode step op by op instead of replaying it as a "

@@ -264,42 +264,10 @@ def _reduce_kernel(x_ptr, xi_ptr, c_ptr, v_ptr, i_ptr,
         tl.store(i_ptr + out_off, resi, mask=kmask)
 
 
-@triton.jit
-def _gather_copy_kernel(src_ptr, dst_ptr, N, n1, n2, n3, n4, n5, s0, s1, s2, s3, s4, s5,
-                        BLOCK: tl.constexpr):
-    # dst (contiguous) <- src viewed with up to 6 dims (shape n0..n5, strides s0..s5)
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < N
-    rem = offs
-    i5 = rem % n5
-    rem = rem // n5
-    i4 = rem % n4
-    rem = rem // n4
-    i3 = rem % n3
-    rem = rem // n3
-    i2 = rem % n2
-    rem = rem // n2
-    i1 = rem % n1
-    i0 = rem // n1
-    src = i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3 + i4 * s4 + i5 * s5
-    tl.store(dst_ptr + offs, tl.load(src_ptr + src, mask=m), mask=m)
-
-
 def contiguous_copy(x: Tensor) -> Tensor:
-    """A contiguous copy of x made by our own kernel (used to permute the reduced/sorted dim
-    into place); at most 6 dims after dropping size-1 dims."""
-    if x.is_contiguous():
-        return x
-    out = Tensor._empty(x.shape, x.dtype, x.device)
-    ent = [(n, s) for n, s in zip(x.shape, x.stride()) if n != 1]
-    if len(ent) > 6:
-        raise NotImplementedError(f"contiguous_copy: more than 6 non-unit dims ({tuple(x.shape)})")
-    ent = [(1, 0)] * (6 - len(ent)) + ent
-    n = x.numel()
-    if n:
-        launch(_gather_copy_kernel, (_cdiv(n, 1024),), x, out, n,
-               *[e[0] for e in ent[1:]], *[e[1] for e in ent], BLOCK=1024, num_warps=4)
-    return out
+    """x itself when contiguous, else a contiguous copy (the element-wise family's copy, any
+    number of dims); used to permute the reduced/sorted dim into place."""
+    return x if x.is_contiguous() else x.contiguous()
 
 
 # ------------------------------------------------------------------ launch configuration
