@@ -20,9 +20,14 @@ replayed: kernels per step and tok/s before/after the fusion.
 Then a GEMV table: each fused GEMV of the decode step alone at M = 1 (20 launches captured in
 one graph), its achieved bandwidth against the copy bandwidth; `--sweep` also tries other
 (BLOCK_N, BLOCK_K, num_warps) and prints the best per shape.
---quick: batch 1, cache 128 only (both models). Prints a table last; JSON to
-$OUT/bench_decode.json (or OUTDIR). Each configuration runs on its own: a failure is
-recorded and the rest goes on.
+PDL A/B: at batch 1 the graph-replayed step is captured twice more, with Programmatic
+Dependent Launch on and off (kernels/decode_fused.set_pdl; NBX_PDL=0 sets the default for
+everything else), timed interleaved (best of 3 rounds each): tok/s on/off and whether the
+first step's logits are bit-identical (`--no-pdl-ab` skips it).
+--quick: batch 1, cache 128 only (both models), 128 steps, no unfused comparison (add
+`--unfused` for it); aims at < 150 s with a warm Triton cache. Prints elapsed seconds per
+stage, a table last; JSON to $OUT/bench_decode.json (or OUTDIR). Each configuration runs on
+its own: a failure is recorded and the rest goes on.
 """
 from __future__ import annotations
 
@@ -219,7 +224,9 @@ def gemv_table(cfg, bw, sweep=False, reps=20):
     H, FF, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     nq = cfg["num_attention_heads"] * cfg["head_dim"]
     nkv = cfg["num_key_value_heads"] * cfg["head_dim"]
-    shapes = {"qkv+norm": (nq + 2 * nkv, H, dict(norm=True)), "o+res": (H, nq, dict(res=True)),
+    shapes = {"qkv+norm": (nq + 2 * nkv, H, dict(norm=True)),
+              "qkv+norm+rope+kv": (nq + 2 * nkv, H, dict(norm=True, rope=True)),
+              "o+res": (H, nq, dict(res=True)),
               "gateup+norm+glu": (2 * FF, H, dict(norm=True, glu=True)),
               "down+res": (H, FF, dict(res=True)), "lm_head+norm": (V, H, dict(norm=True))}
     rng = np.random.default_rng(0)
@@ -242,9 +249,20 @@ def gemv_table(cfg, bw, sweep=False, reps=20):
         for c in cands:
             F._OVERRIDE = c
             try:
-                def call():
-                    return O.fused_linear(x, w, norm_weight=nw, eps=1e-5, residual=r,
-                                          glu=bool(f.get("glu")))
+                if f.get("rope"):       # the decode step's QKV: RoPE + cache append fused in
+                    D = cfg["head_dim"]
+                    kvc = nbx.KVCache(1, 1, cfg["num_key_value_heads"], 64, D,
+                                      dtype=nbx.bfloat16, device="cuda")
+                    pos = nbx.full((1, 1), 7, dtype=nbx.int32, device="cuda")
+
+                    def call():
+                        return O.fused_qkv_rope(x, w, kvc, 0, pos,
+                                                num_heads=cfg["num_attention_heads"],
+                                                norm_weight=nw, eps=1e-5, theta=10000.0)
+                else:
+                    def call():
+                        return O.fused_linear(x, w, norm_weight=nw, eps=1e-5, residual=r,
+                                              glu=bool(f.get("glu")))
                 call()
                 nbx.cuda.synchronize()
                 g = nbx.cuda.CUDAGraph()
@@ -271,7 +289,8 @@ def gemv_table(cfg, bw, sweep=False, reps=20):
                     rows.append({"gemv": name, "error": err})
                 continue
             gbps = N * K * 2 / (us * 1e-6) / 1e9
-            used = c or F.fused_gemv_config(1, n_out, K, 2, "cuda")
+            used = c or F.fused_gemv_config(1, n_out // 2 if f.get("rope") else n_out, K, 2,
+                                            "cuda")
             rec = {"gemv": name, "N": N, "K": K, "us": us, "GBps": gbps,
                    "frac_of_copy_bw": gbps * 1e9 / (bw / 2), "config": used,
                    "default": c is None}
@@ -314,7 +333,45 @@ def timed(fn, n, sync):
     return time.perf_counter() - t0
 
 
-def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res):
+def pdl_ab(m, B, L, cap, toks, steps, row, rounds=3):
+    """Graph replay with PDL on and off (captured separately), timed interleaved."""
+    import nbxtensor as nbx
+    from nbxtensor.models import _ops as O
+    from nbxtensor.models.graph_decode import GraphDecoder
+    nsync = nbx.cuda.synchronize
+    decs, first = {}, {}
+    prev = O.set_pdl(True)
+    try:
+        for on in (True, False):
+            O.set_pdl(on)
+            d = GraphDecoder(m, batch=B, capacity=cap, use_graph=True)
+            d.start_at(L, toks)
+            d.capture()
+            d.start_at(L, toks)
+            d.step()
+            nsync()
+            first[on] = d.logits.numpy().tobytes()
+            decs[on] = d
+    finally:
+        O.set_pdl(prev)
+    best = {True: 0.0, False: 0.0}
+    for _ in range(rounds):
+        for on in (True, False):
+            d = decs[on]
+            d.start_at(L, toks)
+            best[on] = max(best[on], B * steps / timed(d.step, steps, nsync))
+    row["pdl_kernels_per_step"] = {"on": decs[True].kernels_per_step,
+                                   "off": decs[False].kernels_per_step}
+    row["nbx_graph_tok_s_pdl_on"] = best[True]
+    row["nbx_graph_tok_s_pdl_off"] = best[False]
+    row["pdl_speedup"] = best[True] / best[False] if best[False] else None
+    row["pdl_on_off_same_first_step"] = first[True] == first[False]
+    del decs
+    nbx.cuda.empty_cache()
+
+
+def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res, unfused=True,
+               ab=True):
     import nbxtensor as nbx
     from nbxtensor.models.graph_decode import GraphDecoder
     cap = L + steps + 8
@@ -356,7 +413,12 @@ def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res):
     del e, g
     nbx.cuda.empty_cache()
 
-    if B == 1:   # before the fusion: the same step with the unfused ops, graph-replayed
+    if B == 1 and ab:
+        t0 = time.perf_counter()
+        pdl_ab(m, B, L, cap, toks, steps, row)
+        row["pdl_ab_s"] = round(time.perf_counter() - t0, 2)
+
+    if B == 1 and unfused:   # before the fusion: the same step with the unfused ops, replayed
         u = GraphDecoder(m, batch=B, capacity=cap, use_graph=True, fused=False)
         u.start_at(L, toks)
         u.capture()
@@ -416,7 +478,13 @@ def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res):
 def main(argv):
     quick = "--quick" in argv
     sweep = "--sweep" in argv
-    steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else 256
+    steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else (128 if quick else 256)
+    unfused = "--unfused" in argv or not quick
+    ab = "--no-pdl-ab" not in argv
+    t_start = time.perf_counter()
+
+    def stage(what):
+        print(f"[{time.perf_counter() - t_start:6.1f} s] {what}", flush=True)
     args = [a for i, a in enumerate(argv) if not a.startswith("--")
             and (i == 0 or argv[i - 1] != "--steps")]
     out_dir = args[0] if args else os.environ.get("OUT", ".")
@@ -426,7 +494,9 @@ def main(argv):
         import torch
     except ImportError:
         torch = None
+    from nbxtensor.models import _ops as O
     report = {"argv": argv, "quick": quick, "steps": steps, "rows": [], "errors": [],
+              "pdl_default": O.pdl_enabled("cuda"),
               "device": nbx.cuda.get_device_name(0), "torch": getattr(torch, "__version__", None),
               "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     try:
@@ -449,6 +519,7 @@ def main(argv):
         print(f"{name}: {wb / 1e9:.3f} GB of weights, built in {time.perf_counter() - t0:.1f} s",
               flush=True)
         limit = bw / wb
+        stage(f"{name}: GEMV table")
         try:
             gt = gemv_table(cfg, bw, sweep=sweep)
             report.setdefault("gemv", {})[name] = gt
@@ -460,9 +531,10 @@ def main(argv):
                                      "trace": traceback.format_exc()[-3000:]})
         for L in lens:
             for B in batches:
+                stage(f"{name}: B={B} L={L}")
                 try:
                     row = run_config(name, cfg, w, m, torch, B, L, steps, eager_steps,
-                                     report["rows"])
+                                     report["rows"], unfused=unfused, ab=ab)
                     row["weight_bytes"] = wb
                     row["weight_bw_limit_steps_s"] = limit
                     row["nbx_graph_frac_of_limit"] = row["nbx_graph_tok_s"] / B / limit
@@ -477,6 +549,8 @@ def main(argv):
         del m, w
         nbx.cuda.empty_cache()
 
+    stage("done")
+    report["elapsed_s"] = round(time.perf_counter() - t_start, 1)
     hdr = (f"{'model':20} {'B':>3} {'L':>5} {'nbx-graph':>10} {'nbx-eager':>10} {'torch-eag':>10} "
            f"{'torch-grph':>10} {'kern/step':>9} {'trch-kern':>9} {'limit/seq':>9} {'%limit':>6} "
            f"{'|dlogit|':>8}")
@@ -509,6 +583,15 @@ def main(argv):
             tag = " (best of sweep)" if r.get("best_of_sweep") else ""
             print(f"  {r['gemv']:18} N={r['N']:>6} K={r['K']:>5} {r['us']:8.2f} us "
                   f"{r['GBps']:7.0f} GB/s {r['frac_of_copy_bw']:6.1%} {r['config']}{tag}")
+    ab_rows = [r for r in report["rows"] if "nbx_graph_tok_s_pdl_on" in r]
+    if ab_rows:
+        print(f"\nPDL A/B (batch 1, graph replay, best of 3; default policy "
+              f"{'on' if report['pdl_default'] else 'off'})")
+        for r in ab_rows:
+            print(f"{r['model']:20} L={r['cache_len']:>5}: on {r['nbx_graph_tok_s_pdl_on']:.0f} "
+                  f"tok/s, off {r['nbx_graph_tok_s_pdl_off']:.0f} tok/s "
+                  f"(x{r['pdl_speedup'] or 0:.3f}), kernels {r['pdl_kernels_per_step']}, "
+                  f"same logits {r['pdl_on_off_same_first_step']}")
     for e in report["errors"]:
         print(f"ERROR {e['model']} B={e['batch']} L={e['cache_len']}: {e['error']}")
     with open(os.path.join(out_dir, "bench_decode.json"), "w") as f:

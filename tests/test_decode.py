@@ -309,6 +309,267 @@ def test_kernels_per_step_fused_fewer(monkeypatch, record_property):
     assert counts[True] <= counts[False] - 2 * 7 + 1
 
 
+def test_kernels_per_step_greedy_fused_exact(monkeypatch, record_property):
+    """The fused greedy step: 5 kernels per layer (qkv+norm+RoPE+append, attention, o+res,
+    gateup+norm+glu, down+res) and 3 fixed (embedding, norm+lm_head, argmax+token+pos)."""
+    pytest.importorskip("triton")
+    from nbxtensor.models.graph_decode import GraphDecoder
+    n = {}
+    for L in (1, 2):
+        dec = GraphDecoder(_tiny_llama("interp", L=L), batch=1, capacity=16)
+        dec.prefill([[1, 2, 3]])
+        dec.step()          # first-use buffers (ticket counters) are made here, not captured
+        n[L] = _count_launches(monkeypatch, dec.step)
+    per_layer, fixed = n[2] - n[1], 2 * n[1] - n[2]
+    record_property("kernels_per_layer_fixed", (per_layer, fixed))
+    assert (per_layer, fixed) == (5, 3), (per_layer, fixed)
+
+
+# ----------------------------------------------------------------------------- QKV + RoPE + append
+@pytest.mark.parametrize("B,norm,bias", [(1, True, False), (3, True, True), (2, False, False)])
+def test_fused_qkv_rope_equals_composition(device, B, norm, bias):
+    """One kernel (interp/cuda) == fused_linear + KVCache.append_rope, and both against a
+    float64 reference: q rotated, k rotated and v at the device positions, lengths; cache
+    rows elsewhere untouched; K overhangs the block (K = 16 * 4 + 1)."""
+    g = rng()
+    Hq, Hkv, D, K, C = 4, 2, 8, 16 * 4 + 1, 12
+    N = (Hq + 2 * Hkv) * D
+    x = nbx.tensor(g.standard_normal((B, K)).astype(np.float32), device=device)
+    w = nbx.tensor((g.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32), device=device)
+    nw = nbx.tensor(g.standard_normal(K).astype(np.float32), device=device) if norm else None
+    b = nbx.tensor(g.standard_normal(N).astype(np.float32), device=device) if bias else None
+    pos_np = g.integers(0, C, (B, 1)).astype(np.int32)
+    pos = nbx.tensor(pos_np, device=device)
+    theta = 500.0
+    caches = []
+    old = g.standard_normal((2, B, Hkv, C, D)).astype(np.float32)    # the cache's old rows
+    for fused in (True, False):
+        c = nbx.KVCache(2, B, Hkv, C, D, dtype=nbx.float32, device=device)
+        c.k.copy_(nbx.tensor(old, device=device))
+        c.v.copy_(nbx.tensor(-old, device=device))
+        if fused:
+            q = O.fused_qkv_rope(x, w, c, 1, pos, num_heads=Hq, norm_weight=nw, eps=1e-5,
+                                 bias=b, theta=theta)
+        else:
+            qkv = O.fused_linear(x, w, norm_weight=nw, eps=1e-5, bias=b)
+            q = qkv[:, :Hq * D].view(B, 1, Hq, D).transpose(1, 2)
+            k = qkv[:, Hq * D:(Hq + Hkv) * D].view(B, 1, Hkv, D).transpose(1, 2)
+            v = qkv[:, (Hq + Hkv) * D:].view(B, 1, Hkv, D).transpose(1, 2)
+            c.append_rope(1, q, k, v, pos, theta=theta)
+        caches.append((q.numpy(), c.k.numpy(), c.v.numpy(), c.lengths.numpy()))
+    (qf, kf, vf, lf), (qc, kc, vc, lc) = caches
+    assert_close(qf, qc, rtol=1e-5, atol=1e-5)
+    assert_close(kf, kc, rtol=1e-5, atol=1e-5)
+    assert_close(vf, vc, rtol=1e-5, atol=1e-5)
+    assert (lf == lc).all() and (lf == pos_np[:, 0] + 1).all()
+    # float64 reference of the rotated q and the written k / v rows
+    xa = to64(x)
+    if norm:
+        xa = xa / np.sqrt(np.mean(xa * xa, -1, keepdims=True) + 1e-5) * to64(nw)
+    y = xa @ to64(w).T + (to64(b) if bias else 0.0)
+    inv = 1.0 / theta ** (np.arange(0, D, 2) / D)
+
+    def rot(t, p):                      # t (H, D) at position p
+        a = p * inv
+        c_, s_ = np.cos(a), np.sin(a)
+        t1, t2 = t[:, :D // 2], t[:, D // 2:]
+        return np.concatenate([t1 * c_ - t2 * s_, t2 * c_ + t1 * s_], -1)
+    for bb in range(B):
+        p = int(pos_np[bb, 0])
+        yq = y[bb, :Hq * D].reshape(Hq, D)
+        yk = y[bb, Hq * D:(Hq + Hkv) * D].reshape(Hkv, D)
+        yv = y[bb, (Hq + Hkv) * D:].reshape(Hkv, D)
+        assert_close(qf[bb, :, 0], rot(yq, p), rtol=1e-4, atol=1e-4)
+        assert_close(kf[1, bb, :, p], rot(yk, p), rtol=1e-4, atol=1e-4)
+        assert_close(vf[1, bb, :, p], yv, rtol=1e-4, atol=1e-4)
+    assert (kf[0] == old[0]).all() and (vf[0] == -old[0]).all()     # layer 0 untouched
+    for bb in range(B):                                               # other slots untouched
+        keep = np.ones(C, bool)
+        keep[pos_np[bb, 0]] = False
+        assert (kf[1, bb][:, keep] == old[1, bb][:, keep]).all()
+        assert (vf[1, bb][:, keep] == -old[1, bb][:, keep]).all()
+
+
+def test_fused_qkv_rope_refusals():
+    c = nbx.KVCache(1, 1, 2, 8, 4)
+    x, w = nbx.zeros((1, 5)), nbx.zeros((32, 5))
+    pos = nbx.zeros((1, 1), dtype=nbx.int32)
+    with pytest.raises(TypeError, match="cache must be an nbx.KVCache"):
+        O.fused_qkv_rope(x, w, None, 0, pos, num_heads=4)
+    with pytest.raises(ValueError, match="num_heads must be a positive multiple"):
+        O.fused_qkv_rope(x, w, c, 0, pos, num_heads=3)
+    with pytest.raises(ValueError, match=r"w must have shape \(32, 5\)"):
+        O.fused_qkv_rope(x, nbx.zeros((20, 5)), c, 0, pos, num_heads=4)
+    with pytest.raises(ValueError, match="positions must be an int Tensor"):
+        O.fused_qkv_rope(x, w, c, 0, nbx.zeros((1, 1)), num_heads=4)
+    with pytest.raises(ValueError, match="x must be a 2-D Tensor"):
+        O.fused_qkv_rope(nbx.zeros((2, 5)), w, c, 0, pos, num_heads=4)
+
+
+# ----------------------------------------------------------------------------- end of the step
+@pytest.mark.parametrize("B,V,chunk", [(1, 16 * 5 + 1, None), (3, 16 * 3 + 1, 16), (2, 7, 32)])
+def test_greedy_commit_first_max_and_positions(device, B, V, chunk, monkeypatch):
+    """argmax (first index of the max, NaN = max as torch) into tokens, positions += 1;
+    several splits (the ticket merge) and a strided logits view."""
+    from nbxtensor.kernels import sampling as S
+    if chunk is not None:
+        monkeypatch.setattr(S, "_OVERRIDE", {"CHUNK": chunk, "BLOCK": 16})
+    g = rng()
+    a = g.standard_normal((B, 2 * V)).astype(np.float32)[:, ::2]     # strided view source
+    # a tie: the first index wins (1 and 17 share a lane of a 16-wide block: the in-lane
+    # rule; V - 1 lies in another split: the merge rule)
+    a[0, [i for i in (1, 17, V - 1) if i < V]] = a[0].max() + 1.0
+    if B > 1:
+        a[1, V - 1] = np.nan                                         # NaN is the max
+    if B > 2:
+        a[2, :] = -np.inf                                            # all -inf: index 0
+    full = nbx.tensor(np.ascontiguousarray(np.repeat(a, 2, axis=1)), device=device)
+    logits = full[:, ::2]
+    tokens = nbx.tensor(np.full((B, 1), -5, np.int64), device=device)
+    p0 = g.integers(0, 100, (B, 1)).astype(np.int32)
+    positions = nbx.tensor(p0, device=device)
+    O.greedy_commit(logits, tokens, positions)
+    want = np.argmax(a, axis=-1)
+    assert tokens.numpy().reshape(-1).tolist() == want.tolist()
+    assert (positions.numpy() == p0 + 1).all()
+    O.greedy_commit(logits, tokens, positions)          # the counters were left at 0
+    assert tokens.numpy().reshape(-1).tolist() == want.tolist()
+    assert (positions.numpy() == p0 + 2).all()
+
+
+def test_commit_tokens(device):
+    g = rng()
+    B = 3
+    nxt = nbx.tensor(g.integers(0, 1000, (2 * B,)), device=device)[::2]
+    tokens = nbx.tensor(np.full((B, 1), -5, np.int64), device=device)
+    p0 = g.integers(0, 100, (B, 1)).astype(np.int32)
+    positions = nbx.tensor(p0, device=device)
+    O.commit_tokens(nxt, tokens, positions)
+    assert (tokens.numpy().reshape(-1) == nxt.numpy()).all()
+    assert (positions.numpy() == p0 + 1).all()
+
+
+def test_commit_refusals():
+    lg = nbx.zeros((2, 5))
+    tok = nbx.zeros((2, 1), dtype=nbx.int64)
+    pos = nbx.zeros((2, 1), dtype=nbx.int32)
+    with pytest.raises(ValueError, match="logits must be a 2-D float"):
+        O.greedy_commit(nbx.zeros(5), tok, pos)
+    with pytest.raises(ValueError, match="tokens must be an int Tensor of shape"):
+        O.greedy_commit(lg, nbx.zeros((2, 2), dtype=nbx.int64), pos)
+    with pytest.raises(ValueError, match="positions must be an int Tensor"):
+        O.greedy_commit(lg, tok, nbx.zeros((2, 1)))
+    with pytest.raises(ValueError, match="nxt must be an int Tensor of shape"):
+        O.commit_tokens(nbx.zeros(3, dtype=nbx.int64), tok, pos)
+
+
+# ----------------------------------------------------------------------------- PDL
+def test_pdl_policy_switch():
+    import os
+    import subprocess
+    from nbxtensor.kernels import decode_fused as F
+    assert O.pdl_enabled is F.pdl_enabled and O.set_pdl is F.set_pdl
+    prev = O.set_pdl(True)
+    try:
+        assert O.pdl_enabled(nbx.device("cuda")) and O.pdl_enabled("cuda")
+        assert not O.pdl_enabled(nbx.device("interp")) and not O.pdl_enabled("cpu")
+        assert F.pdl_opts("cuda") == dict(PDL=True, launch_pdl=True)
+        assert F.pdl_opts("interp") == dict(PDL=False)
+        assert O.set_pdl(False) is True
+        assert not O.pdl_enabled("cuda") and F.pdl_opts("cuda") == dict(PDL=False)
+        with pytest.raises(TypeError, match="on must be a bool"):
+            O.set_pdl(1)
+    finally:
+        O.set_pdl(prev)
+    code = ("from nbxtensor.models import _ops as O; "
+            "print(O.pdl_enabled('cuda'), O.pdl_enabled('interp'))")
+    for val, want in (("0", "False False"), ("1", "True False"), ("off", "False False")):
+        env = dict(os.environ, NBX_PDL=val)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.stdout.strip() == want, (val, out.stdout, out.stderr[-2000:])
+
+
+def _sm90(fn, ptrs, constexprs, floats=()):
+    """Compile `fn` for sm_90 (types from names: ptrs {name: type}, floats fp32, else i32)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    sig = {}
+    for n in fn.arg_names:
+        sig[n] = "constexpr" if n in constexprs else ptrs.get(n) or \
+            ("fp32" if n in floats else "i32")
+    pdl = bool(constexprs.get("PDL"))
+    return triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs),
+                          target=GPUTarget("cuda", 90, 64),
+                          options=dict(launch_pdl=True) if pdl else None).asm["ptx"]
+
+
+def _decode_kernels():
+    """(name, kernel, pointer types, constexprs, float args) of every PDL kernel of the step."""
+    from nbxtensor.kernels import decode_attention as DA, decode_fused as F, rope as R
+    from nbxtensor.kernels import sampling as S
+    bf = "*bf16"
+    g1 = dict(x_ptr=bf, w_ptr=bf, o_ptr="*fp32", nw_ptr=bf, b_ptr=bf, r_ptr=bf)
+    c1 = F.fused_gemv_config(1, 960, 576, 2, "cuda")
+    cm = F.fused_gemv_config(16, 2048, 2048, 2, "cuda")
+    flags = dict(NORM=True, GLU=True, HAS_BIAS=False, HAS_RES=True)
+    ra = {n: bf for n in ("k_ptr", "v_ptr", "ck_ptr", "cv_ptr", "q_ptr")}
+    ra.update(pos_ptr="*i32", len_ptr="*i32", inv_ptr="*fp32")
+    da = {n: bf for n in ("q_ptr", "k_ptr", "v_ptr", "o_ptr")}
+    da.update(len_ptr="*i32", po_ptr="*fp32", pml_ptr="*fp32", cnt_ptr="*i32")
+    dcfg = DA.decode_config(1, 3, 256)
+    dk = dict(GROUP=3, BLOCK_H=16, BLOCK_R=4, BLOCK_N=dcfg["BLOCK_N"], BLOCK_D=64,
+              BLOCK_DV=64, PREC="tf32", COMBINE=1, CHUNK_P=8, BLOCK_P=8)
+    return [
+        ("fused_gemv1", F._fused_gemv1_kernel, g1,
+         dict(BLOCK_N=c1["BLOCK_N"], BLOCK_K=c1["BLOCK_K"], EVEN_K=True, **flags), ("eps",)),
+        ("fused_qkv_rope", F._fused_qkv_rope_kernel,
+         dict(x_ptr=bf, w_ptr=bf, q_ptr=bf, nw_ptr=bf, b_ptr=bf, pos_ptr="*i32", inv_ptr="*fp32",
+              ck_ptr=bf, cv_ptr=bf, len_ptr="*i32"),
+         dict(HALF=32, BLOCK_N=4, BLOCK_K=1024, EVEN_K=True, NORM=True, HAS_BIAS=False),
+         ("eps",)),
+        ("fused_gemvm", F._fused_gemvm_kernel, g1,
+         dict(BLOCK_M=16, BLOCK_N=cm["BLOCK_N"], BLOCK_K=cm["BLOCK_K"], PRECISION="tf32",
+              **flags), ("eps",)),
+        ("kv_append_rope", R._kv_append_kernel, ra,
+         dict(BLOCK_H=4, BLOCK_D=64, BLOCK_DV=64, BLOCK_HQ=16, ROPE=True, INTERLEAVED=False,
+              F64=False), ()),
+        ("decode_split", DA._decode_split, da, dk, ("qk_scale",)),
+        ("decode_combine", DA._decode_combine, da,
+         dict(GROUP=3, BLOCK_N=64, BLOCK_R=4, CHUNK_P=8, BLOCK_P=8, BLOCK_DV=64), ()),
+        ("argmax_commit", S._argmax_commit_kernel,
+         dict(x_ptr="*fp32", pm_ptr="*fp32", pi_ptr="*i32", cnt_ptr="*i32", tok_ptr="*i64",
+              pos_ptr="*i32"), dict(BLOCK=1024, BLOCK_S=64), ()),
+        ("commit", S._commit_kernel, dict(src_ptr="*i64", tok_ptr="*i64", pos_ptr="*i32"),
+         dict(BLOCK_B=2), ()),
+        ("sample", S._sample_kernel, dict(x_ptr="*fp32", out_ptr="*i64", state_ptr="*i64"),
+         dict(GREEDY=False, TOPK=True, TOPP=True, BLOCK=1024), ("inv_temp", "top_p")),
+        ("penalty", S._penalty_kernel, dict(x_ptr="*fp32", w_ptr="*fp32", prev_ptr="*i64"),
+         dict(BLOCK=1024, BLOCK_P=64), ("penalty",)),
+        ("advance", S._advance_kernel, dict(state_ptr="*i64"), {}, ()),
+    ]
+
+
+@pytest.mark.parametrize("name", ["fused_gemv1", "fused_qkv_rope", "fused_gemvm",
+                                  "kv_append_rope", "decode_split", "decode_combine",
+                                  "argmax_commit", "commit", "sample", "penalty", "advance"])
+def test_decode_kernels_pdl_ptx_sm90(name):
+    """With PDL=True each kernel of the decode step waits (griddepcontrol.wait) and releases
+    its dependents; without, neither appears. The GEMV issues its first weight tile before
+    the wait (read-only data overlaps the previous kernel's tail)."""
+    pytest.importorskip("triton")
+    (_, fn, ptrs, cx, floats), = [k for k in _decode_kernels() if k[0] == name]
+    on = _sm90(fn, ptrs, dict(cx, PDL=True), floats)
+    assert "griddepcontrol.wait" in on and "griddepcontrol.launch_dependents" in on
+    assert on.index("griddepcontrol.wait") < on.index("griddepcontrol.launch_dependents")
+    if name in ("fused_gemv1", "fused_qkv_rope"):
+        assert on.index("ld.global") < on.index("griddepcontrol.wait")
+    else:      # nothing is read before the wait
+        assert on.index("griddepcontrol.wait") < on.index("ld.global")
+    off = _sm90(fn, ptrs, dict(cx, PDL=False), floats)
+    assert "griddepcontrol" not in off
+
+
 # ----------------------------------------------------------------------------- sampling in the step
 def test_sampled_decoding_reproducible_and_top_k1_is_greedy(device):
     from nbxtensor.models.graph_decode import GraphDecoder
@@ -403,6 +664,35 @@ def test_cuda_replay_equals_eager_step(batch, sampled):
     r1 = GraphDecoder(m, batch=batch, capacity=40, use_graph=False, **kw).generate(prompts, 16)
     r2 = GraphDecoder(m, batch=batch, capacity=40, use_graph=True, **kw).generate(prompts, 16)
     assert r1.tokens == r2.tokens
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _cuda_ok(), reason="no CUDA device")
+@pytest.mark.parametrize("sampled", [False, True])
+def test_cuda_pdl_on_off_identical(sampled):
+    """PDL changes when kernels start, not what they compute: graph replays captured with
+    PDL on and off give the same tokens and logits bit for bit (and the same kernel count)."""
+    from nbxtensor.models.graph_decode import GraphDecoder
+    m = _tiny_llama("cuda", dtype=nbx.bfloat16, L=2, V=300, H=128, Hq=4, Hkv=2, F=256)
+    kw = dict(temperature=0.8, top_k=50, top_p=0.9, repetition_penalty=1.2, seed=11) \
+        if sampled else {}
+    prompts = [[5, 17, 1, 200, 9], [6, 17, 4, 200, 9]]
+    out = {}
+    prev = O.set_pdl(True)
+    try:
+        for on in (True, False):
+            O.set_pdl(on)
+            d = GraphDecoder(m, batch=2, capacity=40, use_graph=True, **kw)
+            d.prefill(prompts)
+            d.capture()
+            toks, lg = [], []
+            for _ in range(10):
+                toks.append(d.step().numpy().copy())
+                lg.append(d.logits.numpy().tobytes())
+            out[on] = (d.kernels_per_step, [t.tobytes() for t in toks], lg)
+    finally:
+        O.set_pdl(prev)
+    assert out[True] == out[False]
 
 
 @pytest.mark.cuda

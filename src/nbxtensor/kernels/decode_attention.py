@@ -27,6 +27,7 @@ import triton.language as tl
 from .. import autotune as _autotune
 from ..dispatch import register
 from ._host import cdiv as _cdiv, next_pow2 as _np2
+from ._pdl import _pdl_wait, pdl_opts
 
 
 
@@ -92,7 +93,9 @@ def _decode_split(q_ptr, k_ptr, v_ptr, len_ptr, o_ptr, po_ptr, pml_ptr, cnt_ptr,
                   GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
                   PREC: tl.constexpr, COMBINE: tl.constexpr, CHUNK_P: tl.constexpr,
-                  BLOCK_P: tl.constexpr):
+                  BLOCK_P: tl.constexpr, PDL: tl.constexpr):
+    # PDL: q, the cache rows and the length are all written by the kernels before this one
+    _pdl_wait(PDL)
     pid_s = tl.program_id(0)
     pid_bg = tl.program_id(1)
     b = pid_bg // Hk
@@ -165,7 +168,8 @@ def _decode_split(q_ptr, k_ptr, v_ptr, len_ptr, o_ptr, po_ptr, pml_ptr, cnt_ptr,
 def _decode_combine(po_ptr, pml_ptr, o_ptr, len_ptr, s_ob, s_oh, s_ot, s_od, s_len,
                     Hk, T, DV, P, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_R: tl.constexpr, CHUNK_P: tl.constexpr, BLOCK_P: tl.constexpr,
-                    BLOCK_DV: tl.constexpr):
+                    BLOCK_DV: tl.constexpr, PDL: tl.constexpr):
+    _pdl_wait(PDL)
     pid_bg = tl.program_id(0)
     b = pid_bg // Hk
     g = pid_bg % Hk
@@ -265,15 +269,16 @@ def decode_attention(out, q, kc, vc, lengths, *, scale):
     pml = Tensor._empty((B * Hq * T * P * 2,), _dt.float32, q.device)
     cnt = _counters(B * Hk, q.device) if combine else pml
     s_len = 0 if lengths.ndim == 0 else lengths.stride(0)
+    pdl = pdl_opts(q.device)
     launch(_decode_split, (P, B * Hk), q, kc, vc, lengths, out, po, pml, cnt,
            *q.stride(), *kc.stride(), *vc.stride(), *out.stride(), s_len, Hk, T, D, DV, P,
            scale * LOG2E,
            GROUP=group, BLOCK_H=bh, BLOCK_R=br, BLOCK_N=cfg["BLOCK_N"], BLOCK_D=bd,
            BLOCK_DV=bdv, PREC="ieee" if q.dtype.itemsize >= 4 else "tf32", COMBINE=combine,
            CHUNK_P=chunk, BLOCK_P=bp, num_warps=cfg["num_warps"],
-           num_stages=cfg["num_stages"])
+           num_stages=cfg["num_stages"], **pdl)
     if not combine:
         launch(_decode_combine, (B * Hk,), po, pml, out, lengths, *out.stride(), s_len,
                Hk, T, DV, P, GROUP=group, BLOCK_N=cfg["BLOCK_N"], BLOCK_R=br, CHUNK_P=chunk,
-               BLOCK_P=bp, BLOCK_DV=bdv, num_warps=4)
+               BLOCK_P=bp, BLOCK_DV=bdv, num_warps=4, **pdl)
     return out

@@ -17,6 +17,10 @@ Up to SMALL_M rows (cuda) the same kernel runs once per row, row-major in the gr
 weight block is reused from L2; beyond that the x rows go through tl.dot (BLOCK_M = 16 rows
 padded) so weights are read once for the whole batch (interp: tl.dot from M = 2, for tests).
 Requirements (checked by the entry): x (M, K) and W (rows, K) with unit stride along K.
+QKV + RoPE + KV-cache append (`fused_qkv_rope`): the same GEMV over rotation pairs (rows r and
+r + D/2 of one head), RoPE in the epilogue, k and v stored straight into the cache.
+PDL (kernels/_pdl.py): the first weight tile is loaded before `gdc_wait`; the K loop keeps
+one tile in flight ahead.
 """
 from __future__ import annotations
 
@@ -24,7 +28,9 @@ import triton
 import triton.language as tl
 from ._host import cdiv as _cdiv, next_pow2 as _np2
 
-
+# PDL policy and helpers: kernels/_pdl.py (re-exported: callers use decode_fused's names)
+from ._pdl import _pdl_wait, pdl_enabled, pdl_opts, set_pdl  # noqa: F401
+from .rope import _cos_sin
 
 
 @triton.jit
@@ -45,14 +51,44 @@ def _epilogue(y, u, inv, offs_n, nmask, m, b_ptr, r_ptr, s_rm,
 
 
 @triton.jit
+def _accum(acc, acc_u, ss, w, wu, x_row, nw_ptr, kk, K,
+           EVEN_K: tl.constexpr, NORM: tl.constexpr, GLU: tl.constexpr):
+    """One K chunk: acc += w * (x [* nw]), the sum of squares of x for NORM."""
+    if EVEN_K:
+        xv = tl.load(x_row + kk).to(tl.float32)
+    else:
+        xv = tl.load(x_row + kk, mask=kk < K, other=0.0).to(tl.float32)
+    if NORM:
+        ss += xv * xv
+        if EVEN_K:
+            xv = xv * tl.load(nw_ptr + kk).to(tl.float32)
+        else:
+            xv = xv * tl.load(nw_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
+    acc += w.to(tl.float32) * xv[None, :]
+    if GLU:
+        acc_u += wu.to(tl.float32) * xv[None, :]
+    return acc, acc_u, ss
+
+
+@triton.jit
+def _wtile(w_rows, kk, K, EVEN_K: tl.constexpr):
+    if EVEN_K:
+        return tl.load(w_rows + kk[None, :])
+    return tl.load(w_rows + kk[None, :], mask=(kk < K)[None, :], other=0.0)
+
+
+@triton.jit
 def _fused_gemv1_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, N, K, eps,
                         s_xm, s_wn, s_om, s_rm,
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
                         NORM: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr,
-                        HAS_RES: tl.constexpr):
+                        HAS_RES: tl.constexpr, PDL: tl.constexpr):
     # one x row against BLOCK_N weight rows; element-wise fp32 accumulation. The row index is
     # grid axis 0 (fastest): the M programs sharing a weight block run back to back, so for
     # M > 1 the block comes from HBM once and from L2 for the other rows.
+    # The next weight tile is loaded before the current one is used (one tile in flight
+    # ahead); the first is loaded before the PDL wait (weights are read-only in the step),
+    # so it streams while the previous kernel finishes.
     m = tl.program_id(0).to(tl.int64)
     pid_n = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -64,28 +100,23 @@ def _fused_gemv1_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, N, K, eps,
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        kk = k0 + offs_k
-        if EVEN_K:
-            xv = tl.load(x_row + kk).to(tl.float32)
-            w = tl.load(w_rows + kk[None, :])
-        else:
-            kmask = kk < K
-            xv = tl.load(x_row + kk, mask=kmask, other=0.0).to(tl.float32)
-            w = tl.load(w_rows + kk[None, :], mask=kmask[None, :], other=0.0)
-        if NORM:
-            ss += xv * xv
-            if EVEN_K:
-                xv = xv * tl.load(nw_ptr + kk).to(tl.float32)
-            else:
-                xv = xv * tl.load(nw_ptr + kk, mask=kmask, other=0.0).to(tl.float32)
-        acc += w.to(tl.float32) * xv[None, :]
+    kk = offs_k
+    w = _wtile(w_rows, kk, K, EVEN_K)
+    wu = w
+    if GLU:
+        wu = _wtile(w_rows + N * s_wn, kk, K, EVEN_K)
+    _pdl_wait(PDL)
+    for k0 in range(BLOCK_K, K, BLOCK_K):
+        kn = k0 + offs_k
+        w_next = _wtile(w_rows, kn, K, EVEN_K)
+        wu_next = w_next
         if GLU:
-            if EVEN_K:
-                wu = tl.load(w_rows + N * s_wn + kk[None, :])
-            else:
-                wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=kmask[None, :], other=0.0)
-            acc_u += wu.to(tl.float32) * xv[None, :]
+            wu_next = _wtile(w_rows + N * s_wn, kn, K, EVEN_K)
+        acc, acc_u, ss = _accum(acc, acc_u, ss, w, wu, x_row, nw_ptr, kk, K, EVEN_K, NORM, GLU)
+        w = w_next
+        wu = wu_next
+        kk = kn
+    acc, acc_u, ss = _accum(acc, acc_u, ss, w, wu, x_row, nw_ptr, kk, K, EVEN_K, NORM, GLU)
     y = tl.sum(acc, axis=1)
     u = tl.sum(acc_u, axis=1)
     inv = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / K + eps)
@@ -94,12 +125,89 @@ def _fused_gemv1_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, N, K, eps,
 
 
 @triton.jit
+def _fused_qkv_rope_kernel(x_ptr, w_ptr, q_ptr, nw_ptr, b_ptr, pos_ptr, inv_ptr, ck_ptr, cv_ptr,
+                           len_ptr, K, eps, Hq, Hkv, C, s_xm, s_wn, s_qm, s_pb,
+                           s_cb, s_ch, s_cn, s_cd, s_vb, s_vh, s_vn, s_vd,
+                           HALF: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                           EVEN_K: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr,
+                           PDL: tl.constexpr):
+    # The decode step's RMSNorm + QKV GEMV + RoPE + KV-cache append in one kernel. A program
+    # owns BLOCK_N rotation pairs of ONE head (BLOCK_N divides HALF = D/2): weight rows
+    # r1 = head*D + i and r2 = r1 + HALF (rotate_half pairs), accumulated as the GLU pair.
+    # Heads [0, Hq) are q (rotated, stored to q), [Hq, Hq+Hkv) k (rotated, into the cache at
+    # the position read on the device), the rest v (into the cache). Values are rounded to
+    # the activations' dtype before the rotation, exactly as GEMV -> kv_append would.
+    m = tl.program_id(0).to(tl.int64)
+    j0 = tl.program_id(1) * BLOCK_N
+    head = j0 // HALF
+    i = (j0 % HALF) + tl.arange(0, BLOCK_N)
+    r1 = (head * 2 * HALF + i).to(tl.int64)
+    offs_k = tl.arange(0, BLOCK_K)
+    x_row = x_ptr + m * s_xm
+    w_rows = w_ptr + r1[:, None] * s_wn
+    w2_rows = w_rows + HALF * s_wn
+    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    kk = offs_k
+    w = _wtile(w_rows, kk, K, EVEN_K)
+    wu = _wtile(w2_rows, kk, K, EVEN_K)
+    _pdl_wait(PDL)
+    for k0 in range(BLOCK_K, K, BLOCK_K):
+        kn = k0 + offs_k
+        w_next = _wtile(w_rows, kn, K, EVEN_K)
+        wu_next = _wtile(w2_rows, kn, K, EVEN_K)
+        acc, acc_u, ss = _accum(acc, acc_u, ss, w, wu, x_row, nw_ptr, kk, K, EVEN_K, NORM, True)
+        w = w_next
+        wu = wu_next
+        kk = kn
+    acc, acc_u, ss = _accum(acc, acc_u, ss, w, wu, x_row, nw_ptr, kk, K, EVEN_K, NORM, True)
+    y1 = tl.sum(acc, axis=1)
+    y2 = tl.sum(acc_u, axis=1)
+    if NORM:
+        inv = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / K + eps)
+        y1 = y1 * inv
+        y2 = y2 * inv
+    if HAS_BIAS:
+        y1 += tl.load(b_ptr + r1).to(tl.float32)
+        y2 += tl.load(b_ptr + r1 + HALF).to(tl.float32)
+    dt = q_ptr.dtype.element_ty
+    y1 = y1.to(dt).to(tl.float32)
+    y2 = y2.to(dt).to(tl.float32)
+    pos = tl.load(pos_ptr + m * s_pb).to(tl.int64)
+    if head < Hq + Hkv:
+        c, s = _cos_sin(pos.to(tl.float32) * tl.load(inv_ptr + i))
+        t1 = y1 * c - y2 * s
+        y2 = y2 * c + y1 * s
+        y1 = t1
+    if head < Hq:
+        qb = q_ptr + m * s_qm + r1
+        tl.store(qb, y1.to(dt))
+        tl.store(qb + HALF, y2.to(dt))
+    else:
+        ok = (pos >= 0) & (pos < C)          # outside the cache: skipped (cannot raise)
+        slot = tl.where(ok, pos, 0)
+        km = (i < HALF) & ok
+        if head < Hq + Hkv:
+            cb = ck_ptr + m * s_cb + (head - Hq).to(tl.int64) * s_ch + slot * s_cn
+            tl.store(cb + i * s_cd, y1.to(ck_ptr.dtype.element_ty), mask=km)
+            tl.store(cb + (i + HALF) * s_cd, y2.to(ck_ptr.dtype.element_ty), mask=km)
+        else:
+            vb = cv_ptr + m * s_vb + (head - Hq - Hkv).to(tl.int64) * s_vh + slot * s_vn
+            tl.store(vb + i * s_vd, y1.to(cv_ptr.dtype.element_ty), mask=km)
+            tl.store(vb + (i + HALF) * s_vd, y2.to(cv_ptr.dtype.element_ty), mask=km)
+    if tl.program_id(1) == 0:
+        tl.store(len_ptr + m, (pos + 1).to(len_ptr.dtype.element_ty))
+
+
+@triton.jit
 def _fused_gemvm_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, M, N, K, eps,
                         s_xm, s_wn, s_om, s_rm,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         NORM: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr,
-                        HAS_RES: tl.constexpr, PRECISION: tl.constexpr):
+                        HAS_RES: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
     # BLOCK_M x rows at once through tl.dot: the weight tile is read once for the batch
+    _pdl_wait(PDL)
     pid_n = tl.program_id(0)
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     mmask = offs_m < M
@@ -168,7 +276,8 @@ def fused_gemv_config(M, N, K, itemsize, device_type) -> dict:
 def fused_gemv(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None, glu=False,
                out=None):
     """out (M, N) = epilogue(rmsnorm?(x) @ W^T). x (M, K); w (N, K), or (2N, K) = [gate; up]
-    with glu. Validation is done by the caller (models/_ops.fused_linear)."""
+    with glu. Validation is done by the caller (models/_ops.fused_linear). PDL as
+    `pdl_enabled(x.device)` says."""
     from .. import dtypes as _dt
     from ..backends.launch import launch
     from ..tensor import Tensor
@@ -186,15 +295,42 @@ def fused_gemv(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None, gl
     r = residual if residual is not None else out
     s_rm = residual.stride(0) if residual is not None else 0
     opts = {k: v for k, v in cfg.items() if k in ("num_warps", "num_stages")}
+    pdl = pdl_opts(x.device)
     if "BLOCK_M" not in cfg:
         launch(_fused_gemv1_kernel, (M, _cdiv(N, cfg["BLOCK_N"])), x, w, out, nw, b, r,
                N, K, float(eps), x.stride(0), w.stride(0), out.stride(0), s_rm,
                BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], EVEN_K=K % cfg["BLOCK_K"] == 0,
-               **flags, **opts)
+               **flags, **opts, **pdl)
     else:
         prec = "ieee" if w.dtype == _dt.float32 else "tf32"
         launch(_fused_gemvm_kernel, (_cdiv(N, cfg["BLOCK_N"]), _cdiv(M, cfg["BLOCK_M"])),
                x, w, out, nw, b, r, M, N, K, float(eps), x.stride(0), w.stride(0),
                out.stride(0), s_rm, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-               BLOCK_K=cfg["BLOCK_K"], PRECISION=prec, **flags, **opts)
+               BLOCK_K=cfg["BLOCK_K"], PRECISION=prec, **flags, **opts, **pdl)
     return out
+
+
+def fused_qkv_rope(x, w, q_out, ck, cv, lengths, positions, inv, *, num_heads, num_kv_heads,
+                   norm_weight=None, eps=1e-6, bias=None):
+    """The decode step's QKV projection with RoPE and the cache append fused in:
+    qkv = rmsnorm?(x) @ W^T (+ bias), W = [wq; wk; wv] ((Hq + 2 Hkv) * D, K); q rotated into
+    q_out (M, Hq * D); k rotated and v written at slot positions[b] of ck / cv (B, Hkv, C, D)
+    views; lengths[b] = positions[b] + 1. Validation is done by models/_ops.fused_qkv_rope."""
+    from ..backends.launch import launch
+    M, K = x.shape
+    D = ck.shape[3]
+    half = D // 2
+    npairs = (num_heads + 2 * num_kv_heads) * half
+    cfg = fused_gemv_config(M, npairs, K, w.dtype.itemsize, x.device.type)
+    bn = cfg.get("BLOCK_N", 16)
+    while half % bn:                       # a program's pairs stay inside one head
+        bn //= 2
+    bk = cfg["BLOCK_K"] if "BLOCK_M" not in cfg else min(4096 // bn, max(16, _np2(K)))
+    launch(_fused_qkv_rope_kernel, (M, npairs // bn), x, w, q_out,
+           norm_weight if norm_weight is not None else w, bias if bias is not None else w,
+           positions, inv, ck, cv, lengths, K, float(eps), num_heads, num_kv_heads,
+           ck.shape[2], x.stride(0), w.stride(0), q_out.stride(0), positions.stride(0),
+           *ck.stride(), *cv.stride(), HALF=half, BLOCK_N=bn, BLOCK_K=bk,
+           EVEN_K=K % bk == 0, NORM=norm_weight is not None, HAS_BIAS=bias is not None,
+           num_warps=cfg.get("num_warps", 4), **pdl_opts(x.device))
+    return q_out

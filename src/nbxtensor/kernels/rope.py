@@ -15,6 +15,7 @@ import triton.language as tl
 
 from ..dispatch import register
 from ._host import cdiv as _cdiv, next_pow2 as _np2
+from ._pdl import _pdl_wait, pdl_opts
 
 
 
@@ -84,7 +85,9 @@ def _kv_append_kernel(k_ptr, v_ptr, ck_ptr, cv_ptr, pos_ptr, len_ptr, q_ptr, inv
                       s_qb, s_qh, s_qt, s_qd, s_pb, s_pt, Hk, Hq, T, C, D, DV,
                       BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
                       BLOCK_HQ: tl.constexpr, ROPE: tl.constexpr, INTERLEAVED: tl.constexpr,
-                      F64: tl.constexpr):
+                      F64: tl.constexpr, PDL: tl.constexpr):
+    # PDL (decode step): q/k/v come from the previous kernel, q is written in place
+    _pdl_wait(PDL)
     pid = tl.program_id(0)
     b = (pid // T).to(tl.int64)
     t = (pid % T).to(tl.int64)
@@ -161,4 +164,5 @@ def kv_append(ck, cv, lengths, k, v, pos, q=None, inv=None, *, interleaved=False
            *qq.stride(), *pos.stride(), Hk, Hq, T, C, D, DV,
            BLOCK_H=_np2(Hk), BLOCK_D=max(2, _np2(D)),
            BLOCK_DV=_np2(DV), BLOCK_HQ=_np2(Hq),
-           ROPE=rope_on, INTERLEAVED=interleaved, F64=k.dtype is _dt.float64, num_warps=4)
+           ROPE=rope_on, INTERLEAVED=interleaved, F64=k.dtype is _dt.float64, num_warps=4,
+           **pdl_opts(k.device))

@@ -21,7 +21,8 @@ import triton
 import triton.language as tl
 
 from ..dispatch import register
-from ._host import next_pow2 as _np2
+from ._host import cdiv as _cdiv, next_pow2 as _np2
+from ._pdl import _pdl_wait, pdl_opts
 
 
 
@@ -35,7 +36,8 @@ def _key(x):
 
 @triton.jit
 def _penalty_kernel(x_ptr, w_ptr, prev_ptr, s_xb, s_xv, s_pb, s_pp, V, NP, penalty,
-                    BLOCK: tl.constexpr, BLOCK_P: tl.constexpr):
+                    BLOCK: tl.constexpr, BLOCK_P: tl.constexpr, PDL: tl.constexpr):
+    _pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     xb = x_ptr + row * s_xb
     wb = w_ptr + row * V
@@ -84,7 +86,8 @@ def _search(xb, s_xv, V, lo, hi, target, floor_key, mz, inv_temp,
 @triton.jit
 def _sample_kernel(x_ptr, out_ptr, state_ptr, s_xb, s_xv, V, inv_temp, top_k, top_p,
                    GREEDY: tl.constexpr, TOPK: tl.constexpr, TOPP: tl.constexpr,
-                   BLOCK: tl.constexpr):
+                   BLOCK: tl.constexpr, PDL: tl.constexpr):
+    _pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     xb = x_ptr + row * s_xb
     offs = tl.arange(0, BLOCK)
@@ -148,8 +151,128 @@ def _sample_kernel(x_ptr, out_ptr, state_ptr, s_xb, s_xv, V, inv_temp, top_k, to
 
 
 @triton.jit
-def _advance_kernel(state_ptr):
+def _advance_kernel(state_ptr, PDL: tl.constexpr):
+    _pdl_wait(PDL)
     tl.store(state_ptr + 1, tl.load(state_ptr + 1) + 1)
+
+
+# ------------------------------------------------------------------ end of a decode step
+@triton.jit
+def _argmax_commit_kernel(x_ptr, pm_ptr, pi_ptr, cnt_ptr, tok_ptr, pos_ptr,
+                          s_xb, s_xv, s_tb, s_pb, V, S, CHUNK,
+                          BLOCK: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr):
+    """Greedy end of a decode step: tokens[b] = argmax(x[b]) (first index of the max, NaN
+    counts as the max, as torch), positions[b] += 1. Grid (S, B): program s scans keys
+    [s*CHUNK, (s+1)*CHUNK) element-wise (no reduction in the loop), writes its (max, index)
+    partial and takes a ticket; the program drawing the last ticket of row b merges the S
+    partials, commits and resets the counter to 0 (ready for the next launch / replay)."""
+    _pdl_wait(PDL)
+    s = tl.program_id(0)
+    row = tl.program_id(1).to(tl.int64)
+    xb = x_ptr + row * s_xb
+    offs = tl.arange(0, BLOCK)
+    bv = tl.full((BLOCK,), -float("inf"), tl.float32)
+    bi = tl.full((BLOCK,), V, tl.int32)
+    start = s * CHUNK
+    end = tl.minimum(start + CHUNK, V)
+    for c in range(start, end, BLOCK):
+        i = c + offs
+        x = tl.load(xb + i.to(tl.int64) * s_xv, mask=i < end, other=-float("inf")).to(tl.float32)
+        x = tl.where(x != x, float("inf"), x)
+        take = (x > bv) | ((bi == V) & (i < end))   # strict: an earlier index wins a tie
+        bv = tl.where(take, x, bv)
+        bi = tl.where(take, i, bi)
+    m = tl.max(bv, 0)
+    mi = tl.min(tl.where(bv == m, bi, V), 0)
+    if S == 1:
+        tl.store(tok_ptr + row * s_tb, mi.to(tok_ptr.dtype.element_ty))
+        p = tl.load(pos_ptr + row * s_pb)
+        tl.store(pos_ptr + row * s_pb, p + 1)
+    else:
+        tl.store(pm_ptr + row * S + s, m)
+        tl.store(pi_ptr + row * S + s, mi)
+        tl.debug_barrier()
+        ticket = tl.atomic_add(cnt_ptr + row, 1, sem="acq_rel")
+        if ticket == S - 1:
+            tl.store(cnt_ptr + row, 0)
+            j = tl.arange(0, BLOCK_S)
+            pm = tl.load(pm_ptr + row * S + j, mask=j < S, other=-float("inf"),
+                         cache_modifier=".cg")
+            pi = tl.load(pi_ptr + row * S + j, mask=j < S, other=V, cache_modifier=".cg")
+            gm = tl.max(pm, 0)
+            gi = tl.min(tl.where(pm == gm, pi, V), 0)
+            tl.store(tok_ptr + row * s_tb, gi.to(tok_ptr.dtype.element_ty))
+            p = tl.load(pos_ptr + row * s_pb)
+            tl.store(pos_ptr + row * s_pb, p + 1)
+
+
+@triton.jit
+def _commit_kernel(src_ptr, tok_ptr, pos_ptr, B, s_src, s_tb, s_pb, BLOCK_B: tl.constexpr,
+                   PDL: tl.constexpr):
+    """tokens[b] = src[b]; positions[b] += 1 (one program, every row)."""
+    _pdl_wait(PDL)
+    b = tl.arange(0, BLOCK_B)
+    mb = b < B
+    t = tl.load(src_ptr + b * s_src, mask=mb)
+    tl.store(tok_ptr + b * s_tb, t.to(tok_ptr.dtype.element_ty), mask=mb)
+    p = tl.load(pos_ptr + b * s_pb, mask=mb)
+    tl.store(pos_ptr + b * s_pb, p + 1, mask=mb)
+
+
+_COUNTERS: dict = {}            # device -> int32 zeros, one ticket counter per row
+
+
+def _counters(n, device):
+    """A zeroed int32 buffer of >= n counters per device (each launch leaves them at 0).
+    The first call allocates: make one eager call before a CUDA-graph capture."""
+    from .. import dtypes as _dt
+    from ..creation import zeros
+    key = str(device)
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.shape[0] < n:
+        buf = _COUNTERS[key] = zeros(max(n, 64), dtype=_dt.int32, device=device)
+    return buf
+
+
+ARGMAX_MAX_SPLITS = 128          # cuda: ~1 program per SM; interp: 4 (exercises the merge)
+
+
+def argmax_commit_config(V, device_type):
+    block = 1024 if device_type == "cuda" else 16
+    target = ARGMAX_MAX_SPLITS if device_type == "cuda" else 4
+    chunk = block * max(1, _cdiv(_cdiv(V, target), block))
+    return dict(BLOCK=block, CHUNK=chunk, S=_cdiv(V, chunk))
+
+
+def argmax_commit(logits, tokens, positions):
+    """tokens[b, 0] = argmax(logits[b]) and positions[b, 0] += 1 in one kernel (the greedy
+    end of a decode step). logits (B, V) float; tokens (B, 1) int; positions (B, 1) int.
+    Validation is done by the caller (models/_ops.greedy_commit)."""
+    from .. import dtypes as _dt
+    from ..backends.launch import launch
+    from ..tensor import Tensor
+    B, V = logits.shape
+    cfg = argmax_commit_config(V, logits.device.type)
+    if _OVERRIDE and "CHUNK" in _OVERRIDE:
+        cfg = dict(BLOCK=_OVERRIDE.get("BLOCK", 16), CHUNK=_OVERRIDE["CHUNK"])
+        cfg["S"] = _cdiv(V, cfg["CHUNK"])
+    S = cfg["S"]
+    pm = Tensor._empty((B * S,), _dt.float32, logits.device)
+    pi = Tensor._empty((B * S,), _dt.int32, logits.device)
+    cnt = _counters(B, logits.device)
+    launch(_argmax_commit_kernel, (S, B), logits, pm, pi, cnt, tokens, positions,
+           *logits.stride(), tokens.stride(0), positions.stride(0), V, S, cfg["CHUNK"],
+           BLOCK=cfg["BLOCK"], BLOCK_S=max(2, _np2(S)), num_warps=4,
+           **pdl_opts(logits.device))
+
+
+def commit(src, tokens, positions):
+    """tokens[b, 0] = src[b]; positions[b, 0] += 1 (one kernel). src (B,) int."""
+    from ..backends.launch import launch
+    B = src.shape[0]
+    launch(_commit_kernel, (1,), src, tokens, positions, B, src.stride(0), tokens.stride(0),
+           positions.stride(0), BLOCK_B=max(2, _np2(B)), num_warps=1,
+           **pdl_opts(src.device))
 
 
 # ------------------------------------------------------------------ launch configuration
@@ -167,19 +290,20 @@ def sample(out, logits, state, *, temperature, top_k, top_p, penalty, previous):
     if _OVERRIDE:
         block = _OVERRIDE.get("BLOCK", block)
     x = logits
+    pdl = pdl_opts(logits.device)
     if penalty is not None:
         x = Tensor._empty((B, V), _dt.float32, logits.device)
         NP = previous.shape[1]
         launch(_penalty_kernel, (B,), logits, x, previous, *logits.stride(), *previous.stride(),
                V, NP, float(penalty), BLOCK=block,
-               BLOCK_P=max(2, min(1024, _np2(max(NP, 1)))), num_warps=8)
+               BLOCK_P=max(2, min(1024, _np2(max(NP, 1)))), num_warps=8, **pdl)
     greedy = temperature == 0
     use_k = top_k is not None and top_k < V
     use_p = top_p is not None and top_p < 1.0
     launch(_sample_kernel, (B,), x, out, state, *x.stride(), V,
            1.0 if greedy else 1.0 / temperature, int(top_k or 0) if use_k else 0,
            float(top_p) if use_p else 1.0, GREEDY=greedy, TOPK=use_k, TOPP=use_p,
-           BLOCK=block, num_warps=8)
+           BLOCK=block, num_warps=8, **pdl)
     if not greedy:
-        launch(_advance_kernel, (1,), state, num_warps=1)
+        launch(_advance_kernel, (1,), state, num_warps=1, **pdl)
     return out

@@ -222,6 +222,134 @@ def mean_pool_normalize(x, mask):
     return _wrap(pooled / n)
 
 
+# ------------------------------------------------------------------------ decode step: PDL
+# The PDL policy of the decode kernels lives with them (kernels/decode_fused.py): on for cuda,
+# off on interp/cpu, NBX_PDL=0 or set_pdl(False) turns it off. Re-exported here for the
+# model code and for kernels outside this area that take a `pdl` flag (pass pdl_enabled(dev)).
+from ..kernels.decode_fused import pdl_enabled, set_pdl  # noqa: E402,F401
+
+
+def _check_commit(tokens, positions, B, op):
+    from ..tensor import Tensor
+    for n, t in (("tokens", tokens), ("positions", positions)):
+        if not isinstance(t, Tensor) or tuple(t.shape) != (B, 1) or t.dtype.is_floating_point:
+            raise ValueError(f"{op}: {n} must be an int Tensor of shape ({B}, 1), got "
+                             f"{(tuple(t.shape), t.dtype.name) if isinstance(t, Tensor) else type(t).__name__}")
+
+
+def greedy_commit(logits, tokens, positions):
+    """The greedy end of a decode step, in place: tokens[b, 0] = argmax(logits[b]) (the first
+    index of the max, as torch) and positions[b, 0] += 1. cuda/interp: one kernel
+    (kernels/sampling.argmax_commit); cpu: nbx.argmax + copy + add."""
+    from ..tensor import Tensor
+    op = "greedy_commit"
+    if not isinstance(logits, Tensor) or logits.ndim != 2 or not logits.dtype.is_floating_point:
+        raise ValueError(f"{op}: logits must be a 2-D float Tensor (B, V), got "
+                         f"{(tuple(logits.shape), logits.dtype.name) if isinstance(logits, Tensor) else type(logits).__name__}")
+    B = logits.shape[0]
+    _check_commit(tokens, positions, B, op)
+    for n, t in (("tokens", tokens), ("positions", positions)):
+        if t.device != logits.device:
+            raise ValueError(f"{op}: {n} is on {t.device} but logits on {logits.device}")
+    if logits.device.type == "cpu" or logits.shape[1] == 0:
+        tokens.copy_(nbx.argmax(logits, dim=-1).reshape(B, 1))
+        nbx.add(positions, 1, out=positions)
+        return tokens
+    from ..kernels.sampling import argmax_commit
+    argmax_commit(logits, tokens, positions)
+    return tokens
+
+
+def commit_tokens(nxt, tokens, positions):
+    """tokens[b, 0] = nxt[b]; positions[b, 0] += 1 (one kernel on cuda/interp)."""
+    from ..tensor import Tensor
+    op = "commit_tokens"
+    B = tokens.shape[0] if isinstance(tokens, Tensor) else -1
+    if not isinstance(nxt, Tensor) or tuple(nxt.shape) != (B,) or nxt.dtype.is_floating_point:
+        raise ValueError(f"{op}: nxt must be an int Tensor of shape ({B},), got "
+                         f"{tuple(nxt.shape) if isinstance(nxt, Tensor) else type(nxt).__name__}")
+    _check_commit(tokens, positions, B, op)
+    if nxt.device.type == "cpu":
+        tokens.copy_(nxt.reshape(B, 1))
+        nbx.add(positions, 1, out=positions)
+        return tokens
+    from ..kernels.sampling import commit
+    commit(nxt, tokens, positions)
+    return tokens
+
+
+def fused_qkv_rope(x, w, cache, layer, positions, *, num_heads, norm_weight=None, eps=1e-6,
+                   bias=None, theta=10000.0, scaling=None):
+    """The decode step's attention input in one kernel (cuda/interp, plain weights, up to
+    SMALL_M rows on cuda): q, k, v = split(rms_norm?(x) @ w.T (+ bias)), RoPE (rotate_half)
+    on q and k at the device positions, k and v appended to `cache` layer `layer` (its
+    lengths set to positions + 1). x (B, K); w = [wq; wk; wv] ((Hq + 2 Hkv) * D, K);
+    positions (B, 1) int. Returns q (B, Hq, 1, D), rotated. Elsewhere (cpu, quantised w,
+    large batches) the same composed of fused_linear and KVCache.append_rope."""
+    from ..kv_cache import KVCache
+    from ..tensor import Tensor
+    op = "fused_qkv_rope"
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"{op}: cache must be an nbx.KVCache, got {type(cache).__name__}")
+    Hkv, D = cache.num_kv_heads, cache.head_dim
+    if not isinstance(num_heads, int) or num_heads <= 0 or num_heads % Hkv:
+        raise ValueError(f"{op}: num_heads must be a positive multiple of the cache's "
+                         f"{Hkv} kv heads, got {num_heads!r}")
+    if not isinstance(x, Tensor) or x.ndim != 2 or x.shape[0] != cache.batch:
+        raise ValueError(f"{op}: x must be a 2-D Tensor ({cache.batch}, K), got "
+                         f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
+    B = x.shape[0]
+    nq, nk = num_heads * D, Hkv * D
+    if tuple(w.shape) != (nq + 2 * nk, x.shape[1]):
+        raise ValueError(f"{op}: w must have shape ({nq + 2 * nk}, {x.shape[1]}) = [wq; wk; wv], "
+                         f"got {tuple(w.shape)}")
+    if not isinstance(positions, Tensor) or tuple(positions.shape) != (B, 1) \
+            or positions.dtype.is_floating_point:
+        raise ValueError(f"{op}: positions must be an int Tensor of shape ({B}, 1), got "
+                         f"{tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__}")
+    from ..kernels.decode_fused import SMALL_M
+    # [quantfused] Q8_0/Q4_1 weights: the same kernel over their blocks (kernels/quant_fused.py)
+    from ..kernels.quant_fused import QTYPES as _QFUSED
+    quant = isinstance(w, QuantWeight) and w.qtype in _QFUSED
+    plain = (isinstance(w, Tensor) and not isinstance(w, QuantWeight)) or quant
+    if x.device.type == "cpu" or not plain or D % 2 or x.dtype != cache.dtype \
+            or cache.value_dim != D \
+            or (x.device.type == "cuda" and B > SMALL_M):
+        qkv = fused_linear(x, w, norm_weight=norm_weight, eps=eps, bias=bias)
+        q = qkv[:, :nq].view(B, 1, num_heads, D).transpose(1, 2)
+        k = qkv[:, nq:nq + nk].view(B, 1, Hkv, D).transpose(1, 2)
+        v = qkv[:, nq + nk:].view(B, 1, Hkv, D).transpose(1, 2)
+        cache.append_rope(layer, q, k, v, positions, theta=theta, scaling=scaling)
+        return q
+    if quant:
+        from ..kernels.quant_fused import fused_qkv_rope_quant
+        return fused_qkv_rope_quant(x, w, cache, layer, positions, num_heads=num_heads,
+                                    norm_weight=norm_weight, eps=eps, bias=bias, theta=theta,
+                                    scaling=scaling)
+    # [/quantfused]
+    cache._check_layer(layer)
+    for name, t, shape in (("norm_weight", norm_weight, (x.shape[1],)),
+                           ("bias", bias, (nq + 2 * nk,))):
+        if t is not None and (not isinstance(t, Tensor) or tuple(t.shape) != shape
+                              or t.device != x.device or t.stride(0) != 1):
+            raise ValueError(f"{op}: {name} must be a contiguous Tensor of shape {shape} on "
+                             f"{x.device}")
+    if w.device != x.device or positions.device != x.device or cache.device != x.device:
+        raise ValueError(f"{op}: x, w, positions and cache must share one device")
+    if w.dtype != x.dtype or w.stride(1) != 1:
+        raise ValueError(f"{op}: w must be {x.dtype.name} with unit stride along K, got "
+                         f"{w.dtype.name}, strides {w.stride()}")
+    from ..kernels.decode_fused import fused_qkv_rope as _kernel
+    from ..ops.attention import _inv_freq_tensor
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    q = Tensor._empty((B, nq), x.dtype, x.device)
+    ck, cv, lengths = cache.view(layer)
+    _kernel(x, w, q, ck, cv, lengths, positions, _inv_freq_tensor(D, theta, scaling, x.device),
+            num_heads=num_heads, num_kv_heads=Hkv, norm_weight=norm_weight, eps=eps, bias=bias)
+    return q.view(B, 1, num_heads, D).transpose(1, 2)
+
+
 # ------------------------------------------------------------------------ fused decode GEMV
 def fused_linear(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None, glu=False,
                  out_dtype=None):
@@ -233,7 +361,14 @@ def fused_linear(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None, 
         y = y + residual                if residual is given
     x (M, K); the result (M, N) has x's dtype (or out_dtype); all sums in fp32, one rounding.
     cuda/interp: kernels/decode_fused.py (one kernel); cpu: the same in NumPy (fp32).
+    w may be a Q8_0/Q4_1 QuantWeight: kernels/quant_fused.py (same semantics).
     """
+    # [quantfused] quantised weights: their own fused kernel (checks there too)
+    if isinstance(w, QuantWeight):
+        from ..kernels.quant_fused import fused_linear_quant
+        return fused_linear_quant(x, w, norm_weight=norm_weight, eps=eps, bias=bias,
+                                  residual=residual, glu=glu, out_dtype=out_dtype)
+    # [/quantfused]
     from ..tensor import Tensor
     op = "fused_linear"
     if not isinstance(x, Tensor) or x.ndim != 2:

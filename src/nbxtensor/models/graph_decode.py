@@ -105,10 +105,12 @@ class GraphDecoder:
 
     def _step(self):
         """One decode step on the static tensors (what the graph records)."""
+        from . import _ops as O
         logits = self.model.decode_step(self.tokens, self.positions, self.cache, fused=self.fused)
-        nxt = self._choose(logits)                         # (B,) int64, on the device
-        self.tokens.copy_(nxt.reshape(self.batch, 1))
-        nbx.add(self.positions, 1, out=self.positions)
+        if self.greedy:            # argmax -> tokens, positions += 1: one kernel
+            O.greedy_commit(logits, self.tokens, self.positions)
+        else:                      # the sampled token -> tokens, positions += 1: one kernel
+            O.commit_tokens(self._choose(logits), self.tokens, self.positions)
         if self.history is not None:                       # history[b, pos[b]] = token
             nbx.scatter(self.history, 1, self.positions.to(nbx.int64), self.tokens,
                         out=self.history)

@@ -20,7 +20,8 @@ Two compute paths:
   residual add in the epilogue, gate/up as one GEMV with RMSNorm in and SiLU*up out, final
   RMSNorm fused into the lm_head): `__init__` concatenates Q/K/V and gate/up once (the
   separate weights become views of the concatenation, no extra memory). Quantised layers
-  (Q8_0/Q4_1 on the GPU) use the unfused ops with the fused dequantise-GEMV.
+  (Q8_0/Q4_1 on the GPU) take the same fusions through kernels/quant_fused.py [quantfused]
+  (Q/K/V and gate/up concatenated by block rows when each group shares one format).
 """
 from __future__ import annotations
 
@@ -64,6 +65,47 @@ class KVCache:
         self.pos_t.fill_(self.pos)
 
 
+# [quantfused] which weights the fused decode GEMVs take: plain 2-D tensors, or QuantWeights
+# of the formats kernels/quant_fused.py reads (concatenated by block rows, same format)
+def _fusable_weight(w) -> bool:
+    if isinstance(w, O.QuantWeight):
+        from ..kernels.quant_fused import QTYPES
+        return w.qtype in QTYPES and len(w.shape) == 2
+    return isinstance(w, nbx.Tensor) and w.ndim == 2
+
+
+def _fusable_layer(L) -> bool:
+    """Every projection fusable; Q/K/V and gate/up each all plain or all one quantised type
+    (they are concatenated); the norm weights plain tensors."""
+    names = ("wq", "wk", "wv", "w_gate", "w_up", "w_down", "wo")
+    if not all(_fusable_weight(L[n]) for n in names) or \
+            not all(isinstance(L[n], nbx.Tensor) for n in ("attn_norm", "ffn_norm")):
+        return False
+    kind = lambda w: w.qtype if isinstance(w, O.QuantWeight) else "plain"   # noqa: E731
+    return len({kind(L[n]) for n in ("wq", "wk", "wv")}) == 1 and \
+        kind(L["w_gate"]) == kind(L["w_up"])
+
+
+def _cat_rows(ws):
+    """Row concatenation of weights of one kind (QuantWeight: its block rows)."""
+    if isinstance(ws[0], O.QuantWeight):
+        dev = ws[0].blocks.device
+        if dev.type == "interp":      # host memory: a NumPy byte copy (the interpreted cat
+            blocks = nbx.from_numpy(np.concatenate([w.blocks.numpy() for w in ws])).to(dev)
+        else:                         # kernel takes ~1 min per MB of blocks)
+            blocks = nbx.cat([w.blocks for w in ws], dim=0)
+        return O.QuantWeight(blocks, ws[0].qtype, (blocks.shape[0], ws[0].shape[1]))
+    return nbx.cat(ws, dim=0)
+
+
+def _rows(w, a, b):
+    """Rows a:b of a weight as a view (no copy)."""
+    if isinstance(w, O.QuantWeight):
+        return O.QuantWeight(w.blocks[a:b], w.qtype, (b - a, w.shape[1]))
+    return w[a:b]
+# [/quantfused]
+
+
 def _unpermute_rows(a: np.ndarray, n_head: int) -> np.ndarray:
     """Undo llama.cpp's Q/K row permutation (rows grouped (head, pair, half) -> (head, half, pair))."""
     rows = a.shape[0]
@@ -96,16 +138,15 @@ class LlamaModel:
         GEMVs; the separate weights become row views of the concatenations."""
         self.fused = []
         for L in self.w["layers"]:
-            names = ("wq", "wk", "wv", "w_gate", "w_up", "w_down", "wo")
-            ok = all(isinstance(L[n], nbx.Tensor) and L[n].ndim == 2 for n in names) \
-                and all(isinstance(L[n], nbx.Tensor) for n in ("attn_norm", "ffn_norm"))
+            ok = _fusable_layer(L)        # [quantfused] plain or Q8_0/Q4_1 weights
             self.fused.append(ok)
             if not ok:
                 continue
             if "wqkv" not in L:
                 nq, nk = L["wq"].shape[0], L["wk"].shape[0]
-                wqkv = nbx.cat([L["wq"], L["wk"], L["wv"]], dim=0)
-                L["wq"], L["wk"], L["wv"] = wqkv[:nq], wqkv[nq:nq + nk], wqkv[nq + nk:]
+                wqkv = _cat_rows([L["wq"], L["wk"], L["wv"]])
+                L["wq"], L["wk"], L["wv"] = (_rows(wqkv, 0, nq), _rows(wqkv, nq, nq + nk),
+                                             _rows(wqkv, nq + nk, wqkv.shape[0]))
                 L["wqkv"] = wqkv
                 if L.get("bq") is not None:
                     bqkv = nbx.cat([L["bq"], L["bk"], L["bv"]], dim=0)
@@ -113,16 +154,22 @@ class LlamaModel:
                     L["bqkv"] = bqkv
             if "w_gateup" not in L:
                 f = L["w_gate"].shape[0]
-                gu = nbx.cat([L["w_gate"], L["w_up"]], dim=0)
-                L["w_gate"], L["w_up"] = gu[:f], gu[f:]
+                gu = _cat_rows([L["w_gate"], L["w_up"]])
+                L["w_gate"], L["w_up"] = _rows(gu, 0, f), _rows(gu, f, gu.shape[0])
                 L["w_gateup"] = gu
         head = self.w["lm_head"]
-        self.fused_head = isinstance(head, nbx.Tensor) and isinstance(self.w["norm"], nbx.Tensor)
+        self.fused_head = _fusable_weight(head) and isinstance(self.w["norm"], nbx.Tensor)
 
     # ----------------------------------------------------------------- loading
     @classmethod
     def from_gguf(cls, path, device="cpu", dtype=None, quantized: bool | None = None):
-        """Load a GGUF file. quantized=None keeps Q8_0/Q4_1 quantised on cuda only."""
+        """Load a GGUF file. quantized=None keeps Q8_0/Q4_1 quantised on cuda only.
+
+        dtype=None computes in float32 on cpu/interp and bfloat16 on cuda. On the cpu, bf16
+        activations derail SmolLM2 Q4_1 (its unfused path rounds after every op); on cuda
+        the fused decode kernels normalise and accumulate in fp32 and round only between
+        kernels: on the H200 bf16 answered as float32 did ("The capital of France is
+        Paris.") and decoded at 2175 tok/s against 1401 for float32. Pass dtype= to choose."""
         from ..io.gguf import GGUFFile
         from .tokenizer import Tokenizer
         t0 = time.perf_counter()
@@ -360,20 +407,25 @@ class LlamaModel:
             x = x.to(self.dtype)
         for i, L in enumerate(w["layers"]):
             fz = fused and self.fused[i]
-            if fz:        # RMSNorm + QKV (+ bias) in one GEMV
-                qkv = O.fused_linear(x, L["wqkv"], norm_weight=L["attn_norm"], eps=eps,
-                                     bias=L.get("bqkv"))
-                q, k, v = qkv[:, :nq], qkv[:, nq:nq + nk], qkv[:, nq + nk:]
+            if fz and T == 1:   # [decode] RMSNorm + QKV GEMV + RoPE + cache append: one kernel
+                q = O.fused_qkv_rope(x, L["wqkv"], cache, i, positions, num_heads=Hq,
+                                     norm_weight=L["attn_norm"], eps=eps, bias=L.get("bqkv"),
+                                     theta=cfg.rope_theta, scaling=cfg.rope_scaling or None)
             else:
-                h = O.rms_norm(x, L["attn_norm"], eps)
-                q, k, v = (O.linear(h, L["wq"], L.get("bq")), O.linear(h, L["wk"], L.get("bk")),
-                           O.linear(h, L["wv"], L.get("bv")))
-            q = q.view(B, T, Hq, D).transpose(1, 2)
-            k = k.view(B, T, Hkv, D).transpose(1, 2)
-            v = v.view(B, T, Hkv, D).transpose(1, 2)
-            # RoPE on q (in place) and k, fused with the cache write at the device positions
-            cache.append_rope(i, q, k, v, positions, theta=cfg.rope_theta,
-                              scaling=cfg.rope_scaling or None)
+                if fz:        # RMSNorm + QKV (+ bias) in one GEMV
+                    qkv = O.fused_linear(x, L["wqkv"], norm_weight=L["attn_norm"], eps=eps,
+                                         bias=L.get("bqkv"))
+                    q, k, v = qkv[:, :nq], qkv[:, nq:nq + nk], qkv[:, nq + nk:]
+                else:
+                    h = O.rms_norm(x, L["attn_norm"], eps)
+                    q, k, v = (O.linear(h, L["wq"], L.get("bq")),
+                               O.linear(h, L["wk"], L.get("bk")), O.linear(h, L["wv"], L.get("bv")))
+                q = q.view(B, T, Hq, D).transpose(1, 2)
+                k = k.view(B, T, Hkv, D).transpose(1, 2)
+                v = v.view(B, T, Hkv, D).transpose(1, 2)
+                # RoPE on q (in place) and k, fused with the cache write at the device positions
+                cache.append_rope(i, q, k, v, positions, theta=cfg.rope_theta,
+                                  scaling=cfg.rope_scaling or None)
             kl, vl, lengths = cache.view(i)
             if T == 1:     # decode: attention length read on the device
                 a = nbx.decode_attention(q, kl, vl, lengths)              # (B, Hq, 1, D)
