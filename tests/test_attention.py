@@ -108,6 +108,12 @@ def test_sdpa_tma_path(device, monkeypatch, case, variant):
         k = k * np.linspace(0.2, 4.0, S, dtype=np.float32)[:, None].astype(k.dtype)
         args[1] = (_t(k, dtype, device) if layout == "bhsd" else
                    _t(np.ascontiguousarray(np.swapaxes(k, 1, 2)), dtype, device).transpose(1, 2))
+    if device == "cuda" and variant == "ws":
+        # these small tiles are outside WS_VERIFIED: on the GPU the kernel refuses them (the
+        # specialised compile was wrong there); the interpreter checks the loop's semantics
+        with pytest.raises(ValueError, match="warp-specialised kernel is only run"):
+            nbx.scaled_dot_product_attention(*args, is_causal=causal, enable_gqa=Hq != Hk)
+        return
     o = nbx.scaled_dot_product_attention(*args, is_causal=causal, enable_gqa=Hq != Hk)
     tol = TOL[nbx.dtypes.as_dtype(dtype)]
     np.testing.assert_allclose(o.numpy().astype(np.float64), ref_sdpa(q, k, v, causal=causal),

@@ -166,12 +166,24 @@ def test_fused_gemv_compiles_for_sm90():
 
 def test_fused_gemv_config_fills_the_gpu():
     from nbxtensor.kernels.decode_fused import MIN_PROGRAMS, fused_gemv_config
-    for N, K in [(960, 576), (576, 1536), (3072, 2048), (2048, 8192), (49152, 576)]:
+    for N, K in [(3072, 2048), (2048, 8192), (49152, 576)]:     # large weights: fill the GPU
         c = fused_gemv_config(1, N, K, 2, "cuda")
         assert -(-N // c["BLOCK_N"]) >= MIN_PROGRAMS or c["BLOCK_N"] == 1
         assert c["BLOCK_N"] * c["BLOCK_K"] <= 4096
         # 16-byte loads: each thread's contiguous run along K is >= 8 bf16 elements
         assert c["BLOCK_K"] >= 8 * 32 or c["BLOCK_K"] >= K
+
+
+def test_fused_gemv_config_small_weights_take_the_measured_winners():
+    """SmolLM2's latency-bound GEMVs: the H200 sweep's winners (see decode_fused.py)."""
+    from nbxtensor.kernels.decode_fused import fused_gemv_config as cfg
+    pick = lambda c: (c["BLOCK_N"], c["BLOCK_K"])   # noqa: E731
+    assert pick(cfg(1, 960, 576, 2, "cuda")) == (8, 1024)            # qkv
+    assert pick(cfg(1, 576, 576, 2, "cuda")) == (8, 1024)            # o
+    assert pick(cfg(1, 576, 1536, 2, "cuda")) == (4, 1024)           # down
+    assert pick(cfg(1, 1536, 576, 2, "cuda", "glu")) == (4, 256)     # gate/up
+    assert pick(cfg(1, 480, 576, 2, "cuda", "rope")) == (2, 1024)    # qkv + RoPE pairs
+    assert pick(cfg(1, 3072, 2048, 2, "cuda")) == pick(cfg(1, 3072, 2048, 2, "cuda", "plain"))
 
 
 # ----------------------------------------------------------------------------- decode_step

@@ -188,7 +188,10 @@ def _attn_space(dtype: str) -> list[dict]:
     if dtype == "float32":     # the TMA kernel is 16-bit only (kernels/attention.py _tma_ok)
         return base
     tma = [dict(c, TMA=True) for c in base if c["BLOCK_M"] >= 64 and c["num_stages"] >= 2]
-    return base + tma
+    # the warp-specialised kernel only in the settings verified on the H200
+    # (kernels/attention.py WS_VERIFIED; non-causal keys only: causal ones refuse it)
+    ws = [dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, WS=True)]
+    return base + tma + ws
 
 
 def _attn_key(key: tuple) -> tuple:

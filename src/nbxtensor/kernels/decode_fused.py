@@ -249,12 +249,22 @@ def _fused_gemvm_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, M, N, K, eps,
 # so each of 128 threads issues 16-byte loads and keeps 32 (64 with GLU) fp32 accumulators.
 # cuda, M > SMALL_M: 16 x rows, BLOCK_N 32 (16 when that gives too few programs), BLOCK_K 64.
 # interp: few, large programs (the interpreter pays per program).
+# cuda, small weights (<= SMALL_W_BYTES, SmolLM2's 576-wide layers): latency-bound, so fewer,
+# fatter programs win. The H200 sweep (bench_decode.py --sweep, session 2) picked, against
+# the rule above: qkv 960x576 BLOCK_N 8 (1.76 vs 2.62 us), o 576x576 BLOCK_N 8 (1.52 vs
+# 1.69), down 576x1536 BLOCK_N 4 BLOCK_K 1024 (1.88 vs 2.14), gate/up 2x1536x576 BLOCK_N 4
+# BLOCK_K 256 (2.29 vs 3.77), qkv+RoPE 480 pairs x 576 BLOCK_N 2 (2.22 vs 2.42): about
+# 6144 weight elements a program (3072 for RoPE pairs), one 1024-wide K step (256 with GLU).
 MIN_PROGRAMS = 2 * 132
 SMALL_M = 4        # cuda: up to this many rows use the row-per-program kernel (L2 reuse)
+SMALL_W_BYTES = 4 << 20
+_SMALL_RULE = {"plain": (6144, 1024), "glu": (6144, 256), "rope": (3072, 1024)}
 _OVERRIDE: dict | None = None     # tests: force a config (keys as returned below)
 
 
-def fused_gemv_config(M, N, K, itemsize, device_type) -> dict:
+def fused_gemv_config(M, N, K, itemsize, device_type, kind="plain") -> dict:
+    """kind: "plain", "glu" (N outputs from 2N weight rows) or "rope" (N rotation pairs,
+    2N weight rows)."""
     kp = max(16, _np2(K))
     if _OVERRIDE:
         return dict(_OVERRIDE)
@@ -263,6 +273,13 @@ def fused_gemv_config(M, N, K, itemsize, device_type) -> dict:
             return dict(BLOCK_N=min(32, _np2(N)), BLOCK_K=min(128, kp),
                         num_warps=4)
         return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=min(64, kp), num_warps=4)
+    rows = 1 if kind == "plain" else 2          # weight rows a BLOCK_N unit reads
+    if M <= SMALL_M and N * rows * K * itemsize <= SMALL_W_BYTES:
+        elems, bk = _SMALL_RULE[kind]
+        bn = 16
+        while bn > 1 and bn * rows * K > elems:
+            bn //= 2
+        return dict(BLOCK_N=bn, BLOCK_K=min(bk, kp), num_warps=4)
     if M <= SMALL_M:
         bn = 16
         while bn > 1 and _cdiv(N, bn) < MIN_PROGRAMS:
@@ -287,7 +304,8 @@ def fused_gemv(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None, gl
         out = Tensor._empty((M, N), x.dtype, x.device)
     if M == 0 or N == 0:
         return out
-    cfg = fused_gemv_config(M, N, K, w.dtype.itemsize, x.device.type)
+    cfg = fused_gemv_config(M, N, K, w.dtype.itemsize, x.device.type,
+                            "glu" if glu else "plain")
     flags = dict(NORM=norm_weight is not None, GLU=bool(glu), HAS_BIAS=bias is not None,
                  HAS_RES=residual is not None)
     nw = norm_weight if norm_weight is not None else w
@@ -321,7 +339,7 @@ def fused_qkv_rope(x, w, q_out, ck, cv, lengths, positions, inv, *, num_heads, n
     D = ck.shape[3]
     half = D // 2
     npairs = (num_heads + 2 * num_kv_heads) * half
-    cfg = fused_gemv_config(M, npairs, K, w.dtype.itemsize, x.device.type)
+    cfg = fused_gemv_config(M, npairs, K, w.dtype.itemsize, x.device.type, "rope")
     bn = cfg.get("BLOCK_N", 16)
     while half % bn:                       # a program's pairs stay inside one head
         bn //= 2
