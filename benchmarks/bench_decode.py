@@ -289,8 +289,9 @@ def gemv_table(cfg, bw, sweep=False, reps=20):
                     rows.append({"gemv": name, "error": err})
                 continue
             gbps = N * K * 2 / (us * 1e-6) / 1e9
+            kind = "rope" if f.get("rope") else "glu" if f.get("glu") else "plain"
             used = c or F.fused_gemv_config(1, n_out // 2 if f.get("rope") else n_out, K, 2,
-                                            "cuda")
+                                            "cuda", kind)
             rec = {"gemv": name, "N": N, "K": K, "us": us, "GBps": gbps,
                    "frac_of_copy_bw": gbps * 1e9 / (bw / 2), "config": used,
                    "default": c is None}
