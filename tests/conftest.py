@@ -5,6 +5,7 @@ NBX_TEST_DEVICES=cpu,interp (for example) to restrict the list.
 """
 from __future__ import annotations
 
+import builtins
 import os
 import sys
 
@@ -19,27 +20,47 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 # ---- torch stays out of the package: any import of torch while a frame of src/nbxtensor is on
 # the stack is recorded, and the session fails at its end (tests may import torch themselves,
-# as an optional reference; that is not counted)
+# as an optional reference; that is not counted). The first import goes through the meta path
+# (the finder below); once a test has imported torch, an `import torch` finds it in sys.modules
+# and asks no finder, so `import` statements are watched too (builtins.__import__)
 _PKG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src",
                         "nbxtensor") + os.sep
 _TORCH_FROM_PACKAGE: list = []
 
 
+def _is_torch(name) -> bool:
+    return name == "torch" or name.startswith("torch.")
+
+
+def _record_if_from_package(name, f) -> None:
+    while f is not None:
+        fn = f.f_code.co_filename
+        if fn.startswith(_PKG_DIR) or "/site-packages/nbxtensor/" in fn:
+            _TORCH_FROM_PACKAGE.append(f"{name} from {fn}:{f.f_lineno}")
+            return
+        f = f.f_back
+
+
 class _TorchImportWatch:
     def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            f = sys._getframe(1)
-            while f is not None:
-                fn = f.f_code.co_filename
-                if fn.startswith(_PKG_DIR) or "/site-packages/nbxtensor/" in fn:
-                    _TORCH_FROM_PACKAGE.append(f"{name} from {fn}:{f.f_lineno}")
-                    break
-                f = f.f_back
+        if _is_torch(name):
+            _record_if_from_package(name, sys._getframe(1))
         return None   # never resolves anything itself
 
 
-sys.meta_path.insert(0, _TorchImportWatch())
+_builtin_import = builtins.__import__
 
+
+def _watched_import(name, globals=None, locals=None, fromlist=(), level=0):
+    # only modules already imported: the others reach the finder above (a None entry, as
+    # the interp runner plants to block Triton's `import torch`, makes the import fail)
+    if not level and _is_torch(name) and sys.modules.get(name) is not None:
+        _record_if_from_package(name, sys._getframe(1))
+    return _builtin_import(name, globals, locals, fromlist, level)
+
+
+sys.meta_path.insert(0, _TorchImportWatch())
+builtins.__import__ = _watched_import
 
 
 def _available_devices():

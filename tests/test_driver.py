@@ -129,6 +129,14 @@ def test_launch_structures_match_the_cuda_abi():
     assert ctypes.sizeof(drv.LaunchAttribute) == 72      # id, pad to 8, 64-byte value union
     assert ctypes.sizeof(drv.LaunchConfig) == 56
     assert drv.LaunchConfig.hStream.offset == 32 and drv.LaunchConfig.numAttrs.offset == 48
+    # cuda.h: seven unsigned ints, 4 bytes of padding, then the three pointer-aligned fields
+    assert drv.LaunchConfig.sharedMemBytes.offset == 24 and drv.LaunchConfig.attrs.offset == 40
+    assert drv.LaunchAttribute.value.offset == 8
+    # the launcher's per-launch pack of the config head ends where `attrs` begins: the
+    # attributes written once at prepare are never overwritten
+    from nbxtensor.backends.cuda import launcher as L
+    import struct
+    assert struct.calcsize("<" + L._CFG_HEAD) == drv.LaunchConfig.attrs.offset
 
 
 # ----------------------------------------------------------------------------- GPU

@@ -478,6 +478,9 @@ def test_launch_default_constexpr(device):
     ref = x.numpy().astype(np.float64) * 2
     nbx.launch(_with_default, (triton.cdiv(n, 64),), x, n)
     assert_close(x, ref)
+    # a callable grid sees every bound argument by name, defaults included (cuda and interp)
+    nbx.launch(_with_default, lambda m: (triton.cdiv(m["n"], m["BLOCK"]),), x, n)
+    assert_close(x, ref * 2)
 
 
 def test_launch_refusals_on_every_device(device):
@@ -1173,3 +1176,70 @@ def test_fast_launcher_passes_the_kernels_shared_memory(fake_gpu, monkeypatch):
     assert e.shared > 0 and len(slow) == 1
     assert [c["shared"] for c in rec.calls] == [e.shared] * 3
     assert {c["api"] for c in rec.calls[1:]} == {"cuLaunchKernelEx" if L._use_ex else "cuLaunchKernel"}
+
+
+def test_grid_x_times_num_ctas_over_cuda_limit_is_refused(fake_gpu):
+    # num_ctas > 1 multiplies grid x: a grid whose x fits CUDA's limit but x * num_ctas does
+    # not is refused by name on both paths (was: handed to the driver, up to 2**32 - 1)
+    alloc, rec = fake_gpu
+    x = fake_cuda((4096,))
+    for k in range(2):      # the general path, then with a fast launcher in front (Ex)
+        for gx in (L._MAX_X // 2 + 1, L._MAX_X):
+            with pytest.raises(ValueError, match=r"grid=.*num_ctas=2.*2147483647"):
+                nbx.launch(_add, (gx, 1), x, x, x, 4096, BLOCK=256, num_ctas=2, num_warps=4)
+        nbx.launch(_add, (L._MAX_X // 2, 1), x, x, x, 4096, BLOCK=256, num_ctas=2, num_warps=4)
+        assert rec.calls[-1]["grid"] == (L._MAX_X - 1, 1, 1)
+    assert len(rec.calls) == 2
+
+
+def test_torch_watch_sees_a_package_import_of_torch_already_imported(monkeypatch):
+    # a test may import torch first (an optional reference); an `import torch` in the package
+    # after that finds it in sys.modules, where no meta-path finder is asked: still recorded
+    import types
+    watch = next(w for w in sys.meta_path if type(w).__name__ == "_TorchImportWatch")
+    seen = sys.modules[type(watch).__module__]._TORCH_FROM_PACKAGE
+    pkg = os.path.dirname(nbx.__file__) + os.sep
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    n = len(seen)
+    try:
+        exec(compile("import torch\n", pkg + "_planted.py", "exec"), {"__name__": "nbxtensor._planted"})
+        exec(compile("import torch\n", "/elsewhere/test_x.py", "exec"), {"__name__": "test_x"})
+        # a None entry (the interp runner blocks Triton's `import torch` so): a failed import
+        monkeypatch.setitem(sys.modules, "torch", None)
+        with pytest.raises(ImportError):
+            exec(compile("import torch\n", pkg + "_planted.py", "exec"), {"__name__": "nbxtensor._p"})
+        got = seen[n:]
+    finally:
+        del seen[n:]    # planted: the session must not fail for it
+    assert len(got) == 1 and got[0].startswith("torch from ") and "_planted.py:1" in got[0]
+
+
+def test_sync_seams_raise_pending_index_errors(monkeypatch):
+    # every synchronising call (nbx.cuda.synchronize, Stream/Event.synchronize, a host read)
+    # asks the indexing module for the index errors that earlier cuda ops recorded
+    import nbxtensor.cuda as C
+    from nbxtensor.backends.cuda import driver as drv
+    from nbxtensor.backends.cuda.storage import CudaStorage
+    from nbxtensor.kernels import indexing as ix
+    for name in ("set_device", "stream_synchronize", "event_synchronize", "ctx_synchronize",
+                 "memcpy_dtoh"):
+        monkeypatch.setattr(drv, name, lambda *a: None)
+    monkeypatch.setattr(C._drv, "set_device", lambda *a: None)
+    asked = []
+    monkeypatch.setattr(ix, "check_pending", lambda: asked.append(1))
+    ev = object.__new__(C.Event)
+    ev.handle = 0
+    st = CudaStorage(Device("cuda", 0), 16, None, None)
+    seams = [lambda: C.synchronize(0), C.Stream(0, handle=0).synchronize, ev.synchronize,
+             lambda: st.to_host(0, 8)]
+    saved = ix.PENDING[0]
+    try:
+        for pending in (0, 1):
+            ix.PENDING[0] = pending
+            for seam in seams:
+                n = len(asked)
+                seam()
+                assert len(asked) == n + pending
+    finally:
+        ix.PENDING[0] = saved
+        ev.handle = None    # nothing to destroy

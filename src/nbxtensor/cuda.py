@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import sys
 
 from .backends.cuda import driver as _drv
 from .backends.cuda.driver import CudaError, CudaUnavailable  # noqa: F401 - public names
+from .backends.cuda.storage import check_index_errors as _index_hook  # [indexing hook]
 from .device import Device
 
 __all__ = ["is_available", "availability", "device_count", "get_device_name",
@@ -210,13 +210,6 @@ def synchronize(device=None) -> None:
     _drv.set_device(_index(device))
     _drv.ctx_synchronize()
     _index_hook()
-
-
-def _index_hook() -> None:
-    """[indexing hook] raise the out-of-range index errors that earlier cuda ops recorded."""
-    ix = sys.modules.get("nbxtensor.kernels.indexing")
-    if ix is not None and ix.PENDING[0]:
-        ix.check_pending()
 
 
 # ============================================================================================

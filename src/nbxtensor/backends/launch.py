@@ -68,7 +68,7 @@ def launch_other(kernel, grid, args, kwargs) -> None:
 
 
 def _interp_launch(kernel, grid, args, kwargs) -> None:
-    from .cuda.launcher import GridError, KernelArgumentError, _sig_of, bind
+    from .cuda.launcher import GridError, KernelArgumentError, _meta, _sig_of, bind
     from .interp.runner import HostPointer, run
     # the same checks as on cuda: argument count, keywords, kinds of values
     bind(kernel, args, kwargs)
@@ -78,10 +78,7 @@ def _interp_launch(kernel, grid, args, kwargs) -> None:
         raise KernelArgumentError(f"launch: kernel {sig.describe()}: {', '.join(map(repr, bad))} "
                                   f"are not constexpr parameters; pass them positionally")
     if callable(grid) and not isinstance(grid, (tuple, list)):
-        meta = {p.name: p.default for p in sig.params if p.has_default}
-        meta.update(zip(sig.names, args))
-        meta.update(kwargs)
-        grid = grid(meta)
+        grid = grid(_meta(sig, args, kwargs))   # as on cuda: every bound argument by name
     if isinstance(grid, (tuple, list)) and not 1 <= len(grid) <= 3:
         raise GridError(f"launch: grid must have 1 to 3 dimensions, got {grid!r}")   # as on cuda
     if not isinstance(grid, (tuple, list)) or not all(

@@ -13,7 +13,9 @@ and the GPU is ours:
   load      cuModuleLoadData through our driver; above 48 KB of shared memory the
             dynamic shared-memory opt-in, above the device's opt-in limit a refusal.
   launch    the kernel-parameter buffer is kept per (kernel, argument kinds) and
-            rewritten in place by one `struct.pack_into`, then one cuLaunchKernel.
+            rewritten in place by one `struct.pack_into`, then one cuLaunchKernel (or
+            cuLaunchKernelEx, its CUlaunchConfig in the same buffer: the fast launchers
+            where the driver has it, and entries with launch attributes).
   fast      after its first launch, each prepared entry gets a generated Python function
             (`_fast_launcher`, built once with exec, as Triton generates its binder) that
             checks the arguments still have the entry's kinds, packs and launches: no key
@@ -607,8 +609,9 @@ def _lookup(kernel, args, kwargs, idx: int):
 
 def _launch(kernel, grid, args, kwargs, idx: int) -> None:
     """The general path: build the key, one dict lookup, one struct.pack_into into the
-    prepared buffer, one cuLaunchKernel; then this entry's fast launcher is put first in
-    line for the next launch of `kernel` with these keywords."""
+    prepared buffer, one cuLaunchKernel (cuLaunchKernelEx for launch attributes); then this
+    entry's fast launcher is put first in line for the next launch of `kernel` with these
+    keywords."""
     e, vals = _lookup(kernel, args, kwargs, idx)
     try:
         if _tls.device != idx:
@@ -648,13 +651,13 @@ def _launch(kernel, grid, args, kwargs, idx: int) -> None:
     if e.gsize:
         _global_scratch(e, idx, gx * gy * gz, stream.value or 0)
     if e.ex:
-        # the parameters are packed again with the config head (a failed fast pack may have
-        # zeroed it): grid, block, shared, stream; attrs were set once at prepare
-        try:
-            e.xpack(e.buf, 0, *vals, gx * e.ctas, gy, gz, e.block, 1, 1, e.shared, stream.value or 0)
-        except (struct.error, OverflowError):   # the parameters packed above: the grid is too wide
+        if gx * e.ctas > _MAX_X:    # Triton's rule: grid x times num_ctas is the launched x
             raise ValueError(f"launch: grid={grid!r} times num_ctas={e.ctas} exceeds CUDA's grid "
-                             f"limit {_MAX_X} in x") from None
+                             f"limit {_MAX_X} in x")
+        # the parameters are packed again with the config head (a failed fast pack may have
+        # zeroed it): grid, block, shared, stream; attrs were set once at prepare. Everything
+        # here was checked, so this pack cannot fail
+        e.xpack(e.buf, 0, *vals, gx * e.ctas, gy, gz, e.block, 1, 1, e.shared, stream.value or 0)
         rc = _cuLaunchKernelEx(e.cfgp, e.f, e.params, None)
         if rc:
             _launch_failed_ex(rc, e)
@@ -815,20 +818,22 @@ def _fast_launcher(e: _Entry, args, idx: int, device_check: bool | None = None):
             body += [f"if {' or '.join(f'not p{i} & 15' for i in unaligned)}:", "    return False"]
     if checks:
         body += [f"if {' or '.join(f'({c})' for c in checks)}:", "    return False"]
+    # grid x is launched times num_ctas (clusters): its bound is CUDA's limit over num_ctas
+    maxx = _MAX_X // e.ctas
     body += [
         "if type(grid) is not tuple:", "    return False",
         "ng = len(grid)",
         "if ng == 1:",
         "    gx = grid[0]; gy = gz = 1",
-        f"    if type(gx) is not int or not 0 < gx <= {_MAX_X}:", "        return False",
+        f"    if type(gx) is not int or not 0 < gx <= {maxx}:", "        return False",
         "elif ng == 2:",
         "    gx, gy = grid; gz = 1",
-        f"    if type(gx) is not int or type(gy) is not int or not 0 < gx <= {_MAX_X} "
+        f"    if type(gx) is not int or type(gy) is not int or not 0 < gx <= {maxx} "
         f"or not 0 < gy <= {_MAX_YZ}:", "        return False",
         "elif ng == 3:",
         "    gx, gy, gz = grid",
         "    if (type(gx) is not int or type(gy) is not int or type(gz) is not int",
-        f"            or not 0 < gx <= {_MAX_X} or not 0 < gy <= {_MAX_YZ} or not 0 < gz <= {_MAX_YZ}):",
+        f"            or not 0 < gx <= {maxx} or not 0 < gy <= {_MAX_YZ} or not 0 < gz <= {_MAX_YZ}):",
         "        return False",
         "else:", "    return False",
     ]
@@ -899,10 +904,11 @@ def prepare(kernel, *example_args, **kwargs):
     The call skips the keyword matching of `nbx.launch` and goes straight to the generated
     fast launchers. Each still checks every argument's kind (dtype, storage verified on the
     device, 16-byte alignment, integer range and divisibility, the constant 1), the grid and
-    the current device; arguments of another kind are re-dispatched through the general path
-    (new kinds are compiled and join the prepared launchers), so a call is never wrong, only
-    slower. Nothing is launched by `prepare` itself. Used from another thread, the call takes
-    the general path (prepared buffers belong to the thread that prepared them).
+    (with more than one device, see `_single_device`) the current device; arguments of
+    another kind are re-dispatched through the general path (new kinds are compiled and join
+    the prepared launchers), so a call is never wrong, only slower. Nothing is launched by
+    `prepare` itself. Used from another thread, the call takes the general path (prepared
+    buffers belong to the thread that prepared them).
     """
     for a in example_args:
         if isinstance(a, Tensor):
@@ -1001,7 +1007,9 @@ def _grid_of(grid, sig, args, kwargs):
 
 
 def _bad_grid(grid) -> bool:
-    """True for an empty grid (nothing to launch, as Triton); raises for an invalid one."""
+    """True for a grid with a zero dimension (nothing to launch, as Triton); raises for an
+    invalid one (GridError: no dimension or more than 3; TypeError: not ints; ValueError:
+    outside CUDA's limits)."""
     if not 1 <= len(grid) <= 3:
         raise GridError(f"launch: grid must have 1 to 3 dimensions, got {grid!r}")
     for g in grid:

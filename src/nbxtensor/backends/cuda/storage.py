@@ -30,6 +30,15 @@ def _stream_handle(index: int) -> int:
     return 0 if s is None else s.handle
 
 
+def check_index_errors() -> None:
+    """[indexing hook] raise the out-of-range index errors that earlier cuda ops recorded
+    (asynchronous checks, kernels/indexing.py); every synchronising call ends with this (a
+    host read here; nbx.cuda.synchronize, Stream.synchronize, Event.synchronize)."""
+    ix = sys.modules.get("nbxtensor.kernels.indexing")
+    if ix is not None and ix.PENDING[0]:
+        ix.check_pending()
+
+
 class CudaStorage:
     """`nbytes` of device memory on `device` (a cuda Device)."""
 
@@ -85,9 +94,7 @@ class CudaStorage:
             driver.set_device(index)
             self._sync_current(index)
             driver.memcpy_dtoh(out.ctypes.data, self.ptr + offset, nbytes)
-        ix = sys.modules.get("nbxtensor.kernels.indexing")  # [indexing hook] index errors
-        if ix is not None and ix.PENDING[0]:                  # seen by earlier ops (async)
-            ix.check_pending()
+        check_index_errors()
         return out
 
     def from_host(self, offset: int, arr: np.ndarray) -> None:
