@@ -338,6 +338,29 @@ def test_kernels_per_step_greedy_fused_exact(monkeypatch, record_property):
 
 
 # ----------------------------------------------------------------------------- QKV + RoPE + append
+def _qkv_rope_both(x, w, nw, b, pos, old, Hq, theta, device):
+    """[fused, composed] (q, cache k, cache v, lengths) as NumPy: O.fused_qkv_rope and
+    fused_linear + KVCache.append_rope into layer 1 of a 2-layer float32 cache whose rows
+    start as k = old, v = -old (old (2, B, Hkv, C, D)); eps 1e-5."""
+    _, B, Hkv, C, D = old.shape
+    res = []
+    for fused in (True, False):
+        c = nbx.KVCache(2, B, Hkv, C, D, dtype=nbx.float32, device=device)
+        c.k.copy_(nbx.tensor(old, device=device))
+        c.v.copy_(nbx.tensor(-old, device=device))
+        if fused:
+            q = O.fused_qkv_rope(x, w, c, 1, pos, num_heads=Hq, norm_weight=nw, eps=1e-5,
+                                 bias=b, theta=theta)
+        else:
+            qkv = O.fused_linear(x, w, norm_weight=nw, eps=1e-5, bias=b)
+            q = qkv[:, :Hq * D].view(B, 1, Hq, D).transpose(1, 2)
+            k = qkv[:, Hq * D:(Hq + Hkv) * D].view(B, 1, Hkv, D).transpose(1, 2)
+            v = qkv[:, (Hq + Hkv) * D:].view(B, 1, Hkv, D).transpose(1, 2)
+            c.append_rope(1, q, k, v, pos, theta=theta)
+        res.append((q.numpy(), c.k.numpy(), c.v.numpy(), c.lengths.numpy()))
+    return res
+
+
 @pytest.mark.parametrize("B,norm,bias", [(1, True, False), (3, True, True), (2, False, False)])
 def test_fused_qkv_rope_equals_composition(device, B, norm, bias):
     """One kernel (interp/cuda) == fused_linear + KVCache.append_rope, and both against a
@@ -353,23 +376,9 @@ def test_fused_qkv_rope_equals_composition(device, B, norm, bias):
     pos_np = g.integers(0, C, (B, 1)).astype(np.int32)
     pos = nbx.tensor(pos_np, device=device)
     theta = 500.0
-    caches = []
     old = g.standard_normal((2, B, Hkv, C, D)).astype(np.float32)    # the cache's old rows
-    for fused in (True, False):
-        c = nbx.KVCache(2, B, Hkv, C, D, dtype=nbx.float32, device=device)
-        c.k.copy_(nbx.tensor(old, device=device))
-        c.v.copy_(nbx.tensor(-old, device=device))
-        if fused:
-            q = O.fused_qkv_rope(x, w, c, 1, pos, num_heads=Hq, norm_weight=nw, eps=1e-5,
-                                 bias=b, theta=theta)
-        else:
-            qkv = O.fused_linear(x, w, norm_weight=nw, eps=1e-5, bias=b)
-            q = qkv[:, :Hq * D].view(B, 1, Hq, D).transpose(1, 2)
-            k = qkv[:, Hq * D:(Hq + Hkv) * D].view(B, 1, Hkv, D).transpose(1, 2)
-            v = qkv[:, (Hq + Hkv) * D:].view(B, 1, Hkv, D).transpose(1, 2)
-            c.append_rope(1, q, k, v, pos, theta=theta)
-        caches.append((q.numpy(), c.k.numpy(), c.v.numpy(), c.lengths.numpy()))
-    (qf, kf, vf, lf), (qc, kc, vc, lc) = caches
+    (qf, kf, vf, lf), (qc, kc, vc, lc) = _qkv_rope_both(x, w, nw, b, pos, old, Hq, theta,
+                                                        device)
     assert_close(qf, qc, rtol=1e-5, atol=1e-5)
     assert_close(kf, kc, rtol=1e-5, atol=1e-5)
     assert_close(vf, vc, rtol=1e-5, atol=1e-5)
@@ -449,6 +458,51 @@ def test_greedy_commit_first_max_and_positions(device, B, V, chunk, monkeypatch)
     assert (positions.numpy() == p0 + 2).all()
 
 
+@pytest.mark.parametrize("chunk", [None, 16])
+def test_greedy_commit_nan_beats_inf(device, chunk, monkeypatch):
+    """NaN is the max even against +inf at an earlier index (torch/NumPy argmax), inside
+    one split and across the ticket merge."""
+    from nbxtensor.kernels import sampling as S
+    if chunk is not None:
+        monkeypatch.setattr(S, "_OVERRIDE", {"CHUNK": chunk, "BLOCK": 16})
+    a = np.zeros((3, 40), np.float32)
+    a[0, [2, 5]] = [np.inf, np.nan]           # same split, same 16-lane block
+    a[1, [3, 35]] = [np.inf, np.nan]          # +inf and NaN in different splits
+    a[2, [1, 20, 33]] = [np.nan, np.inf, np.nan]
+    logits = nbx.tensor(a, device=device)
+    tokens = nbx.zeros((3, 1), dtype=nbx.int64, device=device)
+    positions = nbx.zeros((3, 1), dtype=nbx.int32, device=device)
+    O.greedy_commit(logits, tokens, positions)
+    assert tokens.numpy().reshape(-1).tolist() == np.argmax(a, -1).tolist() == [5, 35, 1]
+
+
+def test_greedy_commit_float64_no_fp32_rounding(device):
+    """float64 logits that differ below fp32's resolution: the larger wins (no silent
+    rounding to fp32, which would make it a tie won by the first index)."""
+    a = np.array([[1.0, 1.0 + 1e-12, 1.0], [3e39, 2e39, 4e39]], np.float64)
+    logits = nbx.tensor(a, device=device)
+    tokens = nbx.zeros((2, 1), dtype=nbx.int64, device=device)
+    positions = nbx.zeros((2, 1), dtype=nbx.int32, device=device)
+    O.greedy_commit(logits, tokens, positions)
+    assert tokens.numpy().reshape(-1).tolist() == [1, 2]
+    assert (positions.numpy() == 1).all()
+
+
+def test_ticket_counters_outlive_a_larger_request():
+    """A counter buffer replaced by a larger one (a bigger batch) is not freed: a CUDA graph
+    captured with it keeps using it; freed, the allocator would hand it to other tensors."""
+    import gc
+    import weakref
+    from nbxtensor.kernels import decode_attention as DA
+    a = DA._counters(4, "cpu")
+    r = weakref.ref(a)
+    del a
+    b = DA._counters(DA._counters(4, "cpu").shape[0] + 1, "cpu")
+    gc.collect()
+    assert r() is not None and r() is not b and b.shape[0] > r().shape[0]
+    assert (b.numpy() == 0).all()
+
+
 def test_commit_tokens(device):
     g = rng()
     B = 3
@@ -467,10 +521,12 @@ def test_commit_refusals():
     pos = nbx.zeros((2, 1), dtype=nbx.int32)
     with pytest.raises(ValueError, match="logits must be a 2-D float"):
         O.greedy_commit(nbx.zeros(5), tok, pos)
-    with pytest.raises(ValueError, match="tokens must be an int Tensor of shape"):
+    with pytest.raises(ValueError, match="tokens must be an int32 or int64 Tensor of shape"):
         O.greedy_commit(lg, nbx.zeros((2, 2), dtype=nbx.int64), pos)
-    with pytest.raises(ValueError, match="positions must be an int Tensor"):
+    with pytest.raises(ValueError, match="positions must be an int32 or int64 Tensor"):
         O.greedy_commit(lg, tok, nbx.zeros((2, 1)))
+    with pytest.raises(ValueError, match="tokens must be an int32 or int64 Tensor"):   # would wrap
+        O.greedy_commit(lg, nbx.zeros((2, 1), dtype=nbx.int8), pos)
     with pytest.raises(ValueError, match="nxt must be an int Tensor of shape"):
         O.commit_tokens(nbx.zeros(3, dtype=nbx.int64), tok, pos)
 

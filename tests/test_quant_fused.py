@@ -222,21 +222,8 @@ def test_fused_qkv_rope_quant(monkeypatch, qtype, B, norm, bias, override):
     orig = F.fused_qkv_rope_quant
     monkeypatch.setattr(F, "fused_qkv_rope_quant",
                         lambda *a, **k: launched.append(1) or orig(*a, **k))
-    res = []
-    for fused in (True, False):
-        c = nbx.KVCache(2, B, Hkv, C, D, dtype=nbx.float32, device=dev)
-        c.k.copy_(nbx.tensor(old, device=dev))
-        c.v.copy_(nbx.tensor(-old, device=dev))
-        if fused:
-            q = O.fused_qkv_rope(x, w, c, 1, pos, num_heads=Hq, norm_weight=nw, eps=1e-5,
-                                 bias=b, theta=theta)
-        else:
-            qkv = O.fused_linear(x, w, norm_weight=nw, eps=1e-5, bias=b)
-            q = qkv[:, :Hq * D].view(B, 1, Hq, D).transpose(1, 2)
-            k = qkv[:, Hq * D:(Hq + Hkv) * D].view(B, 1, Hkv, D).transpose(1, 2)
-            v = qkv[:, (Hq + Hkv) * D:].view(B, 1, Hkv, D).transpose(1, 2)
-            c.append_rope(1, q, k, v, pos, theta=theta)
-        res.append((q.numpy(), c.k.numpy(), c.v.numpy(), c.lengths.numpy()))
+    from test_decode import _qkv_rope_both
+    res = _qkv_rope_both(x, w, nw, b, pos, old, Hq, theta, dev)
     assert launched == [1]                   # the quantised kernel ran (not the fallback)
     (qf, kf, vf, lf), (qc, kc, vc, lc) = res
     for a, r in ((qf, qc), (kf, kc), (vf, vc)):

@@ -226,17 +226,23 @@ def _tuned(cfg, BHk, C, R, D, q):
 
 
 _OVERRIDE: dict | None = None   # tests: {"P": 3, "BLOCK_N": 16}; also COMBINE 0/1, CHUNK_P
-_COUNTERS: dict = {}            # device -> int32 zeros, one ticket counter per (b, kv head)
+_COUNTERS: dict = {}    # (kind, device) -> int32 zeros: ticket counters ((b, kv head) / row)
+_RETIRED: list = []     # buffers a larger request replaced: kept alive, never freed
 
 
-def _counters(n, device):
-    """A zeroed int32 device buffer of >= n counters, kept per device (the kernel leaves
-    every counter at 0 when it finishes). Make one eager call before a CUDA-graph capture."""
+def _counters(n, device, kind="attention"):
+    """A zeroed int32 device buffer of >= n ticket counters, one per (kind, device); every
+    kernel that takes tickets leaves them at 0 when it finishes (kinds: "attention" here,
+    "argmax" in sampling.argmax_commit). The first call allocates: make one eager call before
+    a CUDA-graph capture. A buffer replaced by a larger one stays allocated: a graph
+    captured with it still uses it (freed, the allocator would hand it to other tensors)."""
     from .. import dtypes as _dt
     from ..creation import zeros
-    key = str(device)
+    key = (kind, str(device))
     buf = _COUNTERS.get(key)
     if buf is None or buf.shape[0] < n:
+        if buf is not None:
+            _RETIRED.append(buf)
         buf = _COUNTERS[key] = zeros(max(n, 64), dtype=_dt.int32, device=device)
     return buf
 

@@ -125,6 +125,47 @@ def _fused_gemv1_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, N, K, eps,
 
 
 @triton.jit
+def _rope_append(y1, y2, m, head, i, r1, q_ptr, b_ptr, pos_ptr, inv_ptr, ck_ptr, cv_ptr,
+                 len_ptr, Hq, Hkv, C, s_qm, s_pb, s_cb, s_ch, s_cn, s_cd, s_vb, s_vh, s_vn,
+                 s_vd, HALF: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """The epilogue of the QKV + RoPE + append kernels (this file's and quant_fused's): the
+    pair sums y1, y2 (fp32, normalised) of rows r1 and r1 + HALF of head `head` for x row m:
+    + bias, rounded to the activations' dtype, rotated (q and k heads), stored to q or to
+    the cache slot positions[m] (skipped outside the cache); program 0 of the row sets
+    lengths[m] = positions[m] + 1. Called after the PDL wait."""
+    if HAS_BIAS:
+        y1 += tl.load(b_ptr + r1).to(tl.float32)
+        y2 += tl.load(b_ptr + r1 + HALF).to(tl.float32)
+    dt = q_ptr.dtype.element_ty
+    y1 = y1.to(dt).to(tl.float32)
+    y2 = y2.to(dt).to(tl.float32)
+    pos = tl.load(pos_ptr + m * s_pb).to(tl.int64)
+    if head < Hq + Hkv:
+        c, s = _cos_sin(pos.to(tl.float32) * tl.load(inv_ptr + i))
+        t1 = y1 * c - y2 * s
+        y2 = y2 * c + y1 * s
+        y1 = t1
+    if head < Hq:
+        qb = q_ptr + m * s_qm + r1
+        tl.store(qb, y1.to(dt))
+        tl.store(qb + HALF, y2.to(dt))
+    else:
+        ok = (pos >= 0) & (pos < C)          # outside the cache: skipped (cannot raise)
+        slot = tl.where(ok, pos, 0)
+        km = (i < HALF) & ok
+        if head < Hq + Hkv:
+            cb = ck_ptr + m * s_cb + (head - Hq).to(tl.int64) * s_ch + slot * s_cn
+            tl.store(cb + i * s_cd, y1.to(ck_ptr.dtype.element_ty), mask=km)
+            tl.store(cb + (i + HALF) * s_cd, y2.to(ck_ptr.dtype.element_ty), mask=km)
+        else:
+            vb = cv_ptr + m * s_vb + (head - Hq - Hkv).to(tl.int64) * s_vh + slot * s_vn
+            tl.store(vb + i * s_vd, y1.to(cv_ptr.dtype.element_ty), mask=km)
+            tl.store(vb + (i + HALF) * s_vd, y2.to(cv_ptr.dtype.element_ty), mask=km)
+    if tl.program_id(1) == 0:
+        tl.store(len_ptr + m, (pos + 1).to(len_ptr.dtype.element_ty))
+
+
+@triton.jit
 def _fused_qkv_rope_kernel(x_ptr, w_ptr, q_ptr, nw_ptr, b_ptr, pos_ptr, inv_ptr, ck_ptr, cv_ptr,
                            len_ptr, K, eps, Hq, Hkv, C, s_xm, s_wn, s_qm, s_pb,
                            s_cb, s_ch, s_cn, s_cd, s_vb, s_vh, s_vn, s_vd,
@@ -168,36 +209,9 @@ def _fused_qkv_rope_kernel(x_ptr, w_ptr, q_ptr, nw_ptr, b_ptr, pos_ptr, inv_ptr,
         inv = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / K + eps)
         y1 = y1 * inv
         y2 = y2 * inv
-    if HAS_BIAS:
-        y1 += tl.load(b_ptr + r1).to(tl.float32)
-        y2 += tl.load(b_ptr + r1 + HALF).to(tl.float32)
-    dt = q_ptr.dtype.element_ty
-    y1 = y1.to(dt).to(tl.float32)
-    y2 = y2.to(dt).to(tl.float32)
-    pos = tl.load(pos_ptr + m * s_pb).to(tl.int64)
-    if head < Hq + Hkv:
-        c, s = _cos_sin(pos.to(tl.float32) * tl.load(inv_ptr + i))
-        t1 = y1 * c - y2 * s
-        y2 = y2 * c + y1 * s
-        y1 = t1
-    if head < Hq:
-        qb = q_ptr + m * s_qm + r1
-        tl.store(qb, y1.to(dt))
-        tl.store(qb + HALF, y2.to(dt))
-    else:
-        ok = (pos >= 0) & (pos < C)          # outside the cache: skipped (cannot raise)
-        slot = tl.where(ok, pos, 0)
-        km = (i < HALF) & ok
-        if head < Hq + Hkv:
-            cb = ck_ptr + m * s_cb + (head - Hq).to(tl.int64) * s_ch + slot * s_cn
-            tl.store(cb + i * s_cd, y1.to(ck_ptr.dtype.element_ty), mask=km)
-            tl.store(cb + (i + HALF) * s_cd, y2.to(ck_ptr.dtype.element_ty), mask=km)
-        else:
-            vb = cv_ptr + m * s_vb + (head - Hq - Hkv).to(tl.int64) * s_vh + slot * s_vn
-            tl.store(vb + i * s_vd, y1.to(cv_ptr.dtype.element_ty), mask=km)
-            tl.store(vb + (i + HALF) * s_vd, y2.to(cv_ptr.dtype.element_ty), mask=km)
-    if tl.program_id(1) == 0:
-        tl.store(len_ptr + m, (pos + 1).to(len_ptr.dtype.element_ty))
+    _rope_append(y1, y2, m, head, i, r1, q_ptr, b_ptr, pos_ptr, inv_ptr, ck_ptr, cv_ptr, len_ptr,
+                 Hq, Hkv, C, s_qm, s_pb, s_cb, s_ch, s_cn, s_cd, s_vb, s_vh, s_vn, s_vd,
+                 HALF, HAS_BIAS)
 
 
 @triton.jit
@@ -290,6 +304,17 @@ def fused_gemv_config(M, N, K, itemsize, device_type, kind="plain") -> dict:
     return dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=min(64, kp), num_warps=4, num_stages=3)
 
 
+def gemv_out(x, w, glu, out):
+    """(M, K, N, out) of a fused GEMV (this file's and quant_fused's): x (M, K), N = w's
+    rows (half of them with glu); out allocated (M, N) in x's dtype when None."""
+    from ..tensor import Tensor
+    M, K = x.shape
+    N = w.shape[0] // 2 if glu else w.shape[0]
+    if out is None:
+        out = Tensor._empty((M, N), x.dtype, x.device)
+    return M, K, N, out
+
+
 def fused_gemv(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None, glu=False,
                out=None):
     """out (M, N) = epilogue(rmsnorm?(x) @ W^T). x (M, K); w (N, K), or (2N, K) = [gate; up]
@@ -297,11 +322,7 @@ def fused_gemv(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None, gl
     `pdl_enabled(x.device)` says."""
     from .. import dtypes as _dt
     from ..backends.launch import launch
-    from ..tensor import Tensor
-    M, K = x.shape
-    N = w.shape[0] // 2 if glu else w.shape[0]
-    if out is None:
-        out = Tensor._empty((M, N), x.dtype, x.device)
+    M, K, N, out = gemv_out(x, w, glu, out)
     if M == 0 or N == 0:
         return out
     cfg = fused_gemv_config(M, N, K, w.dtype.itemsize, x.device.type,

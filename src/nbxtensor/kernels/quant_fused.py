@@ -26,7 +26,8 @@ the rows sharing a weight block run back to back (HBM once, L2 for the others). 
 Two kernels share the dot-product loop (`_qdot`):
   _qfused_gemv_kernel      fused_linear's semantics (entry fused_linear_quant)
   _qfused_qkv_rope_kernel  RMSNorm + QKV GEMV + RoPE + KV-cache append, as
-                           decode_fused._fused_qkv_rope_kernel (entry fused_qkv_rope_quant):
+                           decode_fused._fused_qkv_rope_kernel (entry fused_qkv_rope_quant;
+                           the epilogue is its `_rope_append`):
                            the rotate_half pair rows (r, r + D/2) are dotted as GLU's pair.
 """
 from __future__ import annotations
@@ -36,7 +37,7 @@ import triton.language as tl
 
 from ._host import cdiv as _cdiv, next_pow2 as _np2
 from ._pdl import _pdl_wait, pdl_enabled
-from .rope import _cos_sin
+from .decode_fused import _rope_append, gemv_out
 
 QTYPES = {"Q8_0": 0, "Q4_1": 1}
 _BLOCK_BYTES = {"Q8_0": 34, "Q4_1": 20}
@@ -193,36 +194,9 @@ def _qfused_qkv_rope_kernel(x_ptr, w_ptr, q_ptr, nw_ptr, b_ptr, pos_ptr, inv_ptr
     r1 = (head * 2 * HALF + i).to(tl.int64)
     y1, y2 = _qdot(x_ptr + m * s_xm, w_ptr, nw_ptr, (r1 * row_bytes)[:, None, None],
                    HALF * row_bytes, K, KB, eps, QTYPE, W, BLOCK_N, BLOCK_B, NORM, True, PDL)
-    if HAS_BIAS:
-        y1 += tl.load(b_ptr + r1).to(tl.float32)
-        y2 += tl.load(b_ptr + r1 + HALF).to(tl.float32)
-    dt = q_ptr.dtype.element_ty
-    y1 = y1.to(dt).to(tl.float32)
-    y2 = y2.to(dt).to(tl.float32)
-    pos = tl.load(pos_ptr + m * s_pb).to(tl.int64)
-    if head < Hq + Hkv:
-        c, s = _cos_sin(pos.to(tl.float32) * tl.load(inv_ptr + i))
-        t1 = y1 * c - y2 * s
-        y2 = y2 * c + y1 * s
-        y1 = t1
-    if head < Hq:
-        qb = q_ptr + m * s_qm + r1
-        tl.store(qb, y1.to(dt))
-        tl.store(qb + HALF, y2.to(dt))
-    else:
-        ok = (pos >= 0) & (pos < C)          # outside the cache: skipped (cannot raise)
-        slot = tl.where(ok, pos, 0)
-        km = (i < HALF) & ok
-        if head < Hq + Hkv:
-            cb = ck_ptr + m * s_cb + (head - Hq).to(tl.int64) * s_ch + slot * s_cn
-            tl.store(cb + i * s_cd, y1.to(ck_ptr.dtype.element_ty), mask=km)
-            tl.store(cb + (i + HALF) * s_cd, y2.to(ck_ptr.dtype.element_ty), mask=km)
-        else:
-            vb = cv_ptr + m * s_vb + (head - Hq - Hkv).to(tl.int64) * s_vh + slot * s_vn
-            tl.store(vb + i * s_vd, y1.to(cv_ptr.dtype.element_ty), mask=km)
-            tl.store(vb + (i + HALF) * s_vd, y2.to(cv_ptr.dtype.element_ty), mask=km)
-    if tl.program_id(1) == 0:
-        tl.store(len_ptr + m, (pos + 1).to(len_ptr.dtype.element_ty))
+    _rope_append(y1, y2, m, head, i, r1, q_ptr, b_ptr, pos_ptr, inv_ptr, ck_ptr, cv_ptr, len_ptr,
+                 Hq, Hkv, C, s_qm, s_pb, s_cb, s_ch, s_cn, s_cd, s_vb, s_vh, s_vn, s_vd,
+                 HALF, HAS_BIAS)
 
 
 # ------------------------------------------------------------------ launch configuration
@@ -257,11 +231,7 @@ def fused_quant_gemv(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=No
     checked by fused_linear_quant (the entry models/_ops.fused_linear dispatches to).
     pdl: None = _pdl.pdl_enabled(x.device); True/False force it (cuda only)."""
     from ..backends.launch import launch
-    from ..tensor import Tensor
-    M, K = x.shape
-    N = w.shape[0] // 2 if glu else w.shape[0]
-    if out is None:
-        out = Tensor._empty((M, N), x.dtype, x.device)
+    M, K, N, out = gemv_out(x, w, glu, out)
     if M == 0 or N == 0:
         return out
     KB = K // 32
@@ -325,15 +295,8 @@ def fused_linear_quant(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=
                          f"{tuple(getattr(blocks, 'shape', ()))}")
     if blocks.device != x.device:
         raise ValueError(f"{op}: w is on {blocks.device} but x is on {x.device}")
-    for name, t, shape in (("norm_weight", norm_weight, (K,)), ("bias", bias, (N,)),
-                           ("residual", residual, (M, N))):
-        if t is None:
-            continue
-        if not isinstance(t, Tensor) or tuple(t.shape) != shape:
-            raise ValueError(f"{op}: {name} must be a Tensor of shape {shape}, got "
-                             f"{tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__}")
-        if t.device != x.device:
-            raise ValueError(f"{op}: {name} is on {t.device} but x is on {x.device}")
+    from ..models._ops import _check_epilogue_args
+    _check_epilogue_args(op, x, norm_weight, bias, residual, N)
     if residual is not None and residual.dtype != x.dtype:
         raise ValueError(f"{op}: residual must be {x.dtype.name}, got {residual.dtype.name}")
     odt = nbx.dtypes.as_dtype(out_dtype or x.dtype)

@@ -158,6 +158,17 @@ def _advance_kernel(state_ptr, PDL: tl.constexpr):
 
 # ------------------------------------------------------------------ end of a decode step
 @triton.jit
+def _first_max(v, idx, V):
+    """(max, its smallest idx) over a 1-D v as torch.argmax: NaN is the max (then the
+    max is NaN), ties go to the smallest idx; idx V marks nothing."""
+    isn = v != v
+    has_nan = tl.max(isn.to(tl.int32), 0) > 0
+    m = tl.max(v, 0)
+    hit = tl.where(has_nan, isn, v == m)
+    return tl.where(has_nan, float("nan"), m), tl.min(tl.where(hit, idx, V), 0)
+
+
+@triton.jit
 def _argmax_commit_kernel(x_ptr, pm_ptr, pi_ptr, cnt_ptr, tok_ptr, pos_ptr,
                           s_xb, s_xv, s_tb, s_pb, V, S, CHUNK,
                           BLOCK: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr):
@@ -178,12 +189,12 @@ def _argmax_commit_kernel(x_ptr, pm_ptr, pi_ptr, cnt_ptr, tok_ptr, pos_ptr,
     for c in range(start, end, BLOCK):
         i = c + offs
         x = tl.load(xb + i.to(tl.int64) * s_xv, mask=i < end, other=-float("inf")).to(tl.float32)
-        x = tl.where(x != x, float("inf"), x)
-        take = (x > bv) | ((bi == V) & (i < end))   # strict: an earlier index wins a tie
+        # strict: an earlier index wins a tie; a NaN beats everything (+inf too) but an
+        # earlier NaN (a lane keeps its first NaN)
+        take = (x > bv) | ((x != x) & (bv == bv)) | ((bi == V) & (i < end))
         bv = tl.where(take, x, bv)
         bi = tl.where(take, i, bi)
-    m = tl.max(bv, 0)
-    mi = tl.min(tl.where(bv == m, bi, V), 0)
+    m, mi = _first_max(bv, bi, V)
     if S == 1:
         tl.store(tok_ptr + row * s_tb, mi.to(tok_ptr.dtype.element_ty))
         p = tl.load(pos_ptr + row * s_pb)
@@ -199,8 +210,7 @@ def _argmax_commit_kernel(x_ptr, pm_ptr, pi_ptr, cnt_ptr, tok_ptr, pos_ptr,
             pm = tl.load(pm_ptr + row * S + j, mask=j < S, other=-float("inf"),
                          cache_modifier=".cg")
             pi = tl.load(pi_ptr + row * S + j, mask=j < S, other=V, cache_modifier=".cg")
-            gm = tl.max(pm, 0)
-            gi = tl.min(tl.where(pm == gm, pi, V), 0)
+            gm, gi = _first_max(pm, pi, V)
             tl.store(tok_ptr + row * s_tb, gi.to(tok_ptr.dtype.element_ty))
             p = tl.load(pos_ptr + row * s_pb)
             tl.store(pos_ptr + row * s_pb, p + 1)
@@ -219,21 +229,6 @@ def _commit_kernel(src_ptr, tok_ptr, pos_ptr, B, s_src, s_tb, s_pb, BLOCK_B: tl.
     tl.store(pos_ptr + b * s_pb, p + 1, mask=mb)
 
 
-_COUNTERS: dict = {}            # device -> int32 zeros, one ticket counter per row
-
-
-def _counters(n, device):
-    """A zeroed int32 buffer of >= n counters per device (each launch leaves them at 0).
-    The first call allocates: make one eager call before a CUDA-graph capture."""
-    from .. import dtypes as _dt
-    from ..creation import zeros
-    key = str(device)
-    buf = _COUNTERS.get(key)
-    if buf is None or buf.shape[0] < n:
-        buf = _COUNTERS[key] = zeros(max(n, 64), dtype=_dt.int32, device=device)
-    return buf
-
-
 ARGMAX_MAX_SPLITS = 128          # cuda: ~1 program per SM; interp: 4 (exercises the merge)
 
 
@@ -246,11 +241,13 @@ def argmax_commit_config(V, device_type):
 
 def argmax_commit(logits, tokens, positions):
     """tokens[b, 0] = argmax(logits[b]) and positions[b, 0] += 1 in one kernel (the greedy
-    end of a decode step). logits (B, V) float; tokens (B, 1) int; positions (B, 1) int.
+    end of a decode step). logits (B, V) float16/bfloat16/float32 (compared in fp32);
+    tokens (B, 1) int; positions (B, 1) int.
     Validation is done by the caller (models/_ops.greedy_commit)."""
     from .. import dtypes as _dt
     from ..backends.launch import launch
     from ..tensor import Tensor
+    from .decode_attention import _counters
     B, V = logits.shape
     cfg = argmax_commit_config(V, logits.device.type)
     if _OVERRIDE and "CHUNK" in _OVERRIDE:
@@ -259,7 +256,7 @@ def argmax_commit(logits, tokens, positions):
     S = cfg["S"]
     pm = Tensor._empty((B * S,), _dt.float32, logits.device)
     pi = Tensor._empty((B * S,), _dt.int32, logits.device)
-    cnt = _counters(B, logits.device)
+    cnt = _counters(B, logits.device, "argmax")     # one ticket counter per row
     launch(_argmax_commit_kernel, (S, B), logits, pm, pi, cnt, tokens, positions,
            *logits.stride(), tokens.stride(0), positions.stride(0), V, S, cfg["CHUNK"],
            BLOCK=cfg["BLOCK"], BLOCK_S=max(2, _np2(S)), num_warps=4,

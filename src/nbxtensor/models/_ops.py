@@ -223,8 +223,8 @@ def mean_pool_normalize(x, mask):
 
 
 # ------------------------------------------------------------------------ decode step: PDL
-# The PDL policy of the decode kernels lives with them (kernels/decode_fused.py): on for cuda,
-# off on interp/cpu, NBX_PDL=0 or set_pdl(False) turns it off. Re-exported here for the
+# The PDL policy of the decode kernels is kernels/_pdl.py (re-exported by decode_fused): on for
+# cuda, off on interp/cpu, NBX_PDL=0 or set_pdl(False) turns it off. Re-exported here for the
 # model code and for kernels outside this area that take a `pdl` flag (pass pdl_enabled(dev)).
 from ..kernels.decode_fused import pdl_enabled, set_pdl  # noqa: E402,F401
 
@@ -232,15 +232,18 @@ from ..kernels.decode_fused import pdl_enabled, set_pdl  # noqa: E402,F401
 def _check_commit(tokens, positions, B, op):
     from ..tensor import Tensor
     for n, t in (("tokens", tokens), ("positions", positions)):
-        if not isinstance(t, Tensor) or tuple(t.shape) != (B, 1) or t.dtype.is_floating_point:
-            raise ValueError(f"{op}: {n} must be an int Tensor of shape ({B}, 1), got "
-                             f"{(tuple(t.shape), t.dtype.name) if isinstance(t, Tensor) else type(t).__name__}")
+        # int32/int64 only: a narrower int would wrap a token id or a position silently
+        if not isinstance(t, Tensor) or tuple(t.shape) != (B, 1) or \
+                t.dtype not in (nbx.int32, nbx.int64):
+            raise ValueError(f"{op}: {n} must be an int32 or int64 Tensor of shape ({B}, 1), "
+                             f"got {(tuple(t.shape), t.dtype.name) if isinstance(t, Tensor) else type(t).__name__}")
 
 
 def greedy_commit(logits, tokens, positions):
     """The greedy end of a decode step, in place: tokens[b, 0] = argmax(logits[b]) (the first
-    index of the max, as torch) and positions[b, 0] += 1. cuda/interp: one kernel
-    (kernels/sampling.argmax_commit); cpu: nbx.argmax + copy + add."""
+    index of the max, NaN counting as the max, as torch) and positions[b, 0] += 1.
+    cuda/interp: one kernel (kernels/sampling.argmax_commit); cpu and float64 logits:
+    nbx.argmax + copy + add."""
     from ..tensor import Tensor
     op = "greedy_commit"
     if not isinstance(logits, Tensor) or logits.ndim != 2 or not logits.dtype.is_floating_point:
@@ -251,7 +254,8 @@ def greedy_commit(logits, tokens, positions):
     for n, t in (("tokens", tokens), ("positions", positions)):
         if t.device != logits.device:
             raise ValueError(f"{op}: {n} is on {t.device} but logits on {logits.device}")
-    if logits.device.type == "cpu" or logits.shape[1] == 0:
+    # float64: the kernel compares in fp32 (values closer than fp32 resolves would tie)
+    if logits.device.type == "cpu" or logits.shape[1] == 0 or logits.dtype.itemsize > 4:
         tokens.copy_(nbx.argmax(logits, dim=-1).reshape(B, 1))
         nbx.add(positions, 1, out=positions)
         return tokens
@@ -284,8 +288,10 @@ def fused_qkv_rope(x, w, cache, layer, positions, *, num_heads, norm_weight=None
     SMALL_M rows on cuda): q, k, v = split(rms_norm?(x) @ w.T (+ bias)), RoPE (rotate_half)
     on q and k at the device positions, k and v appended to `cache` layer `layer` (its
     lengths set to positions + 1). x (B, K); w = [wq; wk; wv] ((Hq + 2 Hkv) * D, K);
-    positions (B, 1) int. Returns q (B, Hq, 1, D), rotated. Elsewhere (cpu, quantised w,
-    large batches) the same composed of fused_linear and KVCache.append_rope."""
+    positions (B, 1) int. Returns q (B, Hq, 1, D), rotated. A Q8_0/Q4_1 QuantWeight w takes
+    kernels/quant_fused.py's kernel under the same conditions. Elsewhere (cpu, other
+    quantised formats, more than SMALL_M rows on cuda, x's dtype != the cache's, value_dim
+    != head_dim, odd D) the same composed of fused_linear and KVCache.append_rope."""
     from ..kv_cache import KVCache
     from ..tensor import Tensor
     op = "fused_qkv_rope"
@@ -351,6 +357,22 @@ def fused_qkv_rope(x, w, cache, layer, positions, *, num_heads, norm_weight=None
 
 
 # ------------------------------------------------------------------------ fused decode GEMV
+def _check_epilogue_args(op, x, norm_weight, bias, residual, N):
+    """fused_linear's (plain and quantised) optional operands: norm_weight (K,), bias (N,),
+    residual (M, N) Tensors on x's device, for x (M, K)."""
+    from ..tensor import Tensor
+    M, K = x.shape
+    for name, t, shape in (("norm_weight", norm_weight, (K,)), ("bias", bias, (N,)),
+                           ("residual", residual, (M, N))):
+        if t is None:
+            continue
+        if not isinstance(t, Tensor) or tuple(t.shape) != shape:
+            raise ValueError(f"{op}: {name} must be a Tensor of shape {shape}, got "
+                             f"{tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__}")
+        if t.device != x.device:
+            raise ValueError(f"{op}: {name} is on {t.device} but x is on {x.device}")
+
+
 def fused_linear(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None, glu=False,
                  out_dtype=None):
     """One projection of the decode step with its neighbours fused in:
@@ -383,15 +405,7 @@ def fused_linear(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None, 
         raise ValueError(f"{op}: bias with glu is not supported")
     M, K = x.shape
     N = w.shape[0] // 2 if glu else w.shape[0]
-    for name, t, shape in (("norm_weight", norm_weight, (K,)), ("bias", bias, (N,)),
-                           ("residual", residual, (M, N))):
-        if t is None:
-            continue
-        if not isinstance(t, Tensor) or tuple(t.shape) != shape:
-            raise ValueError(f"{op}: {name} must be a Tensor of shape {shape}, got "
-                             f"{tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__}")
-        if t.device != x.device:
-            raise ValueError(f"{op}: {name} is on {t.device} but x is on {x.device}")
+    _check_epilogue_args(op, x, norm_weight, bias, residual, N)
     if w.device != x.device:
         raise ValueError(f"{op}: w is on {w.device} but x is on {x.device}")
     if w.dtype != x.dtype or not x.dtype.is_floating_point:
