@@ -765,3 +765,111 @@ def test_zero_dim_masks_and_overflow(device):
         h.masked_fill(nbx.tensor(np.ones(3, bool), device=device), 1e6)
     np.testing.assert_array_equal(
         h.masked_fill(nbx.tensor(np.ones(3, bool), device=device), float("inf")).numpy(), np.inf)
+
+
+def test_async_multi_index_error_reads_and_writes_nothing_outside(device, async_checks):
+    """Several advanced indices are linearised into one element offset, then gathered/scattered
+    with no bound of their own: a bad index must not become an offset outside the tensor
+    (x[[0, 1], [-5, 0]] would read the element before x; a setitem would write it)."""
+    kix = async_checks
+    base = nbx.tensor(np.full(14, 99.0, np.float32), device=device)
+    x = base[1:13].view(3, 4)
+    x[...] = nbx.tensor(np.arange(12.0, dtype=np.float32).reshape(3, 4), device=device)
+    r = x[_idx([0, 1], device), _idx([-5, 0], device)]       # -5 -> offset -1 -> base[0]
+    with pytest.raises(IndexError, match=r"index -5 is out of range for dimension 1 with size 4"):
+        _sync_point(device, kix)
+    got = r.numpy()
+    assert got[1] == 4.0 and got[0] != 99.0   # never data from outside the source
+    x[_idx([0, 3], device), _idx([0, 0], device)] = 7.0     # 3 -> offset 12 -> base[13]
+    with pytest.raises(IndexError, match=r"index 3 is out of range for dimension 0 with size 3"):
+        _sync_point(device, kix)
+    b = base.numpy()
+    assert b[0] == 99.0 and b[13] == 99.0 and b[1] == 7.0
+    # a bad first index must not be revived by the second one's offset (accumulated sentinel)
+    x[_idx([-4, 0], device), _idx([1, 1], device)] = 5.0     # -4 + 3 -> -1: offset -4 + 1
+    with pytest.raises(IndexError, match=r"index -4 is out of range"):
+        _sync_point(device, kix)
+    b = base.numpy()
+    assert b[0] == 99.0 and b[13] == 99.0 and b[2] == 5.0
+
+
+def test_async_errors_of_every_device_are_reported(device, async_checks, monkeypatch):
+    """Two devices with recorded errors: the first sync raises one, and the other stays
+    pending for the next sync (it was lost: PENDING was cleared before the first raise)."""
+    kix = async_checks
+    x = nbx.tensor(np.arange(10.0, dtype=np.float32), device=device)
+    nbx.index_select(x, 0, _idx([12], device))
+    other = nbx.tensor(np.array([1, 7, kix._tag(("take", "a second device", 0, 3)), 0],
+                                np.int64), device=device)
+    monkeypatch.setitem(kix._FLAGS, "second-device", other)   # read after the real device's
+    with pytest.raises(IndexError, match="index_select: index 12 "):
+        _sync_point(device, kix)
+    assert kix.PENDING[0]
+    with pytest.raises(IndexError, match="take: index 7 is out of range for a second device"):
+        _sync_point(device, kix)
+    assert not kix.PENDING[0]
+    _sync_point(device, kix)
+
+
+def test_flag_read_from_another_thread_waits_for_the_reader(device, async_checks, monkeypatch):
+    """A sync on a second thread while the first is reading the flags must wait for that read
+    (it returned at once, unchecked, behind a process-wide busy bit), and the error is
+    reported once."""
+    import threading
+    kix = async_checks
+    x = nbx.tensor(np.arange(10.0, dtype=np.float32), device=device)
+    entered, gate = threading.Event(), threading.Event()
+    orig = kix._read_flag
+
+    def slow_read(dev, deferred):
+        if threading.current_thread().name == "reader":
+            entered.set()
+            gate.wait(10)
+        return orig(dev, deferred)
+
+    monkeypatch.setattr(kix, "_read_flag", slow_read)
+    errors = []
+
+    def sync():
+        try:
+            kix.check_pending()
+        except IndexError as e:
+            errors.append(e)
+
+    nbx.index_select(x, 0, _idx([11], device))
+    a = threading.Thread(target=sync, name="reader")
+    a.start()
+    assert entered.wait(10)
+    b = threading.Thread(target=sync, name="second")
+    b.start()
+    b.join(0.5)
+    still_waiting = b.is_alive()
+    gate.set()
+    a.join(10)
+    b.join(10)
+    assert still_waiting
+    assert len(errors) == 1 and "index_select: index 11 " in str(errors[0])
+
+
+def test_gather_fast_path_hits_follow_offsets_and_dtypes(device):
+    """gather / index_select / embedding cache their plan by layout: a second call with the
+    same shapes and strides but other storage offsets (and the other index dtype, another
+    key) must read its own tensors."""
+    from nbxtensor.ops import indexing as oix
+    g = rng()
+    base = g.standard_normal((9, 33)).astype(np.float32)
+    xt = nbx.tensor(base, device=device)
+    ind = g.integers(0, 4, (4, 33))
+    for k, (r0, dt) in enumerate([(0, nbx.int64), (3, nbx.int64), (5, nbx.int32)]):
+        x = xt[r0:r0 + 4]                         # same layout, offset r0 * 33
+        ia = _idx(np.concatenate([ind, (ind + 1) % 4]), device, dt)[4 * (k % 2):][:4]
+        want = (ind + k % 2) % 4
+        np.testing.assert_array_equal(nbx.gather(x, 0, ia).numpy(),
+                                      np.take_along_axis(base[r0:r0 + 4], want, 0))
+        sel = _idx([3, 0, 2, 1, 3, 0], device, dt)[k % 2:][:4]
+        np.testing.assert_array_equal(nbx.index_select(x, 1, sel).numpy(),
+                                      base[r0:r0 + 4][:, [3, 0, 2, 1, 3, 0][k % 2:][:4]])
+        np.testing.assert_array_equal(nbx.embedding(sel, x).numpy(),
+                                      base[r0:r0 + 4][[3, 0, 2, 1, 3, 0][k % 2:][:4]])
+    keys = [key for key in oix._FAST if key[0] in ("gather", "index_select", "embedding")]
+    assert any(key[5] is nbx.int32 for key in keys) and any(key[5] is nbx.int64 for key in keys)

@@ -581,3 +581,22 @@ def test_quant_kernel_errors(device):
     with pytest.raises(ValueError, match="no device kernel"):
         quant_linear(nbx.zeros((1, 32), device=device),
                      QuantWeight(w.blocks, "Q6_K", (4, 32)))
+
+
+def test_gguf_parser_refuses_duplicate_keys_and_a_bool_alignment(tmp_path):
+    """A metadata key written twice (llama.cpp refuses the file) was silently the last value;
+    general.alignment must be an integer (a bool True passed as alignment 1)."""
+    from nbxtensor.io.gguf import GGUFFile
+
+    def s(x):
+        b = x.encode()
+        return struct.pack("<Q", len(b)) + b
+    p = tmp_path / "d.gguf"
+    kv = s("a") + struct.pack("<Ii", 5, 1) + s("a") + struct.pack("<Ii", 5, 2)
+    p.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 2) + kv)
+    with pytest.raises(ValueError, match=r"d\.gguf.*corrupt: metadata key 'a' appears twice"):
+        GGUFFile(p)
+    kv = s("general.alignment") + struct.pack("<I?", 7, True)
+    p.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + kv)
+    with pytest.raises(ValueError, match=r"general\.alignment True"):
+        GGUFFile(p)

@@ -446,3 +446,28 @@ def test_poisoned_helper_is_nan(device):
     p = poisoned((3,), nbx.float32, device)
     assert np.isnan(p.numpy()).all()
     assert not (rng().standard_normal(3) == 0).any()
+
+
+def test_flip_recording_ignores_other_threads_launches(device, monkeypatch):
+    """flip records its launches once per layout and replays them. The recording switch was
+    process-wide: a launch made by another thread while a flip was being recorded (here a
+    roll, run between the flip's launch and the end of its recording) joined the flip's
+    replay, so later flips of that layout ran the roll's launch on their own tensors."""
+    if device == "cpu":
+        pytest.skip("kernel path")
+    import threading
+    from nbxtensor.kernels import shape as ks
+    y, ry = make((2, 301), nbx.float32, device)
+    orig = ks._flip
+
+    def flip_then_roll_elsewhere(out, x, dims):
+        orig(out, x, dims)
+        th = threading.Thread(target=lambda: same(nbx.roll(y, 1, 1), np.roll(ry, 1, 1)))
+        th.start()
+        th.join()
+    monkeypatch.setattr(ks, "_flip", flip_then_roll_elsewhere)
+    x, rx = make((7, 301), nbx.float32, device)
+    same(nbx.flip(x, (0,)), np.flip(rx, 0))          # recorded (with the roll, before)
+    monkeypatch.setattr(ks, "_flip", orig)
+    x2, rx2 = make((7, 301), nbx.float32, device)
+    same(nbx.flip(x2, (0,)), np.flip(rx2, 0))        # replayed

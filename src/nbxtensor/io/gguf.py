@@ -182,6 +182,8 @@ class GGUFFile:
         meta = {}
         for i in range(n_kv):
             key = r.string(f"metadata key {i}")
+            if key in meta:
+                raise ValueError(f"{where}: corrupt: metadata key {key!r} appears twice")
             vtype = r.u32(f"metadata {key!r} type")
             meta[key] = r.value(vtype, f"metadata {key!r}")
         self._raw_meta = meta
@@ -197,7 +199,7 @@ class GGUFFile:
             off = r.u64(f"tensor {name!r} offset")
             infos.append((name, ne, tid, off))
         align = meta.get("general.alignment", 32)
-        if not isinstance(align, int) or align <= 0 or align & (align - 1):
+        if align.__class__ is not int or align <= 0 or align & (align - 1):   # (a bool too)
             raise ValueError(f"{where}: corrupt: general.alignment {align!r} is not a power of two")
         data_start = -(-r.off // align) * align
         self.data_offset = data_start

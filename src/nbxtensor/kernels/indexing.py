@@ -9,10 +9,12 @@ Python side (`_geometry`) drops size-1 dims and merges dims that are contiguous 
 every tensor, so most calls are 1-D or 2-D; above 4 dims it loops over the first.
 
 Out-of-range indices: the kernel that reads an index checks it (`lo <= i < hi`),
-masks the access (nothing is read or written out of bounds), and records the
-number of bad indices and one bad value in a per-device int64[2] flag. The entry
-reads the flag back (one 16-byte device->host copy, which synchronises) and raises
-IndexError. The flag stays zero on the good path, so it is never re-initialised.
+masks the access (nothing is read or written out of bounds), and records in a
+per-device int64[4] flag the number of bad indices, the first bad op's tag (which
+names it) and one of its bad values (`_flag_bad`). The flag is read (a 32-byte
+device->host copy) at the op on interp and in 'sync' mode, else at the next
+synchronising call (`check_pending`, async); a read that finds an error resets it and
+raises IndexError. The flag stays zero on the good path.
 
 Atomics: scatter 'add' uses tl.atomic_add (fp16, bf16, fp32, fp64, int32, int64):
 float sums with duplicate indices are not deterministic in their rounding order.
@@ -23,6 +25,7 @@ atomic: a compare-and-swap loop (`_cas_multiply`) does it for 32/64-bit dtypes.
 from __future__ import annotations
 
 import functools
+import threading
 
 import numpy as np
 import triton
@@ -39,6 +42,10 @@ from ._host import f64_bits as _f64_bits
 STORE, ADD, AMAX, AMIN = 0, 1, 2, 3
 PROD = 4
 _MODES = {"store": STORE, "add": ADD, "amax": AMAX, "amin": AMIN, "prod": PROD}
+
+
+# a linearised offset whose index was out of range: below every consumer's lo (-2**62)
+BAD_OFFSET = tl.constexpr(-(1 << 62) - 1)
 
 
 # ---------------------------------------------------------------------------- kernels
@@ -253,7 +260,11 @@ def _linearize_kernel(acc_ptr, idx_ptr, flag_ptr, tag,
                       a0, a1, a2, ac, i0, i1, i2, ic,
                       stride, lo, hi,
                       INIT: tl.constexpr, WRAP: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
-    """acc[c] (= or +=) wrap(idx[c]) * stride: combines several advanced indices into one."""
+    """acc[c] (= or +=) wrap(idx[c]) * stride: combines several advanced indices into one.
+
+    A bad index stores BAD_OFFSET (< -2**62), and an accumulation onto BAD_OFFSET keeps it: the
+    gather/scatter that consumes acc (bounds [-2**62, 2**62)) masks that element instead of
+    reading or writing outside the tensor when the range check is deferred (async, deferred)."""
     r0, r1, r2, cols, rmask, cmask = _tile(tl.program_id(0), n_cblocks, n_rows, R1, R2, C, BR, BC)
     mask = rmask[:, None] & cmask[None, :]
     ioff = (r0 * i0 + r1 * i1 + r2 * i2)[:, None] + (cols * ic)[None, :]
@@ -265,7 +276,10 @@ def _linearize_kernel(acc_ptr, idx_ptr, flag_ptr, tag,
     aoff = (r0 * a0 + r1 * a1 + r2 * a2)[:, None] + (cols * ac)[None, :]
     v = idx * stride
     if not INIT:
-        v += tl.load(acc_ptr + aoff, mask=mask, other=0)
+        prev = tl.load(acc_ptr + aoff, mask=mask, other=0)
+        bad = bad | (prev == BAD_OFFSET)
+        v += prev
+    v = tl.where(bad, BAD_OFFSET, v)
     tl.store(acc_ptr + aoff, v, mask=mask)
 
 
@@ -462,26 +476,44 @@ def _after(dev, err) -> None:
             if cap:
                 _GRAPH_OPS[0] = True
             return
-    _read_flag(dev, False)
+    _read_locked([dev], False, False)
 
 
 def _capturing() -> bool:
     return bool(_driver._capturing)
 
 
-_BUSY = [False]
+# One reader at a time: a read-and-reset racing another thread's would report an error twice
+# (both read it before either resets it). The flag read's own device->host copy passes the
+# seam again: `_LOCAL.busy` lets that nested call through without re-entering (per thread, so
+# another thread's sync waits for the reader instead of returning unchecked).
+_LOCK = threading.Lock()
+_LOCAL = threading.local()
 
 
 def _read_all(deferred) -> None:
-    if _BUSY[0]:
+    _read_locked(list(_FLAGS), deferred, True)
+
+
+def _read_locked(devs, deferred, clear_pending) -> None:
+    """Read (and reset) the flags of `devs` under the lock; `clear_pending`: these are all
+    the flags, so PENDING is cleared first -- and set again if a raise leaves some unread."""
+    if getattr(_LOCAL, "busy", False):
         return
-    _BUSY[0] = True
-    PENDING[0] = 0
+    _LOCAL.busy = True
     try:
-        for dev in list(_FLAGS):
-            _read_flag(dev, deferred)
+        with _LOCK:
+            if clear_pending:
+                PENDING[0] = 0
+            for k, dev in enumerate(devs):
+                try:
+                    _read_flag(dev, deferred)
+                except BaseException:
+                    if clear_pending and k + 1 < len(devs):   # later devices' flags unread
+                        PENDING[0] = 1
+                    raise
     finally:
-        _BUSY[0] = False
+        _LOCAL.busy = False
         if _GRAPH_OPS[0]:
             PENDING[0] = 1
 

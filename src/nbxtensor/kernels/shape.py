@@ -20,6 +20,8 @@ instead, whose addresses are a row base plus arange, so its loads vectorise.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import triton
 import triton.language as tl
@@ -169,12 +171,14 @@ def _cat_kernel(out_ptr, p0, p1, p2, p3, w0, w1, w2, w3, span, ncb, OW, out_col0
 
 
 # ---------------------------------------------------------------- launch config
-_REC = [None]   # a list while an entry's launches are being recorded (see _replayable)
+# .rec: a list while this thread's entry records its launches (see _replayable); per thread,
+# so another thread's launches during a recording are not replayed as part of it
+_REC = threading.local()
 
 
 def _launch(kernel, grid, args, kw, src, out, idx):
     """launch(), recording the launch with its tensors as placeholders when asked."""
-    rec = _REC[0]
+    rec = getattr(_REC, "rec", None)
     if rec is not None:
         slots = tuple("S" if a is src else "O" if a is out else "I" if a is idx and idx is not None
                       else a for a in args)
@@ -392,11 +396,11 @@ def _replayable(key, out, src, run):
     the launch geometry depends on nothing else. Entries with an index table are not cached."""
     recs = _REPLAY.get(key)
     if recs is None:
-        _REC[0] = recs = []
+        _REC.rec = recs = []
         try:
             run()
         finally:
-            _REC[0] = None
+            _REC.rec = None
         if len(_REPLAY) < 4096 and all("I" not in r[2] for r in recs):
             _REPLAY[key] = recs
         return

@@ -12,10 +12,15 @@ stable by itself) gives exactly torch's stable order: equal values keep index or
                    element finds its place in the merged run by binary search in the
                    partner run (keys are unique, so position = own rank + count of
                    partner keys below it).
+  sort, 2 .. CONFIG rank_max_tiles tiles (32-bit and narrower values): the tiles are
+                   sorted, then one pass (`_rank_decode_kernel`) places every key at the
+                   sum over all tiles of the count of keys below it (binary searches in
+                   every tile at once), writing value and index there: no merge passes.
   topk:            chunks of a row are reduced to their best KP = next_pow2(k)
                    candidates with `tl.topk` (bitonic top-k); candidate lists are
                    reduced again until one chunk is left; a last pass decodes indices
-                   and gathers the values. For k > 1024 topk is a sort and a slice.
+                   and gathers the values (fused into the select pass on the threshold
+                   path). For k > 1024 topk is a sort and a slice.
 
 Values are gathered from the input by index, so -0.0 and NaN payloads come back as
 they were. int64 and float64 values do not fit a packed key: they sort as (int64 key, int64 index)

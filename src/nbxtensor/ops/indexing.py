@@ -13,7 +13,8 @@ Every op here is reduced to four primitives, implemented by NumPy (cpu) and Trit
   masked_fill(out, x, mask, value)
 
 Each primitive checks `lo <= idx < hi` and raises IndexError naming the op, the bad
-value and the valid range (`err` = (op, what, lo, hi)). Bool masks become indices on
+value and the valid range (`err` = (op, what, lo, hi)): at the op on cpu and interp, at
+the next synchronising call on cuda (see set_index_check). Bool masks become indices on
 the host (as torch, this synchronises on cuda: the result's size depends on the data).
 """
 from __future__ import annotations
@@ -35,7 +36,8 @@ __all__ = ["gather", "scatter", "scatter_add", "scatter_reduce", "index_select",
            "index_copy", "index_fill", "index_put", "masked_fill", "masked_select",
            "masked_scatter", "take", "embedding"]
 
-_BIG = 1 << 62  # a bound that no already-checked element offset reaches
+_BIG = 1 << 62  # a bound that no already-checked element offset reaches (a linearised offset
+#                 of a bad index is kernels.indexing.BAD_OFFSET, below -_BIG: masked, not used)
 _DEFER = [0]     # > 0 inside deferred_index_checks()
 _CHECK_MODES = ("async", "sync")
 # cuda: 'async' reads the out-of-range flag at the next synchronising call, 'sync' after
@@ -73,13 +75,13 @@ def check_index_errors() -> None:
 
 @contextlib.contextmanager
 def deferred_index_checks():
-    """Skip the per-op read of the GPU out-of-range flag inside this block.
+    """Read the out-of-range flags only once, on exit from this block.
 
-    Each cuda indexing op normally reads a 16-byte flag back (a device->host copy that
-    synchronises). Inside this block the kernels still mask bad indices (no memory is
-    touched out of bounds) and record them in the sticky flag; the flag is read once on
-    exit, raising IndexError if any op saw a bad index. Use it around CUDA-graph
-    capture/replay or a decode loop. cpu ops still raise at once.
+    Outside it, the flag is read at the op (interp; cuda in 'sync' mode) or at the next
+    synchronising call (cuda, 'async'). Inside it neither happens: the kernels still mask
+    bad indices (no memory is touched out of bounds) and record them in the sticky flag;
+    the flag is read once on exit, raising IndexError if any op saw a bad index. Use it
+    around CUDA-graph capture/replay or a decode loop. cpu ops still raise at once.
     """
     _DEFER[0] += 1
     try:
@@ -232,6 +234,18 @@ def _dim_info(t, d):
 _FAST: dict = {}
 
 
+def _fast_lookup(op, dim, src, index):
+    """(key, device, result) of the fast path for op(src, dim, index): result is None on a miss
+    (the full path then caches its plan under key), device is None when src and index are on
+    different devices (no caching: the full path raises)."""
+    dev = _same_dev(src, index)
+    if dev is None:
+        return None, None, None
+    key = (op, dim, src._dtype, src._shape, src._stride, index._dtype, index._shape,
+           index._stride, dev.type)
+    return key, dev, _fast_gather(key, src, index, dev)
+
+
 def _fast_gather(key, src, index, dev):
     p = _FAST.get(key)
     if p is None:
@@ -261,13 +275,9 @@ def gather(input, dim, index, *, sparse_grad=False, out=None):  # noqa: A002
     fast = out is None and input.__class__ is Tensor and index.__class__ is Tensor \
         and dim.__class__ is int
     if fast:
-        dev = _same_dev(input, index)
-        if dev is not None:
-            key = ("gather", dim, input._dtype, input._shape, input._stride, index._dtype,
-                   index._shape, index._stride, dev.type)
-            r = _fast_gather(key, input, index, dev)
-            if r is not None:
-                return r
+        key, dev, r = _fast_lookup("gather", dim, input, index)
+        if r is not None:
+            return r
     op = "gather"
     _check_tensor(input, "input", op)
     _check_index(index, "index", op, input.device)
@@ -299,13 +309,9 @@ def index_select(input, dim, index, *, out=None):  # noqa: A002
     fast = out is None and input.__class__ is Tensor and index.__class__ is Tensor \
         and dim.__class__ is int
     if fast:
-        dev = _same_dev(input, index)
-        if dev is not None:
-            key = ("index_select", dim, input._dtype, input._shape, input._stride, index._dtype,
-                   index._shape, index._stride, dev.type)
-            r = _fast_gather(key, input, index, dev)
-            if r is not None:
-                return r
+        key, dev, r = _fast_lookup("index_select", dim, input, index)
+        if r is not None:
+            return r
     op = "index_select"
     _check_tensor(input, "input", op)
     _check_index(index, "index", op, input.device)
@@ -344,13 +350,9 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # 
     fast = input.__class__ is Tensor and weight.__class__ is Tensor and max_norm is None \
         and padding_idx is None
     if fast:
-        dev = _same_dev(weight, input)
-        if dev is not None:
-            key = ("embedding", input._dtype, input._shape, input._stride, weight._dtype,
-                   weight._shape, weight._stride, dev.type)
-            r = _fast_gather(key, weight, input, dev)
-            if r is not None:
-                return r
+        key, dev, r = _fast_lookup("embedding", None, weight, input)
+        if r is not None:
+            return r
     op = "embedding"
     _check_tensor(weight, "weight", op)
     _check_index(input, "input", op, weight.device)
