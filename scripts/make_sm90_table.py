@@ -15,8 +15,9 @@ tiles beyond the key's extent, identical launches) and compiled in a pool of pro
 that candidate, not the run). OUTDIR/sm90.json (OUTDIR: argv, else $OUT, else .) is
 rewritten after every key; `--deadline S` (default 540) stops starting keys after S seconds
 and abandons a key that would run past it, so a stopped run keeps what it did; `--resume
-FILE` carries FILE's entries over and skips their keys. A log of every key (seconds,
-speed-up, exclusions, pruning) goes to OUTDIR/make_sm90_table_log.json.
+FILE` carries FILE's entries over and skips their keys (only entries of this card's cc
+and Triton inside today's space; the other keys are swept again). A log of every key
+(seconds, speed-up, exclusions, pruning) goes to OUTDIR/make_sm90_table_log.json.
 
 Merge mode: lays NEW's entries over the table (default src/nbxtensor/autotune/tables/
 sm90.json): the same (cc, Triton, kernel, bucketed key, dtype) -> the new entry wins, whole
@@ -103,6 +104,25 @@ def merge(new_path: str, into: str) -> int:
     return 0
 
 
+def carry_over(entries: list[dict], cc: str, triton: str) -> tuple[list[dict], list]:
+    """The --resume entries worth keeping: this card's cc and this Triton (the loaders use
+    no other), inside today's space (cache.usable_in_space) -- kept whole. An entry left
+    out is not counted as done, so its key is swept again. Returns (kept, [(kernel, key,
+    dtype, why)])."""
+    from nbxtensor.autotune import cache
+    kept, dropped = [], []
+    for e in entries:
+        if e.get("cc") != cc or e.get("triton") != triton:
+            why = f"tuned for {e.get('cc')} / Triton {e.get('triton')}"
+        else:
+            why = cache.usable_in_space(e)
+        if why is None:
+            kept.append(e)
+        else:
+            dropped.append((e.get("kernel"), e.get("key"), e.get("dtype"), why))
+    return kept, dropped
+
+
 def sweep() -> int:
     outdir = ARGS[0] if ARGS else os.environ.get("OUT", ".")
     resume = _opt("--resume")
@@ -123,7 +143,10 @@ def sweep() -> int:
         print(f"warning: this device is {ident}, not sm_90; the table will not be used on "
               f"sm_90 cards", file=sys.stderr)
     if resume:
-        cache.store(cache._read(resume))
+        kept, dropped = carry_over(cache._read(resume), ident[1], cache.triton_version())
+        cache.store(kept)
+        for d in dropped:
+            print(f"  not carried over: {d[0]} {d[1]} {d[2]}: {d[3]}", flush=True)
     out_path = os.path.join(outdir, f"{ident[1].replace('_', '')}.json")
     log = []
 

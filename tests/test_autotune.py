@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -869,8 +870,8 @@ def test_model_keys_cover_every_tunable_kernel_most_valuable_first():
     from nbxtensor.cli_tune import GROUPS, model_keys
     ks = model_keys("smollm2")
     kernels = [k[1] for k in ks]
-    assert set(kernels) == {"gemv", "matmul", "attention", "decode_attention", "rms_norm",
-                            "softmax"}
+    # no softmax: one row of its 49152-long vocabulary takes the split-row path (no config)
+    assert set(kernels) == {"gemv", "matmul", "attention", "decode_attention", "rms_norm"}
     groups = [k[0] for k in ks]
     assert groups == sorted(groups) and len(GROUPS) > max(groups)
     assert ks[0][1:3] == ("gemv", (1, 576, 576))                # decode GEMVs first
@@ -977,3 +978,166 @@ def test_a_faster_rule_config_outside_the_space_is_not_stored(toy, tmp_cache, mo
     monkeypatch.setattr(ToyCase, "default_config", lambda self: dict(GOOD32))
     e = autotune.tune("toy", (7, 9), dtype="float32", device=INTERP, timer=FakeTimer())
     assert "rule_wins" not in e["timing"] and tmp_cache.exists()
+
+
+def test_attention_entry_replaces_the_rules_kernel_switch(monkeypatch):
+    """An attention entry is a whole config: laid over a rule default that has WS=True (the
+    H200's TUNED D=128 non-causal entry), a pointer or TMA entry kept WS=True and ran the
+    warp-specialised kernel (on cuda: refused back to the untuned default) instead of the
+    tuned one. The rule is made to answer WS=True on interp here."""
+    from nbxtensor.kernels import attention as ka
+    real = ka.flash_config
+
+    def rule(D, DV, dtype_size, interp=False, causal=False, tuned=True):
+        c = real(D, DV, dtype_size, interp, causal, tuned)
+        return dict(c, WS=True) if tuned else c
+    monkeypatch.setattr(ka, "flash_config", rule)
+    g = np.random.default_rng(0)
+    bf16 = ml_dtypes.bfloat16
+    q, k, v = (nbx.tensor(g.standard_normal((1, 2, 33, 16)).astype(bf16), device="interp")
+               for _ in range(3))
+    seen = _spy_launch(monkeypatch)
+    from nbxtensor.backends import launch as L
+    spy = L.launch
+
+    def no_ws(kernel, grid, *args, **kw):     # recorded, not run (TMA descriptors on interp)
+        if kernel is ka._flash_fwd_ws:
+            return seen.append(("_flash_fwd_ws", kw))
+        return spy(kernel, grid, *args, **kw)
+    monkeypatch.setattr(L, "launch", no_ws)
+    nbx.scaled_dot_product_attention(q, k, v)
+    assert seen[-1][0] == "_flash_fwd_ws"                  # no entry: the rule's WS kernel
+    _store("attention", (64, 2, 2, 16, 0), dict(ATT_CFG, BLOCK_M=64), dtype="bfloat16")
+    y = nbx.scaled_dot_product_attention(q, k, v)
+    assert seen[-1][0] == "_flash_fwd" and seen[-1][1]["BLOCK_M"] == 64
+    np.testing.assert_allclose(y.numpy().astype(np.float64), _attn_ref(q, k, v, False),
+                               rtol=3e-2, atol=3e-2)
+
+
+def test_attention_ws_config_only_where_sdpa_runs_it():
+    """The warp-specialised config applies only to the non-causal keys at WS_VERIFIED's head
+    dims: a causal or D=64 sweep screened it (refused on cuda), a D=80 sweep timed its tile
+    on the pointer kernel under the WS label (sdpa then ignores such an entry), and a
+    cached WS entry for a causal key was served (then replaced by the untuned default)."""
+    from nbxtensor.kernels import attention as ka
+    t = space.get_tunable("attention")
+    ws = [c for c in t.candidates("bfloat16") if c.get("WS")]
+    assert ws
+    for c in ws:     # the space's WS configs are the verified ones, at the verified dims
+        for D in space.WS_HEAD_DIMS:
+            tile = (D, c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"])
+            assert tile in ka.WS_VERIFIED
+    assert {v[0] for v in ka.WS_VERIFIED} == set(space.WS_HEAD_DIMS)
+    w = ws[0]
+    assert t.applies(w, (100, 8, 8, 128, 0))
+    assert not t.applies(w, (100, 8, 8, 128, 1)) and not t.applies(w, (100, 8, 8, 128))
+    assert not t.applies(w, (100, 8, 8, 64, 0)) and not t.applies(w, (100, 8, 8, 80, 0))
+    assert not any(c.get("WS") for c in space.attention_candidates("bfloat16", 80))
+    assert not any(c.get("WS") for c in space.attention_candidates("bfloat16", 64))
+    assert any(c.get("WS") for c in space.attention_sweep("bfloat16", 128, 0))
+    assert not any(c.get("WS") for c in space.attention_sweep("bfloat16", 128, 1))
+    for key in ((33, 2, 2, 16, 1), (33, 2, 2, 16, 0)):
+        case = sweep.CASES["attention"](key, "bfloat16", INTERP)
+        assert not any(c.get("WS") for c in case.candidates())
+    _store("attention", (128, 8, 8, 128, 1), w, dtype="bfloat16")
+    assert autotune.lookup("attention", (100, 8, 8, 128, 1), dtype="bfloat16",
+                           device=INTERP)[0] is None
+    _store("attention", (128, 8, 8, 128, 0), w, dtype="bfloat16")
+    assert autotune.lookup("attention", (100, 8, 8, 128, 0), dtype="bfloat16",
+                           device=INTERP)[0] == w
+
+
+def test_softmax_split_row_keys_are_not_tuned():
+    """A softmax key whose rows take the split-row path (few rows longer than MAX_SINGLE)
+    runs before the autotune seam: a sweep timed the same split launches under every
+    candidate's label and stored an entry that is never used (the shipped [1, 49152]).
+    Such keys are refused by the sweep and not listed for a model; the row kernel's keys
+    still are."""
+    from nbxtensor.cli_tune import dims_keys
+    from nbxtensor.kernels import softmax as ks
+    N = ks.MAX_SINGLE + 1
+    with pytest.raises(ValueError, match="split-row path"):
+        sweep.tune("softmax", (1, N), dtype="float32", device=INTERP)
+    assert not os.path.exists(cache.cache_path())
+    sweep.CASES["softmax"]((ks.SPLIT_MAX_ROWS, N), "float32", INTERP)   # row kernel: fine
+    llama = ("llama", 64, 128, 4, 2, 16, N)
+    assert not any(k[1] == "softmax" for k in dims_keys(llama, (1, 8), (128,)))
+    small = ("llama", 64, 128, 4, 2, 16, 1000)
+    assert ("softmax", (1, 1000)) in [k[1:3] for k in dims_keys(small, (1, 8), (128,))]
+
+
+def test_table_script_resume_carries_only_usable_entries():
+    """`make_sm90_table.py --resume FILE` stored every entry of FILE and counted its keys as
+    done: an entry outside today's space (or of another Triton / cc, which the loaders
+    never serve) stayed in the new table and its key was never swept again. Kept entries
+    stay whole (screen record, timing)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "make_sm90_table", os.path.join(os.path.dirname(__file__), "..", "scripts",
+                                        "make_sm90_table.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    good = _sm90_entry("matmul", (128, 24, 40), MM_CFG, "float32", 1.5)
+    out_of_space = _sm90_entry("matmul", (256, 24, 40), dict(MM_CFG, num_warps=3), "float32")
+    old_triton = dict(_sm90_entry("matmul", (512, 24, 40), MM_CFG, "float32"), triton="0.0")
+    other_cc = dict(_sm90_entry("matmul", (1024, 24, 40), MM_CFG, "float32"), cc="sm_80")
+    kept, dropped = mod.carry_over([good, out_of_space, old_triton, other_cc], "sm_90",
+                                   cache.triton_version())
+    assert kept == [good] and kept[0]["screen"]["passed"] == 3
+    assert kept[0]["timing"]["speedup"] == 1.5
+    assert sorted(tuple(d[1]) for d in dropped) == [(256, 24, 40), (512, 24, 40), (1024, 24, 40)]
+
+
+def test_tune_isolated_retries_share_the_keys_time_limit(tmp_cache, monkeypatch):
+    """`timeout_s` is one limit for the whole key: after a device fault the retry gets what
+    is left of it, not the full limit again (with 4 faults a key ran 5x past the deadline
+    that `nbx tune --deadline` / the table script derive the limit from)."""
+    clock = [1000.0]
+    monkeypatch.setattr(sweep.time, "perf_counter", lambda: clock[0])
+    bad = dict(MM_CFG, BLOCK_K=32)
+    limits = []
+
+    def fake_run_child(kernel, key, dtype, device, cands, kw, timeout_s=1800.0):
+        limits.append(timeout_s)
+        clock[0] += 50.0                                # each attempt takes 50 s
+        if bad in cands:
+            return ("fault", dict(config=bad, error="CUDA_ERROR_ILLEGAL_ADDRESS"))
+        return ("ok", cache.make_entry(("interp", "interp"), kernel, key, dtype, cands[0],
+                                       dict(excluded=[], candidates=1, passed=1), {}))
+    monkeypatch.setattr(sweep, "_run_child", fake_run_child)
+    sweep.tune_isolated("matmul", (33, 24, 40), dtype="float32", device=INTERP,
+                        candidates=[MM_CFG, bad], timeout_s=120.0)
+    assert limits == [120.0, 70.0]
+
+
+def test_tune_isolated_keeps_the_prune_record_after_a_fault(tmp_cache):
+    """After a device fault the parent prunes the key's candidates itself and reruns them as
+    an explicit list (which `tune` does not prune again): the entry's screen record kept no
+    `pruned` record then, unlike a run without faults."""
+    calls = []
+
+    def fake_child(kernel, key, dtype, device, cands, kw):
+        calls.append(cands)
+        if cands is None:          # the child's own (pruned) sweep hits a faulting config
+            return ("fault", dict(config=dict(MM_CFG, BLOCK_K=32), error="boom"))
+        return ("ok", cache.make_entry(("interp", "interp"), kernel, key, dtype, cands[0],
+                                       dict(excluded=[], candidates=len(cands), passed=1), {}))
+    e = sweep.tune_isolated("matmul", (33, 24, 40), dtype="float32", device=INTERP,
+                            run_child=fake_child)
+    pr = e["screen"]["pruned"]
+    assert pr["of"] > pr["kept"] == len(calls[1]) + 1 and "BLOCK_M beyond M" in pr["rules"]
+    assert dict(MM_CFG, BLOCK_K=32) not in calls[1]
+
+
+def test_merge_counts_a_key_the_new_file_holds_twice_once():
+    """Two new entries for one key (the later wins): counted as one added (or replaced)
+    entry; `kept` counted the table's entries as len(out) - added - replaced, which went
+    negative (and `replaced` counted a new entry replacing a new one)."""
+    a = _sm90_entry("matmul", (128, 24, 40), MM_CFG, "float32", 1.1)
+    b = _sm90_entry("matmul", (128, 24, 40), dict(MM_CFG, num_stages=3), "float32", 1.2)
+    entries, rep = cache.merge_tables([], [a, b])
+    assert [e["config"] for e in entries] == [b["config"]]
+    assert (rep["added"], rep["replaced"], rep["kept"]) == (1, 0, 0)
+    old = _sm90_entry("matmul", (128, 24, 40), dict(MM_CFG, num_warps=8), "float32")
+    entries, rep = cache.merge_tables([old], [a, b])
+    assert (rep["added"], rep["replaced"], rep["kept"]) == (0, 1, 0)

@@ -146,7 +146,11 @@ def dims_keys(dims, tokens=DEFAULT_TOKENS, contexts=DEFAULT_CONTEXTS, dtype="bfl
             out.append((3, "decode_attention", (hkv, c, hq // hkv, hd)))
         for m in tokens:
             out.append((5, "rms_norm", (m, hid)))
-        out.append((6, "softmax", (1, vocab)))      # sampling over the vocabulary
+        # sampling over the vocabulary -- unless one row that long takes softmax's split-row
+        # path, which runs before the autotune seam and has nothing to tune
+        from .kernels.softmax import split_config
+        if split_config(1, vocab) is None:
+            out.append((6, "softmax", (1, vocab)))
     seen, uniq = set(), []
     for g, kern, key in sorted(out, key=lambda r: r[0]):
         b = (kern, get_tunable(kern).bucket(key))

@@ -133,6 +133,7 @@ def merge_tables(base: list[dict], new: list[dict]) -> tuple[list[dict], dict]:
     Returns (entries, report)."""
     rep = dict(base=len(base), new=len(new), replaced=0, added=0, kept=0, dropped=[])
     out: dict = {}
+    origin: dict = {}
     for src, entries in (("base", base), ("new", new)):
         for e in entries:
             why = usable_in_space(e)
@@ -141,10 +142,11 @@ def merge_tables(base: list[dict], new: list[dict]) -> tuple[list[dict], dict]:
                                            dtype=e.get("dtype"), reason=why))
                 continue
             k = entry_key(e, with_name=False)
-            if src == "new":
+            if src == "new" and origin.get(k) != "new":   # a later duplicate counts once
                 rep["replaced" if k in out else "added"] += 1
             out[k] = dict(e)
-    rep["kept"] = len(out) - rep["added"] - rep["replaced"]
+            origin[k] = src
+    rep["kept"] = sum(1 for v in origin.values() if v == "base")
     return list(out.values()), rep
 
 

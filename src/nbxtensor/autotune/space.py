@@ -209,20 +209,43 @@ def tma_head_dim(D: int) -> bool:
     return D >= 16 and D & (D - 1) == 0
 
 
+# the head dims of kernels/attention.py WS_VERIFIED (non-causal only; kept equal to it by
+# tests/test_autotune.py -- this module does not import the kernels)
+WS_HEAD_DIMS = (128,)
+
+
+def _ws_applies(D: int, causal) -> bool:
+    return D in WS_HEAD_DIMS and not causal
+
+
 def _attn_applies(cfg: dict, key: tuple) -> bool:
-    return not cfg.get("TMA") or tma_head_dim(int(key[3]))
+    """TMA only where the TMA kernel runs; the warp-specialised kernel only where sdpa runs
+    it (elsewhere it is refused on cuda, or a WS tile would run on the pointer kernel)."""
+    L, H, Hk, D, causal = _attn_key(key)
+    if cfg.get("WS") and cfg["WS"] != "off":
+        return _ws_applies(D, causal)
+    return not cfg.get("TMA") or tma_head_dim(D)
 
 
-def attention_candidates(dtype: str, D: int) -> list[dict]:
-    """The part of the attention space that applies to head dim D (TMA only where it runs)."""
-    return [c for c in _attn_space(dtype) if not c.get("TMA") or tma_head_dim(D)]
+def attention_candidates(dtype: str, D: int, causal=None) -> list[dict]:
+    """The part of the attention space that applies to head dim D (and `causal` when given):
+    TMA only where it runs, WS only at the verified head dims (non-causal)."""
+    out = []
+    for c in _attn_space(dtype):
+        if c.get("WS") and c["WS"] != "off":
+            if D in WS_HEAD_DIMS and (causal is None or not causal):
+                out.append(c)
+        elif not c.get("TMA") or tma_head_dim(D):
+            out.append(c)
+    return out
 
 
-def attention_sweep(dtype: str, D: int) -> list[dict]:
-    """What an attention sweep times (52 of the 122 for a 16-bit power-of-two head dim):
+def attention_sweep(dtype: str, D: int, causal=None) -> list[dict]:
+    """What an attention sweep times (52 of the 122 for a 16-bit power-of-two head dim; 53
+    of 123 with the warp-specialised config, D=128 non-causal):
     2 or 3 stages, and no 16-wide key tiles under query tiles of 64+ rows -- each candidate
     is a ~1 s compile on a cold sweep. The rule's config is added by the sweep if missing."""
-    return [c for c in attention_candidates(dtype, D)
+    return [c for c in attention_candidates(dtype, D, causal)
             if c["num_stages"] in (2, 3) and not (c["BLOCK_M"] >= 64 and c["BLOCK_N"] == 16)]
 
 
@@ -276,34 +299,27 @@ def _cap(v: int, floor: int) -> int:
     return max(floor, _pow2_ceil(v))
 
 
+# per kernel: (tile knob, the key's index of the extent it covers, the floor of that
+# extent's power-of-two cap, the reason recorded when the tile is wider)
+_TILE_EXTENTS = {
+    "matmul": (("BLOCK_M", 0, 64, "BLOCK_M beyond M"), ("BLOCK_N", 1, 64, "BLOCK_N beyond N"),
+               ("BLOCK_K", 2, 16, "BLOCK_K beyond K")),
+    "gemv": (("BLOCK_N", 1, 16, "BLOCK_N beyond N"), ("BLOCK_K", 2, 64, "BLOCK_K beyond K")),
+    "rms_norm": (("BLOCK_R", 0, 1, "BLOCK_R beyond the rows"),),
+    "softmax": (("BLOCK_R", 0, 1, "BLOCK_R beyond the rows"),),
+    "attention": (("BLOCK_M", 0, 16, "tile beyond the sequence"),
+                  ("BLOCK_N", 0, 16, "tile beyond the sequence")),
+    "decode_attention": (("BLOCK_N", 1, 16, "BLOCK_N beyond the cache"),),
+}
+
+
 def _prune_reason(kernel: str, key: tuple, c: dict) -> str | None:
     k = tuple(int(v) for v in key)
-    if kernel == "matmul":
-        M, N, K = k
-        if c["BLOCK_M"] > _cap(M, 64):
-            return "BLOCK_M beyond M"
-        if c["BLOCK_N"] > _cap(N, 64):
-            return "BLOCK_N beyond N"
-        if c["BLOCK_K"] > _cap(K, 16):
-            return "BLOCK_K beyond K"
-        if c.get("PERSISTENT") and -(-M // 128) * -(-N // 128) <= SM90_SMS:
-            return "persistent with no more 128x128 tiles than SMs"
-    elif kernel == "gemv":
-        M, N, K = k
-        if c["BLOCK_N"] > _cap(N, 16):
-            return "BLOCK_N beyond N"
-        if c["BLOCK_K"] > _cap(K, 64):
-            return "BLOCK_K beyond K"
-    elif kernel in ("rms_norm", "softmax"):
-        if c["BLOCK_R"] > _pow2_ceil(k[0]):
-            return "BLOCK_R beyond the rows"
-    elif kernel == "attention":
-        L = k[0]
-        if c["BLOCK_M"] > _cap(L, 16) or c["BLOCK_N"] > _cap(L, 16):
-            return "tile beyond the sequence"
-    elif kernel == "decode_attention":
-        if c["BLOCK_N"] > _cap(k[1], 16):
-            return "BLOCK_N beyond the cache"
+    for knob, i, floor, why in _TILE_EXTENTS.get(kernel, ()):
+        if c[knob] > _cap(k[i], floor):
+            return why
+    if kernel == "matmul" and c.get("PERSISTENT") and -(-k[0] // 128) * -(-k[1] // 128) <= SM90_SMS:
+        return "persistent with no more 128x128 tiles than SMs"
     return None
 
 

@@ -260,6 +260,17 @@ class RmsNormCase(_RowsCase):
 class SoftmaxCase(_RowsCase):
     kernel = "softmax"
 
+    def __init__(self, key, dtype, device, seed=0):
+        from ..kernels import softmax as ks
+        R, N = (int(v) for v in key)
+        if ks.split_config(R, N) is not None:
+            # every candidate would time the same split-row launches (it runs before the
+            # autotune seam, with no config of the space), and no entry would ever be used
+            raise ValueError(f"autotune: softmax {R}x{N} runs the split-row path (rows longer "
+                             f"than {ks.MAX_SINGLE}, fewer than {ks.SPLIT_MAX_ROWS} of them), "
+                             f"which has no tunable config")
+        super().__init__(key, dtype, device, seed)
+
     def run(self, cfg):
         from ..kernels import softmax as ks
         rows = (self.R, 1, self.N, (self.N, 0, 1), (self.N, 0, 1))
@@ -322,7 +333,7 @@ class AttentionCase:
         # TMA candidates only where the TMA kernel runs (16-bit, head dim a power of two):
         # elsewhere sdpa would time the pointer kernel under a TMA label
         from .space import attention_sweep
-        return attention_sweep(self.dtype.name, self.D)
+        return attention_sweep(self.dtype.name, self.D, self.causal)
 
     def default_config(self):
         from ..kernels import attention as ka
@@ -824,7 +835,6 @@ def tune_isolated(kernel: str, key: tuple, *, dtype, device, candidates=None, ma
     without it (at most `max_faults` times). Stores the entry in the parent. Raises
     ScreenError / RuntimeError like tune; a key over `timeout_s` is abandoned (RuntimeError).
     `precompiler` (a Precompiler) compiles the key's candidates in parallel first."""
-    import functools
     import nbxtensor as nbx
     from . import reload
     t_start = time.perf_counter()
@@ -832,6 +842,7 @@ def tune_isolated(kernel: str, key: tuple, *, dtype, device, candidates=None, ma
     kw.pop("progress", None)          # callbacks do not cross processes
     dt = nbx.dtypes.as_dtype(dtype).name
     faults = []
+    pruned = None         # the prune record, once the parent prunes (after a fault)
     cands = list(candidates) if candidates is not None else None
     if precompiler is not None and str(device).startswith("cuda"):
         pc = precompiler.run(kernel, key, dt, device,
@@ -839,9 +850,11 @@ def tune_isolated(kernel: str, key: tuple, *, dtype, device, candidates=None, ma
                              seed=kw.get("seed", 0), timeout_s=timeout_s)
     else:
         pc = None
-    if run_child is None:     # one time limit for the whole key, compiles included
-        left = None if timeout_s is None else max(1.0, timeout_s - (time.perf_counter() - t_start))
-        run_child = functools.partial(_run_child, timeout_s=left or 1800.0)
+    if run_child is None:     # one time limit for the whole key: compiles and retries included
+        def run_child(*req):
+            left = (1800.0 if timeout_s is None
+                    else max(1.0, timeout_s - (time.perf_counter() - t_start)))
+            return _run_child(*req, timeout_s=left)
     while True:
         kind, payload = run_child(kernel, tuple(key), dt, device, cands, kw)
         if kind == "ok" and pc is not None:
@@ -849,6 +862,8 @@ def tune_isolated(kernel: str, key: tuple, *, dtype, device, candidates=None, ma
         if kind == "ok":
             payload["screen"]["excluded"] = faults + payload["screen"]["excluded"]
             payload["screen"]["candidates"] += len(faults)
+            if pruned and "pruned" not in payload["screen"]:
+                payload["screen"]["pruned"] = pruned    # a retry ran the pruned list as given
             if not payload["timing"].get("rule_wins"):
                 _cache.store([payload], cache_file)
                 reload()
@@ -859,7 +874,9 @@ def tune_isolated(kernel: str, key: tuple, *, dtype, device, candidates=None, ma
                 raise RuntimeError(f"autotune: {kernel} {key}: {len(faults)} device faults; giving "
                                    f"up: {payload['error']}")
             if cands is None:
-                cands = candidates_for(kernel, tuple(key), dt)
+                cands, pruned = prune_for_key(kernel, tuple(key),
+                                              _candidates_of(kernel, tuple(key), dt, None),
+                                              _default_of(kernel, tuple(key), dt), dt)
             cands = [c for c in cands if c != payload["config"]]
             continue
         if kind == "screen":
@@ -878,6 +895,6 @@ def _candidates_of(kernel, key, dtype, device):
         from .space import decode_candidates
         return decode_candidates(dtype)
     if kernel == "attention":
-        from .space import attention_sweep
-        return attention_sweep(dtype, int(key[3]))
+        from .space import _attn_key, attention_sweep
+        return attention_sweep(dtype, int(key[3]), _attn_key(tuple(key))[4])
     return get_tunable(kernel).candidates(dtype)

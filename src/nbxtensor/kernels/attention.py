@@ -235,15 +235,12 @@ def _fa_tma_block(acc, l_i, m_i, q, kd, vd, offs_m, lo, hi, S, qk_scale,
 
 
 @triton.jit
-def _flash_fwd_tma(q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn,
-                   s_vb, s_vh, s_vn, s_ob, s_oh, s_om, H, L, S, qk_scale,
-                   GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, LAZY: tl.constexpr,
-                   PREC: tl.constexpr):
-    """The no-mask fast path (fp16/bf16, head dim a power of two, unit head-dim stride,
-    16-byte aligned rows): Q/K/V/O tiles move by TMA through per-(batch, head) tensor
-    descriptors built on the device (Triton's global scratch holds them), which zero-fill
-    rows past L / S and clip the store. Same loop split as `_flash_fwd`."""
+def _fa_tma_start(q_ptr, k_ptr, v_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn,
+                  H, L, S, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr):
+    """The TMA kernels' program: (batch, head, first query row) -- causal grids run the
+    longest rows first -- its query rows, Q tile (loaded) and K/V tensor descriptors
+    (zero-filled past L / S), and the online softmax state (acc, l_i, m_i) to start from."""
     if CAUSAL:
         pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     else:
@@ -254,17 +251,42 @@ def _flash_fwd_tma(q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_k
     hk = (h // GROUP).to(tl.int64)
     h = h.to(tl.int64)
     start_m = pid_m * BLOCK_M
-    offs_m = start_m + tl.arange(0, BLOCK_M)
     qd = tl.make_tensor_descriptor(q_ptr + b * s_qb + h * s_qh, shape=[L, BLOCK_D],
                                    strides=[s_qm, 1], block_shape=[BLOCK_M, BLOCK_D])
     kd = tl.make_tensor_descriptor(k_ptr + b * s_kb + hk * s_kh, shape=[S, BLOCK_D],
                                    strides=[s_kn, 1], block_shape=[BLOCK_N, BLOCK_D])
     vd = tl.make_tensor_descriptor(v_ptr + b * s_vb + hk * s_vh, shape=[S, BLOCK_D],
                                    strides=[s_vn, 1], block_shape=[BLOCK_N, BLOCK_D])
+    offs_m = start_m + tl.arange(0, BLOCK_M)
     q = qd.load([start_m, 0])
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     m_i = tl.full((BLOCK_M,), -float("inf"), tl.float32)
+    return b, h, start_m, offs_m, q, kd, vd, acc, l_i, m_i
+
+
+@triton.jit
+def _fa_tma_store(o_ptr, o, b, h, s_ob, s_oh, s_om, L, start_m, BLOCK_M: tl.constexpr,
+                  BLOCK_D: tl.constexpr):
+    """The output tile through a descriptor (rows past L clipped)."""
+    od = tl.make_tensor_descriptor(o_ptr + b * s_ob + h * s_oh, shape=[L, BLOCK_D],
+                                   strides=[s_om, 1], block_shape=[BLOCK_M, BLOCK_D])
+    od.store([start_m, 0], o.to(o_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _flash_fwd_tma(q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn,
+                   s_vb, s_vh, s_vn, s_ob, s_oh, s_om, H, L, S, qk_scale,
+                   GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, LAZY: tl.constexpr,
+                   PREC: tl.constexpr):
+    """The no-mask fast path (fp16/bf16, head dim a power of two, unit head-dim stride,
+    16-byte aligned rows): Q/K/V/O tiles move by TMA through per-(batch, head) tensor
+    descriptors built on the device (Triton's global scratch holds them), which zero-fill
+    rows past L / S and clip the store. Same loop split as `_flash_fwd`."""
+    b, h, start_m, offs_m, q, kd, vd, acc, l_i, m_i = _fa_tma_start(
+        q_ptr, k_ptr, v_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, H, L, S,
+        GROUP, BLOCK_M, BLOCK_N, BLOCK_D, CAUSAL)
     if CAUSAL:
         hi_off = tl.minimum(start_m, S)
         hi_diag = tl.minimum(start_m + BLOCK_M, S)
@@ -278,9 +300,7 @@ def _flash_fwd_tma(q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_k
                                   qk_scale, BLOCK_N, True, CAUSAL, LAZY, PREC)
     l_i = tl.where(l_i == 0.0, 1.0, l_i)
     o = acc / l_i[:, None]
-    od = tl.make_tensor_descriptor(o_ptr + b * s_ob + h * s_oh, shape=[L, BLOCK_D],
-                                   strides=[s_om, 1], block_shape=[BLOCK_M, BLOCK_D])
-    od.store([start_m, 0], o.to(o_ptr.dtype.element_ty))
+    _fa_tma_store(o_ptr, o, b, h, s_ob, s_oh, s_om, L, start_m, BLOCK_M, BLOCK_D)
 
 
 @triton.jit
@@ -296,27 +316,9 @@ def _flash_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn
     blocks cannot be peeled: the key mask (causal and/or the S tail) is applied in every
     block, a select an element; with EVEN_S and not CAUSAL there is no mask at all.
     Same preconditions as `_flash_fwd_tma` (`_tma_ok`)."""
-    if CAUSAL:
-        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)   # the longest rows first
-    else:
-        pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = (pid_bh // H).to(tl.int64)
-    h = pid_bh % H
-    hk = (h // GROUP).to(tl.int64)
-    h = h.to(tl.int64)
-    start_m = pid_m * BLOCK_M
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    qd = tl.make_tensor_descriptor(q_ptr + b * s_qb + h * s_qh, shape=[L, BLOCK_D],
-                                   strides=[s_qm, 1], block_shape=[BLOCK_M, BLOCK_D])
-    kd = tl.make_tensor_descriptor(k_ptr + b * s_kb + hk * s_kh, shape=[S, BLOCK_D],
-                                   strides=[s_kn, 1], block_shape=[BLOCK_N, BLOCK_D])
-    vd = tl.make_tensor_descriptor(v_ptr + b * s_vb + hk * s_vh, shape=[S, BLOCK_D],
-                                   strides=[s_vn, 1], block_shape=[BLOCK_N, BLOCK_D])
-    q = qd.load([start_m, 0])
-    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    l_i = tl.zeros((BLOCK_M,), tl.float32)
-    m_i = tl.full((BLOCK_M,), -float("inf"), tl.float32)
+    b, h, start_m, offs_m, q, kd, vd, acc, l_i, m_i = _fa_tma_start(
+        q_ptr, k_ptr, v_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, H, L, S,
+        GROUP, BLOCK_M, BLOCK_N, BLOCK_D, CAUSAL)
     if CAUSAL:
         hi = tl.minimum(start_m + BLOCK_M, S)
     else:
@@ -344,9 +346,7 @@ def _flash_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PREC)
         m_i = m_new
     o = acc / l_i[:, None]
-    od = tl.make_tensor_descriptor(o_ptr + b * s_ob + h * s_oh, shape=[L, BLOCK_D],
-                                   strides=[s_om, 1], block_shape=[BLOCK_M, BLOCK_D])
-    od.store([start_m, 0], o.to(o_ptr.dtype.element_ty))
+    _fa_tma_store(o_ptr, o, b, h, s_ob, s_oh, s_om, L, start_m, BLOCK_M, BLOCK_D)
 
 
 # ------------------------------------------------------------------ launch configuration
@@ -407,9 +407,13 @@ def sdpa(out, q, k, v, mask, *, scale, is_causal):
     elif B == 1 and mask is None and L == S and D == DV:
         # autotune seam: the sweep's shape (one sequence, self-attention, no mask), keyed by
         # head dim, causal flag and dtype; a screened entry inside today's space, else the
-        # default above
-        cfg = _autotune.pick("attention", (L, H, Hk, D, int(bool(is_causal))), cfg,
-                             dtype=q.dtype.name, device=q.device)
+        # default above. An entry is a whole config of the space and replaces the rule's
+        # (laid over it, a pointer-kernel entry would inherit TUNED's WS=True and run as
+        # -- or, on cuda, be refused back to the untuned default from -- the WS kernel)
+        tuned = _autotune.pick("attention", (L, H, Hk, D, int(bool(is_causal))), {},
+                               dtype=q.dtype.name, device=q.device)
+        if tuned:
+            cfg = tuned
     tma = bool(cfg.get("TMA") or cfg.get("WS"))
     if tma and not _tma_ok(q, k, v, out, mask, scale, D, DV, S):
         tma = False

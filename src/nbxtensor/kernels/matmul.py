@@ -81,6 +81,20 @@ def _grouped_tile(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 
 
 @triton.jit
+def _scale_operand(s0, s1, s_x, s_y, X1: tl.constexpr, Y1: tl.constexpr, DIV: tl.constexpr):
+    """One operand's strides times DIV: the batch strides s0/s1, and of the pair (s_x, s_y)
+    the one that is not the unit stride (s_x when Y1, s_y when X1)."""
+    if DIV > 1:
+        s0 = s0 * DIV
+        s1 = s1 * DIV
+        if Y1:
+            s_x = s_x * DIV
+        if X1:
+            s_y = s_y * DIV
+    return s0, s1, s_x, s_y
+
+
+@triton.jit
 def _scale_strides(s_a0, s_a1, s_am, s_ak, s_b0, s_b1, s_bk, s_bn,
                    A_K1: tl.constexpr, A_M1: tl.constexpr, B_N1: tl.constexpr,
                    B_K1: tl.constexpr, A_DIV: tl.constexpr, B_DIV: tl.constexpr):
@@ -88,20 +102,8 @@ def _scale_strides(s_a0, s_a1, s_am, s_ak, s_b0, s_b1, s_bk, s_bn,
     elements when they all divide). Multiplying by the constexpr here tells the compiler
     every row start is 16-byte aligned, so loads vectorise (cp.async 16 B) even when the
     stride is, e.g., 1000 -- the launcher's own hint only covers multiples of 16."""
-    if A_DIV > 1:
-        s_a0 = s_a0 * A_DIV
-        s_a1 = s_a1 * A_DIV
-        if A_K1:
-            s_am = s_am * A_DIV
-        if A_M1:
-            s_ak = s_ak * A_DIV
-    if B_DIV > 1:
-        s_b0 = s_b0 * B_DIV
-        s_b1 = s_b1 * B_DIV
-        if B_N1:
-            s_bk = s_bk * B_DIV
-        if B_K1:
-            s_bn = s_bn * B_DIV
+    s_a0, s_a1, s_am, s_ak = _scale_operand(s_a0, s_a1, s_am, s_ak, A_M1, A_K1, A_DIV)
+    s_b0, s_b1, s_bk, s_bn = _scale_operand(s_b0, s_b1, s_bk, s_bn, B_K1, B_N1, B_DIV)
     return s_a0, s_a1, s_am, s_ak, s_b0, s_b1, s_bk, s_bn
 
 
@@ -292,6 +294,7 @@ _OVERRIDE: dict | None = None
 NUM_SMS = 132   # H200; the persistent variant launches one program per SM
 GEMV_MAX_M = 16  # up to this many rows (one batch) a product is memory-bound: gemv.py
 PAD_MIN_MACS = 1 << 24   # pad a misaligned operand only when the product amortises the copy
+_I32_MAX = (1 << 31) - 1   # an int argument above this is passed as int64
 
 
 @contextlib.contextmanager
@@ -430,11 +433,13 @@ def _operand_div(t, st, lay, n_unit, align):
     """A_DIV/B_DIV: `align` (16 bytes in elements) when the operand can be loaded in
     aligned 16-byte vectors -- base 16-byte aligned, every non-unit stride a multiple of
     `align` and, when the unit-stride dim is M or N (cut by the where() redirect), its
-    extent a multiple of 8 -- else 1."""
+    extent a multiple of 8 -- else 1. Never for a stride beyond int32: the kernel multiplies
+    the divided stride back in the integer type the launcher gave the quotient, so a
+    quotient that fits int32 would wrap (a 2**32-element batch stride came back as 0)."""
     if lay is None or t.data_ptr() % 16:
         return 1
     others = [st[0], st[1], st[2] if lay == "cols" else st[3]]
-    if any(x % align for x in others):
+    if any(x % align or abs(x) > _I32_MAX for x in others):
         return 1
     if n_unit is not None and n_unit % 8:
         return 1

@@ -7,7 +7,10 @@ contiguous tensor is R1 = 1, s_n = 1 (unit stride, so the loads vectorise).
 
 Rows of up to MAX_SINGLE elements live in registers: one read, one write, BLOCK_R rows
 per program. Longer rows (a 128k vocabulary) take the online path: one pass for the
-running max and sum, one pass to write -- two reads, one write.
+running max and sum, one pass to write -- two reads, one write. When there are few of them
+(R < SPLIT_MAX_ROWS) each row is also cut into chunks (`_softmax_split_kernel`, two
+launches: partial max/sum per chunk, then every chunk combines its row's partials in the
+same fixed order and writes), so that the rows fill the SMs.
 
 A row that is all -inf gives NaN, as torch (exp(-inf - -inf) is NaN).
 """
@@ -19,6 +22,19 @@ import triton.language as tl
 from .. import autotune as _autotune
 from ..dispatch import register
 from ._host import cdiv as _cdiv, next_pow2 as _np2
+
+
+@triton.jit
+def _max_sum_init(BLOCK: tl.constexpr, F64: tl.constexpr):
+    """An online softmax's running max (-inf) and sum (0) over BLOCK lanes, in the
+    accumulation dtype (float64 for float64 data, else float32)."""
+    if F64:
+        m = tl.full((BLOCK,), -float("inf"), tl.float64)
+        s = tl.zeros((BLOCK,), tl.float64)
+    else:
+        m = tl.full((BLOCK,), -float("inf"), tl.float32)
+        s = tl.zeros((BLOCK,), tl.float32)
+    return m, s
 
 
 @triton.jit
@@ -47,12 +63,7 @@ def _softmax_kernel(x_ptr, o_ptr, R, R1, N, s_x0, s_x1, s_xn, s_o0, s_o1, s_on,
             y = e / s[:, None]
         tl.store(orow[:, None] + cols[None, :] * s_on, y.to(o_ptr.dtype.element_ty), mask=mask)
     else:
-        if F64:
-            m = tl.full((BLOCK_R,), -float("inf"), tl.float64)
-            s = tl.zeros((BLOCK_R,), tl.float64)
-        else:
-            m = tl.full((BLOCK_R,), -float("inf"), tl.float32)
-            s = tl.zeros((BLOCK_R,), tl.float32)
+        m, s = _max_sum_init(BLOCK_R, F64)
         for start in range(0, N, BLOCK_N):
             c = start + cols
             mask = rmask[:, None] & (c[None, :] < N)
@@ -103,12 +114,7 @@ def _softmax_split_kernel(x_ptr, o_ptr, ws_ptr, R1, N, CHUNK, NCHUNK,
     hi = tl.minimum(lo + CHUNK, N)
     ws_row = ws_ptr + r.to(tl.int64) * NCHUNK * 2
     if PASS == 1:
-        if F64:
-            m = tl.full((BLOCK_N,), -float("inf"), tl.float64)
-            s = tl.zeros((BLOCK_N,), tl.float64)
-        else:
-            m = tl.full((BLOCK_N,), -float("inf"), tl.float32)
-            s = tl.zeros((BLOCK_N,), tl.float32)
+        m, s = _max_sum_init(BLOCK_N, F64)
         # lane-wise online max/sum (no cross-lane reduction inside the loop)
         for start in range(lo, hi, BLOCK_N):
             cc = start + cols
