@@ -132,9 +132,9 @@ class GraphDecoder:
         for dst, src in zip([self.tokens, self.positions, self.cache.lengths] + extra, saved):
             dst.copy_(src)
         g = nbx.cuda.CUDAGraph()
-        # embedding / scatter read their out-of-range flag back after each op unless deferred:
-        # inside a capture that read would be refused. Deferred, the flag is read on exit
-        # (after the capture ended); replays record bad ids in the same sticky flag.
+        # embedding / scatter record bad ids in a device flag; in set_index_check('sync') mode
+        # they would read it back after each op, which a capture refuses. Deferred, the flag
+        # is read on exit (after the capture ended); replays record into the same flag.
         with deferred_index_checks():
             with nbx.cuda.graph(g):
                 self.logits = self._step()
