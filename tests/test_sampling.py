@@ -26,6 +26,17 @@ def test_greedy_ties_first_index(device):
     assert h.shape == () and int(h.numpy()) == 5
 
 
+def test_greedy_nan_is_the_max_as_torch(device):
+    """temperature 0: the first NaN wins, also over an earlier +inf and across blocks
+    (argmax semantics; an unhandled NaN once gave the out-of-range token V)."""
+    x = rng().standard_normal((3, 1500)).astype(np.float32)
+    x[0, 7] = np.nan
+    x[1, 3], x[1, 1200], x[1, 1300] = np.inf, np.nan, np.nan
+    x[2, 1499] = np.nan
+    out = nbx.sample(nbx.tensor(x, device=device), temperature=0).numpy().tolist()
+    assert out == [7, 1200, 1499]
+
+
 def test_top_k_support(device):
     g = rng()
     V = 70

@@ -97,10 +97,9 @@ def _sample_kernel(x_ptr, out_ptr, state_ptr, s_xb, s_xv, V, inv_temp, top_k, to
         for start in range(0, V, BLOCK):
             i = start + offs
             x = tl.load(xb + i * s_xv, mask=i < V, other=-float("inf")).to(tl.float32)
-            m = tl.max(x, 0)
-            mi = tl.min(tl.where(x == m, i, V), 0).to(tl.int64)
-            take = (m > best) | (best_i < 0)
-            best_i = tl.where(take, mi, best_i)
+            m, mi = _first_max(x, i, V)     # NaN is the max and the first one wins, as torch
+            take = (best_i < 0) | (m > best) | ((m != m) & (best == best))
+            best_i = tl.where(take, mi.to(tl.int64), best_i)
             best = tl.where(take, m, best)
         tl.store(out_ptr + row, best_i)
     else:
