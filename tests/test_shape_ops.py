@@ -211,7 +211,7 @@ def test_split_functions(device):
     same(nbx.flatten(x), rx.reshape(-1))
     same(nbx.unflatten(x, 0, (7, 1)), rx.reshape(7, 1, 5))
     same(nbx.reshape(x.T, (5, 7)), rx.T.reshape(5, 7))
-    with pytest.raises(TypeError, match="input: expected a Tensor, got ndarray"):
+    with pytest.raises(TypeError, match="narrow: input must be a Tensor, got ndarray"):
         nbx.narrow(rx, 0, 0, 1)
 
 

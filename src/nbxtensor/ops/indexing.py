@@ -31,6 +31,7 @@ from .. import dtypes as _dt
 from ..dispatch import impl
 from ..tensor import Tensor, broadcast_shapes, normalize_dim
 from . import _methods
+from ._common import check_tensor
 
 __all__ = ["gather", "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add",
            "index_copy", "index_fill", "index_put", "masked_fill", "masked_select",
@@ -102,14 +103,8 @@ def _oob_error(err, bad) -> IndexError:
     return IndexError(f"{op}: index {bad} is out of range for {what}; the valid range is {rng}")
 
 
-def _check_tensor(x, argname, op):
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{op}: {argname} must be a Tensor, got {type(x).__name__}")
-    return x
-
-
 def _check_index(index, argname, op, device):
-    _check_tensor(index, argname, op)
+    check_tensor(index, argname, op)
     if index._dtype is not _dt.int64 and index._dtype is not _dt.int32:
         raise TypeError(f"{op}: {argname} must be an int64 or int32 tensor, got {index.dtype.name}")
     if index._storage.device is not device and index.device != device:
@@ -118,7 +113,7 @@ def _check_index(index, argname, op, device):
 
 
 def _check_out(out, shape, dtype, device, op):
-    _check_tensor(out, "out", op)
+    check_tensor(out, "out", op)
     if tuple(out.shape) != tuple(shape) or out.dtype is not dtype or out.device != device:
         raise ValueError(f"{op}: out must have shape {tuple(shape)}, dtype {dtype.name} and device "
                          f"{device}; got shape {tuple(out.shape)}, dtype {out.dtype.name}, device "
@@ -279,7 +274,7 @@ def gather(input, dim, index, *, sparse_grad=False, out=None):  # noqa: A002
         if r is not None:
             return r
     op = "gather"
-    _check_tensor(input, "input", op)
+    check_tensor(input, "input", op)
     _check_index(index, "index", op, input.device)
     d = normalize_dim(dim, input.ndim)
     if index.ndim != input.ndim and not (index.ndim <= 1 and input.ndim <= 1):
@@ -313,7 +308,7 @@ def index_select(input, dim, index, *, out=None):  # noqa: A002
         if r is not None:
             return r
     op = "index_select"
-    _check_tensor(input, "input", op)
+    check_tensor(input, "input", op)
     _check_index(index, "index", op, input.device)
     if index.ndim > 1:
         raise ValueError(f"index_select: index must be 0-dim or 1-D, got shape "
@@ -354,7 +349,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # 
         if r is not None:
             return r
     op = "embedding"
-    _check_tensor(weight, "weight", op)
+    check_tensor(weight, "weight", op)
     _check_index(input, "input", op, weight.device)
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), got "
@@ -380,7 +375,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # 
 def take(input, index, *, out=None):  # noqa: A002
     """input viewed as 1-D, at `index` (any shape); negative indices count from the end."""
     op = "take"
-    _check_tensor(input, "input", op)
+    check_tensor(input, "input", op)
     _check_index(index, "index", op, input.device)
     if out is None:
         out = Tensor._empty(index.shape, input.dtype, input.device)
@@ -410,7 +405,7 @@ def _identity(reduce, dtype):
 
 
 def _scatter_common(input, dim, index, src, op, out, inplace):
-    _check_tensor(input, "input", op)
+    check_tensor(input, "input", op)
     _check_index(index, "index", op, input.device)
     d = normalize_dim(dim, input.ndim)
     if index.ndim != input.ndim and not (index.ndim <= 1 and input.ndim <= 1):
@@ -500,7 +495,7 @@ def _scatter_dispatch(input, dim, index, src, value, reduce, out, inplace):  # n
 
 def scatter_add(input, dim, index, src, *, out=None):  # noqa: A002
     """A copy of input with src added at index along dim (duplicates accumulate)."""
-    _check_tensor(src, "src", "scatter_add")
+    check_tensor(src, "src", "scatter_add")
     return _scatter_impl(input, dim, index, src, "sum", True, "scatter_add", out)
 
 
@@ -508,7 +503,7 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self=True, out=Non
     """A copy of input with src reduced in at index along dim ('sum', 'prod', 'mean', 'amax',
     'amin'); include_self=False leaves input's values out of the reduction where indexed."""
     op = "scatter_reduce"
-    _check_tensor(src, "src", op)
+    check_tensor(src, "src", op)
     if reduce not in _REDUCES:
         raise ValueError(f"{op}: reduce must be one of {', '.join(map(repr, _REDUCES))}, got "
                          f"{reduce!r}")
@@ -516,7 +511,7 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self=True, out=Non
 
 
 def _index_dim_common(input, dim, index, op):
-    _check_tensor(input, "input", op)
+    check_tensor(input, "input", op)
     _check_index(index, "index", op, input.device)
     if index.ndim > 1:
         raise ValueError(f"{op}: index must be 0-dim or 1-D, got shape {tuple(index.shape)}")
@@ -529,7 +524,7 @@ def _index_dim_common(input, dim, index, op):
 def _index_scatter_op(input, dim, index, source, op, mode, out, inplace, alpha=None, value=None):
     d, shape = _index_dim_common(input, dim, index, op)
     if source is not None:
-        _check_tensor(source, "source", op)
+        check_tensor(source, "source", op)
         if source.device != input.device:
             raise ValueError(f"{op}: source is on {source.device}, but input is on {input.device}")
         if source.dtype is not input.dtype:
@@ -584,7 +579,7 @@ def index_fill(input, dim, index, value):  # noqa: A002
 
 # ---------------------------------------------------------------------------- masks
 def _check_mask(mask, op, device):
-    _check_tensor(mask, "mask", op)
+    check_tensor(mask, "mask", op)
     if mask.dtype is not _dt.bool:
         raise TypeError(f"{op}: mask must be a bool tensor, got {mask.dtype.name}")
     if mask.device != device:
@@ -592,7 +587,7 @@ def _check_mask(mask, op, device):
 
 
 def _masked_fill(input, mask, value, inplace, op):
-    _check_tensor(input, "input", op)
+    check_tensor(input, "input", op)
     _check_mask(mask, op, input.device)
     value = _cast_scalar(value, input.dtype, op)
     if inplace:
@@ -630,7 +625,7 @@ def _mask_positions(mask, shape, strides, offset=0):
 def masked_select(input, mask, *, out=None):  # noqa: A002
     """The elements of input (broadcast with mask) where mask is True, as a 1-D tensor."""
     op = "masked_select"
-    _check_tensor(input, "input", op)
+    check_tensor(input, "input", op)
     _check_mask(mask, op, input.device)
     shape = broadcast_shapes(input.shape, mask.shape)
     x = input.expand(shape)
@@ -648,9 +643,9 @@ def masked_select(input, mask, *, out=None):  # noqa: A002
 
 
 def _masked_scatter(input, mask, source, inplace, op):
-    _check_tensor(input, "input", op)
+    check_tensor(input, "input", op)
     _check_mask(mask, op, input.device)
-    _check_tensor(source, "source", op)
+    check_tensor(source, "source", op)
     if source.device != input.device or source.dtype is not input.dtype:
         raise TypeError(f"{op}: source must have input's dtype {input.dtype.name} and device "
                         f"{input.device}, got {source.dtype.name} on {source.device}")
@@ -872,7 +867,7 @@ def setitem(x, idx, value):
 
 def _index_put(input, indices, values, accumulate, inplace):  # noqa: A002
     op = "index_put_" if inplace else "index_put"
-    _check_tensor(input, "input", op)
+    check_tensor(input, "input", op)
     if not isinstance(indices, (tuple, list)):
         raise TypeError(f"{op}: indices must be a tuple of tensors, got {type(indices).__name__}")
     for i, t in enumerate(indices):
@@ -897,7 +892,7 @@ def _scatter_(self, dim, index, src=None, *, value=None, reduce=None):
 
 
 def _scatter_add_(self, dim, index, src):
-    _check_tensor(src, "src", "scatter_add_")
+    check_tensor(src, "src", "scatter_add_")
     return _scatter_impl(self, dim, index, src, "sum", True, "scatter_add_", None, True)
 
 
@@ -905,7 +900,7 @@ def _scatter_reduce_(self, dim, index, src, reduce, *, include_self=True):
     if reduce not in _REDUCES:
         raise ValueError(f"scatter_reduce_: reduce must be one of {', '.join(map(repr, _REDUCES))}"
                          f", got {reduce!r}")
-    _check_tensor(src, "src", "scatter_reduce_")
+    check_tensor(src, "src", "scatter_reduce_")
     return _scatter_impl(self, dim, index, src, reduce, include_self, "scatter_reduce_", None, True)
 
 

@@ -12,7 +12,7 @@ from .. import dtypes as _dt
 from ..creation import arange
 from ..dispatch import impl
 from ..tensor import Tensor, _as_int, _overlaps, normalize_dim, normalize_size
-from ._common import check_out as _prepare_out
+from ._common import check_out as _prepare_out, check_tensor
 from ._methods import install
 
 __all__ = ["cat", "concat", "concatenate", "stack", "hstack", "vstack", "split", "chunk",
@@ -20,12 +20,6 @@ __all__ = ["cat", "concat", "concatenate", "stack", "hstack", "vstack", "split",
            "triu", "pad", "movedim", "moveaxis", "narrow", "select", "permute", "transpose",
            "swapaxes", "swapdims", "squeeze", "unsqueeze", "flatten", "unflatten", "reshape",
            "t", "atleast_1d", "atleast_2d"]
-
-
-def _check_tensor(x, argname):
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{argname}: expected a Tensor, got {type(x).__name__}")
-    return x
 
 
 def _write(out, user_out, srcs, run):
@@ -41,63 +35,63 @@ def _write(out, user_out, srcs, run):
 
 # ---------------------------------------------------------------- views, as functions
 def narrow(input, dim, start, length):  # noqa: A002 - torch's names
-    return _check_tensor(input, "input").narrow(dim, start, length)
+    return check_tensor(input, "input", "narrow").narrow(dim, start, length)
 
 
 def select(input, dim, index):  # noqa: A002
-    return _check_tensor(input, "input").select(dim, index)
+    return check_tensor(input, "input", "select").select(dim, index)
 
 
 def permute(input, dims):  # noqa: A002
-    return _check_tensor(input, "input").permute(dims)
+    return check_tensor(input, "input", "permute").permute(dims)
 
 
 def transpose(input, dim0, dim1):  # noqa: A002
-    return _check_tensor(input, "input").transpose(dim0, dim1)
+    return check_tensor(input, "input", "transpose").transpose(dim0, dim1)
 
 
 swapaxes = swapdims = transpose
 
 
 def t(input):  # noqa: A002
-    return _check_tensor(input, "input").t()
+    return check_tensor(input, "input", "t").t()
 
 
 def squeeze(input, dim=None):  # noqa: A002
-    return _check_tensor(input, "input").squeeze(dim)
+    return check_tensor(input, "input", "squeeze").squeeze(dim)
 
 
 def unsqueeze(input, dim):  # noqa: A002
-    return _check_tensor(input, "input").unsqueeze(dim)
+    return check_tensor(input, "input", "unsqueeze").unsqueeze(dim)
 
 
 def flatten(input, start_dim=0, end_dim=-1):  # noqa: A002
-    return _check_tensor(input, "input").flatten(start_dim, end_dim)
+    return check_tensor(input, "input", "flatten").flatten(start_dim, end_dim)
 
 
 def unflatten(input, dim, sizes):  # noqa: A002
-    return _check_tensor(input, "input").unflatten(dim, sizes)
+    return check_tensor(input, "input", "unflatten").unflatten(dim, sizes)
 
 
 def reshape(input, shape):  # noqa: A002
-    return _check_tensor(input, "input").reshape(shape)
+    return check_tensor(input, "input", "reshape").reshape(shape)
 
 
 def split(tensor, split_size_or_sections, dim=0):
-    return _check_tensor(tensor, "tensor").split(split_size_or_sections, dim)
+    return check_tensor(tensor, "tensor", "split").split(split_size_or_sections, dim)
 
 
 def chunk(input, chunks, dim=0):  # noqa: A002
-    return _check_tensor(input, "input").chunk(chunks, dim)
+    return check_tensor(input, "input", "chunk").chunk(chunks, dim)
 
 
 def unbind(input, dim=0):  # noqa: A002
-    return _check_tensor(input, "input").unbind(dim)
+    return check_tensor(input, "input", "unbind").unbind(dim)
 
 
 def movedim(input, source, destination):  # noqa: A002
     """Move dims `source` to positions `destination` (ints or sequences of equal length)."""
-    x = _check_tensor(input, "input")
+    x = check_tensor(input, "input", "movedim")
     src = (source,) if isinstance(source, (int, np.integer)) else tuple(source)
     dst = (destination,) if isinstance(destination, (int, np.integer)) else tuple(destination)
     if len(src) != len(dst):
@@ -120,12 +114,12 @@ moveaxis = movedim
 
 
 def atleast_1d(input):  # noqa: A002
-    x = _check_tensor(input, "input")
+    x = check_tensor(input, "input", "atleast_1d")
     return x.reshape(1) if x.ndim == 0 else x
 
 
 def atleast_2d(input):  # noqa: A002
-    x = _check_tensor(input, "input")
+    x = check_tensor(input, "input", "atleast_2d")
     return x.reshape(1, -1) if x.ndim < 2 else x
 
 
@@ -305,7 +299,7 @@ def _dims_arg(dims, ndim, argname):
 
 
 def flip(input, dims):  # noqa: A002
-    x = _check_tensor(input, "input")
+    x = check_tensor(input, "input", "flip")
     dims = _dims_arg(dims, x.ndim, "dims")
     out = Tensor._empty(x.shape, x.dtype, x.device)
     if x.numel():
@@ -314,19 +308,19 @@ def flip(input, dims):  # noqa: A002
 
 
 def fliplr(input):  # noqa: A002
-    if _check_tensor(input, "input").ndim < 2:
+    if check_tensor(input, "input", "fliplr").ndim < 2:
         raise ValueError(f"fliplr: input must be >= 2-D, got {input.ndim}-D")
     return flip(input, [1])
 
 
 def flipud(input):  # noqa: A002
-    if _check_tensor(input, "input").ndim < 1:
+    if check_tensor(input, "input", "flipud").ndim < 1:
         raise ValueError("flipud: input must be >= 1-D, got 0-D")
     return flip(input, [0])
 
 
 def roll(input, shifts, dims=None):  # noqa: A002
-    x = _check_tensor(input, "input")
+    x = check_tensor(input, "input", "roll")
     shifts = tuple(shifts) if isinstance(shifts, (tuple, list)) else (shifts,)
     shifts = tuple(_as_int(s, "shifts") for s in shifts)
     if dims is None:
@@ -362,7 +356,7 @@ def _repeat(self, *sizes):
 
 
 def tile(input, dims):  # noqa: A002
-    x = _check_tensor(input, "input")
+    x = check_tensor(input, "input", "tile")
     dims = normalize_size((dims,), "dims")
     dims = (1,) * (x.ndim - len(dims)) + dims
     return _repeat(x, dims)
@@ -373,7 +367,7 @@ def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):  # no
 
     `repeat_interleave(repeats_tensor)` alone gives arange(n) repeated by it (torch).
     """
-    x = _check_tensor(input, "input")
+    x = check_tensor(input, "input", "repeat_interleave")
     if repeats is None:
         if x.ndim != 1 or x.dtype.kind not in "ui":
             raise ValueError(f"repeat_interleave: with one argument, it must be a 1-D integer "
@@ -413,7 +407,7 @@ def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):  # no
 
 # ---------------------------------------------------------------- tril / triu
 def _tri(name, input, diagonal, out):  # noqa: A002
-    x = _check_tensor(input, "input")
+    x = check_tensor(input, "input", name)
     if x.ndim < 2:
         raise ValueError(f"{name}: input must have at least 2 dims, got shape {tuple(x.shape)}")
     diagonal = _as_int(diagonal, "diagonal")
@@ -448,7 +442,7 @@ _PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 def pad(input, pad, mode="constant", value=None):  # noqa: A002
     """torch.nn.functional.pad: `pad` = (last_left, last_right, prev_left, prev_right, ...)."""
-    x = _check_tensor(input, "input")
+    x = check_tensor(input, "input", "pad")
     p = normalize_size((pad,), "pad", allow_negative=True)
     if len(p) % 2 or len(p) // 2 > x.ndim:
         raise ValueError(f"pad: expected an even number of entries, at most 2 * ndim = "
