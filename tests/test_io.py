@@ -600,3 +600,23 @@ def test_gguf_parser_refuses_duplicate_keys_and_a_bool_alignment(tmp_path):
     p.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + kv)
     with pytest.raises(ValueError, match=r"general\.alignment True"):
         GGUFFile(p)
+
+
+@pytest.mark.parametrize("eos,eot,want", [(2, None, [2]), (2, 7, [2, 7]), (7, 7, [7]),
+                                          (None, 5, [5]), (None, None, [])])
+def test_gguf_stop_token_ids(tmp_path, eos, eot, want):
+    """EOS then EOT (when it differs): the stop ids that config and tokenizer both use."""
+    gguf = pytest.importorskip("gguf")
+    from nbxtensor.io.gguf import GGUFFile
+    p = tmp_path / "stop.gguf"
+    w = gguf.GGUFWriter(str(p), "llama")
+    if eos is not None:
+        w.add_eos_token_id(eos)
+    if eot is not None:
+        w.add_uint32("tokenizer.ggml.eot_token_id", eot)
+    w.add_tensor("x", np.arange(4, dtype=np.float32) + 1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    assert GGUFFile(str(p)).stop_token_ids() == want

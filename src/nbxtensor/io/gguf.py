@@ -239,6 +239,16 @@ class GGUFFile:
             self._meta[key] = v
         return v
 
+    def stop_token_ids(self) -> list:
+        """The end-of-sequence id, then the end-of-turn id when it differs (chat models end a
+        reply with EOT): the ids generation stops at."""
+        ids = []
+        for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"):
+            v = self.get(key)
+            if v is not None and int(v) not in ids:
+                ids.append(int(v))
+        return ids
+
     def array(self, key) -> np.ndarray | list:
         """An array value as stored: a NumPy array (numeric) or a list of str."""
         v = self._raw_meta.get(key)

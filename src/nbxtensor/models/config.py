@@ -76,11 +76,6 @@ class LlamaConfig:
         heads = int(k("attention.head_count"))
         hidden = int(k("embedding_length"))
         emb = g.tensor("token_embd.weight")
-        eos = [int(g.get("tokenizer.ggml.eos_token_id"))] if g.get("tokenizer.ggml.eos_token_id") \
-            is not None else []
-        eot = g.get("tokenizer.ggml.eot_token_id")
-        if eot is not None and int(eot) not in eos:
-            eos.append(int(eot))
         return cls(
             vocab_size=emb.shape[0], hidden_size=hidden,
             intermediate_size=int(k("feed_forward_length")), num_hidden_layers=int(k("block_count")),
@@ -92,7 +87,7 @@ class LlamaConfig:
             tie_word_embeddings="output.weight" not in g.tensors,
             max_position_embeddings=int(k("context_length", 4096)),
             attention_bias="blk.0.attn_q.bias" in g.tensors, model_type=arch,
-            bos_token_id=g.get("tokenizer.ggml.bos_token_id"), eos_token_ids=eos)
+            bos_token_id=g.get("tokenizer.ggml.bos_token_id"), eos_token_ids=g.stop_token_ids())
 
     @classmethod
     def from_folder(cls, folder) -> "LlamaConfig":

@@ -71,11 +71,7 @@ class Tokenizer:
             tk.add_tokens(user)
         bos = g.get("tokenizer.ggml.bos_token_id")
         eos = g.get("tokenizer.ggml.eos_token_id")
-        eos_ids = [eos] if eos is not None else []
-        eot = g.get("tokenizer.ggml.eot_token_id")
-        if eot is not None and eot not in eos_ids:
-            eos_ids.append(eot)
-        return cls(tk, bos, eos_ids, bool(g.get("tokenizer.ggml.add_bos_token", False)),
+        return cls(tk, bos, g.stop_token_ids(), bool(g.get("tokenizer.ggml.add_bos_token", False)),
                    g.get("tokenizer.chat_template"),
                    tokens[bos] if bos is not None else None,
                    tokens[eos] if eos is not None else None)
