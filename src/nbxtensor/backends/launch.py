@@ -68,15 +68,12 @@ def launch_other(kernel, grid, args, kwargs) -> None:
 
 
 def _interp_launch(kernel, grid, args, kwargs) -> None:
-    from .cuda.launcher import GridError, KernelArgumentError, _meta, _sig_of, bind
+    from .cuda.launcher import GridError, _meta, _sig_of, bind, check_keywords
     from .interp.runner import HostPointer, run
     # the same checks as on cuda: argument count, keywords, kinds of values
     bind(kernel, args, kwargs)
     sig = _sig_of(kernel)
-    bad = [k for k in kwargs if k in sig.index and not sig.params[sig.index[k]].is_constexpr]
-    if bad:
-        raise KernelArgumentError(f"launch: kernel {sig.describe()}: {', '.join(map(repr, bad))} "
-                                  f"are not constexpr parameters; pass them positionally")
+    check_keywords(sig, kwargs)
     if callable(grid) and not isinstance(grid, (tuple, list)):
         grid = grid(_meta(sig, args, kwargs))   # as on cuda: every bound argument by name
     if isinstance(grid, (tuple, list)) and not 1 <= len(grid) <= 3:

@@ -334,6 +334,15 @@ def _make_fix(sel, tail, conv):
     return fix
 
 
+def check_keywords(sig, kwargs) -> None:
+    """Keywords name constexprs or options: a runtime parameter given by keyword is refused
+    (cuda and interp alike)."""
+    bad = [k for k in kwargs if k in sig.index and not sig.params[sig.index[k]].is_constexpr]
+    if bad:
+        raise KernelArgumentError(f"launch: kernel {sig.describe()}: {', '.join(map(repr, bad))} "
+                                  f"are not constexpr parameters; pass them positionally")
+
+
 def _prepare(kernel, args, kwargs, dev: int, variant: bool = False) -> _Entry:
     sig = _sig_of(kernel)
     cpos = tuple(i for i in sig.constexpr_pos if i < len(args))
@@ -342,10 +351,7 @@ def _prepare(kernel, args, kwargs, dev: int, variant: bool = False) -> _Entry:
         e = _Entry()
         e.cpos, e.variants, e.kernel = cpos, {}, kernel
         return e
-    bad = [k for k in kwargs if k in sig.index and not sig.params[sig.index[k]].is_constexpr]
-    if bad:
-        raise KernelArgumentError(f"launch: kernel {sig.describe()}: {', '.join(map(repr, bad))} "
-                                  f"are not constexpr parameters; pass them positionally")
+    check_keywords(sig, kwargs)
     signature, constexprs, attrs, options, runtime = bind(kernel, args, kwargs)
     cc, optin, _ = _device_info(dev)
     ck = _compile(kernel, signature, constexprs, attrs, options, cc)
