@@ -520,8 +520,9 @@ def test_dispatch_names_agree():
     from nbxtensor.ops import elementwise as ops
     assert set(ops.DISPATCH_NAMES) == set(cpu._OPS)
     pytest.importorskip("triton")
-    from nbxtensor.kernels import elementwise as kern
-    assert set(ops.DISPATCH_NAMES) == set(kern.OPS)
+    from nbxtensor.dispatch import impl
+    for name in ops.DISPATCH_NAMES:     # the triton family registers every name
+        assert impl(name, nbx.device("interp")) is not None
 
 
 def test_ops_table_is_fresh():

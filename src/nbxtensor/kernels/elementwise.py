@@ -24,6 +24,9 @@ from triton.language.extra import libdevice
 from .. import dtypes as _dt
 from ..backends.launch import launch
 from ..dispatch import register
+# every element-wise op by its dispatch name (the kernel's OP): the ops layer's one list; each
+# name is a branch of the kernel, and the element-wise tests run every op through it on interp
+from ..ops.elementwise import DISPATCH_NAMES as OPS
 from ..tensor import Tensor
 from ._host import cdiv as _cdiv, f64_bits as _f64_bits, next_pow2 as _np2
 
@@ -982,20 +985,6 @@ def fill_(dst, value):
     ival = int(bits.view(w.np)[0])
     d = Tensor._make(dst._storage, dst.shape, dst.stride(), dst._offset, w)
     return run("copy", d, [ival], ct=compute_type(w))
-
-
-# every element-wise op of ops.elementwise, by its dispatch name (the kernel's OP)
-OPS = (
-    "copy", "neg", "abs", "sign", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p",
-    "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "floor",
-    "ceil", "round", "trunc", "isnan", "isinf", "isfinite", "logical_not", "bitwise_not",
-    "nan_to_num", "clamp", "clamp_min", "clamp_max", "relu", "gelu", "gelu_tanh", "silu", "mish",
-    "softplus", "elu", "leaky_relu", "hardsigmoid", "hardswish", "glu", "add", "add_alpha",
-    "sub", "sub_alpha", "mul", "div", "div_floor", "div_trunc", "remainder", "fmod", "pow",
-    "maximum", "minimum", "atan2", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
-    "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "lshift", "rshift",
-    "where", "lerp", "addcmul", "addcdiv",
-)
 
 
 _TL_CT: dict = {}    # DType -> compute_type(DType), memoised for the entries
