@@ -686,15 +686,21 @@ def atan2(input, other, *, out=None):  # noqa: A002
     return _binary("atan2", "atan2", input, other, out=out, kind="float")
 
 
-def _cmp(name):
+def _binary_pair(name, public, kind, doc=None):
+    # (out-of-place, in-place) pair of one binary op family: comparison, logical, bitwise
     def f(input, other, *, out=None):  # noqa: A002
-        return _binary(name, name, input, other, out=out, kind="cmp")
-    f.__name__ = f.__qualname__ = name
-    f.__doc__ = f"torch.{name}: element-wise comparison, a bool tensor."
+        return _binary(name, public, input, other, out=out, kind=kind)
+    f.__name__ = f.__qualname__ = public
+    if doc is not None:
+        f.__doc__ = doc
 
     def f_(self, other):
-        return _binary(name, name + "_", self, other, inplace=True, kind="cmp")
+        return _binary(name, public + "_", self, other, inplace=True, kind=kind)
     return f, f_
+
+
+def _cmp(name):
+    return _binary_pair(name, name, "cmp", f"torch.{name}: element-wise comparison, a bool tensor.")
 
 
 eq, eq_ = _cmp("eq")
@@ -704,37 +710,15 @@ le, le_ = _cmp("le")
 gt, gt_ = _cmp("gt")
 ge, ge_ = _cmp("ge")
 
+logical_and, logical_and_ = _binary_pair("logical_and", "logical_and", "logical")
+logical_or, logical_or_ = _binary_pair("logical_or", "logical_or", "logical")
+logical_xor, logical_xor_ = _binary_pair("logical_xor", "logical_xor", "logical")
 
-def _logical(name):
-    def f(input, other, *, out=None):  # noqa: A002
-        return _binary(name, name, input, other, out=out, kind="logical")
-    f.__name__ = f.__qualname__ = name
-
-    def f_(self, other):
-        return _binary(name, name + "_", self, other, inplace=True, kind="logical")
-    return f, f_
-
-
-logical_and, logical_and_ = _logical("logical_and")
-logical_or, logical_or_ = _logical("logical_or")
-logical_xor, logical_xor_ = _logical("logical_xor")
-
-
-def _bitwise(name, public, kind="int"):
-    def f(input, other, *, out=None):  # noqa: A002
-        return _binary(name, public, input, other, out=out, kind=kind)
-    f.__name__ = f.__qualname__ = public
-
-    def f_(self, other):
-        return _binary(name, public + "_", self, other, inplace=True, kind=kind)
-    return f, f_
-
-
-bitwise_and, bitwise_and_ = _bitwise("bitwise_and", "bitwise_and")
-bitwise_or, bitwise_or_ = _bitwise("bitwise_or", "bitwise_or")
-bitwise_xor, bitwise_xor_ = _bitwise("bitwise_xor", "bitwise_xor")
-bitwise_left_shift, bitwise_left_shift_ = _bitwise("lshift", "bitwise_left_shift", "shift")
-bitwise_right_shift, bitwise_right_shift_ = _bitwise("rshift", "bitwise_right_shift", "shift")
+bitwise_and, bitwise_and_ = _binary_pair("bitwise_and", "bitwise_and", "int")
+bitwise_or, bitwise_or_ = _binary_pair("bitwise_or", "bitwise_or", "int")
+bitwise_xor, bitwise_xor_ = _binary_pair("bitwise_xor", "bitwise_xor", "int")
+bitwise_left_shift, bitwise_left_shift_ = _binary_pair("lshift", "bitwise_left_shift", "shift")
+bitwise_right_shift, bitwise_right_shift_ = _binary_pair("rshift", "bitwise_right_shift", "shift")
 
 
 # ----------------------------------------------------------------------------- ternary

@@ -183,13 +183,20 @@ def _unsqueeze_out(o, a1, b1):
     return o
 
 
-def mm(input, mat2, *, out=None):  # noqa: A002
-    _check_pair(input, mat2, "mm", "input", "mat2")
-    if input.ndim != 2 or mat2.ndim != 2:
-        raise ValueError(f"mm: expected 2-D tensors, got shapes {tuple(input.shape)} and "
+def _mm_like(input, mat2, out, op, ndim):
+    # mm and bmm: matmul restricted to exactly `ndim`-D operands (bmm: equal batch sizes)
+    _check_pair(input, mat2, op, "input", "mat2")
+    if input.ndim != ndim or mat2.ndim != ndim:
+        raise ValueError(f"{op}: expected {ndim}-D tensors, got shapes {tuple(input.shape)} and "
                          f"{tuple(mat2.shape)}")
-    _same_k(input, mat2, "mm")
+    if ndim == 3 and input.shape[0] != mat2.shape[0]:
+        raise ValueError(f"{op}: batch sizes differ: {input.shape[0]} and {mat2.shape[0]}")
+    _same_k(input, mat2, op)
     return matmul(input, mat2, out=out)
+
+
+def mm(input, mat2, *, out=None):  # noqa: A002
+    return _mm_like(input, mat2, out, "mm", 2)
 
 
 def _same_k(a, b, op):
@@ -201,14 +208,7 @@ def _same_k(a, b, op):
 
 
 def bmm(input, mat2, *, out=None):  # noqa: A002
-    _check_pair(input, mat2, "bmm", "input", "mat2")
-    if input.ndim != 3 or mat2.ndim != 3:
-        raise ValueError(f"bmm: expected 3-D tensors, got shapes {tuple(input.shape)} and "
-                         f"{tuple(mat2.shape)}")
-    if input.shape[0] != mat2.shape[0]:
-        raise ValueError(f"bmm: batch sizes differ: {input.shape[0]} and {mat2.shape[0]}")
-    _same_k(input, mat2, "bmm")
-    return matmul(input, mat2, out=out)
+    return _mm_like(input, mat2, out, "bmm", 3)
 
 
 def mv(input, vec, *, out=None):  # noqa: A002

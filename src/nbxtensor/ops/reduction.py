@@ -157,17 +157,27 @@ def _nonempty(x, dims, fname):
 
 
 # ------------------------------------------------------------------ sum-like
+def _identity_reduce(op, x, dim, keepdim, out, dtype, identity):
+    # sum, prod, any, all: a reduction over an empty dim gives the op's identity
+    dims = _norm_dims(x, dim, op)
+    keep, final = _out_shape(x, dims, keepdim)
+    v, _ = _run(op, x, dims, keep, dtype)
+    if math.prod(keep) and x.numel() == 0:
+        v.fill_(identity)
+    return _finish(v, final, out, op)
+
+
+def _sum_like(op, input, dim, keepdim, dtype, out, identity):
+    # sum and prod: integers and bool reduce in int64 unless dtype= says otherwise
+    x, dt = _cast_input(input, dtype, op)
+    return _identity_reduce(op, x, dim, keepdim, out, dt or _sum_dtype(x.dtype), identity)
+
+
 def sum(input, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A001
     """Sum over `dim` (None: all). Integers and bool sum in int64; fp16/bf16 accumulate in fp32."""
     check_tensor(input, "input", "sum")
     _no_float8(input, "sum")
-    x, dt = _cast_input(input, dtype, "sum")
-    dims = _norm_dims(x, dim, "sum")
-    keep, final = _out_shape(x, dims, keepdim)
-    v, _ = _run("sum", x, dims, keep, dt or _sum_dtype(x.dtype))
-    if math.prod(keep) and x.numel() == 0:
-        v.fill_(0)
-    return _finish(v, final, out, "sum")
+    return _sum_like("sum", input, dim, keepdim, dtype, out, 0)
 
 
 def prod(input, dim=None, keepdim=False, *, dtype=None, out=None):
@@ -175,13 +185,7 @@ def prod(input, dim=None, keepdim=False, *, dtype=None, out=None):
     _no_float8(input, "prod")
     if isinstance(dim, (tuple, list)):
         raise TypeError("prod: dim must be an int or None (torch's prod reduces one dim)")
-    x, dt = _cast_input(input, dtype, "prod")
-    dims = _norm_dims(x, dim, "prod")
-    keep, final = _out_shape(x, dims, keepdim)
-    v, _ = _run("prod", x, dims, keep, dt or _sum_dtype(x.dtype))
-    if math.prod(keep) and x.numel() == 0:
-        v.fill_(1)
-    return _finish(v, final, out, "prod")
+    return _sum_like("prod", input, dim, keepdim, dtype, out, 1)
 
 
 def mean(input, dim=None, keepdim=False, *, dtype=None, out=None):
@@ -378,23 +382,13 @@ def _bool_dtype(x):
 def any(input, dim=None, keepdim=False, *, out=None):  # noqa: A001
     check_tensor(input, "input", "any")
     _no_float8(input, "any")
-    dims = _norm_dims(input, dim, "any")
-    keep, final = _out_shape(input, dims, keepdim)
-    v, _ = _run("any", input, dims, keep, _bool_dtype(input))
-    if math.prod(keep) and input.numel() == 0:
-        v.fill_(0)
-    return _finish(v, final, out, "any")
+    return _identity_reduce("any", input, dim, keepdim, out, _bool_dtype(input), 0)
 
 
 def all(input, dim=None, keepdim=False, *, out=None):  # noqa: A001
     check_tensor(input, "input", "all")
     _no_float8(input, "all")
-    dims = _norm_dims(input, dim, "all")
-    keep, final = _out_shape(input, dims, keepdim)
-    v, _ = _run("all", input, dims, keep, _bool_dtype(input))
-    if math.prod(keep) and input.numel() == 0:
-        v.fill_(1)
-    return _finish(v, final, out, "all")
+    return _identity_reduce("all", input, dim, keepdim, out, _bool_dtype(input), 1)
 
 
 def count_nonzero(input, dim=None):
@@ -409,25 +403,23 @@ def count_nonzero(input, dim=None):
 
 
 # ------------------------------------------------------------------ max / min family
+def _amax_amin(op, input, dim, keepdim, out):
+    check_tensor(input, "input", op)
+    _no_float8(input, op)
+    dims = _norm_dims(input, dim, op)
+    _nonempty(input, dims, op)
+    keep, final = _out_shape(input, dims, keepdim)
+    v, _ = _run(op, input, dims, keep, input.dtype)
+    return _finish(v, final, out, op)
+
+
 def amax(input, dim=(), keepdim=False, *, out=None):
     """Maximum over `dim` (() or None: all); NaN propagates. Empty reduced dims are an error."""
-    check_tensor(input, "input", "amax")
-    _no_float8(input, "amax")
-    dims = _norm_dims(input, dim, "amax")
-    _nonempty(input, dims, "amax")
-    keep, final = _out_shape(input, dims, keepdim)
-    v, _ = _run("amax", input, dims, keep, input.dtype)
-    return _finish(v, final, out, "amax")
+    return _amax_amin("amax", input, dim, keepdim, out)
 
 
 def amin(input, dim=(), keepdim=False, *, out=None):
-    check_tensor(input, "input", "amin")
-    _no_float8(input, "amin")
-    dims = _norm_dims(input, dim, "amin")
-    _nonempty(input, dims, "amin")
-    keep, final = _out_shape(input, dims, keepdim)
-    v, _ = _run("amin", input, dims, keep, input.dtype)
-    return _finish(v, final, out, "amin")
+    return _amax_amin("amin", input, dim, keepdim, out)
 
 
 def _max_min(kind, input, dim, keepdim, out):

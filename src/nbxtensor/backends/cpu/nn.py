@@ -25,6 +25,19 @@ def softmax(out, x, rows, *, dim, log=False):
     return out
 
 
+_PER_CHANNEL = (slice(None), None)  # [:, None]: weight/bias of shape (C,) against (n, C, rest)
+
+
+def _affine(y, weight, bias, wt, index):
+    """y * weight + bias (either may be None), each cast to `wt` and indexed by `index`
+    (`...` for a last-dim weight, _PER_CHANNEL for group/batch norm)."""
+    if weight is not None:
+        y = y * weight._host_view().astype(wt)[index]
+    if bias is not None:
+        y = y + bias._host_view().astype(wt)[index]
+    return y
+
+
 def _norm(out, x, weight, bias, eps, residual, h_out, rms):
     wt = _work(x, out)
     a = x._host_view()
@@ -39,10 +52,7 @@ def _norm(out, x, weight, bias, eps, residual, h_out, rms):
             mu = a.mean(axis=-1, keepdims=True)
             d = a - mu
             y = d / np.sqrt((d * d).mean(axis=-1, keepdims=True) + wt(eps))
-        if weight is not None:
-            y = y * weight._host_view().astype(wt)
-        if bias is not None:
-            y = y + bias._host_view().astype(wt)
+        y = _affine(y, weight, bias, wt, ...)
     out._host_view()[...] = y.astype(out.dtype.np)
     return out
 
@@ -66,10 +76,7 @@ def group_norm(out, x, num_groups, weight, bias, eps):
         mu = a.mean(axis=-1, keepdims=True)
         d = a - mu
         y = (d / np.sqrt((d * d).mean(axis=-1, keepdims=True) + wt(eps))).reshape(n, C, HW)
-        if weight is not None:
-            y = y * weight._host_view().astype(wt)[:, None]
-        if bias is not None:
-            y = y + bias._host_view().astype(wt)[:, None]
+        y = _affine(y, weight, bias, wt, _PER_CHANNEL)
     out._host_view()[...] = y.astype(out.dtype.np)
     return out
 
@@ -81,9 +88,6 @@ def batch_norm(out, x, running_mean, running_var, weight, bias, eps):
     with np.errstate(all="ignore"):
         y = (a - running_mean._host_view().astype(wt)[:, None]) \
             / np.sqrt(running_var._host_view().astype(wt)[:, None] + wt(eps))
-        if weight is not None:
-            y = y * weight._host_view().astype(wt)[:, None]
-        if bias is not None:
-            y = y + bias._host_view().astype(wt)[:, None]
+        y = _affine(y, weight, bias, wt, _PER_CHANNEL)
     out._host_view()[...] = y.astype(out.dtype.np)
     return out

@@ -241,6 +241,13 @@ def _call(name: str, *args, desc=None):
         raise _error(rc, f"{_SIGNATURES[name][0][0]}({desc or ''})")
 
 
+def _out_handle(name: str, *args, desc=None) -> int:
+    # the many calls that return one handle through a leading CUxxx* out-argument
+    h = c_void_p()
+    _call(name, byref(h), *args, desc=desc)
+    return h.value
+
+
 def availability() -> tuple[bool, str]:
     """(True, description) when a CUDA device is usable, else (False, reason). Never raises."""
     try:
@@ -388,64 +395,51 @@ def mem_get_info() -> tuple[int, int]:
 def mem_host_alloc(nbytes: int, portable: bool = True) -> int:
     """Pinned (page-locked) host memory."""
     ensure_context()
-    p = c_void_p()
-    _call("cuMemHostAlloc", byref(p), nbytes, 1 if portable else 0, desc=f"nbytes={nbytes}")
-    return p.value
+    return _out_handle("cuMemHostAlloc", nbytes, 1 if portable else 0, desc=f"nbytes={nbytes}")
 
 
 def mem_free_host(ptr: int) -> None:
     _call("cuMemFreeHost", c_void_p(ptr), desc=f"ptr={ptr:#x}")
 
 
-def memcpy_htod(dst: int, src_host_ptr: int, nbytes: int, stream=None) -> None:
+def _sync_or_async(name: str, stream, *args, desc: str) -> None:
+    # every copy/set call has a stream-ordered twin `<name>Async` that takes the stream last
     if stream is None:
-        _call("cuMemcpyHtoD", dst, c_void_p(src_host_ptr), nbytes,
-              desc=f"dst={dst:#x}, src={src_host_ptr:#x}, nbytes={nbytes}")
+        _call(name, *args, desc=desc)
     else:
-        _call("cuMemcpyHtoDAsync", dst, c_void_p(src_host_ptr), nbytes, c_void_p(stream),
-              desc=f"dst={dst:#x}, src={src_host_ptr:#x}, nbytes={nbytes}, stream={stream:#x}")
+        _call(name + "Async", *args, c_void_p(stream), desc=f"{desc}, stream={stream:#x}")
+
+
+def memcpy_htod(dst: int, src_host_ptr: int, nbytes: int, stream=None) -> None:
+    _sync_or_async("cuMemcpyHtoD", stream, dst, c_void_p(src_host_ptr), nbytes,
+                   desc=f"dst={dst:#x}, src={src_host_ptr:#x}, nbytes={nbytes}")
 
 
 def memcpy_dtoh(dst_host_ptr: int, src: int, nbytes: int, stream=None) -> None:
-    if stream is None:
-        _call("cuMemcpyDtoH", c_void_p(dst_host_ptr), src, nbytes,
-              desc=f"dst={dst_host_ptr:#x}, src={src:#x}, nbytes={nbytes}")
-    else:
-        _call("cuMemcpyDtoHAsync", c_void_p(dst_host_ptr), src, nbytes, c_void_p(stream),
-              desc=f"dst={dst_host_ptr:#x}, src={src:#x}, nbytes={nbytes}, stream={stream:#x}")
+    _sync_or_async("cuMemcpyDtoH", stream, c_void_p(dst_host_ptr), src, nbytes,
+                   desc=f"dst={dst_host_ptr:#x}, src={src:#x}, nbytes={nbytes}")
 
 
 def memcpy_dtod(dst: int, src: int, nbytes: int, stream=None) -> None:
-    if stream is None:
-        _call("cuMemcpyDtoD", dst, src, nbytes, desc=f"dst={dst:#x}, src={src:#x}, nbytes={nbytes}")
-    else:
-        _call("cuMemcpyDtoDAsync", dst, src, nbytes, c_void_p(stream),
-              desc=f"dst={dst:#x}, src={src:#x}, nbytes={nbytes}, stream={stream:#x}")
+    _sync_or_async("cuMemcpyDtoD", stream, dst, src, nbytes,
+                   desc=f"dst={dst:#x}, src={src:#x}, nbytes={nbytes}")
 
 
 def memset_d8(ptr: int, value: int, nbytes: int, stream=None) -> None:
-    if stream is None:
-        _call("cuMemsetD8", ptr, value, nbytes, desc=f"ptr={ptr:#x}, value={value}, n={nbytes}")
-    else:
-        _call("cuMemsetD8Async", ptr, value, nbytes, c_void_p(stream),
-              desc=f"ptr={ptr:#x}, value={value}, n={nbytes}, stream={stream:#x}")
+    _sync_or_async("cuMemsetD8", stream, ptr, value, nbytes,
+                   desc=f"ptr={ptr:#x}, value={value}, n={nbytes}")
 
 
 def memset_d32(ptr: int, value: int, count: int, stream=None) -> None:
-    if stream is None:
-        _call("cuMemsetD32", ptr, value, count, desc=f"ptr={ptr:#x}, value={value}, n={count}")
-    else:
-        _call("cuMemsetD32Async", ptr, value, count, c_void_p(stream),
-              desc=f"ptr={ptr:#x}, value={value}, n={count}, stream={stream:#x}")
+    _sync_or_async("cuMemsetD32", stream, ptr, value, count,
+                   desc=f"ptr={ptr:#x}, value={value}, n={count}")
 
 
 # ----------------------------------------------------------------------------- streams, events
 
 def stream_create(nonblocking: bool = True) -> int:
     ensure_context()
-    h = c_void_p()
-    _call("cuStreamCreate", byref(h), 1 if nonblocking else 0, desc=f"nonblocking={nonblocking}")
-    return h.value
+    return _out_handle("cuStreamCreate", 1 if nonblocking else 0, desc=f"nonblocking={nonblocking}")
 
 
 def stream_destroy(s: int) -> None:
@@ -460,19 +454,22 @@ def stream_synchronize(s: int) -> None:
 def stream_query(s: int) -> bool:
     """True when all work on `s` has completed."""
     ensure_context()
-    rc = fn("cuStreamQuery")(c_void_p(s))
+    return _query("cuStreamQuery", s, f"stream={s or 0:#x}")
+
+
+def _query(name: str, handle: int, desc: str) -> bool:
+    # cuStreamQuery / cuEventQuery: CUDA_ERROR_NOT_READY is an answer (False), not an error
+    rc = fn(name)(c_void_p(handle))
     if rc == _NOT_READY:
         return False
     if rc:
-        raise _error(rc, f"cuStreamQuery(stream={s or 0:#x})")
+        raise _error(rc, f"{name}({desc})")
     return True
 
 
 def event_create(timing: bool = True) -> int:
     ensure_context()
-    h = c_void_p()
-    _call("cuEventCreate", byref(h), 0 if timing else 2, desc=f"timing={timing}")
-    return h.value
+    return _out_handle("cuEventCreate", 0 if timing else 2, desc=f"timing={timing}")
 
 
 def event_destroy(e: int) -> None:
@@ -488,12 +485,7 @@ def event_synchronize(e: int) -> None:
 
 
 def event_query(e: int) -> bool:
-    rc = fn("cuEventQuery")(c_void_p(e))
-    if rc == _NOT_READY:
-        return False
-    if rc:
-        raise _error(rc, f"cuEventQuery(event={e:#x})")
-    return True
+    return _query("cuEventQuery", e, f"event={e:#x}")
 
 
 def event_elapsed_ms(start: int, end: int) -> float:
@@ -528,9 +520,7 @@ def module_load_data(image: bytes) -> int:
     ensure_context()
     if not isinstance(image, (bytes, bytearray)):
         raise TypeError(f"module_load_data: expected bytes, got {type(image).__name__}")
-    h = c_void_p()
-    _call("cuModuleLoadData", byref(h), bytes(image), desc=f"image of {len(image)} bytes")
-    return h.value
+    return _out_handle("cuModuleLoadData", bytes(image), desc=f"image of {len(image)} bytes")
 
 
 def module_unload(m: int) -> None:
@@ -538,9 +528,7 @@ def module_unload(m: int) -> None:
 
 
 def module_get_function(m: int, name: str) -> int:
-    h = c_void_p()
-    _call("cuModuleGetFunction", byref(h), c_void_p(m), name.encode(), desc=f"name={name!r}")
-    return h.value
+    return _out_handle("cuModuleGetFunction", c_void_p(m), name.encode(), desc=f"name={name!r}")
 
 
 def func_get_attribute(f: int, attr_name) -> int:
@@ -727,10 +715,8 @@ def exchange_capture_mode(mode: int) -> int:
 
 def graph_instantiate(graph: int, flags: int = 0) -> int:
     """A CUgraphExec from a CUgraph (cuGraphInstantiateWithFlags)."""
-    h = c_void_p()
-    _call("cuGraphInstantiateWithFlags", byref(h), c_void_p(graph), flags,
-          desc=f"graph={graph:#x}, flags={flags}")
-    return h.value
+    return _out_handle("cuGraphInstantiateWithFlags", c_void_p(graph), flags,
+                       desc=f"graph={graph:#x}, flags={flags}")
 
 
 def graph_upload(graph_exec: int, stream: int = 0) -> None:
@@ -768,9 +754,10 @@ def graph_node_types(graph: int) -> dict:
     return out
 
 
-def _guarded(f, what):
+def _guarded(f, what, refused=None):
+    # refused(args, kw): whether this call is refused while capturing (None: every call is)
     def guarded(*args, **kw):
-        if _capturing:
+        if _capturing and (refused is None or refused(args, kw)):
             capture_refuse(what)
         return f(*args, **kw)
     guarded.__name__ = f.__name__
@@ -780,19 +767,13 @@ def _guarded(f, what):
     return guarded
 
 
-def _guarded_copy(f, what):
+def _synchronous_copy(args, kw):
     # the stream=None forms are synchronous (legacy stream): refused; async forms are captured
-    def guarded(*args, **kw):
-        if _capturing:
-            stream = kw.get("stream", args[3] if len(args) > 3 else None)
-            if stream is None:
-                capture_refuse(what)
-        return f(*args, **kw)
-    guarded.__name__ = f.__name__
-    guarded.__qualname__ = f.__qualname__
-    guarded.__doc__ = f.__doc__
-    guarded.__wrapped__ = f
-    return guarded
+    return kw.get("stream", args[3] if len(args) > 3 else None) is None
+
+
+def _guarded_copy(f, what):
+    return _guarded(f, what, _synchronous_copy)
 
 
 def _mem_alloc_relaxed(f):

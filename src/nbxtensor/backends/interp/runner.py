@@ -120,7 +120,15 @@ def _swap_jit_globals(fn, swapped: list, seen: set) -> None:
     globals, where helpers are still JITFunctions (which refuse to be called from
     Python); we swap them for the duration of the launch, recursively.
     """
-    g = fn.__globals__
+    _swap_namespace(fn.__globals__, swapped, seen, follow_lang=True)
+
+
+def _swap_namespace(g: dict, swapped: list, seen: set, follow_lang: bool) -> None:
+    """Swap the JITFunctions of one namespace (a kernel's globals or a triton.language module).
+
+    follow_lang: also descend into the triton.language modules `g` names; only a kernel's
+    own globals do that, a triton.language module's submodules are not followed.
+    """
     if id(g) in seen:
         return
     seen.add(id(g))
@@ -129,21 +137,10 @@ def _swap_jit_globals(fn, swapped: list, seen: set) -> None:
             swapped.append((g, name, value))
             g[name] = _interpreted_fn(value.fn)
             _swap_jit_globals(value.fn, swapped, seen)
-        elif isinstance(value, types.ModuleType) and value.__name__.startswith("triton.language"):
+        elif (follow_lang and isinstance(value, types.ModuleType)
+              and value.__name__.startswith("triton.language")):
             # tl.zeros, tl.sum, tl.cdiv, ... are @jit functions of triton.language itself
-            _swap_module(value, swapped, seen)
-
-
-def _swap_module(mod, swapped: list, seen: set) -> None:
-    g = vars(mod)
-    if id(g) in seen:
-        return
-    seen.add(id(g))
-    for name, value in list(g.items()):
-        if isinstance(value, JITFunction):
-            swapped.append((g, name, value))
-            g[name] = _interpreted_fn(value.fn)
-            _swap_jit_globals(value.fn, swapped, seen)
+            _swap_namespace(vars(value), swapped, seen, follow_lang=False)
 
 
 def _lang_objects() -> tuple:
