@@ -36,20 +36,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402  (the reference only)
 
 import nbxtensor as nbx  # noqa: E402
-from bench_matmul import rel_err, time_gpu, to_nbx  # noqa: E402
+from _common import copy_bw, out_dir, recorder, time_gpu  # noqa: E402
+from bench_matmul import rel_err, to_nbx  # noqa: E402
 
 PREFILL_ONLY = "--sweep-prefill" in sys.argv    # the prefill sweep alone (no decode, no copy)
 SWEEP = "--sweep" in sys.argv or PREFILL_ONLY
 QUICK = "--quick" in sys.argv or SWEEP
-ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
-OUTDIR = ARGS[0] if ARGS else os.environ.get("OUT", ".")
+OUTDIR = out_dir()
 ROWS: list[dict] = []
-
-
-def record(**row):
-    ROWS.append(row)
-    print("  " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                           for k, v in row.items()), flush=True)
+record = recorder(ROWS)
 
 
 # ------------------------------------------------------------------ sweep candidates
@@ -154,14 +149,6 @@ def _compile_job(job):
         return None
     except Exception as e:  # noqa: BLE001
         return f"{name}: {type(e).__name__}: {str(e)[:100]}"
-
-
-def copy_bw():
-    n = 1 << 30
-    src = torch.empty(n, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    t = time_gpu(lambda: dst.copy_(src), 5)
-    return 2.0 * n / t / 1e9
 
 
 def prefill(B, H, S, D, causal, layout="bhsd"):

@@ -20,47 +20,34 @@ import traceback
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import cuda_event_class, event_best_ms, out_dir  # noqa: E402
+
 GOALS = {"contig": 0.90, "bcast": 0.75, "transposed": 0.75, "cast": 0.90}
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
     quick = "--quick" in sys.argv
-    outdir = args[0] if args else os.environ.get("OUT", ".")
+    outdir = out_dir()
     os.makedirs(outdir, exist_ok=True)
 
     import torch
     import nbxtensor as nbx
 
     dev = torch.device("cuda")
-    try:
-        from nbxtensor import cuda as ncuda
-        Event = ncuda.Event
-        ncuda.Event(enable_timing=True)
-        event_kind = "nbx.cuda.Event"
-    except Exception:
-        Event = torch.cuda.Event
-        event_kind = "torch.cuda.Event"
+    Event, event_kind = cuda_event_class()
 
     def timeit(fn, iters, warmup=2, gpu=True):
         for _ in range(warmup):
             fn()
         torch.cuda.synchronize()
-        best = float("inf")
-        for _ in range(3):
-            s, e = Event(enable_timing=True), Event(enable_timing=True)
-            # GPU time only: a sleep kernel queued first (both libraries launch on the legacy
-            # default stream) lets the host enqueue every call before the GPU reaches them,
-            # so neither side's Python/launch cost of the first call counts (~100 us/call)
-            if gpu and hasattr(torch.cuda, "_sleep"):
-                torch.cuda._sleep(int(min(2e9 * (iters * 100e-6 + 2e-4), 1e9)))
-            s.record()
-            for _ in range(iters):
-                fn()
-            e.record()
-            e.synchronize()
-            best = min(best, s.elapsed_time(e) / iters)
-        return best  # ms
+        # GPU time only: a sleep kernel queued first (both libraries launch on the legacy
+        # default stream) lets the host enqueue every call before the GPU reaches them,
+        # so neither side's Python/launch cost of the first call counts (~100 us/call)
+        cycles = int(min(2e9 * (iters * 100e-6 + 2e-4), 1e9))
+        sleep = (lambda: torch.cuda._sleep(cycles)) if gpu and hasattr(torch.cuda, "_sleep") \
+            else None
+        return event_best_ms(fn, iters, Event, before=sleep)  # ms
 
     rng = np.random.default_rng(0)
 

@@ -20,14 +20,15 @@ import traceback
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import cuda_event_class, event_best_ms, out_dir  # noqa: E402
 
 GOAL_RATIO = 0.8
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
     quick = "--quick" in sys.argv
-    outdir = args[0] if args else os.environ.get("OUT", ".")
+    outdir = out_dir()
     os.makedirs(outdir, exist_ok=True)
 
     import torch
@@ -35,26 +36,12 @@ def main():
     import nbxtensor as nbx
 
     dev = torch.device("cuda")
-    try:
-        from nbxtensor import cuda as ncuda
-        ncuda.Event(enable_timing=True)
-        Event, event_kind = ncuda.Event, "nbx.cuda.Event"
-    except Exception:
-        Event, event_kind = torch.cuda.Event, "torch.cuda.Event"
+    Event, event_kind = cuda_event_class()
 
     def timeit(fn, iters):
         fn()
         torch.cuda.synchronize()
-        best = float("inf")
-        for _ in range(3):
-            s, e = Event(enable_timing=True), Event(enable_timing=True)
-            s.record()
-            for _ in range(iters):
-                fn()
-            e.record()
-            e.synchronize()
-            best = min(best, s.elapsed_time(e) / iters)
-        return best
+        return event_best_ms(fn, iters, Event)
 
     rng = np.random.default_rng(0)
 

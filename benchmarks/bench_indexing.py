@@ -29,10 +29,11 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import gpu_time_behind_sleep, out_dir  # noqa: E402
 
 QUICK = "--quick" in sys.argv
-ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
-OUTDIR = ARGS[0] if ARGS else os.environ.get("OUT", ".")
+OUTDIR = out_dir()
 
 import nbxtensor as nbx  # noqa: E402
 from nbxtensor.ops.indexing import set_index_check  # noqa: E402
@@ -85,24 +86,11 @@ def timeit(fn, n_iter):
 
 
 def gputime(fn, n_iter, wall):
-    """Kernel time only: a sleep kernel first, so the host enqueues every call before the
-    GPU reaches them (both libraries launch on the legacy default stream)."""
-    import torch
-    if not hasattr(torch.cuda, "_sleep"):
-        return float("nan")
-    best = float("inf")
-    cycles = int(min(2e9 * (n_iter * wall * 2 + 2e-4), 2e9 * 0.5))
-    for _ in range(3):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(cycles)
-        e0.record()
-        for _ in range(n_iter):
-            fn()
-        e1.record()
-        e1.synchronize()
-        best = min(best, e0.elapsed_time(e1) / 1e3 / n_iter)
+    """Kernel time only (calls queued behind a sleep kernel); nan when torch has no _sleep
+    or the op synchronised with the host."""
+    g = gpu_time_behind_sleep(fn, n_iter, wall, fallback=float("nan"))
     nbx.cuda.synchronize()
-    return best if best <= wall * 1.05 else float("nan")  # nan: it synchronised
+    return g
 
 
 def iters_for(nbytes):

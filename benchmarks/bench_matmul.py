@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -38,16 +37,17 @@ import traceback
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402  (the reference only)
 
 import nbxtensor as nbx  # noqa: E402
+from _common import copy_bw, out_dir, recorder, time_gpu  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 SWEEP_ONLY = "--sweep-only" in sys.argv   # only the sweeps (they take a few minutes)
 SWEEP = "--sweep" in sys.argv or SWEEP_ONLY
-ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
-OUTDIR = ARGS[0] if ARGS else os.environ.get("OUT", ".")
+OUTDIR = out_dir()
 DEV = "cuda"
 TORCH_DT = {nbx.bfloat16: torch.bfloat16, nbx.float16: torch.float16, nbx.float32: torch.float32}
 
@@ -69,42 +69,6 @@ def to_np(x) -> np.ndarray:
     return x.numpy().astype(np.float64)
 
 
-_flush_buf = None
-
-
-def flush_l2():
-    global _flush_buf
-    if _flush_buf is None:
-        _flush_buf = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
-    _flush_buf.zero_()
-
-
-def time_gpu(fn, n_inner, repeats=5, flush=False, warmup=2):
-    """Median seconds per call of fn() measured as kernel time (see module doc)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    # calibrate how long the CPU needs to queue n_inner calls, to size the spin kernel
-    t0 = time.perf_counter()
-    for _ in range(n_inner):
-        fn()
-    cpu_s = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        if flush:
-            flush_l2()
-        torch.cuda._sleep(int(min(cpu_s * 1.5 + 1e-4, 0.5) * 2.0e9))   # ~2 GHz cycles
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(n_inner):
-            fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) / 1e3 / n_inner)
-    return statistics.median(times)
-
-
 def rel_err(got, ref):
     if ref.numel() > (1 << 24) and ref.dim() == 2:   # big outputs: the first rows (host time)
         got, ref = got[:64], ref[:64]
@@ -113,12 +77,7 @@ def rel_err(got, ref):
 
 
 ROWS: list[dict] = []
-
-
-def record(**row):
-    ROWS.append(row)
-    print("  " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                           for k, v in row.items()), flush=True)
+record = recorder(ROWS)
 
 
 # ------------------------------------------------------------------ sections
@@ -193,12 +152,8 @@ def bench_model():
 
 def copy_bandwidth():
     n = 1 << 30   # 1 GiB
-    src = torch.empty(n, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    t = time_gpu(lambda: dst.copy_(src), 5)
-    bw = 2.0 * n / t / 1e9
+    bw = copy_bw(n)
     record(section="copy", bytes=n, gbs=bw)
-    del src, dst
     return bw
 
 

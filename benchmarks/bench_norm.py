@@ -24,26 +24,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402  (the reference only)
 
 import nbxtensor as nbx  # noqa: E402
-from bench_matmul import rel_err, time_gpu, to_nbx  # noqa: E402
+from _common import copy_bw, out_dir, recorder, time_gpu  # noqa: E402
+from bench_matmul import rel_err, to_nbx  # noqa: E402
 
 QUICK = "--quick" in sys.argv
-ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
-OUTDIR = ARGS[0] if ARGS else os.environ.get("OUT", ".")
+OUTDIR = out_dir()
 ROWS: list[dict] = []
-
-
-def record(**row):
-    ROWS.append(row)
-    print("  " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                           for k, v in row.items()), flush=True)
-
-
-def copy_bw():
-    n = 1 << 30
-    src = torch.empty(n, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    t = time_gpu(lambda: dst.copy_(src), 5)
-    return 2.0 * n / t / 1e9
+record = recorder(ROWS)
 
 
 def case(op, shape, nbx_fn, torch_fn, nbytes, bw, nbx_out, torch_out):

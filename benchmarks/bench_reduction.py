@@ -21,15 +21,17 @@ import traceback
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import event_best_ms, gpu_time_behind_sleep, out_dir  # noqa: E402
+
 COPY_BW = 4.19e12  # measured device-to-device copy on this H200, bytes/s (read + write)
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
     quick = "--quick" in sys.argv
     tune = "--tune" in sys.argv or "--tune-only" in sys.argv
     tune_only = "--tune-only" in sys.argv
-    outdir = args[0] if args else os.environ.get("OUT", ".")
+    outdir = out_dir()
     os.makedirs(outdir, exist_ok=True)
 
     import torch
@@ -46,35 +48,12 @@ def main():
         for _ in range(warmup):
             fn()
         sync()
-        best = float("inf")
-        for _ in range(3):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            for _ in range(iters):
-                fn()
-            e1.record()
-            e1.synchronize()
-            best = min(best, e0.elapsed_time(e1) / 1e3 / iters)
-        return best
+        return event_best_ms(fn, iters, torch.cuda.Event) / 1e3
 
     def gputime(fn, iters, wall):
-        """Kernel time only: queue a sleep kernel first so the host enqueues every call
-        before the GPU reaches them (both libraries launch on the legacy default stream).
-        Falls back to `wall` when the op synchronises with the host."""
-        if not hasattr(torch.cuda, "_sleep"):
-            return wall
-        best = float("inf")
-        cycles = int(min(2e9 * (iters * wall * 2 + 2e-4), 2e9 * 0.5))
-        for _ in range(3):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(cycles)
-            e0.record()
-            for _ in range(iters):
-                fn()
-            e1.record()
-            e1.synchronize()
-            best = min(best, e0.elapsed_time(e1) / 1e3 / iters)
-        return best if best <= wall * 1.05 else wall
+        """Kernel time only (calls queued behind a sleep kernel); `wall` when the op
+        synchronises with the host."""
+        return gpu_time_behind_sleep(fn, iters, wall, fallback=wall)
 
     def both(shape, dtype_np, torch_dtype, gen):
         a = gen(shape).astype(dtype_np) if dtype_np != "bf16" else gen(shape).astype(np.float32)

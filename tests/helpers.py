@@ -71,3 +71,38 @@ def assert_close(actual, expected, dtype=None, rtol=None, atol=None, equal_nan=T
     a = atol if atol is not None else r
     np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64),
                                rtol=r, atol=a, equal_nan=equal_nan)
+
+
+def poison_allocations(monkeypatch):
+    """Make every float tensor the ops allocate (Tensor._empty: outputs, workspaces) start
+    as NaN, so an element a kernel fails to write shows. Call it from an autouse fixture."""
+    from nbxtensor.tensor import Tensor
+    orig = Tensor._empty.__func__
+
+    def _empty(cls, shape, dtype, device):
+        t = orig(cls, shape, dtype, device)
+        if dtype.kind == "f" and t.numel():
+            t.untyped_storage().from_host(0, np.full(t.numel(), np.nan, dtype.np))
+        return t
+    monkeypatch.setattr(Tensor, "_empty", classmethod(_empty))
+
+
+def prefilled_eager_and_graph(m, prompts, batch, capacity=40, **kw):
+    """Two GraphDecoders over model `m` with the same settings, both prefilled with
+    `prompts`: one eager, one whose step is captured as a CUDA graph (with kernels in it)."""
+    from nbxtensor.models.graph_decode import GraphDecoder
+    eager = GraphDecoder(m, batch=batch, capacity=capacity, use_graph=False, **kw)
+    graph = GraphDecoder(m, batch=batch, capacity=capacity, use_graph=True, **kw)
+    eager.prefill(prompts)
+    graph.prefill(prompts)
+    graph.capture()
+    assert graph.kernels_per_step > 0
+    return eager, graph
+
+
+def assert_graph_generate_equals_eager(m, prompts, batch, n, capacity=40, **kw):
+    """generate() through the replayed graph yields the eager loop's tokens."""
+    from nbxtensor.models.graph_decode import GraphDecoder
+    r1 = GraphDecoder(m, batch=batch, capacity=capacity, use_graph=False, **kw).generate(prompts, n)
+    r2 = GraphDecoder(m, batch=batch, capacity=capacity, use_graph=True, **kw).generate(prompts, n)
+    assert r1.tokens == r2.tokens

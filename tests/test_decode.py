@@ -11,7 +11,8 @@ import pytest
 import nbxtensor as nbx
 from nbxtensor.models import _ops as O
 
-from helpers import assert_close, poisoned, rng, to64
+from helpers import (assert_close, assert_graph_generate_equals_eager, poisoned,
+                     prefilled_eager_and_graph, rng, to64)
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from test_graphs import _cuda_ok, _model_greedy, _tiny_llama  # noqa: E402
@@ -712,26 +713,18 @@ def test_device_loop_streams_the_same_tokens_as_the_host_loop():
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("sampled", [False, True])
 def test_cuda_replay_equals_eager_step(batch, sampled):
-    from nbxtensor.models.graph_decode import GraphDecoder
     m = _tiny_llama("cuda", dtype=nbx.bfloat16, L=2, V=300, H=128, Hq=4, Hkv=2, F=256)
     kw = dict(temperature=0.8, top_k=50, top_p=0.9, repetition_penalty=1.2, seed=11) \
         if sampled else {}
     prompts = [[5 + b, 17, 3 * b + 1, 200, 9] for b in range(batch)]
-    eager = GraphDecoder(m, batch=batch, capacity=40, use_graph=False, **kw)
-    graph = GraphDecoder(m, batch=batch, capacity=40, use_graph=True, **kw)
-    eager.prefill(prompts)
-    graph.prefill(prompts)
-    graph.capture()
-    assert graph.kernels_per_step > 0
+    eager, graph = prefilled_eager_and_graph(m, prompts, batch, **kw)
     for i in range(12):
         te = eager.step().numpy()
         graph.logits.fill_(float("nan"))          # the replay must rewrite its output
         tg = graph.step().numpy()
         assert te.tobytes() == tg.tobytes(), i
         assert eager.logits.numpy().tobytes() == graph.logits.numpy().tobytes(), i
-    r1 = GraphDecoder(m, batch=batch, capacity=40, use_graph=False, **kw).generate(prompts, 16)
-    r2 = GraphDecoder(m, batch=batch, capacity=40, use_graph=True, **kw).generate(prompts, 16)
-    assert r1.tokens == r2.tokens
+    assert_graph_generate_equals_eager(m, prompts, batch, 16, **kw)
 
 
 @pytest.mark.cuda

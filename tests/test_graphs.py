@@ -13,6 +13,8 @@ from nbxtensor.backends.cuda import driver, memory
 from nbxtensor.backends.cuda.memory import CachingAllocator, FakeRaw
 from nbxtensor.cuda import CaptureError
 
+from helpers import assert_graph_generate_equals_eager, prefilled_eager_and_graph
+
 MiB = 1 << 20
 
 
@@ -565,15 +567,9 @@ def test_static_decode_refusals():
 @pytest.mark.skipif(not _cuda_ok(), reason="no CUDA device")
 @pytest.mark.parametrize("batch", [1, 3])
 def test_cuda_static_decode_replay_equals_eager_step_bit_for_bit(batch):
-    from nbxtensor.models.graph_decode import GraphDecoder
     m = _tiny_llama("cuda", dtype=nbx.bfloat16, L=2, V=300, H=128, Hq=4, Hkv=2, F=256)
     prompts = [[5 + b, 17, 3 * b + 1, 200, 9] for b in range(batch)]
-    eager = GraphDecoder(m, batch=batch, capacity=40, use_graph=False)
-    graph = GraphDecoder(m, batch=batch, capacity=40, use_graph=True)
-    eager.prefill(prompts)
-    graph.prefill(prompts)
-    graph.capture()
-    assert graph.kernels_per_step > 0
+    eager, graph = prefilled_eager_and_graph(m, prompts, batch)
     for i in range(12):
         te = eager.step().numpy()
         tg = graph.step().numpy()
@@ -581,6 +577,4 @@ def test_cuda_static_decode_replay_equals_eager_step_bit_for_bit(batch):
         assert eager.logits.numpy().tobytes() == graph.logits.numpy().tobytes(), i
         assert graph.positions.numpy().tolist() == [[len(prompts[0]) + i + 1]] * batch
     # and generate() through the graph equals the eager loop
-    r1 = GraphDecoder(m, batch=batch, capacity=40, use_graph=False).generate(prompts, 16)
-    r2 = GraphDecoder(m, batch=batch, capacity=40, use_graph=True).generate(prompts, 16)
-    assert r1.tokens == r2.tokens
+    assert_graph_generate_equals_eager(m, prompts, batch, 16)

@@ -7,20 +7,12 @@ import numpy as np
 import pytest
 
 import nbxtensor as nbx
-from helpers import rng
+from helpers import poison_allocations, rng
 
 @pytest.fixture(autouse=True)
 def poison_new_tensors(monkeypatch):
     """Every float tensor the ops allocate (outputs, split-K workspaces) starts as NaN."""
-    from nbxtensor.tensor import Tensor
-    orig = Tensor._empty.__func__
-
-    def _empty(cls, shape, dtype, device):
-        t = orig(cls, shape, dtype, device)
-        if dtype.kind == "f" and t.numel():
-            t.untyped_storage().from_host(0, np.full(t.numel(), np.nan, dtype.np))
-        return t
-    monkeypatch.setattr(Tensor, "_empty", classmethod(_empty))
+    poison_allocations(monkeypatch)
 
 
 # relative tolerance of a K-term fp32-accumulated product, scaled by |A| @ |B|

@@ -53,17 +53,26 @@ PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.",
 TIE_MARGIN = 1e-3   # a reference top-2 logit gap below this is a near-tie float32 may flip
 
 
+def _greedy_vs_reference(model, ref_model, prompt, n=32):
+    """The prompt's chat ids, our first n greedy tokens, the reference's, its top-2 logit
+    margins, and the first index where ours and the reference differ (None: identical)."""
+    from nbxtensor.models import generate
+    ids = model.tokenizer.apply_chat_template(prompt)
+    ours = generate(model, ids, max_new_tokens=n, stop_ids=()).tokens
+    ref, margins = ref_model.greedy(ids, n)
+    i = None
+    if ours != ref:
+        i = next(j for j, (a, b) in enumerate(zip(ours, ref)) if a != b)
+    return ids, ours, ref, margins, i
+
+
 @pytest.mark.slow
 def test_smollm2_greedy_32_tokens_match_numpy_reference(smollm, smollm_ref):
     """First 32 greedy tokens match the float64 reference (which dequantises with the
     gguf package and uses llama.cpp's interleaved RoPE on the un-permuted rows)."""
-    from nbxtensor.models import generate
     for prompt in PROMPTS:
-        ids = smollm.tokenizer.apply_chat_template(prompt)
-        ours = generate(smollm, ids, max_new_tokens=32, stop_ids=()).tokens
-        ref, margins = smollm_ref.greedy(ids, 32)
-        if ours != ref:
-            i = next(j for j, (a, b) in enumerate(zip(ours, ref)) if a != b)
+        _, ours, ref, margins, i = _greedy_vs_reference(smollm, smollm_ref, prompt)
+        if i is not None:
             # only a late divergence at a genuine near-tie is explainable by rounding
             assert margins[i] < TIE_MARGIN, (
                 f"prompt {prompt!r}: token {i} differs ({ours[i]} vs reference {ref[i]}) with a "
@@ -92,11 +101,8 @@ def test_smollm2_greedy_cuda_bf16(device, quantized, smollm_ref, record_property
     m = LlamaModel.from_gguf(_smollm(), device=device, dtype="bfloat16", quantized=quantized)
     m32 = None
     for prompt in PROMPTS:
-        ids = m.tokenizer.apply_chat_template(prompt)
-        ours = generate(m, ids, max_new_tokens=32, stop_ids=()).tokens
-        ref, margins = smollm_ref.greedy(ids, 32)
-        if ours != ref:
-            i = next(j for j, (a, b) in enumerate(zip(ours, ref)) if a != b)
+        ids, ours, ref, margins, i = _greedy_vs_reference(m, smollm_ref, prompt)
+        if i is not None:
             record_property(f"divergence[{prompt}]", f"token {i}, reference margin {margins[i]:.3f}")
             assert margins[i] < BF16_TIE_MARGIN, (
                 f"prompt {prompt!r}: token {i} differs ({ours[i]} vs {ref[i]}), reference "

@@ -67,6 +67,12 @@ def _weight(raw, qtype, K, device):
     return QuantWeight(nbx.tensor(raw, device=device), qtype, (raw.shape[0], K))
 
 
+def _random_weight(g, qtype, N, K, device):
+    """(raw blocks, their QuantWeight on `device`) of a random N x K weight."""
+    raw = random_raw(g, qtype, N, K)
+    return raw, _weight(raw, qtype, K, device)
+
+
 def _bits(a):
     a = np.asarray(a)
     return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
@@ -110,8 +116,7 @@ def test_dequantize_bit_exact(device, qtype):
     from nbxtensor.kernels.quant import dequantize
     g = rng()
     N, K = 3, _shape_for(qtype, 1)
-    raw = random_raw(g, qtype, N, K)
-    w = _weight(raw, qtype, K, device)
+    raw, w = _random_weight(g, qtype, N, K, device)
     ref32 = Q.dequantize(raw, qtype, (N, K))
     _assert_bits_equal(ref32, _gguf_ref(raw, qtype, (N, K)))
     for dt, npdt in NP_OUT.items():
@@ -190,8 +195,7 @@ def test_dequantize_rows_subset(device, qtype):
     from nbxtensor.kernels.quant import dequantize_rows
     g = rng()
     N, K = 7, _shape_for(qtype, 0)
-    raw = random_raw(g, qtype, N, K)
-    w = _weight(raw, qtype, K, device)
+    raw, w = _random_weight(g, qtype, N, K, device)
     ref = Q.dequantize(raw, qtype, (N, K))
     ids = np.array([[6, 0, 3], [3, 6, 1]])
     for idt in (np.int64, np.int32):
@@ -266,8 +270,7 @@ def test_quant_linear_strided_bias(device):
     from nbxtensor.kernels.quant import quant_linear
     g = rng()
     N, K = 8, 64
-    raw = random_raw(g, "Q8_0", N, K)
-    w = _weight(raw, "Q8_0", K, device)
+    raw, w = _random_weight(g, "Q8_0", N, K, device)
     W = Q.dequantize(raw, "Q8_0", (N, K)).astype(np.float64)
     xs = g.standard_normal((1, K)).astype(np.float32)
     bs = g.standard_normal(2 * N).astype(np.float32)

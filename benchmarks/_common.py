@@ -1,0 +1,120 @@
+"""Helpers the GPU benchmark scripts share: output folder, row recording, CUDA-event timing,
+GPU time behind a torch.cuda._sleep kernel, L2 flush and copy bandwidth.
+
+A script imports it from its own folder (`sys.path.insert(0, os.path.dirname(__file__))`).
+torch is imported inside the functions, so importing this module needs neither torch nor a GPU.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+
+def out_dir(argv=None) -> str:
+    """The first non-option argument, else $OUT, else the current directory."""
+    args = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("--")]
+    return args[0] if args else os.environ.get("OUT", ".")
+
+
+def recorder(rows: list):
+    """A `record(**row)` that appends the row to `rows` and prints it as key=value pairs."""
+    def record(**row):
+        rows.append(row)
+        print("  " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in row.items()), flush=True)
+    return record
+
+
+def event_times_ms(fn, iters, event, before=None, repeats=3):
+    """Milliseconds per call of each of `repeats` runs of `iters` calls between two events
+    of class `event` (torch.cuda.Event or nbx.cuda.Event); `before()` (an L2 flush, a sleep
+    kernel) is queued ahead of each run's start event."""
+    times = []
+    for _ in range(repeats):
+        s, e = event(enable_timing=True), event(enable_timing=True)
+        if before is not None:
+            before()
+        s.record()
+        for _ in range(iters):
+            fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / iters)
+    return times
+
+
+def event_best_ms(fn, iters, event, before=None):
+    """The best of 3 event_times_ms runs: milliseconds per call."""
+    return min(event_times_ms(fn, iters, event, before))
+
+
+def gpu_time_behind_sleep(fn, iters, wall, fallback):
+    """Seconds per call of kernel time only: a torch.cuda._sleep kernel is queued first so
+    the host enqueues every call before the GPU reaches them (both libraries launch on the
+    legacy default stream); best of 3. `wall` (seconds per call, measured without the sleep)
+    sizes the sleep. Returns `fallback` when torch has no _sleep, or when the time exceeds
+    wall * 1.05: the op synchronised with the host, so the queue drained."""
+    import torch
+    if not hasattr(torch.cuda, "_sleep"):
+        return fallback
+    cycles = int(min(2e9 * (iters * wall * 2 + 2e-4), 2e9 * 0.5))
+    best = event_best_ms(fn, iters, torch.cuda.Event,
+                         before=lambda: torch.cuda._sleep(cycles)) / 1e3
+    return best if best <= wall * 1.05 else fallback
+
+
+_flush_buf = None
+
+
+def flush_l2():
+    """Overwrite a 256 MiB buffer so the next kernel starts with a cold L2."""
+    global _flush_buf
+    import torch
+    if _flush_buf is None:
+        _flush_buf = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+    _flush_buf.zero_()
+
+
+def time_gpu(fn, n_inner, repeats=5, flush=False, warmup=2):
+    """Seconds per call of kernel time (median of `repeats`): the n_inner calls are queued
+    behind a torch.cuda._sleep kernel sized from how long the host takes to queue them."""
+    import torch
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    # calibrate how long the CPU needs to queue n_inner calls, to size the spin kernel
+    t0 = time.perf_counter()
+    for _ in range(n_inner):
+        fn()
+    cpu_s = time.perf_counter() - t0
+    torch.cuda.synchronize()
+
+    def before():
+        if flush:
+            flush_l2()
+        torch.cuda._sleep(int(min(cpu_s * 1.5 + 1e-4, 0.5) * 2.0e9))   # ~2 GHz cycles
+
+    return statistics.median(event_times_ms(fn, n_inner, torch.cuda.Event, before,
+                                            repeats)) / 1e3
+
+
+def copy_bw(n=1 << 30):
+    """Device-to-device copy bandwidth of n bytes (1 GiB) in GB/s (read + write), by time_gpu."""
+    import torch
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    t = time_gpu(lambda: dst.copy_(src), 5)
+    return 2.0 * n / t / 1e9
+
+
+def cuda_event_class():
+    """(Event class, its name): nbx.cuda.Event when one can be made, else torch.cuda.Event."""
+    import torch
+    try:
+        from nbxtensor import cuda as ncuda
+        ncuda.Event(enable_timing=True)
+        return ncuda.Event, "nbx.cuda.Event"
+    except Exception:
+        return torch.cuda.Event, "torch.cuda.Event"
