@@ -124,14 +124,9 @@ def _fa_block(acc, l_i, m_i, q, k_base, v_base, mk_base, offs_m, offs_d, offs_dv
 
 
 @triton.jit
-def _flash_fwd(q_ptr, k_ptr, v_ptr, o_ptr, mk_ptr,
-               s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd,
-               s_ob, s_oh, s_om, s_od, s_mb, s_mh, s_mm, s_mn,
-               H, L, S, D, DV, qk_scale,
-               GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, CAUSAL: tl.constexpr,
-               MASK_KIND: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
-               PREC: tl.constexpr, F64: tl.constexpr, SCALE_POS: tl.constexpr):
+def _fa_program(H, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
+    """Every forward kernel's program: batch b, query head h, its K/V head hk (int64) and
+    first query row; grid (query blocks, B * H)."""
     if CAUSAL:
         # the longest rows first: they have the most key blocks
         pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -142,7 +137,19 @@ def _flash_fwd(q_ptr, k_ptr, v_ptr, o_ptr, mk_ptr,
     h = pid_bh % H
     hk = (h // GROUP).to(tl.int64)
     h = h.to(tl.int64)
-    start_m = pid_m * BLOCK_M
+    return b, h, hk, pid_m * BLOCK_M
+
+
+@triton.jit
+def _flash_fwd(q_ptr, k_ptr, v_ptr, o_ptr, mk_ptr,
+               s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd,
+               s_ob, s_oh, s_om, s_od, s_mb, s_mh, s_mm, s_mn,
+               H, L, S, D, DV, qk_scale,
+               GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, CAUSAL: tl.constexpr,
+               MASK_KIND: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+               PREC: tl.constexpr, F64: tl.constexpr, SCALE_POS: tl.constexpr):
+    b, h, hk, start_m = _fa_program(H, GROUP, BLOCK_M, CAUSAL)
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
@@ -241,16 +248,7 @@ def _fa_tma_start(q_ptr, k_ptr, v_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb,
     """The TMA kernels' program: (batch, head, first query row) -- causal grids run the
     longest rows first -- its query rows, Q tile (loaded) and K/V tensor descriptors
     (zero-filled past L / S), and the online softmax state (acc, l_i, m_i) to start from."""
-    if CAUSAL:
-        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    else:
-        pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = (pid_bh // H).to(tl.int64)
-    h = pid_bh % H
-    hk = (h // GROUP).to(tl.int64)
-    h = h.to(tl.int64)
-    start_m = pid_m * BLOCK_M
+    b, h, hk, start_m = _fa_program(H, GROUP, BLOCK_M, CAUSAL)
     qd = tl.make_tensor_descriptor(q_ptr + b * s_qb + h * s_qh, shape=[L, BLOCK_D],
                                    strides=[s_qm, 1], block_shape=[BLOCK_M, BLOCK_D])
     kd = tl.make_tensor_descriptor(k_ptr + b * s_kb + hk * s_kh, shape=[S, BLOCK_D],

@@ -87,6 +87,31 @@ def _scalar(value, F64BITS: tl.constexpr):
 
 
 @triton.jit
+def _tile_index(idx_ptr, flag_ptr, tag, r0, r1, r2, cols, i0, i1, i2, ic, rmask, mask,
+                dstride, lo, hi, IDX_ROW: tl.constexpr, WRAP: tl.constexpr):
+    """A _tile's indices, range-checked against [lo, hi) (bad ones flagged), wrapped if WRAP:
+    (wrapped index * dstride, to add to the offsets; `mask` less the bad elements)."""
+    if IDX_ROW:  # the index is constant along the cols: load it once per row
+        idx = tl.load(idx_ptr + (r0 * i0 + r1 * i1 + r2 * i2), mask=rmask, other=0).to(tl.int64)
+        bad = ((idx < lo) | (idx >= hi)) & rmask
+        _flag_bad(flag_ptr, bad, idx, tag)
+        if WRAP:
+            idx = tl.where(idx < 0, idx + hi, idx)
+        off = (idx * dstride)[:, None]
+        okmask = mask & (~bad)[:, None]
+    else:
+        ioff = (r0 * i0 + r1 * i1 + r2 * i2)[:, None] + (cols * ic)[None, :]
+        idx = tl.load(idx_ptr + ioff, mask=mask, other=0).to(tl.int64)
+        bad = ((idx < lo) | (idx >= hi)) & mask
+        _flag_bad(flag_ptr, bad, idx, tag)
+        if WRAP:
+            idx = tl.where(idx < 0, idx + hi, idx)
+        off = idx * dstride
+        okmask = mask & ~bad
+    return off, okmask
+
+
+@triton.jit
 def _gather_kernel(out_ptr, src_ptr, idx_ptr, flag_ptr, tag,
                    n_rows, R1, R2, C, n_cblocks,
                    o0, o1, o2, oc, s0, s1, s2, sc, i0, i1, i2, ic,
@@ -105,23 +130,9 @@ def _gather_kernel(out_ptr, src_ptr, idx_ptr, flag_ptr, tag,
     soff = (r0 * s0 + r1 * s1 + r2 * s2)[:, None] + scol[None, :]
     lmask = mask
     if HAS_IDX:
-        if IDX_ROW:  # the index is constant along the cols: load it once per row
-            idx = tl.load(idx_ptr + (r0 * i0 + r1 * i1 + r2 * i2), mask=rmask, other=0).to(tl.int64)
-            bad = ((idx < lo) | (idx >= hi)) & rmask
-            _flag_bad(flag_ptr, bad, idx, tag)
-            if WRAP:
-                idx = tl.where(idx < 0, idx + hi, idx)
-            soff += (idx * sdim)[:, None]
-            lmask = mask & (~bad)[:, None]
-        else:
-            ioff = (r0 * i0 + r1 * i1 + r2 * i2)[:, None] + (cols * ic)[None, :]
-            idx = tl.load(idx_ptr + ioff, mask=mask, other=0).to(tl.int64)
-            bad = ((idx < lo) | (idx >= hi)) & mask
-            _flag_bad(flag_ptr, bad, idx, tag)
-            if WRAP:
-                idx = tl.where(idx < 0, idx + hi, idx)
-            soff += idx * sdim
-            lmask = mask & ~bad
+        ioff, lmask = _tile_index(idx_ptr, flag_ptr, tag, r0, r1, r2, cols, i0, i1, i2, ic,
+                                  rmask, mask, sdim, lo, hi, IDX_ROW, WRAP)
+        soff += ioff
     vals = tl.load(src_ptr + soff, mask=lmask)  # no `other`: fp8 has no int cast
     ooff = (r0 * o0 + r1 * o1 + r2 * o2)[:, None] + ocol[None, :]
     tl.store(out_ptr + ooff, vals.to(out_ptr.dtype.element_ty), mask=mask)
@@ -176,23 +187,9 @@ def _scatter_kernel(dst_ptr, src_ptr, idx_ptr, flag_ptr, tag, value, alpha,
     r0, r1, r2, cols, rmask, cmask = _tile(tl.program_id(0), n_cblocks, n_rows, R1, R2, C, BR, BC)
     mask = rmask[:, None] & cmask[None, :]
     doff = (r0 * d0 + r1 * d1 + r2 * d2)[:, None] + (cols * dc)[None, :]
-    if IDX_ROW:
-        idx = tl.load(idx_ptr + (r0 * i0 + r1 * i1 + r2 * i2), mask=rmask, other=0).to(tl.int64)
-        bad = ((idx < lo) | (idx >= hi)) & rmask
-        _flag_bad(flag_ptr, bad, idx, tag)
-        if WRAP:
-            idx = tl.where(idx < 0, idx + hi, idx)
-        doff += (idx * ddim)[:, None]
-        wmask = mask & (~bad)[:, None]
-    else:
-        ioff = (r0 * i0 + r1 * i1 + r2 * i2)[:, None] + (cols * ic)[None, :]
-        idx = tl.load(idx_ptr + ioff, mask=mask, other=0).to(tl.int64)
-        bad = ((idx < lo) | (idx >= hi)) & mask
-        _flag_bad(flag_ptr, bad, idx, tag)
-        if WRAP:
-            idx = tl.where(idx < 0, idx + hi, idx)
-        doff += idx * ddim
-        wmask = mask & ~bad
+    ioff, wmask = _tile_index(idx_ptr, flag_ptr, tag, r0, r1, r2, cols, i0, i1, i2, ic,
+                              rmask, mask, ddim, lo, hi, IDX_ROW, WRAP)
+    doff += ioff
     if SRC_SCALAR:
         # (int8 zeros: the interpreter cannot build bf16 constants)
         vals = tl.zeros([BR, BC], dtype=tl.int8) + _scalar(value, F64BITS)

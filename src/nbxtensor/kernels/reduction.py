@@ -536,9 +536,9 @@ def _scan_kernel(x_ptr, y_ptr, O, N, I, PROD: tl.constexpr, ACC: tl.constexpr, R
 
 
 @triton.jit
-def _scan_chunk_total_kernel(x_ptr, t_ptr, N, NC, PROD: tl.constexpr, ACC: tl.constexpr,
-                             CHUNK: tl.constexpr, NZ: tl.constexpr = False):
-    # pass 1 of a chunked row scan: the total (sum or product) of chunk c of row r
+def _scan_chunk_load(x_ptr, N, PROD: tl.constexpr, ACC: tl.constexpr, CHUNK: tl.constexpr,
+                     NZ: tl.constexpr):
+    # both chunked-scan passes: chunk c (axis 1) of row r (axis 0), padded with the identity
     r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
     n = c * CHUNK + tl.arange(0, CHUNK)
@@ -547,6 +547,14 @@ def _scan_chunk_total_kernel(x_ptr, t_ptr, N, NC, PROD: tl.constexpr, ACC: tl.co
     if NZ:
         v = v != 0
     v = tl.where(m, _to_acc(v, ACC), 1 if PROD else 0)
+    return r, c, n, m, v
+
+
+@triton.jit
+def _scan_chunk_total_kernel(x_ptr, t_ptr, N, NC, PROD: tl.constexpr, ACC: tl.constexpr,
+                             CHUNK: tl.constexpr, NZ: tl.constexpr = False):
+    # pass 1 of a chunked row scan: the total (sum or product) of chunk c of row r
+    r, c, _, _, v = _scan_chunk_load(x_ptr, N, PROD, ACC, CHUNK, NZ)
     if PROD:
         t = tl.reduce(v, 0, _mul)
     else:
@@ -559,14 +567,7 @@ def _scan_chunk_kernel(x_ptr, ts_ptr, y_ptr, N, NC, PROD: tl.constexpr, ACC: tl.
                        CHUNK: tl.constexpr, NZ: tl.constexpr = False):
     # pass 3: scan chunk c of row r, then fold in the inclusive scan of the chunk totals
     # up to chunk c-1 (pass 2 scanned them)
-    r = tl.program_id(0).to(tl.int64)
-    c = tl.program_id(1)
-    n = c * CHUNK + tl.arange(0, CHUNK)
-    m = n < N
-    v = tl.load(x_ptr + r * N + n, mask=m, other=0)
-    if NZ:
-        v = v != 0
-    v = tl.where(m, _to_acc(v, ACC), 1 if PROD else 0)
+    r, c, n, m, v = _scan_chunk_load(x_ptr, N, PROD, ACC, CHUNK, NZ)
     prev = tl.load(ts_ptr + r * NC + c - 1, mask=c > 0, other=1 if PROD else 0)
     if PROD:
         s = tl.cumprod(v, axis=0) * prev

@@ -68,6 +68,16 @@ def _next_coord(rem, s, LAST: tl.constexpr):
 
 
 @triton.jit
+def _dim_step(rem, src, dst, ok, s, is_, os_, n, a, idx_ptr, mask, MODE: tl.constexpr,
+              LAST: tl.constexpr, USE_IDX: tl.constexpr):
+    """_gather_kernel's next dim out: its output coordinate i (peeled off rem), the source and
+    destination offsets with it added, and ok AND whether its source coordinate is inside."""
+    i, rem = _next_coord(rem, s, LAST)
+    j, v = _src_coord(i, n, a, idx_ptr, mask, MODE, USE_IDX)
+    return i, rem, src + j * is_, dst + i * os_, ok & v
+
+
+@triton.jit
 def _gather_kernel(in_ptr, out_ptr, idx_ptr, numel, in_off, out_off, fill, diag,
                    S0, IS0, OS0, N0, A0, S1, IS1, OS1, N1, A1, S2, IS2, OS2, N2, A2,
                    S3, IS3, OS3, N3, A3, S4, IS4, OS4, N4, A4, S5, IS5, OS5, N5, A5,
@@ -87,35 +97,20 @@ def _gather_kernel(in_ptr, out_ptr, idx_ptr, numel, in_off, out_off, fill, diag,
     dst = out_off + i0 * OS0
     i1 = i0  # only read when NDIM > 1 (tril/triu)
     if NDIM > 1:
-        i1, rem = _next_coord(rem, S1, NDIM == 2)
-        j, v = _src_coord(i1, N1, A1, idx_ptr, mask, MODE, IDX_SLOT == 1)
-        src += j * IS1
-        dst += i1 * OS1
-        ok = ok & v
+        i1, rem, src, dst, ok = _dim_step(rem, src, dst, ok, S1, IS1, OS1, N1, A1, idx_ptr, mask,
+                                          MODE, NDIM == 2, IDX_SLOT == 1)
     if NDIM > 2:
-        i, rem = _next_coord(rem, S2, NDIM == 3)
-        j, v = _src_coord(i, N2, A2, idx_ptr, mask, MODE, IDX_SLOT == 2)
-        src += j * IS2
-        dst += i * OS2
-        ok = ok & v
+        i, rem, src, dst, ok = _dim_step(rem, src, dst, ok, S2, IS2, OS2, N2, A2, idx_ptr,
+                                         mask, MODE, NDIM == 3, IDX_SLOT == 2)
     if NDIM > 3:
-        i, rem = _next_coord(rem, S3, NDIM == 4)
-        j, v = _src_coord(i, N3, A3, idx_ptr, mask, MODE, IDX_SLOT == 3)
-        src += j * IS3
-        dst += i * OS3
-        ok = ok & v
+        i, rem, src, dst, ok = _dim_step(rem, src, dst, ok, S3, IS3, OS3, N3, A3, idx_ptr,
+                                         mask, MODE, NDIM == 4, IDX_SLOT == 3)
     if NDIM > 4:
-        i, rem = _next_coord(rem, S4, NDIM == 5)
-        j, v = _src_coord(i, N4, A4, idx_ptr, mask, MODE, IDX_SLOT == 4)
-        src += j * IS4
-        dst += i * OS4
-        ok = ok & v
+        i, rem, src, dst, ok = _dim_step(rem, src, dst, ok, S4, IS4, OS4, N4, A4, idx_ptr,
+                                         mask, MODE, NDIM == 5, IDX_SLOT == 4)
     if NDIM > 5:
-        i, rem = _next_coord(rem, S5, True)
-        j, v = _src_coord(i, N5, A5, idx_ptr, mask, MODE, IDX_SLOT == 5)
-        src += j * IS5
-        dst += i * OS5
-        ok = ok & v
+        i, rem, src, dst, ok = _dim_step(rem, src, dst, ok, S5, IS5, OS5, N5, A5, idx_ptr,
+                                         mask, MODE, True, IDX_SLOT == 5)
     if TRI == 1:    # tril: keep col - row <= diag
         ok = ok & ((i0 - i1) <= diag)
     elif TRI == 2:  # triu: keep col - row >= diag
