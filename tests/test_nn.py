@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import nbxtensor as nbx
-from helpers import rng
+from helpers import poison_allocations, rng
 
 TOL = {nbx.float32: 2e-5, nbx.float16: 4e-3, nbx.bfloat16: 2.5e-2, nbx.float64: 1e-12}
 
@@ -15,15 +15,7 @@ TOL = {nbx.float32: 2e-5, nbx.float16: 4e-3, nbx.bfloat16: 2.5e-2, nbx.float64: 
 @pytest.fixture(autouse=True)
 def poison_new_tensors(monkeypatch):
     """Every float tensor the ops allocate starts as NaN, so an unwritten element shows."""
-    from nbxtensor.tensor import Tensor
-    orig = Tensor._empty.__func__
-
-    def _empty(cls, shape, dtype, device):
-        t = orig(cls, shape, dtype, device)
-        if dtype.kind == "f" and t.numel():
-            t.untyped_storage().from_host(0, np.full(t.numel(), np.nan, dtype.np))
-        return t
-    monkeypatch.setattr(Tensor, "_empty", classmethod(_empty))
+    poison_allocations(monkeypatch)
 
 
 @pytest.fixture
