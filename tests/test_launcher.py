@@ -1036,6 +1036,38 @@ def test_single_device_drops_the_device_check(fake_gpu, monkeypatch):
     assert "_tls.device != 0" in fn.source
 
 
+def test_fresh_allocations_take_the_fast_path(fake_gpu, monkeypatch):
+    # a storage the caching allocator just handed out is marked at birth: an op's fresh output
+    # goes through the fast launcher at once (no allocator lookup, no general path), and a
+    # storage of device 1 is still refused for a device-0 launch
+    from nbxtensor.backends.cuda import memory, storage
+    from nbxtensor.tensor import contiguous_strides
+    alloc, rec = fake_gpu
+    monkeypatch.setattr(storage, "_stream_handle", lambda i: 0)
+    fakes = {i: memory.CachingAllocator(memory.FakeRaw(), f"cuda:{i}") for i in (0, 1)}
+    monkeypatch.setattr(storage, "allocator_for", lambda i: fakes[i])
+    alloc.lo, alloc.hi = 0, 1 << 62     # the launcher's allocator check accepts the fake pool
+
+    def fresh(index=0):
+        st = storage.CudaStorage.allocate(Device("cuda", index), 256)
+        return Tensor._make(st, (64,), contiguous_strides((64,)), 0, nbx.float32)
+    x = fresh()
+    nbx.launch(_add, (1,), x, x, fresh(), 64, BLOCK=16)    # builds the entry
+    slow = []
+    real = L._lookup
+    monkeypatch.setattr(L, "_lookup", lambda *a: slow.append(1) or real(*a))
+    checks = alloc.calls
+    for _ in range(3):
+        nbx.launch(_add, (1,), x, x, fresh(), 64, BLOCK=16)
+    assert slow == [] and alloc.calls == checks and len(rec.calls) == 4
+    with pytest.raises(ValueError, match="cuda:1.*launch is on cuda:0"):
+        nbx.launch(_add, (1,), x, x, fresh(1), 64, BLOCK=16)
+    # forgetting verifications makes the birth marks stale too
+    L._forget_verified()
+    nbx.launch(_add, (1,), x, x, x, 64, BLOCK=16)
+    assert alloc.calls > checks
+
+
 def test_verification_marks_and_the_id_fallback(fake_gpu, monkeypatch):
     # a storage with the slot is marked once verified; one without it is found by id; both get
     # the fast path, and neither lets a foreign or other-device storage through

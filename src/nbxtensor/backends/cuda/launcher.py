@@ -39,6 +39,7 @@ import weakref
 from ... import cuda as _cuda
 from ...tensor import Tensor
 from . import driver as drv
+from .storage import forget_launch_tokens, launch_token
 
 __all__ = ["launch", "prepare", "bind", "spec_of", "KernelArgumentError", "ForeignPointerError",
            "OutOfResourcesError", "GridError", "cache_info", "clear_cache"]
@@ -480,21 +481,16 @@ def _verify(st, argname: str, dev: int, kname: str) -> None:
         pass  # no slot for it: the fast launchers fall back to `id(storage) in vd`
 
 
-_vtokens: dict = {}   # device -> the object a storage verified on it is marked with
-
-
-def _vtoken(dev: int):
-    t = _vtokens.get(dev)
-    if t is None:
-        t = _vtokens.setdefault(dev, ("verified on cuda", dev))
-    return t
+# device -> the object a storage verified on it is marked with (kept with the storage class,
+# which marks what the allocator hands out)
+_vtoken = launch_token
 
 
 def _forget_verified() -> None:
     """Forget every verification (tests): new tokens, so old marks no longer match; fast
     launchers generated before hold the old token, so their caches are dropped too."""
     _verified.clear()
-    _vtokens.clear()
+    forget_launch_tokens()
     clear_cache()
 
 
@@ -573,6 +569,7 @@ def _lookup(kernel, args, kwargs, idx: int):
         vd = _verified[idx]
     except KeyError:
         vd = _verified[idx] = {}
+    V = _vtoken(idx)
     # each argument adds its kind to the key: a tensor its DType then its address mod 16; an
     # int True/False (i32, divisible by 16 or not), 2 (the constant 1), or a string (wider);
     # a DType is always followed by its alignment, so the key reads back unambiguously
@@ -580,7 +577,7 @@ def _lookup(kernel, args, kwargs, idx: int):
         t = type(a)
         if t is Tensor:
             st = a._storage
-            if id(st) not in vd:
+            if getattr(st, "_nbx_launch", None) is not V and id(st) not in vd:
                 _verify(st, f"argument {len(vals)}", idx, _sig_of(kernel).name)
             dt = a._dtype
             p = st.ptr + a._offset * dt.itemsize

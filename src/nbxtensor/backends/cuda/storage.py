@@ -39,10 +39,30 @@ def check_index_errors() -> None:
         ix.check_pending()
 
 
+# The launch check's mark: a storage whose `_nbx_launch` is `launch_token(d)` is known to be
+# memory of device d's allocator, so a launch on d needs no allocator lookup for it. The
+# launcher marks a storage after checking it once; `allocate` marks what it allocates (that
+# memory is the allocator's by construction), so a fresh op output takes the fast launchers
+# at once. `forget_launch_tokens` (tests) makes every earlier mark stale.
+_launch_tokens: dict = {}   # device index -> the mark
+
+
+def launch_token(index: int):
+    t = _launch_tokens.get(index)
+    if t is None:
+        t = _launch_tokens.setdefault(index, ("verified on cuda", index))
+    return t
+
+
+def forget_launch_tokens() -> None:
+    _launch_tokens.clear()
+
+
 class CudaStorage:
     """`nbytes` of device memory on `device` (a cuda Device)."""
 
-    # _nbx_launch: set by the launcher once it verified this storage (launcher._verify)
+    # _nbx_launch: the launch check's mark (launch_token): set at allocation, or by the
+    # launcher once it verified the storage (launcher._verify)
     __slots__ = ("device", "nbytes", "ptr", "_block", "_alloc", "_nbx_launch", "__weakref__")
 
     def __init__(self, device, nbytes: int, block, allocator):
@@ -62,7 +82,9 @@ class CudaStorage:
         driver.set_device(index)
         alloc = allocator_for(index)
         block = alloc.malloc(nbytes, _stream_handle(index))
-        return cls(device, nbytes, block, alloc)
+        st = cls(device, nbytes, block, alloc)
+        st._nbx_launch = _launch_tokens.get(index) or launch_token(index)
+        return st
 
     def __del__(self):
         b = self._block
