@@ -312,3 +312,34 @@ def test_functional_namespace_lists_only_what_exists():
     ns = {}
     exec("from nbxtensor.nn.functional import *", ns)
     assert ns["softmax"] is nbx.softmax and ns["hardswish"] is nbx.hardswish
+
+
+# ------------------------------------------------------------------ bandwidth variants (sweep)
+@pytest.mark.parametrize("variant", ["r4w16", "r2w8", "one_red", "one_red_r2w16", "ef_cs",
+                                     "pipe2", "pipe2_r2w16"])
+def test_norm_bandwidth_variants(device, monkeypatch, variant):
+    """kernels/norm.py NORM_VARIANTS (benchmarks/sweep_bandwidth.py) stay exact: multi-row
+    tiles overhanging R, one-reduction moments about a shift on rows whose mean is far from
+    zero, persistent programs walking several (prefetched) tiles, the residual form; the
+    tile's warps are capped for interp."""
+    if device == "cpu":
+        pytest.skip("kernel path only")
+    import nbxtensor.kernels.norm as kn
+    v = dict(kn.NORM_VARIANTS[variant])
+    v["num_warps"] = min(v.get("num_warps", 4), 4)
+    monkeypatch.setattr(kn, "NORM_VARIANT", v)
+    monkeypatch.setattr(kn, "NUM_SMS", {"interp": 1})   # PIPE: 2 programs walk 9 rows
+    g = rng()
+    dtype = nbx.bfloat16
+    a = q(arr((9, 33), dtype, g, scale=3.0) + 200.0, dtype)   # R = 4*2 + 1, N = 32 + 1
+    r = q(arr((9, 33), dtype, g), dtype)
+    w = arr((33,), dtype, g)
+    b = arr((33,), dtype, g)
+    x, rr, wt, bt = (T(t, dtype, device) for t in (a, r, w, b))
+    close(nbx.layer_norm(x, (33,), wt, bt), ref_ln(a, 1, w, b, 1e-5), dtype, atol_scale=2)
+    out, h = nbx.add_layer_norm(x, rr, wt, bt)
+    hs = q(a + r, dtype)
+    close(h, hs, dtype)
+    close(out, ref_ln(hs, 1, w, b, 1e-5), dtype, atol_scale=2)
+    close(nbx.rms_norm(x, (33,), wt, 1e-6), ref_ln(a, 1, w, None, 1e-6, rms=True), dtype,
+          atol_scale=2)

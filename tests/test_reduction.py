@@ -294,3 +294,60 @@ def test_full_reduction_is_0dim(device):
     for r in (x.sum(), x.amax(), x.mean(), x.argmax()):
         assert r.shape == () and r.numpy().shape == ()
     assert_close(x.sum(), np.sum(x.numpy().astype(np.float64)), rtol=1e-5, atol=1e-4)
+
+
+# ------------------------------------------------------------------ bandwidth variants (sweep)
+@pytest.mark.parametrize("variant", [
+    {"EVICT": "evict_first"},
+    {"row_tile": 128, "row_warps": 4, "col_tile": 32, "col_block_k": 4, "target_programs": 16},
+    {"row_tile": 32, "row_warps": 1, "col_block_k": 16, "col_warps": 1, "EVICT": "evict_first"},
+    {"PREFETCH": {}},
+    {"PREFETCH": {}, "row_tile": 128, "row_block_r": 16, "col_tile": 32, "col_block_k": 4},
+])
+def test_reduce_16bit_variants(device, variant):
+    """kernels/reduction.py CONFIG16 / EVICT (benchmarks/sweep_bandwidth.py's REDUCE_VARIANTS
+    at interp sizes): bf16 sums over rows and columns, split or not, match float64; fp32
+    inputs keep CONFIG's tiles."""
+    if device != "interp":
+        pytest.skip("the kernel path")
+    import nbxtensor.kernels.reduction as rk
+    rk.set_variant(variant, "interp")
+    try:
+        g = rng()
+        x = randn((13, 257), nbx.bfloat16, device, g)
+        a = x.numpy().astype(np.float64)
+        for d in (-1, 0):
+            assert_close(x.sum(d), a.sum(d), rtol=1.6e-2, atol=0.1)
+            assert_close(x.amax(d), a.max(d))
+        assert_close(x.sum(), a.sum(), rtol=1.6e-2, atol=0.5)
+        assert rk._plan("interp", 13, 257, 1, 4) == rk._plan.__wrapped__("interp", 13, 257, 1, 4)
+    finally:
+        rk.set_variant("base", "interp")
+    assert rk.CONFIG16["interp"] == {} and rk.EVICT == ""
+
+
+@pytest.mark.parametrize("dtype", [nbx.bfloat16, nbx.float32])
+def test_reduce_row_pipe_variant(device, dtype):
+    """The PIPE variant (persistent row programs that prefetch their next tile): several
+    tiles per program, the last one partial (13 rows in 2-row tiles), rows shorter than the
+    tile; sum/mean/amax/amin/norm match float64; rows longer than the tile keep the default
+    path."""
+    if device != "interp":
+        pytest.skip("the kernel path")
+    import nbxtensor.kernels.reduction as rk
+    rk.set_variant({"PIPE": {"per_sm": 1, "only16": False}}, "interp")
+    try:
+        g = rng()
+        for shape in ((13, 30), (3, 5, 7), (13, 257)):
+            x = randn(shape, dtype, device, g)
+            a = x.numpy().astype(np.float64)
+            tol = dict(rtol=1.6e-2, atol=0.05) if dtype is nbx.bfloat16 else dict(rtol=1e-5,
+                                                                                  atol=1e-5)
+            assert_close(x.sum(-1), a.sum(-1), **tol)
+            assert_close(x.mean(-1), a.mean(-1), **tol)
+            assert_close(x.amax(-1), a.max(-1))
+            assert_close(x.amin(-1), a.min(-1))
+            assert_close(nbx.linalg.vector_norm(x, dim=-1), np.sqrt((a * a).sum(-1)), **tol)
+    finally:
+        rk.set_variant("base", "interp")
+    assert rk.PIPE is None

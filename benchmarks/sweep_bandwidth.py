@@ -1,0 +1,247 @@
+"""Sweep of the bandwidth variants of the large memory-bound kernels, against torch (H200).
+
+    PYTHONPATH=src python3 benchmarks/sweep_bandwidth.py [--full] [--groups=ew,red,norm] [OUTDIR]
+
+Variants are the named knob sets in the kernel modules (make one the default by name):
+  ew   kernels/elementwise.py FLAT_VARIANTS  (set_flat_variant; "default" = FLAT_VARIANT None)
+       copy / neg f32 (64M elements) for every variant, then exp f32, add bf16, add f32 (64M)
+       for the default and the 3 best on copy+neg (--full: every variant).
+  red  kernels/reduction.py REDUCE_VARIANTS  (set_variant; 16-bit inputs only, plus EVICT)
+       sum bf16 (32768,4096) dim=-1 (pipe*/row* variants) and dim=0 (col* variants).
+  norm kernels/norm.py NORM_VARIANTS  (NORM_VARIANT; "default" = None)
+       layer_norm bf16 (16384,4096) weight+bias, rms_norm bf16 same shape.
+Each variant's output is checked against torch's before it is timed; a variant that fails
+to compile or to match is reported and skipped. GPU time: CUDA events over the calls
+queued behind a sleep kernel (benchmarks/_common.py time_gpu), L2 flushed per batch, torch
+timed in the same process. Prints one line per result as it goes, then a table
+(variant, us, % of the copy bandwidth measured in this run, torch_time / our_time), and
+writes sweep_bandwidth.json to OUTDIR (else $OUT, else the current directory).
+Inputs are made by torch on the GPU and copied into nbx memory through
+__cuda_array_interface__ views (both libraries use the primary context), so setup is fast.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import copy_bw, out_dir, time_gpu  # noqa: E402
+
+FULL = "--full" in sys.argv
+GROUPS = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--groups=")),
+              ["ew", "red", "norm"])
+ROWS: list[dict] = []
+T0 = time.time()
+
+import torch  # noqa: E402  (the reference only)
+
+import nbxtensor as nbx  # noqa: E402
+from nbxtensor.kernels import elementwise as EW  # noqa: E402
+from nbxtensor.kernels import norm as NK  # noqa: E402
+from nbxtensor.kernels import reduction as RK  # noqa: E402
+
+_TYPESTR = {"float32": "<f4", "bfloat16": "<i2", "float16": "<f2", "int32": "<i4"}
+
+
+class _CAI:
+    def __init__(self, t):
+        isz = t.dtype.itemsize
+        self.__cuda_array_interface__ = {
+            "shape": tuple(t.shape), "typestr": _TYPESTR[t.dtype.name],
+            "data": (t.data_ptr(), False), "version": 2,
+            "strides": tuple(s * isz for s in t.stride())}
+
+
+def as_torch(t):
+    """A torch view of an nbx cuda tensor's memory (no copy; keep t alive while it is used)."""
+    v = torch.as_tensor(_CAI(t), device="cuda")
+    return v.view(torch.bfloat16) if t.dtype.name == "bfloat16" else v
+
+
+def to_nbx(tt):
+    n = nbx.empty(tuple(tt.shape), dtype=getattr(nbx, str(tt.dtype).split(".")[-1]),
+                  device="cuda")
+    as_torch(n).copy_(tt)
+    torch.cuda.synchronize()
+    return n
+
+
+def t_us(fn):
+    return time_gpu(fn, 10, repeats=5, flush=True) * 1e6
+
+
+def close(got, ref, exact, tol):
+    g = as_torch(got) if not isinstance(got, torch.Tensor) else got
+    if g.shape != ref.shape:
+        return f"shape {tuple(g.shape)} vs {tuple(ref.shape)}"
+    if exact:
+        ok = torch.equal(g, ref)
+        return None if ok else "not bit-equal"
+    e = ((g.float() - ref.float()).abs().max() / ref.float().abs().max().clamp_min(1e-30)).item()
+    return None if e <= tol else f"rel err {e:.2e} > {tol}"
+
+
+def case(group, name, nbytes, bw, torch_fn, variants, apply, nbx_fn, exact=False, tol=2e-2):
+    """Time torch, then each (variant name) after apply(name); returns {variant: row}."""
+    ref = torch_fn()
+    tt = t_us(torch_fn)
+    print(f"[{time.time() - T0:5.0f}s] {group:4} {name:28} torch {tt:8.1f} us "
+          f"{100 * nbytes / (tt * 1e-6) / bw:5.1f}% copy", flush=True)
+    out = {}
+    for v in variants:
+        row = dict(group=group, case=name, variant=v, torch_us=tt)
+        try:
+            apply(v)
+            got = nbx_fn()
+            err = close(got, ref, exact, tol)
+            del got
+            if err:
+                row.update(ok=False, error=err)
+            else:
+                us = t_us(nbx_fn)
+                row.update(ok=True, us=us, pct_copy=100 * nbytes / (us * 1e-6) / bw,
+                           ratio=tt / us)
+        except Exception as e:  # a variant that fails to compile/run is skipped
+            row.update(ok=False, error=f"{type(e).__name__}: {str(e)[:200]}")
+            traceback.print_exc(limit=2)
+        ROWS.append(row)
+        out[v] = row
+        if row["ok"]:
+            print(f"[{time.time() - T0:5.0f}s]      {'':28} {v:18} {row['us']:8.1f} us "
+                  f"{row['pct_copy']:5.1f}% copy  x{row['ratio']:.3f}", flush=True)
+        else:
+            print(f"[{time.time() - T0:5.0f}s]      {'':28} {v:18} SKIPPED: {row['error']}",
+                  flush=True)
+    return out
+
+
+def _ratio(rows, v):
+    r = rows.get(v)
+    return r["ratio"] if r and r.get("ok") else 0.0
+
+
+def _ew_apply(v):
+    EW.set_flat_variant(None if v == "default" else v)
+
+
+def _ew_f32(bw, n, names):
+    """copy / neg for every variant; then exp and add f32 for the default and the 3 best."""
+    a32 = torch.randn(n, device="cuda")
+    b32 = torch.randn(n, device="cuda")
+    x32, y32 = to_nbx(a32), to_nbx(b32)
+    dst_t = torch.empty_like(a32)
+    dst_n = nbx.empty((n,), dtype=nbx.float32, device="cuda")
+    r_copy = case("ew", "copy f32 64M", 8 * n, bw, lambda: dst_t.copy_(a32), names, _ew_apply,
+                  lambda: dst_n.copy_(x32), exact=True)
+    r_neg = case("ew", "neg f32 64M", 8 * n, bw, lambda: -a32, names, _ew_apply, lambda: -x32,
+                 exact=True)
+    ranked = sorted((v for v in names if v != "default"),
+                    key=lambda v: -(_ratio(r_copy, v) + _ratio(r_neg, v)))
+    more = names if FULL else ["default"] + ranked[:3]
+    case("ew", "exp f32 64M", 8 * n, bw, lambda: torch.exp(a32), more, _ew_apply,
+         lambda: nbx.exp(x32), tol=4e-7)
+    case("ew", "add f32 64M", 12 * n, bw, lambda: a32 + b32, more, _ew_apply,
+         lambda: x32 + y32, exact=True)
+    return more
+
+
+def _ew_bf16(bw, n, more):
+    abf = torch.randn(n, device="cuda").bfloat16()
+    bbf = torch.randn(n, device="cuda").bfloat16()
+    xbf, ybf = to_nbx(abf), to_nbx(bbf)
+    case("ew", "add bf16 64M", 6 * n, bw, lambda: abf + bbf, more, _ew_apply,
+         lambda: xbf + ybf, exact=True)
+
+
+def sweep_ew(bw):
+    n = 64 << 20
+    more = _ew_f32(bw, n, ["default"] + list(EW.FLAT_VARIANTS))
+    torch.cuda.empty_cache()
+    _ew_bf16(bw, n, more)
+    EW.set_flat_variant(None)
+
+
+def sweep_red(bw):
+    t = torch.randn(32768, 4096, device="cuda").bfloat16()
+    x = to_nbx(t)
+    common = ["default", "evict_first"]
+    rows = [k for k in RK.REDUCE_VARIANTS if k.startswith(("pipe", "row"))]
+    cols = [k for k in RK.REDUCE_VARIANTS if k.startswith("col")]
+
+    def apply(v):
+        RK.set_variant("base" if v == "default" else v)
+
+    every = [k for k in RK.REDUCE_VARIANTS if k not in ("base", "evict_first")]
+    case("red", "sum bf16 (32768,4096) dim=-1", t.numel() * 2, bw, lambda: t.sum(-1),
+         common + (every if FULL else rows), apply, lambda: x.sum(-1))
+    case("red", "sum bf16 (32768,4096) dim=0", t.numel() * 2, bw, lambda: t.sum(0),
+         common + (every if FULL else cols), apply, lambda: x.sum(0))
+    RK.set_variant("base")
+
+
+def sweep_norm(bw):
+    F = torch.nn.functional
+    R, N = 16384, 4096
+    tx = torch.randn(R, N, device="cuda").bfloat16()
+    tw = torch.randn(N, device="cuda").bfloat16()
+    tb = torch.randn(N, device="cuda").bfloat16()
+    x, w, b = to_nbx(tx), to_nbx(tw), to_nbx(tb)
+    names = ["default"] + list(NK.NORM_VARIANTS)
+
+    def apply(v):
+        NK.NORM_VARIANT = None if v == "default" else dict(NK.NORM_VARIANTS[v])
+
+    io = 2 * 2 * R * N
+    case("norm", "layer_norm bf16 16384x4096", io, bw, lambda: F.layer_norm(tx, (N,), tw, tb),
+         names, apply, lambda: nbx.layer_norm(x, (N,), w, b))
+    names_rms = [v for v in names if v == "default" or "ONE_RED" not in NK.NORM_VARIANTS[v]]
+    case("norm", "rms_norm bf16 16384x4096", io, bw, lambda: F.rms_norm(tx, (N,), tw, 1e-6),
+         names_rms, apply, lambda: nbx.rms_norm(x, (N,), w, 1e-6))
+    NK.NORM_VARIANT = None
+
+
+def main():
+    outdir = out_dir()
+    bw = copy_bw()
+    print(f"copy bandwidth (torch, 1 GiB): {bw / 1e9:.0f} GB/s; groups {GROUPS}", flush=True)
+    failures = []
+    for g, fn in (("ew", sweep_ew), ("red", sweep_red), ("norm", sweep_norm)):
+        if g not in GROUPS:
+            continue
+        try:
+            fn(bw * 1e0)
+        except Exception:
+            failures.append(g)
+            traceback.print_exc()
+        torch.cuda.empty_cache()
+    best = {}
+    for r in ROWS:
+        if r.get("ok") and (r["case"] not in best or r["us"] < best[r["case"]]["us"]):
+            best[r["case"]] = r
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.join(outdir, "sweep_bandwidth.json"), "w") as f:
+        json.dump({"copy_gbs": bw / 1e9, "full": FULL, "rows": ROWS, "failures": failures,
+                   "best": best, "seconds": time.time() - T0}, f, indent=1)
+    print(f"\n== bandwidth sweep (copy {bw / 1e9:.0f} GB/s; ratio = torch_us / us, >1 faster)")
+    print(f"{'case':30} {'variant':18} {'us':>8} {'%copy':>6} {'ratio':>6}")
+    for r in ROWS:
+        if r.get("ok"):
+            mark = " *" if best.get(r["case"]) is r else ""
+            print(f"{r['case']:30} {r['variant']:18} {r['us']:8.1f} {r['pct_copy']:5.1f}% "
+                  f"{r['ratio']:6.3f}{mark}")
+        else:
+            print(f"{r['case']:30} {r['variant']:18} SKIPPED {r.get('error', '')[:60]}")
+    print("best per case:", {k: (v["variant"], round(v["ratio"], 3)) for k, v in best.items()})
+    if failures:
+        print(f"FAILED groups: {failures}")
+    print(f"({time.time() - T0:.0f} s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
