@@ -2,7 +2,8 @@
 nbxtensor and hand-written torch decode loops (eager, and captured with torch.cuda.CUDAGraph),
 all with random bf16 weights of the same shapes (nothing is downloaded).
 
-    PYTHONPATH=src python3 benchmarks/bench_decode.py [--quick] [--steps N] [OUTDIR]
+    PYTHONPATH=src python3 benchmarks/bench_decode.py [--quick] [--steps N] [--sweep]
+        [--sweep-model NAME] [--no-pdl-ab] [--no-tuned-ab] [--unfused] [OUTDIR]
 
 Models: SmolLM2-135M architecture and a Llama-3.2-1B-shaped model (hidden 2048, 16 layers,
 32/8 heads, FFN 8192, vocab 128256). For each model x batch (1, 4, 16) x cache length
@@ -18,8 +19,17 @@ The nbx step is `LlamaModel.decode_step` with the fused decode GEMVs (kernels/de
 at batch 1 the unfused step (`fused=False`, the op-by-op kernels) is also captured and
 replayed: kernels per step and tok/s before/after the fusion.
 Then a GEMV table: each fused GEMV of the decode step alone at M = 1 (20 launches captured in
-one graph), its achieved bandwidth against the copy bandwidth; `--sweep` also tries other
-(BLOCK_N, BLOCK_K, num_warps) and prints the best per shape.
+one graph, rotating over enough weight copies that >= 256 MB are read: the weights come from
+HBM as in the real step, not from L2), its achieved bandwidth against the copy bandwidth;
+`--sweep` also tries the configs around the rule (kernels/decode_fused.fused_gemv_config;
+~90 for the 1B shape, compiled first in a spawn process pool so the sweep itself only reads
+Triton's disk cache) and prints the best per shape; `--sweep-model 1B` sweeps only the
+models whose name contains "1B". The winners (> 2 % faster than the rule) are printed as a
+`GEMV_TABLE.update({...})` line to paste into decode_fused.py.
+GEMV configs A/B (batch 1, unless --no-tuned-ab): the step captured as "session2"
+(decode_fused.set_tuned(False): the old rule, RoPE loads after the K loop), "tuned" (this
+session's rule + the shipped GEMV_TABLE, RoPE loads early) and, after a sweep, "swept"
+(tuned + this run's winners), timed interleaved: tok/s, fraction of the limit, |dlogits|.
 PDL A/B: at batch 1 the graph-replayed step is captured twice more, with Programmatic
 Dependent Launch on and off (kernels/decode_fused.set_pdl; NBX_PDL=0 sets the default for
 everything else), timed interleaved (best of 3 rounds each): tok/s on/off and whether the
@@ -214,70 +224,182 @@ def count_torch_graph_kernels(g):
 
 # ------------------------------------------------------------------------------ measurement
 
-def gemv_table(cfg, bw, sweep=False, reps=20):
-    """Each fused GEMV of the decode step alone at M = 1: time per launch (graph of `reps`
-    launches) and bytes of weight per second against the copy bandwidth."""
-    import ml_dtypes
-    import nbxtensor as nbx
-    from nbxtensor.kernels import decode_fused as F
-    from nbxtensor.models import _ops as O
+# the decode step's fused GEMVs at M = 1: name -> (weight rows, K, flags); the step uses
+# qkv+norm+rope+kv (qkv+norm is the same weight without the RoPE epilogue, for comparison)
+def gemv_shapes(cfg):
     H, FF, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     nq = cfg["num_attention_heads"] * cfg["head_dim"]
     nkv = cfg["num_key_value_heads"] * cfg["head_dim"]
-    shapes = {"qkv+norm": (nq + 2 * nkv, H, dict(norm=True)),
-              "qkv+norm+rope+kv": (nq + 2 * nkv, H, dict(norm=True, rope=True)),
-              "o+res": (H, nq, dict(res=True)),
-              "gateup+norm+glu": (2 * FF, H, dict(norm=True, glu=True)),
-              "down+res": (H, FF, dict(res=True)), "lm_head+norm": (V, H, dict(norm=True))}
-    rng = np.random.default_rng(0)
-    rows = []
+    return {"qkv+norm": (nq + 2 * nkv, H, dict(norm=True)),
+            "qkv+norm+rope+kv": (nq + 2 * nkv, H, dict(norm=True, rope=True)),
+            "o+res": (H, nq, dict(res=True)),
+            "gateup+norm+glu": (2 * FF, H, dict(norm=True, glu=True)),
+            "down+res": (H, FF, dict(res=True)), "lm_head+norm": (V, H, dict(norm=True))}
+
+
+def gemv_kind(f):
+    return "rope" if f.get("rope") else "glu" if f.get("glu") else "plain"
+
+
+def gemv_case(cfg, name, copies=1, fill=True, seed=0):
+    """One fused GEMV of the step as a launchable call: (call(i) -> launches it on weight
+    copy i % copies, the table key (kind, N, K) fused_gemv_config sees, weight bytes).
+    Several copies let a timing graph read its weights from HBM as the real step does
+    (one copy of a < 50 MB weight replayed back to back is served from L2)."""
+    import ml_dtypes
+    import nbxtensor as nbx
+    from nbxtensor.models import _ops as O
+    N, K, f = gemv_shapes(cfg)[name]
+    rng = np.random.default_rng(seed)
 
     def bf(*s):
+        if not fill:
+            return nbx.empty(s, dtype=nbx.bfloat16, device="cuda")
         a = (rng.standard_normal(s, dtype=np.float32) * 0.02).astype(ml_dtypes.bfloat16)
         return nbx.from_numpy(a).to("cuda")
+    w0 = bf(N, K)
+    ws = [w0] + [w0.clone() for _ in range(copies - 1)]
+    x = bf(1, K)
+    nw = bf(K) if f.get("norm") else None
+    n_out = N // 2 if f.get("glu") or f.get("rope") else N
+    r = bf(1, n_out) if f.get("res") else None
+    if f.get("rope"):           # the decode step's QKV: RoPE + cache append fused in
+        kvc = nbx.KVCache(1, 1, cfg["num_key_value_heads"], 64, cfg["head_dim"],
+                          dtype=nbx.bfloat16, device="cuda")
+        pos = nbx.full((1, 1), 7, dtype=nbx.int32, device="cuda")
+
+        def call(i=0):
+            return O.fused_qkv_rope(x, ws[i % copies], kvc, 0, pos,
+                                    num_heads=cfg["num_attention_heads"], norm_weight=nw,
+                                    eps=1e-5, theta=10000.0)
+    else:
+        def call(i=0):
+            return O.fused_linear(x, ws[i % copies], norm_weight=nw, eps=1e-5, residual=r,
+                                  glu=bool(f.get("glu")))
+    return call, (gemv_kind(f), n_out, K), N * K * 2
+
+
+def sweep_candidates(kind, N, K, rule):
+    """Configs around the rule for one GEMV (pruned for one H200 call): BLOCK_N x BLOCK_K
+    from 1024 to 8192 weight elements a step (both tiles of a pair), >= 132 programs, 4 or
+    8 warps; RoPE pairs stay inside a head (BLOCK_N divides 32)."""
+    rows = 1 if kind == "plain" else 2
+    out = []
+    for bn in (1, 2, 4, 8, 16, 32):
+        for bk in (256, 512, 1024, 2048):
+            for nw in (4, 8):
+                el = rows * bn * bk
+                if not 1024 <= el <= 8192 or bk > max(256, K) or -(-N // bn) < 132:
+                    continue
+                if kind == "rope" and 32 % bn:
+                    continue
+                if nw == 8 and el < 4096:          # 8 warps only for the bigger tiles
+                    continue
+                c = dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=nw)
+                if c != rule:
+                    out.append(c)
+    return out
+
+
+def _precompile_worker(model, jobs):
+    """Process-pool task: compile (no launch) the listed (gemv name, config) pairs for the
+    device so the sweep's own compiles are reads of Triton's on-disk cache."""
+    import nbxtensor as nbx  # noqa: F401
+    from nbxtensor.autotune.screen import dry_launches
+    from nbxtensor.kernels import decode_fused as F
+    cfg = MODELS[model]
+    calls, ok = {}, 0
+    for name, c in jobs:
+        if name not in calls:
+            calls[name] = gemv_case(cfg, name, 1, fill=False)[0]
+        F._OVERRIDE = c
+        try:
+            with dry_launches():
+                calls[name]()
+            ok += 1
+        except Exception:  # noqa: BLE001 - the sweep reports what fails
+            pass
+        finally:
+            F._OVERRIDE = None
+    return ok
+
+
+def precompile(model, jobs, workers=None, timeout_s=150):
+    """Compile the sweep's candidates in a spawn process pool (warms Triton's disk cache)."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    workers = workers or max(1, min(14, (os.cpu_count() or 2) - 2))
+    t0 = time.perf_counter()
+    chunks = [jobs[i::workers] for i in range(workers)]
+    ok, late = 0, 0
+    pool = None
+    try:
+        pool = cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
+        futs = [pool.submit(_precompile_worker, model, c) for c in chunks if c]
+        done, pending = cf.wait(futs, timeout=timeout_s)
+        ok = sum(f.result() for f in done if f.exception() is None)
+        late = len(pending)
+    except Exception as e:  # noqa: BLE001 - precompiling is an optimisation only
+        return dict(compiled=ok, of=len(jobs), error=f"{type(e).__name__}: {e}"[:300],
+                    seconds=round(time.perf_counter() - t0, 1))
+    finally:
+        if pool is not None:       # late workers are not waited for (the sweep compiles)
+            pool.shutdown(wait=False, cancel_futures=True)
+    return dict(compiled=ok, of=len(jobs), late_chunks=late, workers=workers,
+                seconds=round(time.perf_counter() - t0, 1))
+
+
+def gemv_table(cfg, bw, sweep=False, reps=20, model=None, stage=print):
+    """Each fused GEMV of the decode step alone at M = 1: time per launch (a graph of `reps`
+    launches rotating over enough weight copies that >= 256 MB are read, so the weights come
+    from HBM as in the real step) and weight bytes per second against the copy bandwidth.
+    sweep: also the candidates around the rule (compiled first in a process pool); returns
+    (rows, winners) with winners {(kind, N, K): config} where a candidate beat the rule by
+    more than 2 %."""
+    import nbxtensor as nbx
+    from nbxtensor.kernels import decode_fused as F
+    shapes = gemv_shapes(cfg)
+    rows, winners = [], {}
+    plan = {}
     for name, (N, K, f) in shapes.items():
-        w, x = bf(N, K), bf(1, K)
-        nw = bf(K) if f.get("norm") else None
-        n_out = N // 2 if f.get("glu") else N
-        r = bf(1, n_out) if f.get("res") else None
+        kind = gemv_kind(f)
+        n_cfg = N // 2 if kind != "plain" else N
+        rule = F.fused_gemv_config(1, n_cfg, K, 2, "cuda", kind)
         cands = [None]
-        if sweep:
-            cands += [dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=nw_)
-                      for bn in (1, 2, 4, 8, 16) for bk in (256, 512, 1024, 2048)
-                      for nw_ in (4, 8) if bn * bk <= 8192 and bk <= max(256, 2 * K)]
-        best = None
+        if sweep and name != "qkv+norm":        # the step runs qkv+norm+rope+kv
+            cands += sweep_candidates(kind, n_cfg, K, rule)
+        plan[name] = (rule, cands)
+    if sweep and model is not None:
+        jobs = [(n, c) for n, (_, cs) in plan.items() for c in cs if c is not None]
+        info = precompile(model, jobs)
+        stage(f"precompiled {info}")
+        rows.append({"gemv": "precompile", **info})
+    for name, (N, K, f) in shapes.items():
+        rule, cands = plan[name]
+        copies = min(reps, max(1, -(-(256 << 20) // (N * K * 2))))
+        call, key, nbytes = gemv_case(cfg, name, copies)
+        best = base = None
         for c in cands:
             F._OVERRIDE = c
             try:
-                if f.get("rope"):       # the decode step's QKV: RoPE + cache append fused in
-                    D = cfg["head_dim"]
-                    kvc = nbx.KVCache(1, 1, cfg["num_key_value_heads"], 64, D,
-                                      dtype=nbx.bfloat16, device="cuda")
-                    pos = nbx.full((1, 1), 7, dtype=nbx.int32, device="cuda")
-
-                    def call():
-                        return O.fused_qkv_rope(x, w, kvc, 0, pos,
-                                                num_heads=cfg["num_attention_heads"],
-                                                norm_weight=nw, eps=1e-5, theta=10000.0)
-                else:
-                    def call():
-                        return O.fused_linear(x, w, norm_weight=nw, eps=1e-5, residual=r,
-                                              glu=bool(f.get("glu")))
-                call()
+                call(0)
                 nbx.cuda.synchronize()
                 g = nbx.cuda.CUDAGraph()
                 with nbx.cuda.graph(g):
-                    for _ in range(reps):
-                        call()
+                    for i in range(reps):
+                        call(i)
                 g.replay()
                 nbx.cuda.synchronize()
-                e0, e1 = nbx.cuda.Event(enable_timing=True), nbx.cuda.Event(enable_timing=True)
-                e0.record()
-                for _ in range(5):
-                    g.replay()
-                e1.record()
-                e1.synchronize()
-                us = e0.elapsed_time(e1) * 1e3 / (5 * reps)
+                us = None
+                for _ in range(2):            # best of 2 x 5 replays
+                    e0, e1 = nbx.cuda.Event(enable_timing=True), nbx.cuda.Event(enable_timing=True)
+                    e0.record()
+                    for _ in range(5):
+                        g.replay()
+                    e1.record()
+                    e1.synchronize()
+                    t = e0.elapsed_time(e1) * 1e3 / (5 * reps)
+                    us = t if us is None else min(us, t)
                 del g
             except Exception as ex:  # noqa: BLE001 - a bad sweep point
                 us = None
@@ -288,20 +410,23 @@ def gemv_table(cfg, bw, sweep=False, reps=20):
                 if c is None:
                     rows.append({"gemv": name, "error": err})
                 continue
-            gbps = N * K * 2 / (us * 1e-6) / 1e9
-            kind = "rope" if f.get("rope") else "glu" if f.get("glu") else "plain"
-            used = c or F.fused_gemv_config(1, n_out // 2 if f.get("rope") else n_out, K, 2,
-                                            "cuda", kind)
+            gbps = nbytes / (us * 1e-6) / 1e9
             rec = {"gemv": name, "N": N, "K": K, "us": us, "GBps": gbps,
-                   "frac_of_copy_bw": gbps * 1e9 / (bw / 2), "config": used,
-                   "default": c is None}
+                   "frac_of_copy_bw": gbps * 1e9 / (bw / 2), "config": c or rule,
+                   "default": c is None, "weight_copies": copies, "key": list(key)}
             if c is None:
                 rows.append(rec)
+                base = rec
             if best is None or us < best["us"]:
                 best = rec
-        if sweep and best is not None:
-            rows.append(dict(best, best_of_sweep=True))
-    return rows
+        if len(cands) > 1 and best is not None:
+            rows.append(dict(best, best_of_sweep=True,
+                             speedup_vs_rule=(base["us"] / best["us"]) if base else None))
+            if base is not None and best["us"] < 0.98 * base["us"]:
+                winners[key] = dict(best["config"])
+        del call
+        nbx.cuda.empty_cache()
+    return rows, winners
 
 
 def copy_bandwidth():
@@ -334,45 +459,87 @@ def timed(fn, n, sync):
     return time.perf_counter() - t0
 
 
-def pdl_ab(m, B, L, cap, toks, steps, row, rounds=3):
-    """Graph replay with PDL on and off (captured separately), timed interleaved."""
+def graph_ab(m, B, L, cap, toks, steps, variants, rounds=3):
+    """Graph replay of the step captured once per variant (variants: name -> setup() that
+    returns a restore()), timed interleaved, best of `rounds`. Returns name -> dict(tok_s,
+    kernels, logits (first step, bytes))."""
     import nbxtensor as nbx
-    from nbxtensor.models import _ops as O
     from nbxtensor.models.graph_decode import GraphDecoder
     nsync = nbx.cuda.synchronize
-    decs, first = {}, {}
-    prev = O.set_pdl(True)
-    try:
-        for on in (True, False):
-            O.set_pdl(on)
+    decs, out = {}, {}
+    for name, setup in variants.items():
+        restore = setup()
+        try:
             d = GraphDecoder(m, batch=B, capacity=cap, use_graph=True)
             d.start_at(L, toks)
             d.capture()
-            d.start_at(L, toks)
-            d.step()
-            nsync()
-            first[on] = d.logits.numpy().tobytes()
-            decs[on] = d
-    finally:
-        O.set_pdl(prev)
-    best = {True: 0.0, False: 0.0}
+        finally:
+            restore()
+        d.start_at(L, toks)
+        d.step()
+        nsync()
+        out[name] = dict(kernels=d.kernels_per_step, logits=d.logits.numpy(), tok_s=0.0)
+        decs[name] = d
     for _ in range(rounds):
-        for on in (True, False):
-            d = decs[on]
+        for name, d in decs.items():
             d.start_at(L, toks)
-            best[on] = max(best[on], B * steps / timed(d.step, steps, nsync))
-    row["pdl_kernels_per_step"] = {"on": decs[True].kernels_per_step,
-                                   "off": decs[False].kernels_per_step}
-    row["nbx_graph_tok_s_pdl_on"] = best[True]
-    row["nbx_graph_tok_s_pdl_off"] = best[False]
-    row["pdl_speedup"] = best[True] / best[False] if best[False] else None
-    row["pdl_on_off_same_first_step"] = first[True] == first[False]
+            out[name]["tok_s"] = max(out[name]["tok_s"], B * steps / timed(d.step, steps, nsync))
     del decs
     nbx.cuda.empty_cache()
+    return out
+
+
+def pdl_ab(m, B, L, cap, toks, steps, row, rounds=3):
+    """Graph replay with PDL on and off (captured separately), timed interleaved."""
+    from nbxtensor.models import _ops as O
+
+    def pdl(on):
+        def setup():
+            prev = O.set_pdl(on)
+            return lambda: O.set_pdl(prev)
+        return setup
+    r = graph_ab(m, B, L, cap, toks, steps, {True: pdl(True), False: pdl(False)}, rounds)
+    row["pdl_kernels_per_step"] = {"on": r[True]["kernels"], "off": r[False]["kernels"]}
+    row["nbx_graph_tok_s_pdl_on"] = r[True]["tok_s"]
+    row["nbx_graph_tok_s_pdl_off"] = r[False]["tok_s"]
+    row["pdl_speedup"] = r[True]["tok_s"] / r[False]["tok_s"] if r[False]["tok_s"] else None
+    row["pdl_on_off_same_first_step"] = r[True]["logits"].tobytes() == r[False]["logits"].tobytes()
+
+
+def tuned_ab(m, B, L, cap, toks, steps, row, winners=None, rounds=3):
+    """The GEMV configs A/B (this session): "session2" = set_tuned(False) (the old rule, RoPE
+    loads late); "tuned" = the shipped GEMV_TABLE + rule (RoPE pairs 4 x 512, early loads);
+    "swept" = tuned with this run's sweep winners added to GEMV_TABLE (when there are any).
+    Graph replay, timed interleaved, best of `rounds`."""
+    from nbxtensor.kernels import decode_fused as F
+
+    def tuned(on, extra=None):
+        def setup():
+            prev, saved = F.set_tuned(on), dict(F.GEMV_TABLE)
+            F.GEMV_TABLE.update(extra or {})
+
+            def restore():
+                F.set_tuned(prev)
+                F.GEMV_TABLE.clear()
+                F.GEMV_TABLE.update(saved)
+            return restore
+        return setup
+    variants = {"session2": tuned(False), "tuned": tuned(True)}
+    if winners:
+        variants["swept"] = tuned(True, winners)
+    r = graph_ab(m, B, L, cap, toks, steps, variants, rounds)
+    ref = r["session2"]["logits"].astype(np.float64)
+    row["tuned_ab"] = {k: dict(tok_s=v["tok_s"], kernels=v["kernels"],
+                               speedup_vs_session2=v["tok_s"] / r["session2"]["tok_s"],
+                               logits_max_abs_diff_vs_session2=float(np.max(np.abs(
+                                   v["logits"].astype(np.float64) - ref))),
+                               same_argmax=bool(np.array_equal(v["logits"].argmax(-1),
+                                                               ref.argmax(-1))))
+                       for k, v in r.items()}
 
 
 def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res, unfused=True,
-               ab=True):
+               ab=True, tuned=True, winners=None):
     import nbxtensor as nbx
     from nbxtensor.models.graph_decode import GraphDecoder
     cap = L + steps + 8
@@ -418,6 +585,11 @@ def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res, unfused=Tr
         t0 = time.perf_counter()
         pdl_ab(m, B, L, cap, toks, steps, row)
         row["pdl_ab_s"] = round(time.perf_counter() - t0, 2)
+
+    if B == 1 and tuned:
+        t0 = time.perf_counter()
+        tuned_ab(m, B, L, cap, toks, steps, row, winners)
+        row["tuned_ab_s"] = round(time.perf_counter() - t0, 2)
 
     if B == 1 and unfused:   # before the fusion: the same step with the unfused ops, replayed
         u = GraphDecoder(m, batch=B, capacity=cap, use_graph=True, fused=False)
@@ -478,7 +650,10 @@ def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res, unfused=Tr
 
 def main(argv):
     quick = "--quick" in argv
-    sweep = "--sweep" in argv
+    # --sweep: every model's GEMVs; --sweep-model NAME: only models whose name contains NAME
+    sweep_model = argv[argv.index("--sweep-model") + 1] if "--sweep-model" in argv else None
+    sweep = "--sweep" in argv or sweep_model is not None
+    tuned = "--no-tuned-ab" not in argv
     steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else (128 if quick else 256)
     unfused = "--unfused" in argv or not quick
     ab = "--no-pdl-ab" not in argv
@@ -487,7 +662,7 @@ def main(argv):
     def stage(what):
         print(f"[{time.perf_counter() - t_start:6.1f} s] {what}", flush=True)
     args = [a for i, a in enumerate(argv) if not a.startswith("--")
-            and (i == 0 or argv[i - 1] != "--steps")]
+            and (i == 0 or argv[i - 1] not in ("--steps", "--sweep-model"))]
     out_dir = args[0] if args else os.environ.get("OUT", ".")
     os.makedirs(out_dir, exist_ok=True)
     import nbxtensor as nbx
@@ -521,11 +696,19 @@ def main(argv):
               flush=True)
         limit = bw / wb
         stage(f"{name}: GEMV table")
+        winners = {}
         try:
-            gt = gemv_table(cfg, bw, sweep=sweep)
+            sw = sweep and (sweep_model is None or sweep_model.lower() in name.lower())
+            gt, winners = gemv_table(cfg, bw, sweep=sw, model=name, stage=stage)
             report.setdefault("gemv", {})[name] = gt
             for r in gt:
                 print(json.dumps(r), flush=True)
+            if sw:
+                # ready to paste into kernels/decode_fused.py (GEMV_TABLE)
+                line = "GEMV_TABLE.update({%s})" % ", ".join(
+                    f"{k!r}: {v!r}" for k, v in sorted(winners.items()))
+                report.setdefault("gemv_table_winners", {})[name] = line
+                print(f"sweep winners ({name}): {line}", flush=True)
         except Exception as e:  # noqa: BLE001
             report["errors"].append({"model": name, "batch": 1, "cache_len": 0,
                                      "error": f"gemv table: {type(e).__name__}: {e}",
@@ -535,7 +718,8 @@ def main(argv):
                 stage(f"{name}: B={B} L={L}")
                 try:
                     row = run_config(name, cfg, w, m, torch, B, L, steps, eager_steps,
-                                     report["rows"], unfused=unfused, ab=ab)
+                                     report["rows"], unfused=unfused, ab=ab, tuned=tuned,
+                                     winners=winners)
                     row["weight_bytes"] = wb
                     row["weight_bw_limit_steps_s"] = limit
                     row["nbx_graph_frac_of_limit"] = row["nbx_graph_tok_s"] / B / limit
@@ -581,7 +765,11 @@ def main(argv):
             if "error" in r:
                 print(f"  {r['gemv']:18} ERROR {r['error']}")
                 continue
-            tag = " (best of sweep)" if r.get("best_of_sweep") else ""
+            if r["gemv"] == "precompile":
+                print(f"  precompile: {r}")
+                continue
+            tag = (f" (best of sweep, x{r.get('speedup_vs_rule') or 0:.3f} vs rule)"
+                   if r.get("best_of_sweep") else "")
             print(f"  {r['gemv']:18} N={r['N']:>6} K={r['K']:>5} {r['us']:8.2f} us "
                   f"{r['GBps']:7.0f} GB/s {r['frac_of_copy_bw']:6.1%} {r['config']}{tag}")
     ab_rows = [r for r in report["rows"] if "nbx_graph_tok_s_pdl_on" in r]
@@ -593,6 +781,22 @@ def main(argv):
                   f"tok/s, off {r['nbx_graph_tok_s_pdl_off']:.0f} tok/s "
                   f"(x{r['pdl_speedup'] or 0:.3f}), kernels {r['pdl_kernels_per_step']}, "
                   f"same logits {r['pdl_on_off_same_first_step']}")
+    t_rows = [r for r in report["rows"] if "tuned_ab" in r]
+    if t_rows:
+        print("\nGEMV configs A/B (batch 1, graph replay, best of 3): session2 = old rule, "
+              "late RoPE loads; tuned = this session's rule + GEMV_TABLE; swept = + this "
+              "run's sweep winners")
+        for r in t_rows:
+            lim = r.get("weight_bw_limit_steps_s")
+            parts = []
+            for k, v in r["tuned_ab"].items():
+                frac = f" {v['tok_s'] / lim:.1%}" if lim else ""
+                parts.append(f"{k} {v['tok_s']:.0f} tok/s{frac} (x{v['speedup_vs_session2']:.3f}, "
+                             f"|dlogit| {v['logits_max_abs_diff_vs_session2']:.2g}, "
+                             f"argmax same {v['same_argmax']})")
+            print(f"{r['model']:20} L={r['cache_len']:>5}: " + "; ".join(parts))
+    for name, line in report.get("gemv_table_winners", {}).items():
+        print(f"\nsweep winners ({name}), paste into kernels/decode_fused.py:\n  {line}")
     for e in report["errors"]:
         print(f"ERROR {e['model']} B={e['batch']} L={e['cache_len']}: {e['error']}")
     with open(os.path.join(out_dir, "bench_decode.json"), "w") as f:

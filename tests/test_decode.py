@@ -151,7 +151,7 @@ def test_fused_gemv_compiles_for_sm90():
                 s_om="i32", s_rm="i32")
     cfg = F.fused_gemv_config(1, 576, 576, 2, "cuda")
     c = dict(BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], EVEN_K=False, NORM=True, GLU=True,
-             HAS_BIAS=False, HAS_RES=True)
+             HAS_BIAS=False, HAS_RES=True, EARLY=True)
     k = triton.compile(triton.compiler.ASTSource(fn=F._fused_gemv1_kernel,
                                                  signature={**base, **{n: "constexpr" for n in c}},
                                                  constexprs=c), target=tgt)
@@ -412,6 +412,124 @@ def test_fused_qkv_rope_equals_composition(device, B, norm, bias):
         assert (vf[1, bb][:, keep] == -old[1, bb][:, keep]).all()
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_fused_qkv_rope_early_loads_bit_identical(bias):
+    """The RoPE operands loaded before the K loop (EARLY, the default) give exactly the
+    late-loading kernel's q, cache rows and lengths (interp, bf16), a position outside the
+    cache included (row 1: skipped, lengths still pos + 1); outputs NaN-poisoned first."""
+    from nbxtensor.kernels import decode_fused as F
+    g = rng()
+    Hq, Hkv, D, K, C, B = 4, 2, 8, 16 * 4 + 1, 6, 3
+    N = (Hq + 2 * Hkv) * D
+    bf = nbx.bfloat16
+    x = nbx.tensor(g.standard_normal((B, K)).astype(np.float32), device="interp").to(bf)
+    w = nbx.tensor((g.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32),
+                   device="interp").to(bf)
+    nw = nbx.tensor(g.standard_normal(K).astype(np.float32), device="interp").to(bf)
+    b = nbx.tensor(g.standard_normal(N).astype(np.float32), device="interp").to(bf) \
+        if bias else None
+    pos = nbx.tensor(np.array([[2], [C + 3], [C - 1]], np.int32), device="interp")
+    got = {}
+    for early in (True, False):
+        prev = F.set_tuned(early)
+        try:
+            c = nbx.KVCache(1, B, Hkv, C, D, dtype=bf, device="interp")
+            c.k.copy_(poisoned(tuple(c.k.shape), bf, "interp"))
+            c.v.copy_(poisoned(tuple(c.v.shape), bf, "interp"))
+            q = O.fused_qkv_rope(x, w, c, 0, pos, num_heads=Hq, norm_weight=nw, eps=1e-5,
+                                 bias=b, theta=500.0)
+        finally:
+            F.set_tuned(prev)
+        got[early] = [t.to(nbx.float32).numpy() for t in (q, c.k, c.v)] + [c.lengths.numpy()]
+    for a, e in zip(got[True], got[False]):
+        assert a.tobytes() == e.tobytes()
+    q, k, v, lengths = got[True]
+    assert np.isfinite(q).all() and (lengths == np.array([3, C + 4, C])).all()
+    assert np.isfinite(k[0, 0, :, 2]).all() and np.isfinite(v[0, 2, :, C - 1]).all()
+    assert np.isnan(k[0, 1]).all() and np.isnan(v[0, 1]).all()      # outside: not written
+
+
+@pytest.mark.parametrize("M,glu", [(1, False), (3, False), (2, True)])
+def test_fused_gemv_early_residual_bit_identical(M, glu, monkeypatch):
+    """The residual loaded right after the PDL wait (EARLY, the default) gives exactly the
+    late-loading kernel's output (interp, bf16, the row-per-program kernel forced for every
+    M, N overhanging BLOCK_N, K two chunks + 1; outputs NaN-poisoned first), and both match
+    the float64 reference."""
+    from nbxtensor.kernels import decode_fused as F
+    monkeypatch.setattr(F, "_OVERRIDE", dict(BLOCK_N=8, BLOCK_K=64, num_warps=4))
+    g = rng()
+    N, K = 33, 64 * 2 + 1
+    bf = nbx.bfloat16
+    x = nbx.tensor(g.standard_normal((M, K)).astype(np.float32), device="interp").to(bf)
+    w = nbx.tensor((g.standard_normal((2 * N if glu else N, K)) / np.sqrt(K))
+                   .astype(np.float32), device="interp").to(bf)
+    nw = nbx.tensor(g.standard_normal(K).astype(np.float32), device="interp").to(bf)
+    res = nbx.tensor(g.standard_normal((M, N)).astype(np.float32), device="interp").to(bf)
+    got = {}
+    for early in (True, False):
+        prev = F.set_tuned(early)
+        try:
+            out = poisoned((M, N), nbx.float32, "interp")
+            F.fused_gemv(x, w, norm_weight=nw, eps=1e-5, residual=res, glu=glu, out=out)
+        finally:
+            F.set_tuned(prev)
+        got[early] = out.numpy()
+    assert got[True].tobytes() == got[False].tobytes()
+    assert_close(got[True], _ref(x, w, nw, 1e-5, res=res, glu=glu), rtol=1e-4, atol=1e-4)
+
+
+def test_gemv_table_and_set_tuned(monkeypatch):
+    """GEMV_TABLE entries override the rule for (kind, N, K) on cuda at M <= SMALL_M with
+    16-bit weights only; set_tuned(False) restores session 2's rule (RoPE pairs 4 x 1024 at
+    the 1B shape; tuned: 4 x 512, one wave of 110-register programs)."""
+    from nbxtensor.kernels import decode_fused as F
+    cfg = F.fused_gemv_config
+    assert cfg(1, 1536, 2048, 2, "cuda", "rope") == dict(BLOCK_N=4, BLOCK_K=512, num_warps=4)
+    assert cfg(1, 480, 576, 2, "cuda", "rope")["BLOCK_K"] == 1024      # small rule unchanged
+    entry = dict(BLOCK_N=2, BLOCK_K=1024, num_warps=8)
+    monkeypatch.setitem(F.GEMV_TABLE, ("glu", 8192, 2048), entry)
+    assert cfg(1, 8192, 2048, 2, "cuda", "glu") == entry
+    assert cfg(4, 8192, 2048, 2, "cuda", "glu") == entry
+    assert cfg(1, 8192, 2048, 2, "cuda", "plain") != entry            # another kind
+    assert cfg(5, 8192, 2048, 2, "cuda", "glu") != entry              # tl.dot kernel
+    assert cfg(1, 8192, 2048, 4, "cuda", "glu") != entry              # fp32 weights
+    assert cfg(1, 8192, 2048, 2, "interp", "glu") != entry
+    cfg(1, 8192, 2048, 2, "cuda", "glu")["BLOCK_N"] = 99              # a copy is returned
+    assert F.GEMV_TABLE[("glu", 8192, 2048)]["BLOCK_N"] == 2
+    prev = F.set_tuned(False)
+    try:
+        assert cfg(1, 8192, 2048, 2, "cuda", "glu") != entry
+        assert cfg(1, 1536, 2048, 2, "cuda", "rope") == dict(BLOCK_N=4, BLOCK_K=1024,
+                                                             num_warps=4)
+    finally:
+        F.set_tuned(prev)
+    with pytest.raises(TypeError, match="on must be a bool"):
+        F.set_tuned(1)
+
+
+def test_gemv_table_entries_are_valid_and_compile_for_sm90():
+    """Every shipped GEMV_TABLE entry is a legal config of its kernel (powers of two, RoPE
+    pairs inside a 64-wide head, 16-byte loads) and compiles for sm_90 without spills."""
+    pytest.importorskip("triton")
+    from nbxtensor.kernels import decode_fused as F
+    for (kind, N, K), c in F.GEMV_TABLE.items():
+        assert kind in ("plain", "glu", "rope") and set(c) == {"BLOCK_N", "BLOCK_K", "num_warps"}
+        bn, bk = c["BLOCK_N"], c["BLOCK_K"]
+        assert bn & (bn - 1) == 0 and bk & (bk - 1) == 0 and bk >= 256
+        assert c["num_warps"] in (2, 4, 8) and (kind != "rope" or 32 % bn == 0)
+        if kind == "rope":
+            ptx = _sm90(F._fused_qkv_rope_kernel, _ROPE_PTRS,
+                        dict(HALF=32, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=K % bk == 0, NORM=True,
+                             HAS_BIAS=False, EARLY=True, PDL=True), ("eps",),
+                        num_warps=c["num_warps"])
+        else:
+            ptx = _sm90(F._fused_gemv1_kernel, _G1_PTRS,
+                        dict(BLOCK_N=bn, BLOCK_K=bk, EVEN_K=K % bk == 0, NORM=True,
+                             GLU=kind == "glu", HAS_BIAS=False, HAS_RES=kind == "plain",
+                             EARLY=True, PDL=True), ("eps",), num_warps=c["num_warps"])
+        assert "ld.global" in ptx
+
+
 def test_fused_qkv_rope_refusals():
     c = nbx.KVCache(1, 1, 2, 8, 4)
     x, w = nbx.zeros((1, 5)), nbx.zeros((32, 5))
@@ -559,7 +677,14 @@ def test_pdl_policy_switch():
         assert out.stdout.strip() == want, (val, out.stdout, out.stderr[-2000:])
 
 
-def _sm90(fn, ptrs, constexprs, floats=()):
+_G1_PTRS = dict(x_ptr="*bf16", w_ptr="*bf16", o_ptr="*fp32", nw_ptr="*bf16", b_ptr="*bf16",
+                r_ptr="*bf16")
+_ROPE_PTRS = dict(x_ptr="*bf16", w_ptr="*bf16", q_ptr="*bf16", nw_ptr="*bf16", b_ptr="*bf16",
+                  pos_ptr="*i32", inv_ptr="*fp32", ck_ptr="*bf16", cv_ptr="*bf16",
+                  len_ptr="*i32")
+
+
+def _sm90(fn, ptrs, constexprs, floats=(), num_warps=4):
     """Compile `fn` for sm_90 (types from names: ptrs {name: type}, floats fp32, else i32)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -570,7 +695,8 @@ def _sm90(fn, ptrs, constexprs, floats=()):
     pdl = bool(constexprs.get("PDL"))
     return triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs),
                           target=GPUTarget("cuda", 90, 64),
-                          options=dict(launch_pdl=True) if pdl else None).asm["ptx"]
+                          options=dict(num_warps=num_warps, **(dict(launch_pdl=True) if pdl
+                                                               else {}))).asm["ptx"]
 
 
 def _decode_kernels():
@@ -591,11 +717,13 @@ def _decode_kernels():
               BLOCK_DV=64, PREC="tf32", COMBINE=1, CHUNK_P=8, BLOCK_P=8)
     return [
         ("fused_gemv1", F._fused_gemv1_kernel, g1,
-         dict(BLOCK_N=c1["BLOCK_N"], BLOCK_K=c1["BLOCK_K"], EVEN_K=True, **flags), ("eps",)),
+         dict(BLOCK_N=c1["BLOCK_N"], BLOCK_K=c1["BLOCK_K"], EVEN_K=True, EARLY=True, **flags),
+         ("eps",)),
         ("fused_qkv_rope", F._fused_qkv_rope_kernel,
          dict(x_ptr=bf, w_ptr=bf, q_ptr=bf, nw_ptr=bf, b_ptr=bf, pos_ptr="*i32", inv_ptr="*fp32",
               ck_ptr=bf, cv_ptr=bf, len_ptr="*i32"),
-         dict(HALF=32, BLOCK_N=4, BLOCK_K=1024, EVEN_K=True, NORM=True, HAS_BIAS=False),
+         dict(HALF=32, BLOCK_N=4, BLOCK_K=512, EVEN_K=True, NORM=True, HAS_BIAS=False,
+              EARLY=True),
          ("eps",)),
         ("fused_gemvm", F._fused_gemvm_kernel, g1,
          dict(BLOCK_M=16, BLOCK_N=cm["BLOCK_N"], BLOCK_K=cm["BLOCK_K"], PRECISION="tf32",
@@ -754,6 +882,70 @@ def test_cuda_pdl_on_off_identical(sampled):
     finally:
         O.set_pdl(prev)
     assert out[True] == out[False]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _cuda_ok(), reason="no CUDA device")
+def test_cuda_tuned_on_off_identical_small_model():
+    """set_tuned(False) (session 2's kernels) vs the default: on a small model the configs
+    are the same and only the EARLY loads differ, so graph replays give the same tokens and
+    logits bit for bit."""
+    from nbxtensor.kernels import decode_fused as F
+    from nbxtensor.models.graph_decode import GraphDecoder
+    m = _tiny_llama("cuda", dtype=nbx.bfloat16, L=2, V=300, H=128, Hq=4, Hkv=2, F=256)
+    prompts = [[5, 17, 1, 200, 9], [6, 17, 4, 200, 9]]
+    out = {}
+    for on in (True, False):
+        prev = F.set_tuned(on)
+        try:
+            d = GraphDecoder(m, batch=2, capacity=40, use_graph=True)
+            d.prefill(prompts)
+            d.capture()
+        finally:
+            F.set_tuned(prev)
+        out[on] = [(d.step().numpy().tobytes(), d.logits.numpy().tobytes()) for _ in range(8)]
+    assert out[True] == out[False]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _cuda_ok(), reason="no CUDA device")
+@pytest.mark.parametrize("tuned", [True, False])
+def test_cuda_qkv_rope_1b_shape_matches_float64(tuned):
+    """The 1B-shape QKV+RoPE+append kernel (tuned: 4 x 512 pairs, EARLY loads; session 2:
+    4 x 1024) against a float64 reference: q and the written k / v rows."""
+    from nbxtensor.kernels import decode_fused as F
+    g = rng()
+    Hq, Hkv, D, K, C = 32, 8, 64, 2048, 16
+    N = (Hq + 2 * Hkv) * D
+    bf = nbx.bfloat16
+    x = nbx.tensor(g.standard_normal((1, K)).astype(np.float32), device="cuda").to(bf)
+    w = nbx.tensor((g.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32),
+                   device="cuda").to(bf)
+    nw = nbx.tensor(g.standard_normal(K).astype(np.float32), device="cuda").to(bf)
+    pos = nbx.tensor(np.array([[5]], np.int32), device="cuda")
+    c = nbx.KVCache(1, 1, Hkv, C, D, dtype=bf, device="cuda")
+    prev = F.set_tuned(tuned)
+    try:
+        q = O.fused_qkv_rope(x, w, c, 0, pos, num_heads=Hq, norm_weight=nw, eps=1e-5,
+                             theta=500000.0)
+    finally:
+        F.set_tuned(prev)
+    xa = to64(x)
+    xa = xa / np.sqrt(np.mean(xa * xa, -1, keepdims=True) + 1e-5) * to64(nw)
+    y = (xa @ to64(w).T)[0]
+    a = 5 * (1.0 / 500000.0 ** (np.arange(0, D, 2) / D))
+
+    def rot(t):
+        t1, t2 = t[:, :D // 2], t[:, D // 2:]
+        return np.concatenate([t1 * np.cos(a) - t2 * np.sin(a), t2 * np.cos(a) + t1 * np.sin(a)],
+                              -1)
+    tol = dict(rtol=2e-2, atol=3e-2)
+    assert_close(q.to(nbx.float32).numpy()[0, :, 0], rot(y[:Hq * D].reshape(Hq, D)), **tol)
+    assert_close(c.k.to(nbx.float32).numpy()[0, 0, :, 5],
+                 rot(y[Hq * D:(Hq + Hkv) * D].reshape(Hkv, D)), **tol)
+    assert_close(c.v.to(nbx.float32).numpy()[0, 0, :, 5], y[(Hq + Hkv) * D:].reshape(Hkv, D),
+                 **tol)
+    assert int(c.lengths.numpy()[0]) == 6
 
 
 @pytest.mark.cuda

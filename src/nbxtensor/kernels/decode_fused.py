@@ -20,7 +20,10 @@ Requirements (checked by the entry): x (M, K) and W (rows, K) with unit stride a
 QKV + RoPE + KV-cache append (`fused_qkv_rope`): the same GEMV over rotation pairs (rows r and
 r + D/2 of one head), RoPE in the epilogue, k and v stored straight into the cache.
 PDL (kernels/_pdl.py): the first weight tile is loaded before `gdc_wait`; the K loop keeps
-one tile in flight ahead.
+one tile in flight ahead. Loads the epilogue needs (residual; RoPE position, inv_freq, bias)
+are issued before the K loop, not after it (EARLY; `set_tuned(False)` restores session 2's
+late loads and rule for A/B runs). Configs: `fused_gemv_config` (a rule, plus GEMV_TABLE's
+measured entries for the shapes swept on the H200).
 """
 from __future__ import annotations
 
@@ -82,13 +85,15 @@ def _fused_gemv1_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, N, K, eps,
                         s_xm, s_wn, s_om, s_rm,
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
                         NORM: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr,
-                        HAS_RES: tl.constexpr, PDL: tl.constexpr):
+                        HAS_RES: tl.constexpr, EARLY: tl.constexpr, PDL: tl.constexpr):
     # one x row against BLOCK_N weight rows; element-wise fp32 accumulation. The row index is
     # grid axis 0 (fastest): the M programs sharing a weight block run back to back, so for
     # M > 1 the block comes from HBM once and from L2 for the other rows.
     # The next weight tile is loaded before the current one is used (one tile in flight
     # ahead); the first is loaded before the PDL wait (weights are read-only in the step),
     # so it streams while the previous kernel finishes.
+    # EARLY: the residual (written by an earlier kernel) is loaded right after the wait, so
+    # its latency hides behind the K loop instead of following it (same values, same sums).
     m = tl.program_id(0).to(tl.int64)
     pid_n = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -106,6 +111,8 @@ def _fused_gemv1_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, N, K, eps,
     if GLU:
         wu = _wtile(w_rows + N * s_wn, kk, K, EVEN_K)
     _pdl_wait(PDL)
+    if EARLY and HAS_RES:
+        res = tl.load(r_ptr + m * s_rm + offs_n, mask=nmask, other=0.0)
     for k0 in range(BLOCK_K, K, BLOCK_K):
         kn = k0 + offs_k
         w_next = _wtile(w_rows, kn, K, EVEN_K)
@@ -120,7 +127,13 @@ def _fused_gemv1_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, N, K, eps,
     y = tl.sum(acc, axis=1)
     u = tl.sum(acc_u, axis=1)
     inv = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / K + eps)
-    y = _epilogue(y, u, inv, offs_n, nmask, m, b_ptr, r_ptr, s_rm, NORM, GLU, HAS_BIAS, HAS_RES)
+    if EARLY and HAS_RES:    # the epilogue adds the residual last: the same order here
+        y = _epilogue(y, u, inv, offs_n, nmask, m, b_ptr, r_ptr, s_rm, NORM, GLU, HAS_BIAS,
+                      False)
+        y += res.to(tl.float32)
+    else:
+        y = _epilogue(y, u, inv, offs_n, nmask, m, b_ptr, r_ptr, s_rm, NORM, GLU, HAS_BIAS,
+                      HAS_RES)
     tl.store(o_ptr + m * s_om + offs_n, y.to(o_ptr.dtype.element_ty), mask=nmask)
 
 
@@ -128,20 +141,37 @@ def _fused_gemv1_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, N, K, eps,
 def _rope_append(y1, y2, m, head, i, r1, q_ptr, b_ptr, pos_ptr, inv_ptr, ck_ptr, cv_ptr,
                  len_ptr, Hq, Hkv, C, s_qm, s_pb, s_cb, s_ch, s_cn, s_cd, s_vb, s_vh, s_vn,
                  s_vd, HALF: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """The epilogue of the QKV + RoPE + append kernels (this file's and quant_fused's): the
-    pair sums y1, y2 (fp32, normalised) of rows r1 and r1 + HALF of head `head` for x row m:
-    + bias, rounded to the activations' dtype, rotated (q and k heads), stored to q or to
-    the cache slot positions[m] (skipped outside the cache); program 0 of the row sets
+    """The epilogue of the QKV + RoPE + append kernels (quant_fused's; this file's kernel
+    loads its operands early and calls `_rope_store`): the pair sums y1, y2 (fp32,
+    normalised) of rows r1 and r1 + HALF of head `head` for x row m: + bias, rounded to the
+    activations' dtype, rotated (q and k heads), stored to q or to the cache slot
+    positions[m] (skipped outside the cache); program 0 of the row sets
     lengths[m] = positions[m] + 1. Called after the PDL wait."""
+    b1 = y1
+    b2 = y2
     if HAS_BIAS:
-        y1 += tl.load(b_ptr + r1).to(tl.float32)
-        y2 += tl.load(b_ptr + r1 + HALF).to(tl.float32)
+        b1 = tl.load(b_ptr + r1)
+        b2 = tl.load(b_ptr + r1 + HALF)
+    pos = tl.load(pos_ptr + m * s_pb).to(tl.int64)
+    _rope_store(y1, y2, b1, b2, pos, tl.load(inv_ptr + i), m, head, i, r1, q_ptr, ck_ptr,
+                cv_ptr, len_ptr, Hq, Hkv, C, s_qm, s_cb, s_ch, s_cn, s_cd, s_vb, s_vh, s_vn,
+                s_vd, HALF, HAS_BIAS)
+
+
+@triton.jit
+def _rope_store(y1, y2, b1, b2, pos, invf, m, head, i, r1, q_ptr, ck_ptr, cv_ptr, len_ptr,
+                Hq, Hkv, C, s_qm, s_cb, s_ch, s_cn, s_cd, s_vb, s_vh, s_vn, s_vd,
+                HALF: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """`_rope_append` with its loads done by the caller: b1/b2 the bias of rows r1 and
+    r1 + HALF (HAS_BIAS), pos = positions[m] (int64), invf = inv_freq[i]."""
+    if HAS_BIAS:
+        y1 += b1.to(tl.float32)
+        y2 += b2.to(tl.float32)
     dt = q_ptr.dtype.element_ty
     y1 = y1.to(dt).to(tl.float32)
     y2 = y2.to(dt).to(tl.float32)
-    pos = tl.load(pos_ptr + m * s_pb).to(tl.int64)
     if head < Hq + Hkv:
-        c, s = _cos_sin(pos.to(tl.float32) * tl.load(inv_ptr + i))
+        c, s = _cos_sin(pos.to(tl.float32) * invf)
         t1 = y1 * c - y2 * s
         y2 = y2 * c + y1 * s
         y1 = t1
@@ -171,13 +201,16 @@ def _fused_qkv_rope_kernel(x_ptr, w_ptr, q_ptr, nw_ptr, b_ptr, pos_ptr, inv_ptr,
                            s_cb, s_ch, s_cn, s_cd, s_vb, s_vh, s_vn, s_vd,
                            HALF: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                            EVEN_K: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr,
-                           PDL: tl.constexpr):
+                           EARLY: tl.constexpr, PDL: tl.constexpr):
     # The decode step's RMSNorm + QKV GEMV + RoPE + KV-cache append in one kernel. A program
     # owns BLOCK_N rotation pairs of ONE head (BLOCK_N divides HALF = D/2): weight rows
     # r1 = head*D + i and r2 = r1 + HALF (rotate_half pairs), accumulated as the GLU pair.
     # Heads [0, Hq) are q (rotated, stored to q), [Hq, Hq+Hkv) k (rotated, into the cache at
     # the position read on the device), the rest v (into the cache). Values are rounded to
     # the activations' dtype before the rotation, exactly as GEMV -> kv_append would.
+    # EARLY: the epilogue's loads are issued up front (read-only inv_freq and bias before the
+    # PDL wait, the position right after it) so their latency hides behind the K loop instead
+    # of following it; the values and the arithmetic are the same (bit-identical results).
     m = tl.program_id(0).to(tl.int64)
     j0 = tl.program_id(1) * BLOCK_N
     head = j0 // HALF
@@ -193,7 +226,16 @@ def _fused_qkv_rope_kernel(x_ptr, w_ptr, q_ptr, nw_ptr, b_ptr, pos_ptr, inv_ptr,
     kk = offs_k
     w = _wtile(w_rows, kk, K, EVEN_K)
     wu = _wtile(w2_rows, kk, K, EVEN_K)
+    if EARLY:
+        invf = tl.load(inv_ptr + i)
+        b1 = invf
+        b2 = invf
+        if HAS_BIAS:
+            b1 = tl.load(b_ptr + r1)
+            b2 = tl.load(b_ptr + r1 + HALF)
     _pdl_wait(PDL)
+    if EARLY:
+        pos = tl.load(pos_ptr + m * s_pb).to(tl.int64)
     for k0 in range(BLOCK_K, K, BLOCK_K):
         kn = k0 + offs_k
         w_next = _wtile(w_rows, kn, K, EVEN_K)
@@ -209,9 +251,14 @@ def _fused_qkv_rope_kernel(x_ptr, w_ptr, q_ptr, nw_ptr, b_ptr, pos_ptr, inv_ptr,
         inv = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / K + eps)
         y1 = y1 * inv
         y2 = y2 * inv
-    _rope_append(y1, y2, m, head, i, r1, q_ptr, b_ptr, pos_ptr, inv_ptr, ck_ptr, cv_ptr, len_ptr,
-                 Hq, Hkv, C, s_qm, s_pb, s_cb, s_ch, s_cn, s_cd, s_vb, s_vh, s_vn, s_vd,
-                 HALF, HAS_BIAS)
+    if EARLY:
+        _rope_store(y1, y2, b1, b2, pos, invf, m, head, i, r1, q_ptr, ck_ptr, cv_ptr, len_ptr,
+                    Hq, Hkv, C, s_qm, s_cb, s_ch, s_cn, s_cd, s_vb, s_vh, s_vn, s_vd,
+                    HALF, HAS_BIAS)
+    else:
+        _rope_append(y1, y2, m, head, i, r1, q_ptr, b_ptr, pos_ptr, inv_ptr, ck_ptr, cv_ptr,
+                     len_ptr, Hq, Hkv, C, s_qm, s_pb, s_cb, s_ch, s_cn, s_cd, s_vb, s_vh, s_vn,
+                     s_vd, HALF, HAS_BIAS)
 
 
 @triton.jit
@@ -275,6 +322,23 @@ SMALL_W_BYTES = 4 << 20
 _SMALL_RULE = {"plain": (6144, 1024), "glu": (6144, 256), "rope": (3072, 1024)}
 _OVERRIDE: dict | None = None     # tests: force a config (keys as returned below)
 
+# Measured configs for the row-per-program kernels (cuda, M <= SMALL_M, 16-bit weights),
+# keyed by fused_gemv_config's (kind, N, K): N = outputs ("glu": of the 2N weight rows;
+# "rope": rotation pairs). Filled from `bench_decode.py --sweep --sweep-model 1B` on the
+# H200 (it prints the winners as a line to paste here); shapes not listed take the rule.
+GEMV_TABLE: dict = {}
+_TUNED = True      # set_tuned(False): the rule only, epilogue loads late (session 2's kernels)
+
+
+def set_tuned(on: bool) -> bool:
+    """Use GEMV_TABLE and the early RoPE loads (default) or not (A/B against the rule);
+    returns the previous value. A CUDA graph keeps the configs it was captured with."""
+    global _TUNED
+    if not isinstance(on, bool):
+        raise TypeError(f"set_tuned: on must be a bool, got {type(on).__name__}")
+    prev, _TUNED = _TUNED, on
+    return prev
+
 
 def fused_gemv_config(M, N, K, itemsize, device_type, kind="plain") -> dict:
     """kind: "plain", "glu" (N outputs from 2N weight rows) or "rope" (N rotation pairs,
@@ -287,6 +351,10 @@ def fused_gemv_config(M, N, K, itemsize, device_type, kind="plain") -> dict:
             return dict(BLOCK_N=min(32, _np2(N)), BLOCK_K=min(128, kp),
                         num_warps=4)
         return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=min(64, kp), num_warps=4)
+    if _TUNED and M <= SMALL_M and itemsize == 2:
+        hit = GEMV_TABLE.get((kind, N, K))
+        if hit is not None:
+            return dict(hit)
     rows = 1 if kind == "plain" else 2          # weight rows a BLOCK_N unit reads
     if M <= SMALL_M and N * rows * K * itemsize <= SMALL_W_BYTES:
         elems, bk = _SMALL_RULE[kind]
@@ -299,6 +367,11 @@ def fused_gemv_config(M, N, K, itemsize, device_type, kind="plain") -> dict:
         while bn > 1 and _cdiv(N, bn) < MIN_PROGRAMS:
             bn //= 2
         tile = 4096 if itemsize <= 2 else 2048
+        if kind == "rope" and _TUNED:
+            # the pair's two tiles together hold `tile` elements: at the 1B shape (1536 pairs
+            # x 2048) 4 x 1024 took 230 registers (2 programs/SM, 384 programs in 1.45
+            # waves); 4 x 512 takes 110 (4/SM, one wave), as the plain QKV GEMV's 8 x 512
+            tile //= 2
         return dict(BLOCK_N=bn, BLOCK_K=min(tile // bn, kp), num_warps=4)
     bn = 32 if _cdiv(N, 32) >= MIN_PROGRAMS // 2 else 16
     return dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=min(64, kp), num_warps=4, num_stages=3)
@@ -339,7 +412,7 @@ def fused_gemv(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None, gl
         launch(_fused_gemv1_kernel, (M, _cdiv(N, cfg["BLOCK_N"])), x, w, out, nw, b, r,
                N, K, float(eps), x.stride(0), w.stride(0), out.stride(0), s_rm,
                BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], EVEN_K=K % cfg["BLOCK_K"] == 0,
-               **flags, **opts, **pdl)
+               EARLY=_TUNED, **flags, **opts, **pdl)
     else:
         prec = "ieee" if w.dtype == _dt.float32 else "tf32"
         launch(_fused_gemvm_kernel, (_cdiv(N, cfg["BLOCK_N"]), _cdiv(M, cfg["BLOCK_M"])),
@@ -371,5 +444,5 @@ def fused_qkv_rope(x, w, q_out, ck, cv, lengths, positions, inv, *, num_heads, n
            ck.shape[2], x.stride(0), w.stride(0), q_out.stride(0), positions.stride(0),
            *ck.stride(), *cv.stride(), HALF=half, BLOCK_N=bn, BLOCK_K=bk,
            EVEN_K=K % bk == 0, NORM=norm_weight is not None, HAS_BIAS=bias is not None,
-           num_warps=cfg.get("num_warps", 4), **pdl_opts(x.device))
+           EARLY=_TUNED, num_warps=cfg.get("num_warps", 4), **pdl_opts(x.device))
     return q_out
