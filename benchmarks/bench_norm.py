@@ -1,6 +1,6 @@
 """softmax, layer_norm, rms_norm (and the fused add_rms_norm) on the H200 vs torch.
 
-    PYTHONPATH=src python3 benchmarks/bench_norm.py [--quick] [OUTDIR]
+    PYTHONPATH=src python3 benchmarks/bench_norm.py [--quick] [--sweep-softmax] [OUTDIR]
 
 Model shapes in bf16: rows x hidden for the norms (hidden 2048, 4096, 8192), attention-score
 and vocabulary rows for softmax (N = 2048, 4096, 128256). Reports kernel time (CUDA events
@@ -8,7 +8,9 @@ after a spin kernel so the queue stays full; see bench_matmul.py), achieved GB/s
 read + written once) against a device-to-device copy measured in the same run (goal >= 0.80
 on large inputs), and the ratio to torch (goal >= 1). L2 is flushed before each batch.
 torch's add_rms_norm is the unfused `h = x + r; rms_norm(h)`. JSON to OUTDIR/norm.json
-(default: $OUT, else the current directory); the table last.
+(default: $OUT, else the current directory); the table last. `--sweep-softmax` also times
+the single-pass softmax kernel at other (BLOCK_R, num_warps) on its large shapes
+(kernels/softmax.py `_OVERRIDE`) and prints the best per shape.
 """
 from __future__ import annotations
 
@@ -40,6 +42,35 @@ def case(op, shape, nbx_fn, torch_fn, nbytes, bw, nbx_out, torch_out):
     record(op=op, shape="x".join(map(str, shape)), nbx_gbs=nbytes / t_n / 1e9,
            torch_gbs=nbytes / t_t / 1e9, frac_copy=nbytes / t_n / 1e9 / bw, ratio=t_t / t_n,
            nbx_us=t_n * 1e6, torch_us=t_t * 1e6, err=rel_err(nbx_out(), torch_out()))
+
+
+def sweep_softmax(bw):
+    """softmax bf16 at large (R, N) under several row tiles; the rule first."""
+    from nbxtensor.kernels import softmax as ks
+    for R, N in [(16384, 2048), (16384, 4096)]:
+        tx = torch.randn(R, N, device="cuda", dtype=torch.bfloat16)
+        x = to_nbx(tx)
+        ref = torch.softmax(tx, -1)
+        best = None
+        for cfg in [None] + [dict(BLOCK_R=r, num_warps=w) for r in (1, 2, 4) for w in (4, 8, 16)]:
+            ks._OVERRIDE = cfg
+            try:
+                err = rel_err(nbx.softmax(x, -1), ref)
+                if not err < 1e-2:
+                    print(f"  softmax {R}x{N} {cfg}: wrong (err {err:.1e})")
+                    continue
+                t = time_gpu(lambda: nbx.softmax(x, -1), 3, flush=True)
+            except Exception as e:  # noqa: BLE001 - a config that does not compile or fit
+                print(f"  softmax {R}x{N} {cfg}: {type(e).__name__}: {e}")
+                continue
+            finally:
+                ks._OVERRIDE = None
+            frac = 4 * R * N / t / 1e9 / bw
+            print(f"  softmax {R}x{N} {cfg or 'rule'}: {t * 1e6:.1f} us {100 * frac:.0f}% of copy",
+                  flush=True)
+            if best is None or t < best[0]:
+                best = (t, cfg)
+        print(f"softmax sweep {R}x{N}: best {best[1] or 'rule'} {best[0] * 1e6:.1f} us")
 
 
 def main():
@@ -89,6 +120,8 @@ def main():
         except Exception:
             failures.append(f"softmax {R}x{N}")
             traceback.print_exc()
+    if "--sweep-softmax" in sys.argv:
+        sweep_softmax(bw)
     os.makedirs(OUTDIR, exist_ok=True)
     with open(os.path.join(OUTDIR, "norm.json"), "w") as f:
         json.dump({"quick": QUICK, "rows": ROWS, "failures": failures,
