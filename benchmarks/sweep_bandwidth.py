@@ -34,7 +34,7 @@ from _common import copy_bw, out_dir, time_gpu  # noqa: E402
 
 FULL = "--full" in sys.argv
 GROUPS = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--groups=")),
-              ["ew", "red", "norm"])
+              ["mem", "ew", "red", "norm"])
 ROWS: list[dict] = []
 T0 = time.time()
 
@@ -205,12 +205,35 @@ def sweep_norm(bw):
     NK.NORM_VARIANT = None
 
 
+def probe_memory(bw):
+    """Is the flat kernels' gap to torch in the kernel or in the memory? torch's own copy on
+    torch-allocated and on nbx-allocated buffers, beside nbx's copy (64M f32)."""
+    n = 64 << 20
+    ta, tb = torch.randn(n, device="cuda"), torch.empty(n, device="cuda")
+    na = to_nbx(ta)
+    nb = nbx.empty((n,), dtype=nbx.float32, device="cuda")
+    va, vb = as_torch(na), as_torch(nb)
+    rows = [("torch copy, torch memory", lambda: tb.copy_(ta)),
+            ("torch copy, nbx memory", lambda: vb.copy_(va)),
+            ("torch neg, nbx memory", lambda: torch.neg(va, out=vb)),
+            ("nbx copy_, nbx memory", lambda: nb.copy_(na)),
+            ("nbx neg, nbx memory", lambda: nbx.neg(na, out=nb))]
+    for name, fn in rows:
+        us = t_us(fn)
+        print(f"  mem  {name:28} {us:8.1f} us {100 * 8 * n / (us * 1e-6) / bw:5.1f}% copy "
+              f"(ptrs {va.data_ptr() % (2 << 20):#x} / {ta.data_ptr() % (2 << 20):#x} mod 2 MiB)",
+              flush=True)
+        ROWS.append(dict(group="mem", case="probe", variant=name, us=us, ok=False,
+                         error="probe row (not a variant)"))
+
+
 def main():
     outdir = out_dir()
-    bw = copy_bw()
+    bw = copy_bw() * 1e9      # _common.copy_bw is in GB/s; this file works in bytes/s
     print(f"copy bandwidth (torch, 1 GiB): {bw / 1e9:.0f} GB/s; groups {GROUPS}", flush=True)
     failures = []
-    for g, fn in (("ew", sweep_ew), ("red", sweep_red), ("norm", sweep_norm)):
+    for g, fn in (("mem", probe_memory), ("ew", sweep_ew), ("red", sweep_red),
+                  ("norm", sweep_norm)):
         if g not in GROUPS:
             continue
         try:
