@@ -873,3 +873,133 @@ def test_gather_fast_path_hits_follow_offsets_and_dtypes(device):
                                       base[r0:r0 + 4][[3, 0, 2, 1, 3, 0][k % 2:][:4]])
     keys = [key for key in oix._FAST if key[0] in ("gather", "index_select", "embedding")]
     assert any(key[5] is nbx.int32 for key in keys) and any(key[5] is nbx.int64 for key in keys)
+
+
+# ---------------------------------------------------------------------------- _gather2d_kernel
+# index_select along a non-leading dim and gather with a full index run _gather2d_kernel on
+# cuda/interp (interp tiles: BC <= 16, 64 elements; the shapes below overhang them).
+@pytest.fixture
+def g2d(device, monkeypatch):
+    """(kernel names launched by index_gather, knobs) with fresh plan caches."""
+    from nbxtensor.kernels import indexing as kix
+    from nbxtensor.ops import indexing as oix
+    monkeypatch.setattr(oix, "_FAST", {})
+    names = []
+    if device == "cpu":
+        return names, None
+    monkeypatch.setattr(kix, "_GPLANS", {})
+    monkeypatch.setattr(kix, "G2D_CONFIG", {k: dict(v) for k, v in kix.G2D_CONFIG.items()})
+    real = kix.launch
+
+    def spy(kernel, grid, *a, **k):
+        names.append(kernel.fn.__name__)
+        return real(kernel, grid, *a, **k)
+    monkeypatch.setattr(kix, "launch", spy)
+    return names, kix
+
+
+def _knobs(kix, monkeypatch, variant):
+    if kix is None:
+        return
+    if variant == "i64":     # no int32 offsets: the 64-bit arithmetic path
+        monkeypatch.setattr(kix, "_I32_MAX", 0)
+    elif variant == "lanes_flag":   # the per-lane atomics that record a bad index
+        cfg = kix.G2D_CONFIG["interp"]
+        cfg["full"] = cfg["full"][:3] + (True,)
+    elif variant == "old":
+        monkeypatch.setattr(kix, "USE_GATHER2D", [False])
+
+
+VARIANTS = ["i32", "i64", "lanes_flag", "old"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_index_select_cols_2d(device, g2d, monkeypatch, variant, layout):
+    names, kix = g2d
+    _knobs(kix, monkeypatch, variant)
+    g = rng()
+    for shape, dim, dt, idt in [((37, 41), 1, nbx.float32, nbx.int64),
+                                ((5, 7, 33), 2, nbx.bfloat16, nbx.int32),
+                                ((3, 19), -1, nbx.int16, nbx.int64)]:
+        x = _arr(shape, dt, g)
+        m = shape[dim] + 4                      # duplicates and more indices than the dim
+        ind = g.integers(0, shape[dim], m)
+        want = np.take(x, ind, axis=dim)
+        iv = _idx(np.repeat(ind, 2), device, idt)[::2] if layout == "strided" \
+            else _idx(ind, device, idt)
+        out = poisoned(want.shape, dt, device)
+        r = nbx.index_select(_t(x, device, layout), dim, iv, out=out)
+        np.testing.assert_array_equal(r.numpy(), want)
+        np.testing.assert_array_equal(nbx.index_select(_t(x, device, layout), dim, iv).numpy(),
+                                      want)
+    if kix is not None:
+        assert ("_gather2d_kernel" in names) == (variant != "old"), names
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_gather_full_index_2d(device, g2d, monkeypatch, variant, layout):
+    names, kix = g2d
+    _knobs(kix, monkeypatch, variant)
+    g = rng()
+    for shape, ishape, dim, dt, idt in [((37, 41), (35, 39), 1, nbx.float32, nbx.int64),
+                                        ((37, 41), (17, 40), 0, nbx.bfloat16, nbx.int32),
+                                        ((2, 9, 33), (2, 9, 65), 2, nbx.float16, nbx.int64)]:
+        x = _arr(shape, dt, g)
+        ind = g.integers(0, shape[dim], ishape)
+        sub = x[tuple(slice(0, n) if k != dim % x.ndim else slice(None)
+                      for k, n in enumerate(ishape))]
+        want = np.take_along_axis(sub, ind, axis=dim)
+        out = poisoned(ishape, dt, device)
+        r = nbx.gather(_t(x, device, layout), dim, _idx(ind, device, idt, layout), out=out)
+        np.testing.assert_array_equal(r.numpy(), want)
+    if kix is not None:
+        assert ("_gather2d_kernel" in names) == (variant != "old"), names
+
+
+@pytest.mark.parametrize("variant", ["i32", "i64", "lanes_flag"])
+def test_gather2d_out_of_range(device, g2d, monkeypatch, variant):
+    names, kix = g2d
+    _knobs(kix, monkeypatch, variant)
+    g = rng()
+    x = nbx.tensor(_arr((37, 41), nbx.float32, g), device=device)
+    for bad in (41, -1, 1 << 40):
+        sel = g.integers(0, 41, 23)
+        sel[17] = bad
+        with _raises(device, rf"index_select: index {bad} is out of range for dim 1 of size "
+                             r"41; the valid range is \[0, 40\]"):
+            nbx.index_select(x, 1, _idx(sel, device))
+        ind = g.integers(0, 41, (37, 20))
+        ind[30, 19] = bad
+        with _raises(device, rf"gather: index {bad} is out of range for dim 1 of size 41"):
+            nbx.gather(x, 1, _idx(ind, device))
+    # the flag was reset: good calls work again
+    ind = g.integers(0, 41, (37, 20))
+    np.testing.assert_array_equal(nbx.gather(x, 1, _idx(ind, device)).numpy(),
+                                  np.take_along_axis(x.numpy(), ind, 1))
+    if kix is not None:
+        assert set(names) == {"_gather2d_kernel"}, names
+
+
+# ---------------------------------------------------------------------------- sort rank pass
+@pytest.mark.parametrize("n_tiles", [2, 9, 32])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_rank_pass_many_tiles(device, monkeypatch, n_tiles, descending):
+    """sort of rows of 2..32 tiles through the one-pass rank placement (above 8 tiles the
+    entry shrinks the [BLOCK, TP] search tile); duplicates check stability."""
+    if device == "interp":
+        from nbxtensor.kernels import sort as ks
+        cfg = dict(ks.CONFIG["interp"], rank_max_tiles=32)
+        monkeypatch.setitem(ks.CONFIG, "interp", cfg)
+        n = cfg["sort_tile"] * (n_tiles - 1) + 5       # overhangs the last tile
+    else:
+        n = 16 * (n_tiles - 1) + 5
+    g = rng()
+    x = g.integers(-20, 20, (3, n)).astype(np.float32)  # many equal values
+    x[1] = g.standard_normal(n)
+    key = -x if descending else x
+    want_i = np.argsort(key, axis=-1, kind="stable")
+    r = nbx.sort(nbx.tensor(x, device=device), -1, descending=descending)
+    np.testing.assert_array_equal(r.indices.numpy(), want_i)
+    np.testing.assert_array_equal(r.values.numpy(), np.take_along_axis(x, want_i, -1))

@@ -25,6 +25,7 @@ atomic: a compare-and-swap loop (`_cas_multiply`) does it for 32/64-bit dtypes.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 
 import numpy as np
@@ -75,6 +76,19 @@ def _flag_bad(flag_ptr, bad, idx, tag):
         old = tl.atomic_cas(flag_ptr + 2, t64 * 0, t64)
         if old == 0:
             tl.atomic_xchg(flag_ptr + 1, worst)
+
+
+@triton.jit
+def _flag_bad_lanes(flag_ptr, bad, idx, tag):
+    """_flag_bad without the block reduction (and its barriers) on the good path: each bad lane
+    counts itself in [0]; the lane that finds the count at 0 is the first bad index since the
+    last read, and writes its tag and value ([2], [1]). Masked atomics cost nothing when no
+    lane is bad."""
+    z = tl.zeros_like(bad.to(tl.int32))
+    old = tl.atomic_add(flag_ptr + z, (z + 1).to(tl.int64), mask=bad, sem="relaxed")
+    first = bad & (old == 0)
+    tl.atomic_xchg(flag_ptr + 2 + z, (z + tag).to(tl.int64), mask=first, sem="relaxed")
+    tl.atomic_xchg(flag_ptr + 1 + z, idx.to(tl.int64), mask=first, sem="relaxed")
 
 
 @triton.jit
@@ -173,6 +187,68 @@ def _gather_1d_kernel(out_ptr, src_ptr, idx_ptr, flag_ptr, tag, C, oc, sc, ic, s
         idx = tl.where(idx < 0, idx + hi, idx)
     vals = tl.load(src_ptr + cols * sc + idx * sdim, mask=m & ~bad)
     tl.store(out_ptr + cols * oc, vals.to(out_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _gather2d_kernel(out_ptr, src_ptr, idx_ptr, flag_ptr, tag, n_rows, C, n_cblocks,
+                     o_r, s_r, s_c, i_r, i_c, sdim, lo, hi,
+                     IDX_COL: tl.constexpr, I32: tl.constexpr, WRAP: tl.constexpr,
+                     FLAG_LANES: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
+    """out[r, c] = src[r*s_r + c*s_c + wrap(idx[r, c])*sdim] over (n_rows, C), out contiguous
+    along c: index_select along a non-leading dim (IDX_COL: the index varies along c only;
+    loaded once per program as a [BC] vector) and gather with a full index.
+
+    One division per program, none per element. The column blocks of a row block are
+    consecutive programs, so the programs reading the same BR source rows run together (the
+    rows stay in L2). Adjacent threads take adjacent output columns (coalesced, 16-byte
+    stores). I32: every offset fits in int32 (the host checks), so the index arithmetic is
+    32-bit."""
+    pid = tl.program_id(0)
+    pid_r = pid // n_cblocks
+    pid_c = pid % n_cblocks
+    if I32:
+        rows = pid_r * BR + tl.arange(0, BR)
+        cols = pid_c * BC + tl.arange(0, BC)
+    else:
+        rows = pid_r.to(tl.int64) * BR + tl.arange(0, BR)
+        cols = pid_c.to(tl.int64) * BC + tl.arange(0, BC)
+    rmask = rows < n_rows
+    cmask = cols < C
+    mask = rmask[:, None] & cmask[None, :]
+    if IDX_COL:
+        idx = tl.load(idx_ptr + cols * i_c, mask=cmask, other=0)
+        bad = ((idx < lo) | (idx >= hi)) & cmask
+        if pid_r == 0:   # the same indices for every row block: record them once
+            _flag_bad(flag_ptr, bad, idx.to(tl.int64), tag)
+        if WRAP:
+            idx = tl.where(idx < 0, idx + hi, idx)
+        idx = tl.where(bad, 0, idx)
+        if I32:
+            idx = idx.to(tl.int32)
+        else:
+            idx = idx.to(tl.int64)
+        soff = (rows * s_r)[:, None] + (cols * s_c + idx * sdim)[None, :]
+        lmask = mask & (~bad)[None, :]
+    else:
+        idx = tl.load(idx_ptr + ((rows * i_r)[:, None] + (cols * i_c)[None, :]), mask=mask,
+                      other=0)
+        bad = ((idx < lo) | (idx >= hi)) & mask
+        if FLAG_LANES:   # no block reduction (barriers) on the good path
+            _flag_bad_lanes(flag_ptr, bad, idx, tag)
+        else:
+            _flag_bad(flag_ptr, bad, idx.to(tl.int64), tag)
+        if WRAP:
+            idx = tl.where(idx < 0, idx + hi, idx)
+        idx = tl.where(bad, 0, idx)
+        if I32:
+            idx = idx.to(tl.int32)
+        else:
+            idx = idx.to(tl.int64)
+        soff = (rows * s_r)[:, None] + (cols * s_c)[None, :] + idx * sdim
+        lmask = mask & ~bad
+    vals = tl.load(src_ptr + soff, mask=lmask)
+    tl.store(out_ptr + ((rows * o_r)[:, None] + cols[None, :]),
+             vals.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -539,8 +615,45 @@ def _s4(st):
 
 _GPLANS: dict = {}
 
+# _gather2d_kernel (index_select along a non-leading dim, gather with a full index) instead of
+# the general _gather_kernel. NBX_GATHER2D=0 selects the old kernel (A/B in the benchmark;
+# after a change, clear _GPLANS and ops.indexing._FAST).
+USE_GATHER2D = [os.environ.get("NBX_GATHER2D", "1") != "0"]
+# tile of _gather2d_kernel per device: (max BC, elements per tile, num_warps, FLAG_LANES), for
+# an index per column ("col") and per element ("full"); bench_indexing.py --gather-sweep times
+# others. FLAG_LANES only matters for "full" (an index per column is flagged by one row block);
+# it saves the block reduction but each lane's atomic returns a value: 115 registers against
+# 64 (ptxas, sm_90, (256, 2048, 4)), so it is off by default.
+G2D_CONFIG = {
+    "cuda": {"col": (256, 4096, 4, False), "full": (256, 2048, 4, False)},
+    "interp": {"col": (16, 64, 4, False), "full": (16, 64, 4, False)},  # small: tests overhang
+}
+_I32_MAX = (1 << 31) - 1
 
-def _gather_plan(key, views, devtype, itemsize, has_idx):
+
+def _gather2d_args(devtype, n_rows, C, itemsize, st, ist, sdim, lo, hi):
+    """(kernel, args, constexprs, grid) of _gather2d_kernel, or None (too many programs)."""
+    o_r, s_r, s_c, i_r, i_c = st[0][2], st[1][2], st[1][3], ist[2], ist[3]
+    idx_col = i_r == 0
+    bcmax, tile, warps, lanes = G2D_CONFIG[devtype]["col" if idx_col else "full"]
+    bc = min(_npow2(C), bcmax)
+    br = max(1, min(tile // bc, _npow2(n_rows)))
+    ncb = -(-C // bc)
+    nprog = -(-n_rows // br) * ncb
+    if nprog >= 2**31:
+        return None
+    # every offset the kernel forms fits in int32 (the index is clamped to [0, hi) first)
+    span = max(abs(lo), abs(hi)) * abs(sdim)
+    # (rows and cols of the overhanging tile included, so masked lanes do not wrap either)
+    R, Cc = n_rows + br, C + bc
+    i32 = max(R * abs(s_r) + Cc * abs(s_c) + span, R * abs(o_r) + Cc,
+              R * abs(i_r) + Cc * abs(i_c)) < _I32_MAX
+    return (_gather2d_kernel, (n_rows, C, ncb, o_r, s_r, s_c, i_r, i_c),
+            dict(IDX_COL=idx_col, I32=i32, FLAG_LANES=lanes, BR=br, BC=bc, num_warps=warps),
+            (nprog,))
+
+
+def _gather_plan(key, views, devtype, itemsize, has_idx, sdim, lo, hi):
     """[(views, kernel, geometry args, constexprs, grid)] per launch of index_gather."""
     plans = []
     for vs, (n_rows, R1, R2, C, st) in _plan(views):
@@ -552,6 +665,12 @@ def _gather_plan(key, views, devtype, itemsize, has_idx):
             plans.append((vs, _gather_rows_kernel, (n_rows, C, ncb, st[0][2], st[1][2], ist[2]),
                           dict(BR=br, BC=bc, num_warps=warps), grid))
             continue
+        if (has_idx and not idx_row and USE_GATHER2D[0] and R2 == n_rows and n_rows > 1
+                and st[0][3] == 1):   # 2 dims, an index per column or per element
+            g = _gather2d_args(devtype, n_rows, C, itemsize, st, ist, sdim, lo, hi)
+            if g is not None:
+                plans.append((vs,) + g)
+                continue
         if has_idx and n_rows == 1 and not idx_row:  # one dim, an index per element
             plans.append((vs, _gather_1d_kernel, (C, st[0][3], st[1][3], ist[3]),
                           dict(BC=br * bc, num_warps=warps), grid))
@@ -575,10 +694,11 @@ def index_gather(out, src, idx, sdim, lo, hi, wrap, err):
         key = (dev.type, out._dtype.itemsize, out._shape, out._stride, src._stride, None)
         views = (out, src)
     else:
-        key = (dev.type, out._dtype.itemsize, out._shape, out._stride, src._stride, idx._stride)
+        key = (dev.type, out._dtype.itemsize, out._shape, out._stride, src._stride, idx._stride,
+               sdim, lo, hi)
         views = (out, src, idx)
     plans = _GPLANS.get(key) or _gather_plan(key, list(views), dev.type, out._dtype.itemsize,
-                                             idx is not None)
+                                             idx is not None, sdim, lo, hi)
     tag = _tag(err) if idx is not None else 3
     for vs, kernel, geo, kw, grid in plans:
         if vs is None:
@@ -587,6 +707,31 @@ def index_gather(out, src, idx, sdim, lo, hi, wrap, err):
                tag, *geo, sdim, lo, hi, WRAP=wrap, **kw)
     if idx is not None:
         _after(dev, err)
+
+
+def prepared_gather(out, src, idx, sdim, lo, hi, wrap, err):
+    """The op layer's fast path on cuda: index_gather(out, src, idx, ...) as one prepared
+    launch (kernel, grid, the arguments after the three tensors, constexprs), or None (not
+    cuda, or several launches). The tensors only give the kernel their addresses, so a later
+    call may pass the unviewed tensors of the same layout (see run_prepared)."""
+    dev = out.device
+    if dev.type != "cuda":
+        return None
+    key = (dev.type, out._dtype.itemsize, out._shape, out._stride, src._stride, idx._stride,
+           sdim, lo, hi)
+    plans = _GPLANS.get(key) or _gather_plan(key, [out, src, idx], dev.type,
+                                             out._dtype.itemsize, True, sdim, lo, hi)
+    if len(plans) != 1:
+        return None
+    _, kernel, geo, kw, grid = plans[0]
+    return (kernel, grid, (_flag(dev), _tag(err), *geo, sdim, lo, hi), dict(WRAP=wrap, **kw),
+            err)
+
+
+def run_prepared(prep, out, src, idx):
+    kernel, grid, tail, kw, err = prep
+    launch(kernel, grid, out, src, idx, *tail, **kw)
+    _after(out._storage.device, err)
 
 
 def _scalar_arg(value, dtype):

@@ -315,7 +315,8 @@ _CAT_PLANS: dict = {}
 
 
 def _cat_plan(devtype, itemsize, rows, widths):
-    """[(first input, count, span, out_col0, grid, ncb, constexprs)] for cat_rows."""
+    """[(first input, count, grid, arguments after the 4 pointers, constexprs)] for cat_rows;
+    the width list is padded with 0 (the padding pointers are never read)."""
     ow = sum(widths)
     plans = []
     c0 = 0
@@ -329,7 +330,7 @@ def _cat_plan(devtype, itemsize, rows, widths):
         ncb = _cdiv(span, block)
         idx64 = rows * ow + ow >= 2**31 - 1 or rows * ncb >= 2**31 - 1 or _FORCE_IDX64
         warps = 8 if block * itemsize >= 8192 else 4
-        plans.append((k, len(ws), span, c0, (rows * ncb,), ncb,
+        plans.append((k, len(ws), (rows * ncb,), (*ws, *(0,) * (4 - len(ws)), span, ncb, ow, c0),
                       dict(NIN=len(ws), IDX64=idx64, BLOCK=block, num_warps=warps)))
         c0 += span
     return plans
@@ -339,27 +340,33 @@ def _np2(n):
     return 1 << (max(n, 1) - 1).bit_length()
 
 
+# dtypes the cat kernel moves as themselves (the tensors go to the launch unviewed); others
+# (bool, fp8) as the integer of their width
+_CAT_DIRECT = frozenset(_dt.as_dtype(n) for n in ("float16", "bfloat16", "float32", "float64",
+                                                   "int8", "uint8", "int16", "int32", "int64"))
+
+
 def cat_rows(out, tensors, rows, widths):
     """cat of contiguous inputs of one dtype viewed as (rows, widths[k]) into a contiguous
     out (rows, sum(widths)): one launch per 4 inputs."""
-    isz = out._dtype.itemsize
-    key = (out._storage.device.type, isz, rows, widths, _FORCE_IDX64)
+    dt = out._dtype
+    key = (out._storage.device.type, dt, rows, widths, _FORCE_IDX64)
     plans = _CAT_PLANS.get(key)
     if plans is None:
-        plans = _cat_plan(key[0], isz, rows, widths)
+        plans = _cat_plan(key[0], dt.itemsize, rows, widths)
         if len(_CAT_PLANS) < 4096:
             _CAT_PLANS[key] = plans
-    bits = _BITS[isz]
-    ob = Tensor._make(out._storage, out._shape, out._stride, out._offset, bits)
-    ow = sum(widths)
-    for k, n, span, c0, grid, ncb, kw in plans:
-        ps = [Tensor._make(t._storage, t._shape, t._stride, t._offset, bits)
-              for t in tensors[k:k + n]]
-        ws = list(widths[k:k + n])
-        while len(ps) < 4:
-            ps.append(ps[0])
-            ws.append(0)
-        launch(_cat_kernel, grid, ob, *ps, *ws, span, ncb, ow, c0, **kw)
+    if dt not in _CAT_DIRECT:
+        bits = _BITS[dt.itemsize]
+        out = Tensor._make(out._storage, out._shape, out._stride, out._offset, bits)
+        tensors = [Tensor._make(t._storage, t._shape, t._stride, t._offset, bits)
+                   for t in tensors]
+    for k, n, grid, tail, kw in plans:
+        if n == 4:
+            launch(_cat_kernel, grid, out, *tensors[k:k + 4], *tail, **kw)
+        else:
+            ps = tensors[k:k + n]
+            launch(_cat_kernel, grid, out, *ps, *(ps[0],) * (4 - n), *tail, **kw)
 
 
 def _plain_dims(out: Tensor, src: Tensor):
@@ -397,13 +404,22 @@ def _replayable(key, out, src, run):
         finally:
             _REC.rec = None
         if len(_REPLAY) < 4096 and all("I" not in r[2] for r in recs):
-            _REPLAY[key] = recs
+            # the placeholders' positions, found once (a comparison per slot costs ~1 us)
+            _REPLAY[key] = [(kernel, grid, list(slots),
+                             [i for i, a in enumerate(slots) if a.__class__ is str and a == "S"],
+                             [i for i, a in enumerate(slots) if a.__class__ is str and a == "O"],
+                             kw) for kernel, grid, slots, kw in recs]
         return
     bits = _BITS[out._dtype.itemsize]
     sb = Tensor._make(src._storage, src._shape, src._stride, src._offset, bits)
     ob = Tensor._make(out._storage, out._shape, out._stride, out._offset, bits)
-    for kernel, grid, slots, kw in recs:
-        launch(kernel, grid, *[sb if a == "S" else ob if a == "O" else a for a in slots], **kw)
+    for kernel, grid, slots, spos, opos, kw in recs:
+        args = slots.copy()
+        for i in spos:
+            args[i] = sb
+        for i in opos:
+            args[i] = ob
+        launch(kernel, grid, *args, **kw)
 
 
 @register("flip", "triton")

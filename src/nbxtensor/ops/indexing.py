@@ -245,9 +245,11 @@ def _fast_gather(key, src, index, dev):
     p = _FAST.get(key)
     if p is None:
         return None
-    shape, sstr, istr, sdim, hi, err = p
+    shape, sstr, istr, sdim, hi, err, prep = p
     out = Tensor._empty(shape, src._dtype, dev)
-    if 0 not in shape:
+    if prep is not None:    # cuda: the launch is prepared; the views only carried strides
+        prep[0](prep[1], out, src, index)
+    elif 0 not in shape:
         impl("index_gather", dev)(out, Tensor._make(src._storage, shape, sstr, src._offset,
                                                     src._dtype),
                                   Tensor._make(index._storage, shape, istr, index._offset,
@@ -256,8 +258,16 @@ def _fast_gather(key, src, index, dev):
 
 
 def _remember(key, out, sv, iv, sdim, hi, err):
+    """Cache the plan of a call the full path accepted; `sv`/`iv` are views of the source and
+    index with their storage offsets (what the prepared cuda launch relies on)."""
     if len(_FAST) < 4096:
-        _FAST[key] = (out._shape, sv._stride, iv._stride, sdim, hi, err)
+        prep = None
+        kix = sys.modules.get("nbxtensor.kernels.indexing")
+        if kix is not None and out.numel() and out._storage.device.type == "cuda":
+            p = kix.prepared_gather(out, sv, iv, sdim, 0, hi, False, err)
+            if p is not None:
+                prep = (kix.run_prepared, p)
+        _FAST[key] = (out._shape, sv._stride, iv._stride, sdim, hi, err, prep)
 
 
 def _same_dev(a, b):

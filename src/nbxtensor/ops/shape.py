@@ -204,23 +204,27 @@ def _cat_fast(tensors, dim, stack):
     dt, dev = t0._dtype, t0._storage.device
     if dev.type == "cpu":
         return None
+    ss = []
     for x in tensors:
         if x.__class__ is not Tensor or x._dtype is not dt:
             return None
         xd = x._storage.device
         if xd is not dev and xd != dev:
             return None
-    key = (stack, dim, tuple((x._shape, x._stride) for x in tensors))
+        ss.append((x._shape, x._stride))
+    key = (dev.type, stack, dim, *ss)
     plan = _CAT_FAST.get(key)
     if plan is None:
-        plan = _cat_fast_plan(key[2], dim, stack) or False
+        plan = _cat_fast_plan(ss, dim, stack) or False
+        if plan:
+            plan = plan + (impl("cat", dev),)
         if len(_CAT_FAST) < 4096:
             _CAT_FAST[key] = plan
     if plan is False:
         return None
-    shape, rows, widths = plan
+    shape, rows, widths, fn = plan
     out = Tensor._empty(shape, dt, dev)
-    impl("cat", dev)(out, tensors, None, rows_widths=(rows, widths))  # kernel devices only
+    fn(out, tensors, None, rows_widths=(rows, widths))  # kernel devices only
     return out
 
 
@@ -298,12 +302,32 @@ def _dims_arg(dims, ndim, argname):
     return out
 
 
+# flip's fast path: (device type, shape, dims as given) -> (normalised dims, implementation),
+# stored once the full path accepted the call (dims are checked against the rank only)
+_FLIP_FAST: dict = {}
+
+
 def flip(input, dims):  # noqa: A002
+    if input.__class__ is Tensor:
+        dk = dims if dims.__class__ is int else tuple(dims) if dims.__class__ in (list, tuple) \
+            else None
+        if dk is not None:
+            dev = input._storage.device
+            key = (dev.type, input._shape, dk)
+            p = _FLIP_FAST.get(key)
+            if p is not None:
+                out = Tensor._empty(input._shape, input._dtype, dev)
+                p[1](out, input, p[0])
+                return out
     x = check_tensor(input, "input", "flip")
     dims = _dims_arg(dims, x.ndim, "dims")
     out = Tensor._empty(x.shape, x.dtype, x.device)
     if x.numel():
-        impl("flip", x.device)(out, x, dims if x.ndim else [])
+        fn = impl("flip", x.device)
+        dims = dims if x.ndim else []
+        fn(out, x, dims)
+        if input.__class__ is Tensor and dk is not None and len(_FLIP_FAST) < 4096:
+            _FLIP_FAST[key] = (dims, fn)
     return out
 
 
