@@ -157,7 +157,7 @@ def sort_sweep(x_t, x_n):
     for n, (xt, xn) in ((32000, (x_t, x_n)), (128256, (big_t, big_n))):
         print(f"sort sweep (1, {n}) f32 desc: sort_tile rank_max_tiles rank_block -> wall us, "
               f"gpu us (torch first)")
-        tref = lambda: torch.sort(xt, -1, descending=True, stable=True)  # noqa: E731
+        tref = lambda: torch.sort(xt, dim=-1, descending=True, stable=True)  # noqa: E731
         wt = timeit(tref, 30)
         gt = gputime(tref, 30, wt)
         print(f"  torch            {wt * 1e6:8.1f} {gt * 1e6:8.1f}", flush=True)
@@ -349,7 +349,7 @@ def main():
         r8_t = torch.randn(8, 32000, dtype=torch.float32, device=dev)
         r8_n = to_nbx(r8_t)
         rows.append(bench("sort", "(8,32000) f32 desc",
-                          lambda: torch.sort(r8_t, -1, descending=True, stable=True),
+                          lambda: torch.sort(r8_t, dim=-1, descending=True, stable=True),
                           lambda: nbx.sort(r8_n, -1, descending=True), 0))
     sweep = sort_sweep(r_t, r_n) if "--sort-sweep" in sys.argv else None
     gsweep = gather_sweep() if "--gather-sweep" in sys.argv else None

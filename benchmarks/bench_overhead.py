@@ -73,8 +73,26 @@ def _cases(nbx_mod, dev, make):
                      ("linear", "xs", "w", "bias")))
         rows.append(("linear (1,1024)x(256,1024)", lambda: F.linear(x1, w),
                      ("linear1", "x1", "w")))
-    tens = dict(a=a, b=b, h=h, r1=r1, r4=r4, r8=r8, xs=xs, w=w, bias=bias, col=col, sq=sq, x1=x1)
+    # index and shape ops (issue 4's per-call rows): a small table, int64 ids
+    emb = make((32000, 256), "float16")
+    ids = _ids(make, (1, 1), 32000)
+    kv = make((1, 8, 1, 64), "float16")
+    rows += [
+        ("embedding 1 token", lambda: nbx_mod.embedding(ids, emb), ("emb", "ids", "emb")),
+        ("cat 2x[1,8,1,64] dim 2", lambda: nbx_mod.cat([kv, kv], 2), ("cat", "kv")),
+    ]
+    tens = dict(a=a, b=b, h=h, r1=r1, r4=r4, r8=r8, xs=xs, w=w, bias=bias, col=col, sq=sq, x1=x1,
+                emb=emb, ids=ids, kv=kv)
     return rows, tens
+
+
+def _ids(make, shape, n):
+    """An int64 index tensor of `shape` with values in [0, n), built like the others."""
+    t = make(shape, "float32")
+    try:
+        return (t.abs() * 1000).to(nbx.int64) % n
+    except Exception:  # noqa: BLE001 - stubbed launches (cpu-stub mode): contents never read
+        return nbx.empty(shape, dtype=nbx.int64, device=t.device)
 
 
 def _torch_fn(spec, T, torch):
@@ -92,6 +110,7 @@ def _torch_fn(spec, T, torch):
         "linear": lambda: F.linear(a("xs"), a("w"), a("bias")),
         "linear1": lambda: F.linear(a("x1"), a("w")),
         "clone": lambda: a("a").clone(), "tcontig": lambda: a("sq").t().contiguous(),
+        "emb": lambda: F.embedding(a("ids"), a("emb")), "cat": lambda: torch.cat([a("kv")] * 2, 2),
     }
     return table[k]
 
