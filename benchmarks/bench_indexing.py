@@ -163,7 +163,7 @@ def sort_sweep(x_t, x_n):
         print(f"  torch            {wt * 1e6:8.1f} {gt * 1e6:8.1f}", flush=True)
         out.append(dict(n=n, config="torch", wall_us=wt * 1e6, gpu_us=gt * 1e6))
         for tile, maxt, blk in configs[n]:
-            cfg.update(sort_tile=tile, rank_max_tiles=maxt, rank_block=blk)
+            cfg.update(sort_tile=tile, rank_tile=tile, rank_max_tiles=maxt, rank_block=blk)
             try:
                 fn = lambda: nbx.sort(xn, -1, descending=True)  # noqa: E731
                 ok = same(tref(), fn())

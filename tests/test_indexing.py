@@ -992,7 +992,10 @@ def test_sort_rank_pass_many_tiles(device, monkeypatch, n_tiles, descending):
         from nbxtensor.kernels import sort as ks
         cfg = dict(ks.CONFIG["interp"], rank_max_tiles=32)
         monkeypatch.setitem(ks.CONFIG, "interp", cfg)
-        n = cfg["sort_tile"] * (n_tiles - 1) + 5       # overhangs the last tile
+        n = cfg["rank_tile"] * (n_tiles - 1) + 5       # overhangs the last tile
+    elif device == "cuda":      # the shipped config: rank placement once N > sort_tile
+        from nbxtensor.kernels import sort as ks
+        n = ks.CONFIG["cuda"]["rank_tile"] * (n_tiles - 1) + 5
     else:
         n = 16 * (n_tiles - 1) + 5
     g = rng()

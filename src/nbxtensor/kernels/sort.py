@@ -332,11 +332,11 @@ def _topk_select_kernel(cand_ptr, cnt_ptr, x_ptr, v_ptr, i_ptr, N, K, I, KP: tl.
 CONFIG = {"cuda": {"sort_tile": 4096, "topk_chunk": 4096, "topk_programs": 132 * 2,
                    "topk_ept": 16, "merge_block": 1024, "max_kp": 1024,
                    "filt_min_n": 8192, "filt_max_kp": 128, "filt_chunk": 1024,
-                   "filt_ratio": 2, "filt_block": 1024, "rank_max_tiles": 8, "rank_block": 256},
+                   "filt_ratio": 2, "filt_block": 1024, "rank_tile": 1024, "rank_max_tiles": 32, "rank_block": 512},
           "interp": {"sort_tile": 16, "topk_chunk": 32, "topk_programs": 8,
                      "topk_ept": 16, "merge_block": 32, "max_kp": 1024,
                      "filt_min_n": 64, "filt_max_kp": 8, "filt_chunk": 8, "filt_ratio": 4,
-                     "filt_block": 16, "rank_max_tiles": 4, "rank_block": 16}}
+                     "filt_block": 16, "rank_tile": 16, "rank_max_tiles": 4, "rank_block": 16}}
 
 
 def _grid(rows, per_row):
@@ -410,8 +410,13 @@ def _decode(sk, xr, values, indices, NK, N, K, inner, topk):
 def sort(x, dim, descending, values, indices):
     xr, M, N, inner = _rows(x, dim)
     cfg = CONFIG[xr.device.type]
-    tile = max(min(_p2(N), cfg["sort_tile"]), 2)
-    nt = _cdiv(N, tile)
+    nt = 1
+    if N > cfg["sort_tile"]:
+        # more than one sort tile: rank placement over smaller tiles when they are few (H200
+        # sweep, session 3, sort (1, 32000) f32: 4096 x 8 tiles 87.7 us, 1024 x 32 tiles with
+        # 512-key rank blocks 27.2 us, torch 57.2); longer rows merge (below)
+        tile = max(min(_p2(N), cfg["rank_tile"]), 2)
+        nt = _cdiv(N, tile)
     if xr.dtype.itemsize < 8 and 1 < nt <= cfg["rank_max_tiles"] and N < 2**31:
         # few tiles: sort them, then place every key by its ranks in all tiles (2 launches)
         keys = Tensor._empty((M, N), _dt.int64, xr.device)
