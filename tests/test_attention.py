@@ -553,3 +553,131 @@ def test_sdpa_nan_propagation(device, small_blocks):
     fine = [i for i in range(L) if i != 3 and i < 10]
     r = ref_sdpa(q, k, v, causal=True)[0, 0]
     np.testing.assert_allclose(o[fine], r[fine], rtol=2e-5, atol=2e-5)
+
+
+# ---- the causal split (CAUSAL_SPLIT): a mask-free warp-specialised loop over the keys
+# below each query block + a diagonal-block kernel that merges (kernels/attention.py)
+SPLIT_CASES = [  # B, Hq, Hk, S, D, dtype, layout, cfg overrides
+    (1, 2, 2, 128, 32, "bfloat16", "bhsd", {}),                  # the first block alone
+    (1, 2, 2, 384, 32, "bfloat16", "bhsd", {}),                  # 3 blocks
+    (2, 4, 2, 256, 16, "float16", "bshd", {}),                   # GQA, strided views
+    (1, 2, 2, 384, 128, "bfloat16", "bhsd", {"DIAG_M": 64, "DIAG_N": 32}),   # 2 diag programs
+    (1, 2, 1, 96, 16, "bfloat16", "bhsd",                        # small tiles: N < M
+     {"BLOCK_M": 32, "BLOCK_N": 16, "DIAG_M": 16, "DIAG_N": 16}),
+]
+
+
+def _split_args(g, B, Hq, Hk, S, D, dtype, layout, device):
+    q, k, v = _rand(g, (B, Hq, S, D), dtype), _rand(g, (B, Hk, S, D), dtype), \
+        _rand(g, (B, Hk, S, D), dtype)
+    if layout == "bhsd":
+        args = [_t(a, dtype, device) for a in (q, k, v)]
+    else:   # (B, S, H, D) memory seen as (B, H, S, D)
+        args = [_t(np.ascontiguousarray(np.swapaxes(a, 1, 2)), dtype, device).transpose(1, 2)
+                for a in (q, k, v)]
+    return (q, k, v), args
+
+
+def _split_spy(monkeypatch):
+    """Remove the other kernels and record the split's launches."""
+    import nbxtensor.backends.launch as bl
+    from nbxtensor.kernels import attention as ka
+    for name in ("_flash_fwd", "_flash_fwd_tma", "_flash_fwd_ws"):
+        monkeypatch.setattr(ka, name, None)
+    real, seen = bl.launch, []
+
+    def spy(kernel, grid, *a, **kw):
+        seen.append((kernel.fn.__name__, tuple(grid)))
+        return real(kernel, grid, *a, **kw)
+    monkeypatch.setattr(bl, "launch", spy)
+    return seen
+
+
+@pytest.mark.parametrize("order", ["off-first", "diag-first"])
+@pytest.mark.parametrize("ws", [True, "off"])
+@pytest.mark.parametrize("case", SPLIT_CASES)
+def test_sdpa_causal_split(device, monkeypatch, case, ws, order):
+    """Both kernels into a NaN-poisoned output vs float64 (every row written, block 0 with no
+    off-diagonal keys included); the other kernels are removed so the split must run."""
+    if device == "cpu":
+        pytest.skip("kernel path: cuda/interp only")
+    from helpers import poisoned
+    from nbxtensor.kernels import attention as ka
+    B, Hq, Hk, S, D, dtype, layout, extra = case
+    cfg = dict(ka.SPLIT_CFG, SPLIT=ws, ORDER=order, **extra)
+    monkeypatch.setattr(ka, "_OVERRIDE", cfg)
+    (q, k, v), args = _split_args(rng(), B, Hq, Hk, S, D, dtype, layout, device)
+    out = poisoned((B, Hq, S, D), dtype, device)
+    seen = _split_spy(monkeypatch)
+    scale = 1 / np.sqrt(D)
+    if device == "cuda" and ws is True and (D, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_warps"],
+                                            cfg["num_stages"]) not in ka.WS_VERIFIED:
+        with pytest.raises(ValueError, match="warp-specialised loop is only run"):
+            ka.sdpa(out, *args, None, scale=scale, is_causal=True)
+        return
+    ka.sdpa(out, *args, None, scale=scale, is_causal=True)
+    nm = S // cfg["BLOCK_M"]
+    off = [("_flash_causal_off", (B * Hq, nm - 1))] if nm > 1 else []
+    diag = [("_flash_causal_diag", (B * Hq, S // cfg["DIAG_M"]))]
+    assert seen == (diag + off if order == "diag-first" else off + diag)
+    o = out.numpy().astype(np.float64)
+    assert not np.isnan(o).any()
+    tol = TOL[nbx.dtypes.as_dtype(dtype)]
+    np.testing.assert_allclose(o, ref_sdpa(q, k, v, causal=True), rtol=tol, atol=tol)
+
+
+def test_sdpa_causal_split_not_applicable(device, monkeypatch):
+    """SPLIT asked where it does not apply (L != S, S not a multiple of BLOCK_M,
+    not causal): the pointer kernel runs and is right; CAUSAL_SPLIT routes D=128 causal
+    16-bit GPU inputs to SPLIT_CFG and nothing else."""
+    if device == "cpu":
+        pytest.skip("kernel path: cuda/interp only")
+    import nbxtensor.backends.launch as bl
+    from nbxtensor.kernels import attention as ka
+    monkeypatch.setattr(ka, "_OVERRIDE", dict(ka.SPLIT_CFG, BLOCK_M=32, BLOCK_N=16, DIAG_M=16,
+                                              DIAG_N=16))
+    real, seen = bl.launch, []
+    monkeypatch.setattr(bl, "launch", lambda kern, grid, *a, **kw: (
+        seen.append(kern.fn.__name__), real(kern, grid, *a, **kw))[1])
+    g = rng()
+    for L, S, causal in ((64, 96, True), (40, 40, True), (64, 64, False)):
+        q = _rand(g, (1, 2, L, 16), "bfloat16")
+        k, v = _rand(g, (1, 2, S, 16), "bfloat16"), _rand(g, (1, 2, S, 16), "bfloat16")
+        o = nbx.scaled_dot_product_attention(*(_t(a, "bfloat16", device) for a in (q, k, v)),
+                                             is_causal=causal)
+        np.testing.assert_allclose(o.numpy().astype(np.float64),
+                                   ref_sdpa(q, k, v, causal=causal), rtol=3e-2, atol=3e-2)
+    assert seen == ["_flash_fwd"] * 3
+    monkeypatch.setattr(ka, "CAUSAL_SPLIT", True)
+    assert ka.flash_config(128, 128, 2, causal=True) == ka.SPLIT_CFG
+    assert ka.flash_config(128, 128, 2, causal=True, tuned=False).get("SPLIT") is None
+    assert ka.flash_config(128, 128, 2, causal=False).get("SPLIT") is None
+    assert ka.flash_config(64, 64, 2, causal=True).get("SPLIT") is None
+    monkeypatch.setattr(ka, "CAUSAL_SPLIT", False)
+    assert ka.flash_config(128, 128, 2, causal=True).get("SPLIT") is None
+
+
+SPLIT_CUDA_VARIANTS = {"off-first": {}, "diag-first": {"ORDER": "diag-first"},
+                       "off-first-pdl": {"PDL": True}}
+
+
+@pytest.mark.parametrize("variant", sorted(SPLIT_CUDA_VARIANTS))
+@pytest.mark.parametrize("shape", [(1, 2, 2, 512), (2, 4, 2, 1024)])
+def test_sdpa_causal_split_cuda(device, monkeypatch, shape, variant):
+    """On the GPU machine: the production split (SPLIT_CFG: the 12-warp specialised loop +
+    the diagonal kernel) through the public op with CAUSAL_SPLIT on, vs float64, no NaN."""
+    if device != "cuda":
+        pytest.skip("cuda only (the warp-specialised compile)")
+    from nbxtensor.kernels import attention as ka
+    B, Hq, Hk, S = shape
+    monkeypatch.setattr(ka, "CAUSAL_SPLIT", True)
+    monkeypatch.setattr(ka, "SPLIT_CFG", dict(ka.SPLIT_CFG, **SPLIT_CUDA_VARIANTS[variant]))
+    (q, k, v), args = _split_args(rng(), B, Hq, Hk, S, 128, "bfloat16", "bhsd", device)
+    seen = _split_spy(monkeypatch)
+    o = nbx.scaled_dot_product_attention(*args, is_causal=True, enable_gqa=Hq != Hk)
+    o = o.numpy().astype(np.float64)
+    names = ["_flash_causal_off", "_flash_causal_diag"]
+    assert [n for n, _ in seen if n.startswith("_flash")] == \
+        (names[::-1] if variant == "diag-first" else names)
+    assert not np.isnan(o).any()
+    np.testing.assert_allclose(o, ref_sdpa(q, k, v, causal=True), rtol=2e-2, atol=2e-2)
