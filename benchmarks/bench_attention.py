@@ -20,11 +20,6 @@ ratio to torch, and ready-to-paste `TUNED` tables for kernels/attention.py and
 kernels/decode_attention.py (also in the JSON under "paste" and "best").
 --sweep-prefill: the same for the four prefill cases only (no decode, no copy; ~1 min).
 ATTN_CANDS='{"128": [{...}, ...]}' (JSON) replaces a head dim's prefill candidate list.
---causal-split-ab (~30-60 s): B4 H32 S4096 D128 causal only: torch SDPA, today's default,
-and the causal split (kernels/attention.py CAUSAL_SPLIT / SPLIT_CFG: the mask-free warp-
-specialised loop over the off-diagonal keys + a diagonal-block merge kernel) with a few
-diagonal-kernel tiles, its diagonal kernel alone, and the unspecialised control; each row
-with its error vs torch (a NaN or err >= 2e-2 means the split is wrong on this GPU).
 JSON to OUTDIR/attention.json (default: $OUT, else the current directory).
 """
 from __future__ import annotations
@@ -45,7 +40,6 @@ from _common import copy_bw, out_dir, recorder, time_gpu  # noqa: E402
 from bench_matmul import rel_err, to_nbx  # noqa: E402
 
 PREFILL_ONLY = "--sweep-prefill" in sys.argv    # the prefill sweep alone (no decode, no copy)
-SPLIT_AB = "--causal-split-ab" in sys.argv      # the causal split vs today's default only
 SWEEP = "--sweep" in sys.argv or PREFILL_ONLY
 QUICK = "--quick" in sys.argv or SWEEP
 OUTDIR = out_dir()
@@ -307,101 +301,8 @@ def best_summary():
     return "\n".join(lines)
 
 
-def _err_on_gpu(o, ref):
-    """max |o - ref| / max |ref| on the GPU (a NaN anywhere gives NaN): the bf16 nbx output
-    comes over as raw bits through the host (NumPy float64 on 67M elements takes seconds)."""
-    import numpy as np
-    t = torch.from_numpy(np.ascontiguousarray(o.numpy()).view(np.int16)).cuda()
-    d = (t.view(torch.bfloat16).float().reshape(ref.shape) - ref.float()).abs().max()
-    return float(d / ref.float().abs().max())
-
-
-def causal_split_ab(B=4, H=32, S=4096, D=128):
-    """--causal-split-ab: one table, torch / default / split variants, TFLOP/s and err."""
-    import nbxtensor.backends.launch as bl
-    from nbxtensor.kernels import attention as ka
-    F = torch.nn.functional
-    real_launch = bl.launch
-    base = ka.SPLIT_CFG
-    first = dict(base, ORDER="diag-first")
-    # (name, _OVERRIDE, CAUSAL_SPLIT, kernel not launched: that row times the other alone)
-    rows = [("default (CAUSAL_SPLIT off)", None, False, None),
-            ("split SPLIT_CFG (CAUSAL_SPLIT on)", None, True, None),
-            ("split ORDER=diag-first", first, False, None),
-            ("split + PDL (diag overlaps off tail)", dict(base, PDL=True), False, None),
-            ("split DIAG M128 N64 w8", dict(base, DIAG_M=128, DIAG_N=64, DIAG_WARPS=8), False,
-             None),
-            ("split DIAG M64 N32 w4", dict(base, DIAG_M=64, DIAG_N=32), False, None),
-            ("split control: no WS, 8 warps", dict(base, SPLIT="off", num_warps=8), False, None),
-            ("  its off kernel alone (SPLIT_CFG)", None, True, "_flash_causal_diag"),
-            ("  its diag kernel alone (SPLIT_CFG)", None, True, "_flash_causal_off"),
-            ("  diag alone, ORDER=diag-first", first, False, "_flash_causal_off")]
-
-    def setup(override, flag, skip):
-        ka._OVERRIDE = dict(override) if override else None
-        ka.CAUSAL_SPLIT = flag
-        bl.launch = real_launch if skip is None else (
-            lambda kern, *a, **kw: None if kern.fn.__name__ == skip
-            else real_launch(kern, *a, **kw))
-
-    def reset():
-        ka._OVERRIDE, ka.CAUSAL_SPLIT, bl.launch = None, False, real_launch
-
-    # compile every kernel in parallel first: each job launches one of the two kernels only
-    # (warm_compile records the first compile of a call)
-    small = [to_nbx(torch.randn(1, 16, 256, D, device="cuda", dtype=torch.bfloat16))
-             for _ in range(3)]
-    call = lambda: nbx.scaled_dot_product_attention(*small, is_causal=True)  # noqa: E731
-    jobs = [(call, lambda o=o, f=f, sk=sk: setup(o, f, sk))
-            for _, o, f, _ in rows for sk in ("_flash_causal_off", "_flash_causal_diag")]
-    try:
-        warm_compile(jobs)
-    except Exception:  # noqa: BLE001 - only a speed-up
-        traceback.print_exc()
-    finally:
-        reset()
-    tq, tk, tv = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    q, k, v = (to_nbx(t) for t in (tq, tk, tv))
-    flops = 2.0 * B * H * S * S * D
-    fn = lambda: nbx.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
-    ref = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
-    t_t = time_gpu(lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=True), 3)
-    record(case="split-ab", cfg="torch SDPA", tflops=flops / t_t / 1e12, ms=t_t * 1e3)
-    for name, override, flag, skip in rows:
-        setup(override, flag, skip)
-        try:
-            t = time_gpu(fn, 3)
-            err = float("nan") if skip else _err_on_gpu(fn(), ref)
-            record(case="split-ab", cfg=name, tflops=flops / t / 1e12, ms=t * 1e3,
-                   ratio=t_t / t, err=err)
-        except Exception as e:  # noqa: BLE001 - a variant that fails is reported
-            traceback.print_exc()
-            record(case="split-ab", cfg=name, error=f"{type(e).__name__}: {str(e)[:160]}")
-        finally:
-            reset()
-    print(f"\nB{B} H{H} S{S} D{D} bf16 causal (ratio = torch time / nbx time; goal >= 0.85;"
-          f" the 'alone' rows: TFLOP/s of the whole causal count, only the time matters)")
-    print(f"{'variant':36} {'TFLOP/s':>8} {'ms':>8} {'ratio':>6} {'err':>8}")
-    for r in ROWS:
-        if r["case"] == "split-ab":
-            if "error" in r:
-                print(f"{r['cfg']:36} ERROR {r['error']}")
-            else:
-                print(f"{r['cfg']:36} {r['tflops']:8.1f} {r['ms']:8.3f} "
-                      f"{r.get('ratio', 1.0):6.3f} {r.get('err', 0.0):8.1e}")
-
-
 def main():
     t0 = time.time()
-    if SPLIT_AB:
-        causal_split_ab()
-        os.makedirs(OUTDIR, exist_ok=True)
-        path = os.path.join(OUTDIR, "attention.json")
-        with open(path, "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
-                           rows=ROWS, seconds=time.time() - t0), f, indent=1)
-        print(f"wrote {path} in {time.time() - t0:.0f} s")
-        return 0
     bw = float("nan") if PREFILL_ONLY else copy_bw()
     if not PREFILL_ONLY:
         record(case="copy", shape="1GiB", gbs=bw)

@@ -14,9 +14,6 @@ two) are masked loads. A row with every key masked gives 0 (torch >= 2.5 safe so
 (device-built tensor descriptors); `_flash_fwd_ws` is that case as one key loop for
 Triton's Hopper warp specialisation (a TMA producer warpgroup + two softmax/MMA consumer
 warpgroups, FA3's layout). The TUNED table at the top chooses the kernel and tile.
-Causal self-attention can instead run split (CAUSAL_SPLIT): `_flash_causal_off` -- the same
-mask-free specialised loop over the keys below each query block -- and
-`_flash_causal_diag`, the diagonal blocks merged with it through a log-sum-exp scratch.
 """
 from __future__ import annotations
 
@@ -43,9 +40,6 @@ LOG2E = 1.4426950408889634
 # Triton 3.6's warp-specialised loop computed WRONG results on the H200 (NaN, or 0.23 off)
 # causal, with BLOCK_N=64, and at D=64; only the settings in WS_VERIFIED (each checked
 # against float64 with tails on both lengths by test_sdpa_fast_kernels_cuda) may run it.
-# D128 causal self-attention: CAUSAL_SPLIT (below the WS kernel) routes it to a two-kernel
-# split whose specialised loop is mask-free -- off by default until the H200 A/B
-# (`bench_attention.py --causal-split-ab`) and test_sdpa_causal_split_cuda pass.
 WS_VERIFIED = {(128, 128, 128, 4, 2)}   # (head dim, BLOCK_M, BLOCK_N, num_warps, num_stages)
 TUNED: dict = {
     (128, False): dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, WS=True),
@@ -353,149 +347,6 @@ def _flash_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn
     _fa_tma_store(o_ptr, o, b, h, s_ob, s_oh, s_om, L, start_m, BLOCK_M, BLOCK_D)
 
 
-# ------------------------------------------------------------------ causal split (D=128)
-# Causal self-attention (L == S, S % BLOCK_M == 0) as two kernels, so that the warp-
-# specialised loop stays exactly the verified non-causal one (no mask, no `if`):
-#  1. `_flash_causal_off`: query block [m0, m0+BLOCK_M) against keys [0, m0), which every
-#     row may see -- no mask. Writes O_off = acc / l (normalised, the output's dtype) into
-#     the output and lse_off = m + log2(l) (base-2, scaled scores) into fp32 scratch.
-#     Block 0 has no such keys: the grid leaves it out (no zero-trip loop).
-#  2. `_flash_causal_diag`: the diagonal block (keys [m0, m0+BLOCK_M), j <= i) with the
-#     pointer machinery (`_fa_block`), then merges with (O_off, lse_off) and writes O.
-# ORDER="diag-first" swaps them: the diagonal kernel writes (O_diag, lse_diag) and the
-# warp-specialised kernel merges in its epilogue (after the loop; the loop is unchanged):
-# saves the memory-bound diagonal kernel one read of O (the compute-bound off kernel reads
-# it instead) but puts a load + merge into the specialised kernel's epilogue.
-CAUSAL_SPLIT = False    # True: D=128 causal self-attention takes SPLIT_CFG (the A/B switch)
-# the off kernel's tile is WS_VERIFIED's; DIAG_*: the diagonal kernel's rows / key block /
-# warps / stages (M64 N64 w4: 80 KB shared, 168 regs, 2 programs an SM; it is memory-bound)
-SPLIT_CFG = dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, SPLIT=True,
-                 DIAG_M=64, DIAG_N=64, DIAG_WARPS=4, DIAG_STAGES=2)
-
-
-@triton.jit
-def _flash_causal_off(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn,
-                      s_vb, s_vh, s_vn, s_ob, s_oh, s_om, H, L, S, qk_scale,
-                      GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_D: tl.constexpr, WS: tl.constexpr, MERGE: tl.constexpr,
-                      PREC: tl.constexpr, PDL: tl.constexpr):
-    """Grid (B*H, L/BLOCK_M - 1): query blocks 1.. longest first ACROSS all heads (the
-    launch order runs axis 0 fastest), so the last wave holds the shortest programs.
-    MERGE=False: write (O_off, lse_off) for the diagonal kernel to merge (it runs next);
-    MERGE=True: the diagonal kernel ran first and left (O_diag, lse_diag) there: merge
-    them in this epilogue (after the loop) and write O.
-    PDL: let the diagonal kernel (launched with PDL) become resident as SMs free up in this
-    kernel's last wave; it waits for this grid before it reads O_off / lse_off."""
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-    pid_bh = tl.program_id(0)
-    start_m = (tl.num_programs(1) - tl.program_id(1)) * BLOCK_M      # >= BLOCK_M
-    b = (pid_bh // H).to(tl.int64)
-    h = pid_bh % H
-    hk = (h // GROUP).to(tl.int64)
-    h = h.to(tl.int64)
-    qd = tl.make_tensor_descriptor(q_ptr + b * s_qb + h * s_qh, shape=[L, BLOCK_D],
-                                   strides=[s_qm, 1], block_shape=[BLOCK_M, BLOCK_D])
-    kd = tl.make_tensor_descriptor(k_ptr + b * s_kb + hk * s_kh, shape=[S, BLOCK_D],
-                                   strides=[s_kn, 1], block_shape=[BLOCK_N, BLOCK_D])
-    vd = tl.make_tensor_descriptor(v_ptr + b * s_vb + hk * s_vh, shape=[S, BLOCK_D],
-                                   strides=[s_vn, 1], block_shape=[BLOCK_N, BLOCK_D])
-    q = qd.load([start_m, 0])
-    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    l_i = tl.zeros((BLOCK_M,), tl.float32)
-    m_i = tl.full((BLOCK_M,), -float("inf"), tl.float32)
-    # the verified non-causal WS loop body, unchanged; only the bound differs (start_m, a
-    # multiple of BLOCK_N, >= one block)
-    for start_n in tl.range(0, start_m, BLOCK_N, warp_specialize=WS):
-        k = kd.load([start_n, 0])
-        qk = tl.dot(q, k.T, input_precision=PREC)
-        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        p = tl.exp2(qk * qk_scale - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        v = vd.load([start_n, 0])
-        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PREC)
-        m_i = m_new
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    if MERGE:
-        # O = (acc 2^m + O_d 2^lse_d) / (l 2^m + 2^lse_d), scaled by 2^-max(m, lse_d);
-        # m is finite (>= one unmasked block), lse_d finite (each row sees its own key)
-        od = tl.make_tensor_descriptor(o_ptr + b * s_ob + h * s_oh, shape=[L, BLOCK_D],
-                                       strides=[s_om, 1], block_shape=[BLOCK_M, BLOCK_D])
-        lse_d = tl.load(lse_ptr + pid_bh.to(tl.int64) * L + offs_m)
-        o_d = od.load([start_m, 0]).to(tl.float32)
-        mx = tl.maximum(m_i, lse_d)
-        a = tl.exp2(m_i - mx)
-        d = tl.exp2(lse_d - mx)
-        o = (acc * a[:, None] + o_d * d[:, None]) / (l_i * a + d)[:, None]
-        od.store([start_m, 0], o.to(o_ptr.dtype.element_ty))
-    else:
-        o = acc / l_i[:, None]
-        _fa_tma_store(o_ptr, o, b, h, s_ob, s_oh, s_om, L, start_m, BLOCK_M, BLOCK_D)
-        tl.store(lse_ptr + pid_bh.to(tl.int64) * L + offs_m, m_i + tl.log2(l_i))
-
-
-@triton.jit
-def _flash_causal_diag(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
-                       s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd,
-                       s_ob, s_oh, s_om, s_od, H, L, S, qk_scale,
-                       GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                       BLOCK_D: tl.constexpr, SPLIT_M: tl.constexpr, MERGE: tl.constexpr,
-                       PREC: tl.constexpr, PDL: tl.constexpr):
-    """Grid (B*H, L/BLOCK_M): query rows [start_m, start_m + BLOCK_M) against the keys of
-    their diagonal block [m0, m0 + SPLIT_M) (m0 = start_m rounded down to the off kernel's
-    SPLIT_M; BLOCK_M divides SPLIT_M, so a diagonal block may take several programs),
-    merged with the off-diagonal partial that `_flash_causal_off` left in the output
-    (MERGE=True), or -- MERGE=False, this kernel runs first -- written as (O_diag, lse_diag)
-    for the off kernel to merge (final already for the rows of the first block)."""
-    pid_bh = tl.program_id(0)
-    start_m = tl.program_id(1) * BLOCK_M
-    b = (pid_bh // H).to(tl.int64)
-    h = pid_bh % H
-    hk = (h // GROUP).to(tl.int64)
-    h = h.to(tl.int64)
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    q_base = q_ptr + b * s_qb + h * s_qh
-    q = tl.load(q_base + offs_m[:, None] * s_qm + offs_d[None, :] * s_qd)
-    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    l_i = tl.zeros((BLOCK_M,), tl.float32)
-    m_i = tl.full((BLOCK_M,), -float("inf"), tl.float32)
-    # keys [m0, start_m + BLOCK_M) with j <= i (the keys past that are above the diagonal
-    # of every row here); row i sees key m0 in the first sub-block, so m_i is finite and
-    # l_i >= 1 afterwards
-    m0 = (start_m // SPLIT_M) * SPLIT_M
-    acc, l_i, m_i = _fa_block(acc, l_i, m_i, q, k_ptr + b * s_kb + hk * s_kh,
-                              v_ptr + b * s_vb + hk * s_vh, q_base, offs_m, offs_d, offs_d,
-                              m0, start_m + BLOCK_M, S, BLOCK_D, BLOCK_D,
-                              s_kn, s_kd, s_vn, s_vd, 0, 0, qk_scale,
-                              BLOCK_N, True, False, 0, True, True, PREC, False, True)
-    if not MERGE:
-        o_ptrs = o_ptr + b * s_ob + h * s_oh + offs_m[:, None] * s_om + offs_d[None, :] * s_od
-        tl.store(o_ptrs, (acc / l_i[:, None]).to(o_ptr.dtype.element_ty))
-        tl.store(lse_ptr + pid_bh.to(tl.int64) * L + offs_m, m_i + tl.log2(l_i))
-        return
-    if PDL:
-        # launched with PDL behind `_flash_causal_off`: q/k/v were complete before that
-        # kernel started (it is not PDL-launched); its O_off / lse_off only after this wait
-        tl.extra.cuda.gdc_wait()
-    # merge (base 2): with the off part's Z_o = 2^lse_o and the diagonal's
-    # Z_d = l_d * 2^m_d, O = (O_off * Z_o + acc_d * 2^m_d) / (Z_o + Z_d); scaled by
-    # 2^-mx with mx = max(lse_o, m_d) so nothing overflows. Block 0 has no off part:
-    # lse_o = -inf gives a = 0 and O_off is not read (0), so no NaN from the poisoned out.
-    has_off = offs_m >= SPLIT_M
-    lse_o = tl.load(lse_ptr + pid_bh.to(tl.int64) * L + offs_m, mask=has_off,
-                    other=-float("inf"))
-    o_ptrs = o_ptr + b * s_ob + h * s_oh + offs_m[:, None] * s_om + offs_d[None, :] * s_od
-    o_off = tl.load(o_ptrs, mask=has_off[:, None], other=0.0).to(tl.float32)
-    mx = tl.maximum(lse_o, m_i)
-    a = tl.exp2(lse_o - mx)
-    d = tl.exp2(m_i - mx)
-    o = (o_off * a[:, None] + acc * d[:, None]) / (a + l_i * d)[:, None]
-    tl.store(o_ptrs, o.to(o_ptr.dtype.element_ty))
-
-
 # ------------------------------------------------------------------ launch configuration
 # Hopper, fp16/bf16: BLOCK_M=128, BLOCK_N=64 (32 for head dims > 128 to fit shared
 # memory), 8 warps, 3 stages. fp32/fp64 tiles are smaller (twice/four times the bytes).
@@ -512,8 +363,6 @@ def flash_config(D, DV, dtype_size, interp=False, causal=False, tuned=True):
         return dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
     if dtype_size == 4:
         return dict(BLOCK_M=64, BLOCK_N=32 if bd <= 128 else 16, num_warps=4, num_stages=2)
-    if tuned and causal and CAUSAL_SPLIT and bd == 128:
-        return dict(SPLIT_CFG)
     if tuned and (bd, bool(causal)) in TUNED:
         return dict(TUNED[(bd, bool(causal))])
     if bd <= 64:
@@ -563,25 +412,8 @@ def sdpa(out, q, k, v, mask, *, scale, is_causal):
                                dtype=q.dtype.name, device=q.device)
         if tuned:
             cfg = tuned
-    if cfg.get("SPLIT"):
-        # the causal split (self-attention in whole BLOCK_M blocks, the TMA conditions):
-        # elsewhere -- tails, L != S, a mask -- the fall-back rule below picks the kernel
-        bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
-        dm = cfg.get("DIAG_M", bm)
-        if (is_causal and L == S and L % bm == 0 and bm % bn == 0 and bm % dm == 0
-                and dm % cfg.get("DIAG_N", min(64, dm)) == 0
-                and _tma_ok(q, k, v, out, mask, scale, D, DV, S)):
-            if cfg.get("ORDER", "off-first") not in ("off-first", "diag-first"):
-                raise ValueError(f"sdpa: SPLIT's ORDER must be 'off-first' or 'diag-first', "
-                                 f"got {cfg['ORDER']!r}")
-            if (cfg["SPLIT"] != "off" and q.device.type == "cuda"
-                    and (D, bm, bn, cfg["num_warps"], cfg["num_stages"]) not in WS_VERIFIED):
-                raise ValueError(f"sdpa: the causal split's warp-specialised loop is only run "
-                                 f"with (D, BLOCK_M, BLOCK_N, num_warps, num_stages) in "
-                                 f"{WS_VERIFIED}; got D={D}, {cfg}")
-            return _sdpa_causal_split(out, q, k, v, scale, cfg)
-    tma = bool(cfg.get("TMA") or cfg.get("WS") or cfg.get("SPLIT"))
-    if (tma and not _tma_ok(q, k, v, out, mask, scale, D, DV, S)) or cfg.get("SPLIT"):
+    tma = bool(cfg.get("TMA") or cfg.get("WS"))
+    if tma and not _tma_ok(q, k, v, out, mask, scale, D, DV, S):
         tma = False
         if not _OVERRIDE:
             # a TMA/WS tile (strides, alignment, a mask do not suit) is not a tuned
@@ -589,7 +421,7 @@ def sdpa(out, q, k, v, mask, *, scale, is_causal):
             for tuned in (True, False):
                 cfg = flash_config(D, DV, q.dtype.itemsize, q.device.type == "interp",
                                    is_causal, tuned=tuned)
-                if not (cfg.get("TMA") or cfg.get("WS") or cfg.get("SPLIT")):
+                if not (cfg.get("TMA") or cfg.get("WS")):
                     break
     # (the interpreter runs the loop's plain semantics, which are right: cuda only)
     if tma and cfg.get("WS") and cfg["WS"] != "off" and q.device.type == "cuda" and (is_causal or (
@@ -642,45 +474,4 @@ def sdpa(out, q, k, v, mask, *, scale, is_causal):
            BLOCK_DV=bdv, CAUSAL=is_causal, MASK_KIND=kind, EVEN_D=bd == D, EVEN_DV=bdv == DV,
            PREC="ieee" if q.dtype.itemsize >= 4 else "tf32", F64=f64, SCALE_POS=scale > 0,
            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    return out
-
-
-def _sdpa_causal_split(out, q, k, v, scale, cfg):
-    """Causal self-attention as `_flash_causal_off` (warp-specialised, mask-free) then
-    `_flash_causal_diag` (diagonal blocks + merge); see CAUSAL_SPLIT."""
-    from .. import dtypes as _dt
-    from ..backends.launch import launch
-    from ..tensor import Tensor
-    B, H, L, D = q.shape
-    Hk, S = k.shape[1], k.shape[2]
-    bm = cfg["BLOCK_M"]
-    nm = L // bm
-    lse = Tensor._empty((B * H * L,), _dt.float32, q.device)   # rows of block 0 unused
-    prec = "ieee" if q.dtype.itemsize >= 4 else "tf32"
-    diag_first = cfg.get("ORDER", "off-first") == "diag-first"
-    # PDL (off-first only, cuda only): the diagonal kernel overlaps the off kernel's tail
-    pdl = bool(cfg.get("PDL")) and not diag_first and nm > 1 and q.device.type == "cuda"
-
-    def off():
-        if nm > 1:
-            launch(_flash_causal_off, (B * H, nm - 1), q, k, v, out, lse, *q.stride()[:3],
-                   *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], H, L, S,
-                   scale * LOG2E, GROUP=H // Hk, BLOCK_M=bm, BLOCK_N=cfg["BLOCK_N"],
-                   BLOCK_D=D, WS=cfg["SPLIT"] != "off", MERGE=diag_first, PREC=prec,
-                   PDL=pdl, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-
-    def diag():
-        dm = cfg.get("DIAG_M", bm)
-        launch(_flash_causal_diag, (B * H, L // dm), q, k, v, out, lse, *q.stride(),
-               *k.stride(), *v.stride(), *out.stride(), H, L, S, scale * LOG2E,
-               GROUP=H // Hk, BLOCK_M=dm, BLOCK_N=cfg.get("DIAG_N", min(64, dm)), BLOCK_D=D,
-               SPLIT_M=bm, MERGE=not diag_first, PREC=prec, PDL=pdl,
-               num_warps=cfg.get("DIAG_WARPS", 8 if dm >= 128 else 4),
-               num_stages=cfg.get("DIAG_STAGES", 2), **({"launch_pdl": True} if pdl else {}))
-    if diag_first:
-        diag()
-        off()
-    else:
-        off()
-        diag()
     return out
