@@ -554,3 +554,151 @@ def test_oom_retry_that_empties_the_requests_free_list_keeps_the_split_tail():
     assert a.num_alloc_retries == 1 and b.size == 12 * MiB + 512 * KiB
     a.check()                           # the 1.5 MiB tail is in the free list
     assert a.malloc(MiB + 512 * KiB).ptr == b.ptr + b.size
+
+
+# ------------------------------------------------------------------------------ parked blocks
+# A freed block of the default pool under 10 MiB, of exactly its rounded size, is parked whole
+# per (stream, size) and handed again to the next request of that size (no split, no merge).
+
+def test_parked_block_comes_back_whole_and_counts_as_free():
+    a, raw = make()
+    keep = a.malloc(512)                    # a live neighbour, so the block cannot merge left
+    b = a.malloc(3000)
+    ptr = b.ptr
+    a.free(b)
+    a.check()
+    assert (a.allocated, a.requested, a.num_frees) == (512, 512, 1)
+    assert not a.holds(ptr) and a.find(ptr + 100) is None
+    again = a.malloc(2600)                  # same rounded size (3072): the very block
+    assert again is b and again.ptr == ptr and again.requested == 2600
+    assert (a.allocated, a.requested, a.num_allocs) == (512 + 3072, 512 + 2600, 3)
+    assert a.peak_requested == 512 + 3000 and a.num_segment_allocs == 1
+    a.check()
+    a.free(again)
+    s = a.stats()                           # the merged picture: one free tail block
+    assert s["free_blocks"] == 1 and s["largest_free_block"] == 2 * MiB - 512
+    assert blocks_of(a) == [(512, True), (2 * MiB - 512, False)]
+    a.free(keep)
+    a.check()
+    assert a.empty_cache() == 2 * MiB and raw.live == {} and a.reserved == 0
+
+
+def test_parked_block_interior_pointer_is_not_held():
+    a, _ = make()
+    b = a.malloc(4096)
+    assert a.holds(b.ptr + 100)             # remembered as the last interior hit
+    a.free(b)
+    assert not a.holds(b.ptr + 100) and not a.holds(b.ptr)
+    with pytest.raises(ValueError, match="freed twice"):
+        a.free(b)                           # a parked block is not live: a second free fails
+    a.check()
+
+
+def test_parked_blocks_never_cost_a_segment(monkeypatch):
+    monkeypatch.setattr(memory, "PARK_MAX", 1000)   # every freed block stays parked
+    a, raw = make()
+    bs = [a.malloc(4 * KiB) for _ in range(512)]     # exactly one 2 MiB segment
+    assert a.num_segment_allocs == 1
+    for b in bs:
+        a.free(b)
+        a.check()
+    assert a._nparked == 512
+    big = a.malloc(MiB)                     # fits only once the parked blocks are merged back
+    assert a.num_segment_allocs == 1 and big.ptr == bs[0].ptr and a._nparked == 0
+    a.check()
+    big2 = a.malloc(MiB - 4 * KiB)
+    assert a.num_segment_allocs == 1
+    a.free(big)
+    a.free(big2)
+    assert a.empty_cache() == 2 * MiB and raw.live == {}
+
+
+def test_best_fit_sees_larger_parked_blocks():
+    a, _ = make()
+    bs = [a.malloc(n) for n in (8 * KiB, 512, 4 * KiB, 512)]
+    a.free(bs[0])
+    a.free(bs[2])                           # both parked
+    got = a.malloc(3 * KiB)                 # best fit: the 4 KiB hole, split
+    assert got.ptr == bs[2].ptr and got.size == 3 * KiB
+    a.check()
+
+
+def test_parked_blocks_are_per_stream_and_default_pool_only():
+    a, raw = make()
+    b = a.malloc(1024, stream=7)
+    a.free(b)
+    other = a.malloc(1024, stream=9)        # another stream never gets stream 7's block
+    assert other.ptr != b.ptr and other.seg is not b.seg
+    with a.private_pool() as pool:
+        p = a.malloc(1024)
+    a.free(p)                               # a private pool's block is merged, not parked
+    a.check()
+    a.release_pool(pool)
+    assert all(s["pool"] == 0 for s in a.snapshot())
+    a.free(other)
+    a.check()
+
+
+def test_parked_list_is_bounded():
+    a, _ = make()
+    bs = [a.malloc(2048) for _ in range(memory.PARK_MAX + 5)]
+    for b in bs:
+        a.free(b)
+    a.check()                               # check() asserts every list <= PARK_MAX
+    assert a._nparked == memory.PARK_MAX
+
+
+@pytest.mark.parametrize("sizes", [[1, 512, 700, 4096, 5000, 300 * KiB, MiB],
+                                   [1, 700, 5000, MiB, MiB + 1, 3 * MiB, 9 * MiB, 11 * MiB]])
+def test_parking_keeps_every_count_and_peak(monkeypatch, sizes):
+    # the same random alloc/free sequence with and without parking: the requested bytes, the
+    # event counts and (small blocks: always split to their rounded size) the allocated bytes
+    # and their peak match at every step. A large block may keep a tail of up to 1 MiB, so
+    # with large sizes the allocated bytes depend on placement, which parking changes.
+    small = max(sizes) <= MiB
+    rng = np.random.default_rng(1)
+    ops = []
+    nlive = 0
+    for _ in range(600):
+        if nlive and rng.random() < 0.45:
+            ops.append(("free", int(rng.integers(nlive))))
+            nlive -= 1
+        else:
+            ops.append(("alloc", int(rng.choice(sizes)), int(rng.choice([0, 5]))))
+            nlive += 1
+
+    def run():
+        a, raw = make()
+        live, seen = [], []
+        for op in ops:
+            if op[0] == "alloc":
+                live.append(a.malloc(op[1], op[2]))
+            else:
+                a.free(live.pop(op[1]))
+            a.check()
+            seen.append((a.requested, a.peak_requested, a.num_allocs, a.num_frees)
+                        + ((a.allocated, a.peak_allocated) if small else ()))
+        for b in live:
+            a.free(b)
+        a.empty_cache()
+        assert raw.live == {} and a.reserved == 0
+        return seen
+    parked = run()
+    monkeypatch.setattr(memory, "PARK_MAX", 0)
+    assert run() == parked
+
+
+def test_parked_block_trace_records_each_alloc_and_free():
+    a, _ = make()
+    events = []
+
+    class Rec:
+        def record(self, *ev):
+            events.append(ev[:2] + ev[3:])
+    a._trace = Rec()
+    b = a.malloc(1000)
+    a.free(b)
+    b2 = a.malloc(1000)                     # from the parked list
+    a.free(b2)
+    assert [e[0] for e in events] == ["segment_alloc", "alloc", "free", "alloc", "free"]
+    assert events[1][2] == events[3][2] == b.ptr

@@ -59,13 +59,17 @@ class HostStorage:
 
 def new_storage(device: Device, nbytes: int) -> "HostStorage":
     """Allocate `nbytes` of uninitialised memory on `device`."""
-    if device.type == "cuda":
-        global _cuda_allocate
-        if _cuda_allocate is None:
-            from .backends.cuda.storage import CudaStorage  # imports the driver on first use
-            _cuda_allocate = CudaStorage.allocate
-        return _cuda_allocate(device, nbytes)
-    return HostStorage.allocate(device, nbytes)
+    return (ALLOCATE.get(device.type) or _allocator_of(device.type))(device, nbytes)
 
 
-_cuda_allocate = None   # CudaStorage.allocate once imported (an import statement per call costs)
+def _allocator_of(kind):
+    if kind == "cuda":      # imports the driver on first use
+        from .backends.cuda.storage import allocate
+        ALLOCATE["cuda"] = allocate
+        return allocate
+    return HostStorage.allocate
+
+
+# device type -> allocate(device, nbytes); cuda's is bound on first use (Tensor._empty looks
+# here directly: a function call less per op)
+ALLOCATE: dict = {"cpu": HostStorage.allocate, "interp": HostStorage.allocate}

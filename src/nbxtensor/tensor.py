@@ -15,7 +15,7 @@ import numpy as np
 from . import dtypes as _dt
 from .device import Device, as_device
 from .dispatch import impl
-from .storage import HostStorage, new_storage
+from .storage import ALLOCATE as _ALLOCATE, HostStorage, new_storage
 
 _CPU = Device("cpu")
 
@@ -36,7 +36,24 @@ class Size(tuple):
         return Size(r) if isinstance(i, slice) else r
 
 
+_prod = math.prod
 _CONTIG: dict = {}   # shape -> contiguous strides, for Tensor._empty (small shapes repeat)
+
+
+def new_contiguous(shape, stride, dtype, device, nbytes) -> "Tensor":
+    """Tensor._empty(shape, dtype, device) for a caller that cached the rest: `shape` a Size,
+    `stride` its contiguous strides, `nbytes` = numel * itemsize (the ops' fast paths)."""
+    alloc = _ALLOCATE.get(device.type)
+    t = _new_object(Tensor)
+    t._storage = alloc(device, nbytes) if alloc is not None else new_storage(device, nbytes)
+    t._shape = shape
+    t._stride = stride
+    t._offset = 0
+    t._dtype = dtype
+    return t
+
+
+_new_object = object.__new__
 
 
 def cached_contiguous_strides(shape) -> tuple[int, ...]:
@@ -182,9 +199,13 @@ class Tensor:
         # every op allocates its output here: no re-derived strides, no extra conversions
         if shape.__class__ is not Size:
             shape = Size(shape)
-        stride = cached_contiguous_strides(shape)
+        stride = _CONTIG.get(shape)
+        if stride is None:
+            stride = cached_contiguous_strides(shape)
+        alloc = _ALLOCATE.get(device.type)
         t = object.__new__(cls)
-        t._storage = new_storage(device, math.prod(shape) * dtype.itemsize)
+        t._storage = (alloc(device, _prod(shape) * dtype.itemsize) if alloc is not None
+                      else new_storage(device, _prod(shape) * dtype.itemsize))
         t._shape = shape
         t._stride = stride
         t._offset = 0

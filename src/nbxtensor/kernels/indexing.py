@@ -737,6 +737,20 @@ def run_prepared(prep, out, src, idx):
     _after(out._storage.device, err)
 
 
+def prepared_runner(prep):
+    """run(out, src, idx) == run_prepared(prep, out, src, idx), as a closure over the plan (the
+    op layer's per-call path: no unpacking, and _after's common cuda case inlined)."""
+    kernel, grid, tail, kw, err = prep
+
+    def run(out, src, idx):
+        launch(kernel, grid, out, src, idx, *tail, **kw)
+        if _DEFER[0] or _driver._capturing or _MODE[0] == "sync":
+            _after(out._storage.device, err)
+        else:       # _after on cuda (in ASYNC_TYPES), not deferred, not capturing, async mode
+            PENDING[0] = 1
+    return run
+
+
 def _scalar_arg(value, dtype):
     """A Python scalar already representable in `dtype` (the ops layer casts it)."""
     if value is None:

@@ -369,6 +369,26 @@ def cat_rows(out, tensors, rows, widths):
             launch(_cat_kernel, grid, out, *ps, *(ps[0],) * (4 - n), *tail, **kw)
 
 
+def cat_runner(devtype, dt, rows, widths):
+    """run(out, tensors) == cat_rows(out, tensors, rows, widths) with the plan bound once (the
+    op layer's per-call path); a changed _FORCE_IDX64 (tests) sends it back to cat_rows."""
+    force = _FORCE_IDX64
+    plans = _cat_plan(devtype, dt.itemsize, rows, widths)
+    if dt not in _CAT_DIRECT or len(plans) != 1:
+        return lambda out, tensors: cat_rows(out, tensors, rows, widths)
+    _, n, grid, tail, kw = plans[0]
+    npad = 4 - n
+
+    def run(out, tensors):
+        if _FORCE_IDX64 != force:
+            return cat_rows(out, tensors, rows, widths)
+        if npad:
+            launch(_cat_kernel, grid, out, *tensors, *(tensors[0],) * npad, *tail, **kw)
+        else:
+            launch(_cat_kernel, grid, out, *tensors, *tail, **kw)
+    return run
+
+
 def _plain_dims(out: Tensor, src: Tensor):
     return [(s, ist, ost, s, 0, False) for s, ist, ost in zip(out.shape, src.stride(), out.stride())]
 
@@ -388,6 +408,9 @@ def cat(out, tensors, dim, rows_widths=None):
         dst = out.narrow(dim, start, n)
         gather(dst, t, _plain_dims(dst, t))
         start += n
+
+
+cat.runner = cat_runner   # the op layer's fast path binds a plan through it
 
 
 _REPLAY: dict = {}
@@ -427,6 +450,37 @@ def flip(out, x, dims):
     key = ("flip", out._dtype.itemsize, x._shape, x._stride, out._stride, tuple(dims),
            _FORCE_IDX64)
     _replayable(key, out, x, lambda: _flip(out, x, dims))
+
+
+def flip_runner(out, x, dims):
+    """After flip(out, x, dims) ran: run(out2, x2) == flip(out2, x2, dims) for tensors of the
+    same layouts and itemsize, with the replay entry bound (the op layer's per-call path),
+    or None (not replayable, or more than one launch)."""
+    force = _FORCE_IDX64
+    recs = _REPLAY.get(("flip", out._dtype.itemsize, x._shape, x._stride, out._stride,
+                        tuple(dims), force))
+    if recs is None or len(recs) != 1:
+        return None
+    kernel, grid, slots, spos, opos, kw = recs[0]
+    if len(opos) != 1 or not spos:
+        return None
+    bits = _BITS[out._dtype.itemsize]
+    si, oi, more = spos[0], opos[0], spos[1:]
+    make = Tensor._make
+
+    def run(out, src):
+        if _FORCE_IDX64 != force:
+            return flip(out, src, dims)
+        args = slots.copy()
+        args[si] = sb = make(src._storage, src._shape, src._stride, src._offset, bits)
+        for i in more:
+            args[i] = sb
+        args[oi] = make(out._storage, out._shape, out._stride, out._offset, bits)
+        launch(kernel, grid, *args, **kw)
+    return run
+
+
+flip.runner = flip_runner   # the op layer's fast path binds a replay through it
 
 
 def _flip(out, x, dims):

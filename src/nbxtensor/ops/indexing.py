@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import dtypes as _dt
 from ..dispatch import impl
-from ..tensor import Tensor, broadcast_shapes, normalize_dim
+from ..tensor import Tensor, broadcast_shapes, new_contiguous, normalize_dim
 from . import _methods
 from ._common import check_tensor
 
@@ -229,27 +229,41 @@ def _dim_info(t, d):
 _FAST: dict = {}
 
 
-def _fast_lookup(op, dim, src, index):
-    """(key, device, result) of the fast path for op(src, dim, index): result is None on a miss
-    (the full path then caches its plan under key), device is None when src and index are on
-    different devices (no caching: the full path raises)."""
-    dev = _same_dev(src, index)
-    if dev is None:
-        return None, None, None
-    key = (op, dim, src._dtype, src._shape, src._stride, index._dtype, index._shape,
-           index._stride, dev.type)
-    return key, dev, _fast_gather(key, src, index, dev)
-
-
-def _fast_gather(key, src, index, dev):
-    p = _FAST.get(key)
+def _fast_hit(op, dim, src, index):
+    """The result of op(src, dim, index) through its cached plan, or None (a miss, or src and
+    index on different devices: the full path then runs, see _fast_key)."""
+    dev = src._storage.device
+    db = index._storage.device
+    if dev is not db and dev != db:
+        return None
+    # keyed by the device itself, not its type: a prepared cuda launch holds that device's
+    # index-error flag
+    p = _FAST.get((op, dim, src._dtype, src._shape, src._stride, index._dtype, index._shape,
+                   index._stride, dev))
     if p is None:
         return None
-    shape, sstr, istr, sdim, hi, err, prep = p
-    out = Tensor._empty(shape, src._dtype, dev)
-    if prep is not None:    # cuda: the launch is prepared; the views only carried strides
-        prep[0](prep[1], out, src, index)
-    elif 0 not in shape:
+    run = p[6]
+    if run is not None:     # cuda: the launch is prepared; the views only carried strides
+        out = new_contiguous(p[0], p[7], src._dtype, dev, p[8])
+        run(out, src, index)
+        return out
+    return _fast_gather(p, src, index, dev)
+
+
+def _fast_key(op, dim, src, index):
+    """(key, device) the full path caches its plan under; (None, None) when src and index are
+    on different devices (no caching: the full path raises)."""
+    dev = _same_dev(src, index)
+    if dev is None:
+        return None, None
+    return (op, dim, src._dtype, src._shape, src._stride, index._dtype, index._shape,
+            index._stride, dev), dev
+
+
+def _fast_gather(p, src, index, dev):
+    shape, sstr, istr, sdim, hi, err = p[:6]
+    out = new_contiguous(shape, p[7], src._dtype, dev, p[8])
+    if 0 not in shape:
         impl("index_gather", dev)(out, Tensor._make(src._storage, shape, sstr, src._offset,
                                                     src._dtype),
                                   Tensor._make(index._storage, shape, istr, index._offset,
@@ -261,13 +275,14 @@ def _remember(key, out, sv, iv, sdim, hi, err):
     """Cache the plan of a call the full path accepted; `sv`/`iv` are views of the source and
     index with their storage offsets (what the prepared cuda launch relies on)."""
     if len(_FAST) < 4096:
-        prep = None
+        run = None
         kix = sys.modules.get("nbxtensor.kernels.indexing")
         if kix is not None and out.numel() and out._storage.device.type == "cuda":
             p = kix.prepared_gather(out, sv, iv, sdim, 0, hi, False, err)
             if p is not None:
-                prep = (kix.run_prepared, p)
-        _FAST[key] = (out._shape, sv._stride, iv._stride, sdim, hi, err, prep)
+                run = kix.prepared_runner(p)
+        _FAST[key] = (out._shape, sv._stride, iv._stride, sdim, hi, err, run, out._stride,
+                      out.numel() * out._dtype.itemsize)
 
 
 def _same_dev(a, b):
@@ -280,9 +295,10 @@ def gather(input, dim, index, *, sparse_grad=False, out=None):  # noqa: A002
     fast = out is None and input.__class__ is Tensor and index.__class__ is Tensor \
         and dim.__class__ is int
     if fast:
-        key, dev, r = _fast_lookup("gather", dim, input, index)
+        r = _fast_hit("gather", dim, input, index)
         if r is not None:
             return r
+        key, dev = _fast_key("gather", dim, input, index)
     op = "gather"
     check_tensor(input, "input", op)
     _check_index(index, "index", op, input.device)
@@ -314,9 +330,10 @@ def index_select(input, dim, index, *, out=None):  # noqa: A002
     fast = out is None and input.__class__ is Tensor and index.__class__ is Tensor \
         and dim.__class__ is int
     if fast:
-        key, dev, r = _fast_lookup("index_select", dim, input, index)
+        r = _fast_hit("index_select", dim, input, index)
         if r is not None:
             return r
+        key, dev = _fast_key("index_select", dim, input, index)
     op = "index_select"
     check_tensor(input, "input", op)
     _check_index(index, "index", op, input.device)
@@ -355,9 +372,10 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # 
     fast = input.__class__ is Tensor and weight.__class__ is Tensor and max_norm is None \
         and padding_idx is None
     if fast:
-        key, dev, r = _fast_lookup("embedding", None, weight, input)
+        r = _fast_hit("embedding", None, weight, input)
         if r is not None:
             return r
+        key, dev = _fast_key("embedding", None, weight, input)
     op = "embedding"
     check_tensor(weight, "weight", op)
     _check_index(input, "input", op, weight.device)

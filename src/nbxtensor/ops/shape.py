@@ -6,12 +6,15 @@ checks `out=`) and dispatches to backends/cpu/shape.py or kernels/shape.py.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import dtypes as _dt
 from ..creation import arange
 from ..dispatch import impl
-from ..tensor import Tensor, _as_int, _overlaps, normalize_dim, normalize_size
+from ..tensor import (Size, Tensor, _as_int, _overlaps, cached_contiguous_strides, new_contiguous,
+                      normalize_dim, normalize_size)
 from ._common import check_out as _prepare_out, check_tensor
 from ._methods import install
 
@@ -212,19 +215,27 @@ def _cat_fast(tensors, dim, stack):
         if xd is not dev and xd != dev:
             return None
         ss.append((x._shape, x._stride))
-    key = (dev.type, stack, dim, *ss)
+    key = (dev.type, dt, stack, dim, *ss)
     plan = _CAT_FAST.get(key)
     if plan is None:
         plan = _cat_fast_plan(ss, dim, stack) or False
         if plan:
-            plan = plan + (impl("cat", dev),)
+            shape, rows, widths = plan
+            fn = impl("cat", dev)
+            runner = getattr(fn, "runner", None)    # the triton impl's plan-bound launcher
+            if runner is not None:
+                run = runner(dev.type, dt, rows, widths)
+            else:
+                def run(out, ts, fn=fn, rw=(rows, widths)):
+                    fn(out, ts, None, rows_widths=rw)
+            shape = Size(shape)
+            plan = (shape, run, cached_contiguous_strides(shape), math.prod(shape) * dt.itemsize)
         if len(_CAT_FAST) < 4096:
             _CAT_FAST[key] = plan
     if plan is False:
         return None
-    shape, rows, widths, fn = plan
-    out = Tensor._empty(shape, dt, dev)
-    fn(out, tensors, None, rows_widths=(rows, widths))  # kernel devices only
+    out = new_contiguous(plan[0], plan[2], dt, dev, plan[3])
+    plan[1](out, tensors)   # kernel devices only
     return out
 
 
@@ -302,8 +313,9 @@ def _dims_arg(dims, ndim, argname):
     return out
 
 
-# flip's fast path: (device type, shape, dims as given) -> (normalised dims, implementation),
-# stored once the full path accepted the call (dims are checked against the rank only)
+# flip's fast path: (device type, dtype, shape, strides, dims as given) -> (normalised dims,
+# implementation, its bound replay or None), stored once the full path accepted the call
+# (dims are checked against the rank only)
 _FLIP_FAST: dict = {}
 
 
@@ -313,11 +325,14 @@ def flip(input, dims):  # noqa: A002
             else None
         if dk is not None:
             dev = input._storage.device
-            key = (dev.type, input._shape, dk)
+            key = (dev.type, input._dtype, input._shape, input._stride, dk)
             p = _FLIP_FAST.get(key)
             if p is not None:
-                out = Tensor._empty(input._shape, input._dtype, dev)
-                p[1](out, input, p[0])
+                out = new_contiguous(input._shape, p[3], input._dtype, dev, p[4])
+                if p[2] is not None:
+                    p[2](out, input)
+                else:
+                    p[1](out, input, p[0])
                 return out
     x = check_tensor(input, "input", "flip")
     dims = _dims_arg(dims, x.ndim, "dims")
@@ -327,7 +342,9 @@ def flip(input, dims):  # noqa: A002
         dims = dims if x.ndim else []
         fn(out, x, dims)
         if input.__class__ is Tensor and dk is not None and len(_FLIP_FAST) < 4096:
-            _FLIP_FAST[key] = (dims, fn)
+            runner = getattr(fn, "runner", None)    # the triton impl's replay, bound
+            _FLIP_FAST[key] = (dims, fn, runner(out, x, dims) if runner is not None else None,
+                               out._stride, out.numel() * out._dtype.itemsize)
     return out
 
 

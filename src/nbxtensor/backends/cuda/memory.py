@@ -19,6 +19,16 @@ Design (the one PyTorch's and CuPy's pools proved):
   memory comes from segments tagged with the pool's id, freed blocks go back to that pool
   only, and its segments outlive the block until `release_pool(pool)`.
 
+- Blocks under 10 MiB of the default pool, of exactly their rounded size, are *parked* when
+  freed: kept whole on a short LIFO per (stream, size) instead of being merged back, and
+  handed again as they are to the next request of that size on that stream (the hot path of
+  eager ops: one output freed and re-made per call). Parked blocks count as free in every
+  statistic (allocated, requested, num_frees); they are merged back (`_flush_parked`) before
+  a request of their pool searches the cached blocks (the larger ones only, so best fit sees
+  what it would have) or takes a new segment, before any segment is released (empty_cache,
+  the OOM retry), and before stats(), snapshot() and largest_free_block() report, so those
+  see exactly the merged picture.
+
 Freeing never calls the driver, so storages may die anywhere (a finalizer, the GC). A free
 that arrives while the allocator is busy in the same thread (the GC running a finalizer in
 the middle of a malloc) is queued and done when the outer call finishes.
@@ -43,6 +53,9 @@ SMALL_SEGMENT = 2 << 20         # small-pool segment size
 LARGE_SEGMENT = 20 << 20        # shared segment for large requests below MIN_LARGE_ALLOC
 MIN_LARGE_ALLOC = 10 << 20      # from here on a request gets its own segment
 ROUND_LARGE = 2 << 20           # ... rounded up to this
+PARK_MAX = 16                   # parked blocks kept per (stream, size); more are merged back
+_PARKED = 2                     # Block.allocated of a parked block: truthy (never merged into a
+                                # neighbour) but not `True` (not live)
 
 
 class RawOutOfMemory(Exception):
@@ -104,7 +117,7 @@ class Block:
         self.size = size
         self.requested = 0
         self.stream = stream
-        self.allocated = False
+        self.allocated = False      # False: free; True: live; _PARKED: freed, parked whole
         self.prev = None            # address-ordered neighbours inside the segment
         self.next = None
         self.seg = seg
@@ -140,6 +153,7 @@ class CachingAllocator:
         self.raw = raw
         self.device = device
         self._lock = threading.RLock()
+        self._acquire, self._release = self._lock.acquire, self._lock.release
         self._busy = False
         self._pending = []          # frees that arrived re-entrantly while busy
         self._free = {}             # Segment.key -> sorted list of (size, ptr, Block)
@@ -147,6 +161,8 @@ class CachingAllocator:
         self._segs = {}             # segment ptr -> Segment
         self._seg_starts = []       # sorted segment ptrs
         self._last = None           # the last block found by an interior-pointer holds()
+        self._parked = {}           # stream -> {size -> LIFO of parked blocks} (pool 0 only)
+        self._nparked = 0
         self._pool = 0              # pool id new segments get (0: the shared default pool)
         self._next_pool = 1
         self._released_pools = set()
@@ -170,35 +186,36 @@ class CachingAllocator:
             self.capture_guard(self, stream)
         size = (nbytes + 511) & -512
         small = size <= SMALL_SIZE
-        with self._lock:
+        self._acquire()     # (acquire/release, not `with`: half the cost on this hot path)
+        try:
             if self._busy:
                 raise RuntimeError("CachingAllocator.malloc: called re-entrantly (from a finalizer "
                                    "running inside the allocator); allocate outside finalizers")
+            if self._nparked and size < MIN_LARGE_ALLOC and not self._pool:
+                # the parked fast path (no _busy: it makes no object, so no finalizer can run
+                # in the middle of it)
+                lst = self._parked.get(stream)     # (int keys: cheaper than a tuple's)
+                if lst is not None:
+                    lst = lst.get(size)
+                if lst:
+                    block = lst.pop()
+                    self._nparked -= 1
+                    block.allocated = True
+                    block.requested = nbytes
+                    self._live[block.ptr] = block
+                    self.num_allocs += 1
+                    a = self.allocated = self.allocated + size
+                    if a > self.peak_allocated:
+                        self.peak_allocated = a
+                    r = self.requested = self.requested + nbytes
+                    if r > self.peak_requested:
+                        self.peak_requested = r
+                    if self._trace is not None:
+                        self._trace.record("alloc", self.device, stream, block.ptr, size, nbytes)
+                    return block
             self._busy = True
             try:
-                fl = self._free.get((self._pool, small, stream))
-                block = None
-                if fl:
-                    i = bisect_left(fl, (size,))
-                    if i < len(fl):
-                        block = fl.pop(i)[2]
-                if block is None:
-                    block = self._new_segment(size, nbytes, small, stream)
-                rest = block.size - size
-                if rest >= 512 if small else rest > 1048576:
-                    # split: the tail becomes a free block in the same segment (inlined: hot)
-                    seg = block.seg
-                    tail = Block(block.ptr + size, rest, stream, seg)
-                    tail.prev = block
-                    tail.next = nxt = block.next
-                    if nxt is not None:
-                        nxt.prev = tail
-                    block.next = tail
-                    block.size = size
-                    insort(seg.starts, tail.ptr)
-                    if fl is None:
-                        fl = self._free[seg.key] = []
-                    insort(fl, (rest, tail.ptr, tail))
+                block = self._take(size, nbytes, small, stream)
                 block.allocated = True
                 block.requested = nbytes
                 self._live[block.ptr] = block
@@ -213,16 +230,99 @@ class CachingAllocator:
                 self._busy = False
                 if self._pending:
                     self._drain()
+        finally:
+            self._release()
         if self._trace is not None:
             self._trace.record("alloc", self.device, stream, block.ptr, block.size, nbytes)
         return block
 
+    def _take(self, size, nbytes, small, stream) -> Block:
+        """The best-fitting cached free block (or a new segment's), split to `size`."""
+        key = (self._pool, small, stream)
+        if self._nparked and not self._pool:
+            # best fit sees every block a parked one could have been: merge back the larger
+            # ones of this pool
+            self._flush_parked(stream, size, SMALL_SIZE if small else MIN_LARGE_ALLOC)
+        fl = self._free.get(key)
+        block = None
+        if fl:
+            i = bisect_left(fl, (size,))
+            if i < len(fl):
+                block = fl.pop(i)[2]
+        if block is None and self._nparked and not self._pool:
+            # parked blocks never cost a segment: merge this stream's back and look again
+            self._flush_parked(stream)
+            fl = self._free.get(key)
+            if fl:
+                i = bisect_left(fl, (size,))
+                if i < len(fl):
+                    block = fl.pop(i)[2]
+        if block is None:
+            block = self._new_segment(size, nbytes, small, stream)
+        rest = block.size - size
+        if rest >= 512 if small else rest > 1048576:
+            # split: the tail becomes a free block in the same segment
+            seg = block.seg
+            tail = Block(block.ptr + size, rest, stream, seg)
+            tail.prev = block
+            tail.next = nxt = block.next
+            if nxt is not None:
+                nxt.prev = tail
+            block.next = tail
+            block.size = size
+            insort(seg.starts, tail.ptr)
+            fl = self._free.get(seg.key)
+            if fl is None:
+                fl = self._free[seg.key] = []
+            insort(fl, (rest, tail.ptr, tail))
+        return block
+
+    def _flush_parked(self, stream=None, above=0, upto=MIN_LARGE_ALLOC) -> None:
+        """Merge parked blocks (of `stream`, or all; of sizes in (above, upto]) back into
+        their free lists."""
+        if not self._nparked:
+            return
+        for st, by_size in list(self._parked.items()):
+            if stream is not None and st != stream:
+                continue
+            # (emptied lists go too, so this scan stays as short as the sizes parked now)
+            for size in [n for n, lst in by_size.items() if not lst or above < n <= upto]:
+                lst = by_size.pop(size)
+                self._nparked -= len(lst)
+                for block in lst:
+                    block.allocated = False
+                    self._merge_free(block)
+
     def free(self, block: Block) -> None:
         """Return `block` to the cache (no driver call; the memory stays reserved)."""
-        with self._lock:
+        self._acquire()
+        try:
             if self._busy:          # re-entered from a finalizer: finish the outer call first
                 self._pending.append(block)
                 return
+            seg = block.seg
+            size = block.size
+            if not seg.pool and size == (block.requested + 511) & -512 and size < MIN_LARGE_ALLOC:
+                # park it whole (see the module docstring); no _busy: the dict and the list
+                # are the objects made here (where a finalizer may run), before any change
+                by_size = self._parked.get(block.stream)
+                if by_size is None:
+                    by_size = self._parked.setdefault(block.stream, {})
+                lst = by_size.get(size)
+                if lst is None:
+                    lst = by_size.setdefault(size, [])
+                ptr = block.ptr
+                if len(lst) < PARK_MAX and self._live.get(ptr) is block:
+                    del self._live[ptr]
+                    block.allocated = _PARKED
+                    self.num_frees += 1
+                    self.allocated -= size
+                    self.requested -= block.requested
+                    lst.append(block)
+                    self._nparked += 1
+                    if self._trace is not None:
+                        self._trace.record("free", self.device, seg.stream, ptr, 0, 0)
+                    return
             self._busy = True
             try:
                 self._free_block(block)
@@ -230,6 +330,8 @@ class CachingAllocator:
                 self._busy = False
                 if self._pending:
                     self._drain()
+        finally:
+            self._release()
 
     def _drain(self):
         # frees queued by finalizers; a bad one must not fail the unrelated call that drains it
@@ -268,6 +370,13 @@ class CachingAllocator:
         self.num_frees += 1
         self.allocated -= block.size
         self.requested -= block.requested
+        if self._trace is not None:
+            self._trace.record("free", self.device, block.seg.stream, ptr, 0, 0)
+        self._merge_free(block)
+
+    def _merge_free(self, block):
+        # merge a no-longer-used block with its free neighbours into its free list
+        ptr = block.ptr
         seg = block.seg
         fl = self._free.get(seg.key)
         if fl is None:
@@ -292,8 +401,6 @@ class CachingAllocator:
             starts = seg.starts
             del starts[bisect_left(starts, n.ptr)]
         insort(fl, (block.size, block.ptr, block))
-        if self._trace is not None:
-            self._trace.record("free", self.device, seg.stream, ptr, 0, 0)
         if seg.pool and seg.pool in self._released_pools and block.size == seg.size:
             sync = getattr(self.raw, "synchronize", None)
             if sync is not None:    # queued kernels of the released pool may still use it
@@ -339,6 +446,7 @@ class CachingAllocator:
     def _release_cached(self) -> int:
         """Return every wholly free segment of the default pool (and of released private pools)
         to the raw allocator. Returns the bytes released."""
+        self._flush_parked()
         segs = [s for s in self._segs.values() if self._releasable(s)]
         if not segs:
             return 0
@@ -434,7 +542,7 @@ class CachingAllocator:
         if addr in self._live:
             return True
         b = self._last
-        if b is not None and b.allocated and b.ptr <= addr < b.ptr + b.size:
+        if b is not None and b.allocated is True and b.ptr <= addr < b.ptr + b.size:
             return True
         b = self.find(addr)
         if b is None:
@@ -461,13 +569,26 @@ class CachingAllocator:
                 return b
             return None
 
+    def _settle(self):
+        # the merged picture for a report; not from a finalizer inside a malloc/free
+        if self._nparked and not self._busy:
+            self._busy = True
+            try:
+                self._flush_parked()
+            finally:
+                self._busy = False
+                if self._pending:
+                    self._drain()
+
     def largest_free_block(self) -> int:
         with self._lock:
+            self._settle()
             return max((fl[-1][0] for fl in self._free.values() if fl), default=0)
 
     def stats(self) -> dict:
         """Current and peak bytes, counts, and the cache's shape."""
         with self._lock:
+            self._settle()
             free_blocks = sum(len(fl) for fl in self._free.values())
             return {
                 "allocated_bytes": self.allocated, "allocated_bytes.peak": self.peak_allocated,
@@ -496,6 +617,7 @@ class CachingAllocator:
     def snapshot(self) -> list:
         """Segments and their blocks, address-ordered: a picture of the cache for debugging."""
         with self._lock:
+            self._settle()
             out = []
             for sp in self._seg_starts:
                 seg = self._segs[sp]
@@ -512,7 +634,7 @@ class CachingAllocator:
         """Verify the internal invariants (tests call this after every step)."""
         with self._lock:
             assert self._seg_starts == sorted(self._segs)
-            n_free = 0
+            n_free = n_parked = 0
             allocated = 0
             for sp in self._seg_starts:
                 seg = self._segs[sp]
@@ -522,8 +644,13 @@ class CachingAllocator:
                     assert b.ptr == addr and b.seg is seg and b.prev is prev and b.size > 0
                     assert b.stream == seg.stream
                     starts.append(b.ptr)
-                    if b.allocated:
-                        assert self._live[b.ptr] is b
+                    if b.allocated is _PARKED:
+                        assert b.ptr not in self._live and seg.pool == 0
+                        assert b.size < MIN_LARGE_ALLOC and b.size == round_size(b.requested)
+                        assert any(x is b for x in self._parked[b.stream][b.size])
+                        n_parked += 1
+                    elif b.allocated:
+                        assert b.allocated is True and self._live[b.ptr] is b
                         allocated += b.size
                     else:
                         assert prev is None or prev.allocated, "two free neighbours not merged"
@@ -538,6 +665,9 @@ class CachingAllocator:
             assert n_free == sum(len(fl) for fl in self._free.values())
             assert all(fl == sorted(fl, key=lambda t: (t[0], t[1])) for fl in self._free.values())
             assert allocated == self.allocated
+            lists = [v for d in self._parked.values() for v in d.values()]
+            assert n_parked == self._nparked == sum(len(v) for v in lists)
+            assert all(len(v) <= PARK_MAX for v in lists)
             assert self.reserved == sum(s.size for s in self._segs.values())
 
     def _oom_message(self, nbytes, size, seg_bytes, stream, err) -> str:

@@ -20,13 +20,17 @@ __all__ = ["CudaStorage"]
 _current = None   # nbx.cuda's per-device current-stream table, bound on first use
 
 
-def _stream_handle(index: int) -> int:
-    """The raw handle of the current stream of device `index` (0: the legacy default stream)."""
+def _bind_current() -> dict:
     global _current
     if _current is None:
         from ... import cuda
         _current = cuda._current
-    s = _current.get(index)
+    return _current
+
+
+def _stream_handle(index: int) -> int:
+    """The raw handle of the current stream of device `index` (0: the legacy default stream)."""
+    s = (_current if _current is not None else _bind_current()).get(index)
     return 0 if s is None else s.handle
 
 
@@ -76,15 +80,9 @@ class CudaStorage:
     def allocate(cls, device, nbytes: int) -> "CudaStorage":
         if nbytes.__class__ is not int or nbytes < 0:
             raise ValueError(f"CudaStorage.allocate: nbytes must be an int >= 0, got {nbytes!r}")
-        index = device.index or 0
         if nbytes == 0:
             return cls(device, 0, None, None)
-        driver.set_device(index)
-        alloc = allocator_for(index)
-        block = alloc.malloc(nbytes, _stream_handle(index))
-        st = cls(device, nbytes, block, alloc)
-        st._nbx_launch = _launch_tokens.get(index) or launch_token(index)
-        return st
+        return allocate(device, nbytes)
 
     def __del__(self):
         b = self._block
@@ -133,3 +131,29 @@ class CudaStorage:
 
     def __repr__(self):
         return f"<CudaStorage {self.device} ptr={self.ptr:#x} nbytes={self.nbytes}>"
+
+
+_new = object.__new__
+
+
+def allocate(device, nbytes: int) -> CudaStorage:
+    """CudaStorage.allocate, flattened for the per-op output (Tensor._empty): no __init__ frame,
+    the stream looked up in place."""
+    if nbytes.__class__ is not int or nbytes <= 0:
+        return CudaStorage.allocate(device, nbytes)     # the empty storage, or the error
+    index = device.index or 0
+    driver.set_device(index)    # (cheap when current; later driver calls may rely on it)
+    alloc = allocator_for(index)
+    cur = _current     # _stream_handle(index), inlined
+    if cur is None:
+        cur = _bind_current()
+    s = cur.get(index)
+    block = alloc.malloc(nbytes, 0 if s is None else s.handle)
+    st = _new(CudaStorage)
+    st.device = device
+    st.nbytes = nbytes
+    st.ptr = block.ptr
+    st._block = block
+    st._alloc = alloc
+    st._nbx_launch = _launch_tokens.get(index) or launch_token(index)
+    return st
