@@ -343,3 +343,20 @@ def test_norm_bandwidth_variants(device, monkeypatch, variant):
     close(out, ref_ln(hs, 1, w, b, 1e-5), dtype, atol_scale=2)
     close(nbx.rms_norm(x, (33,), wt, 1e-6), ref_ln(a, 1, w, None, 1e-6, rms=True), dtype,
           atol_scale=2)
+
+
+@pytest.mark.parametrize("single", [False, True])
+def test_norm_kernel_compiles_for_sm90(single):
+    # interp runs a jit helper called without its defaulted constexpr string; Triton's sm_90
+    # compiler did not (the looping path failed on the H200): compile both paths here
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from nbxtensor.kernels.norm import _norm_kernel
+    sig = {n: "*bf16" for n in ("x_ptr", "r_ptr", "w_ptr", "b_ptr", "o_ptr", "h_ptr")}
+    sig.update({n: "i32" for n in ("R", "N", "s_x", "s_r", "s_o", "s_h")}, eps="fp32")
+    cx = dict(BLOCK_R=2, BLOCK_N=128, SINGLE=single, RMS=False, HAS_W=True, HAS_B=True,
+              HAS_RES=True, F64=False, EVICT="", SCACHE="", ONE_RED=False)
+    sig.update({k: "constexpr" for k in cx})
+    k = triton.compile(triton.compiler.ASTSource(fn=_norm_kernel, signature=sig, constexprs=cx),
+                       target=GPUTarget("cuda", 90, 64))
+    assert "ld.global" in k.asm["ptx"]

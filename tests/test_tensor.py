@@ -476,3 +476,14 @@ def test_launch_refuses_mixed_devices():
 def test_assert_close_helper_sane(device):
     x = randn((5,), nbx.float32, device)
     assert_close(x, x.numpy().astype(np.float64))
+
+
+def test_empty_view_past_the_end_reads_back(device):
+    # x[1] of a (2, 0) tensor is an empty view whose offset lies past its empty storage's
+    # end; reading it back reads nothing (the cuda storage once refused the range: H200)
+    x = nbx.zeros((2, 0), device=device)
+    v = x[1]
+    assert v.shape == (0,)
+    assert v.numpy().shape == (0,) and v.tolist() == []
+    y = nbx.zeros((3, 0, 2), dtype=nbx.bfloat16, device=device)[2:, :, 1]
+    assert y.numpy().shape == (1, 0)

@@ -21,7 +21,9 @@ from .. import autotune as _autotune
 
 @triton.jit
 def _load_row(x_ptr, r_ptr, xrow, rrow, c, mask, HAS_RES: tl.constexpr, F64: tl.constexpr,
-              EVICT: tl.constexpr = ""):
+              EVICT: tl.constexpr):
+    # (EVICT has no default: Triton 3.6 fails to compile a jit helper called without one
+    # of its defaulted constexpr strings -- seen on the H200 for the looping norm path)
     x = tl.load(x_ptr + xrow[:, None] + c[None, :], mask=mask, other=0.0, eviction_policy=EVICT)
     if HAS_RES:
         r = tl.load(r_ptr + rrow[:, None] + c[None, :], mask=mask, other=0.0,
@@ -98,7 +100,7 @@ def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, o_ptr, h_ptr, R, N, s_x, s_r, s_o, 
         for start in range(0, N, BLOCK_N):      # pass 1: sum (mean) or sum of squares (rms)
             c = start + cols
             mask = rmask[:, None] & (c[None, :] < N)
-            xin = _load_row(x_ptr, r_ptr, xrow, rrow, c, mask, HAS_RES, F64)
+            xin = _load_row(x_ptr, r_ptr, xrow, rrow, c, mask, HAS_RES, F64, EVICT)
             if HAS_RES:
                 tl.store(h_ptr + hrow[:, None] + c[None, :], xin, mask=mask)
             x = xin.to(acc.dtype)
@@ -114,7 +116,7 @@ def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, o_ptr, h_ptr, R, N, s_x, s_r, s_o, 
             for start in range(0, N, BLOCK_N):  # pass 2: variance about the mean
                 c = start + cols
                 mask = rmask[:, None] & (c[None, :] < N)
-                x = _load_row(x_ptr, r_ptr, xrow, rrow, c, mask, HAS_RES, F64).to(acc.dtype)
+                x = _load_row(x_ptr, r_ptr, xrow, rrow, c, mask, HAS_RES, F64, EVICT).to(acc.dtype)
                 d = tl.where(mask, x - mean[:, None], 0.0)
                 acc += d * d
             var = tl.sum(acc, axis=1) / N
@@ -122,7 +124,7 @@ def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, o_ptr, h_ptr, R, N, s_x, s_r, s_o, 
         for start in range(0, N, BLOCK_N):      # last pass: normalise and write
             c = start + cols
             mask = rmask[:, None] & (c[None, :] < N)
-            x = _load_row(x_ptr, r_ptr, xrow, rrow, c, mask, HAS_RES, F64).to(acc.dtype)
+            x = _load_row(x_ptr, r_ptr, xrow, rrow, c, mask, HAS_RES, F64, EVICT).to(acc.dtype)
             if RMS:
                 y = x * rstd[:, None]
             else:

@@ -94,7 +94,9 @@ class CudaStorage:
                 pass
 
     def _check(self, what, offset, nbytes):
-        if offset < 0 or nbytes < 0 or offset + nbytes > self.nbytes:
+        # an empty range reads or writes nothing: an empty view may keep an offset past the
+        # end of its (possibly empty) storage, as torch's do
+        if offset < 0 or nbytes < 0 or (nbytes and offset + nbytes > self.nbytes):
             raise ValueError(f"CudaStorage.{what}: bytes [{offset}, {offset + nbytes}) lie outside "
                              f"the storage of {self.nbytes} bytes on {self.device}")
 
