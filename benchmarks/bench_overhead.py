@@ -227,7 +227,9 @@ def cuda_mode(args):
     rows, tens = _cases(nbx, "cuda", make)
     try:
         import torch
-        T = {k: torch.from_numpy(host[id(v)]).cuda() for k, v in tens.items()}
+        # (tensors derived on the device, e.g. index ids, are read back for torch)
+        T = {k: torch.from_numpy(host[id(v)] if id(v) in host else v.numpy()).cuda()
+             for k, v in tens.items()}
     except Exception as e:  # noqa: BLE001 - torch is only the reference
         print(f"(torch not available: {type(e).__name__}: {e})")
         torch, T = None, None

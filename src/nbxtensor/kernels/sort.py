@@ -332,11 +332,13 @@ def _topk_select_kernel(cand_ptr, cnt_ptr, x_ptr, v_ptr, i_ptr, N, K, I, KP: tl.
 CONFIG = {"cuda": {"sort_tile": 4096, "topk_chunk": 4096, "topk_programs": 132 * 2,
                    "topk_ept": 16, "merge_block": 1024, "max_kp": 1024,
                    "filt_min_n": 8192, "filt_max_kp": 128, "filt_chunk": 1024,
-                   "filt_ratio": 2, "filt_block": 1024, "rank_tile": 1024, "rank_max_tiles": 32, "rank_block": 512},
+                   "filt_ratio": 2, "filt_block": 1024, "rank_tile": 1024, "rank_max_tiles": 32, "rank_block": 256,
+                   "rank_small_grid": 132},
           "interp": {"sort_tile": 16, "topk_chunk": 32, "topk_programs": 8,
                      "topk_ept": 16, "merge_block": 32, "max_kp": 1024,
                      "filt_min_n": 64, "filt_max_kp": 8, "filt_chunk": 8, "filt_ratio": 4,
-                     "filt_block": 16, "rank_tile": 16, "rank_max_tiles": 4, "rank_block": 16}}
+                     "filt_block": 16, "rank_tile": 16, "rank_max_tiles": 4, "rank_block": 16,
+                     "rank_small_grid": 8}}
 
 
 def _grid(rows, per_row):
@@ -410,11 +412,14 @@ def _decode(sk, xr, values, indices, NK, N, K, inner, topk):
 def sort(x, dim, descending, values, indices):
     xr, M, N, inner = _rows(x, dim)
     cfg = CONFIG[xr.device.type]
-    nt = 1
-    if N > cfg["sort_tile"]:
-        # more than one sort tile: rank placement over smaller tiles when they are few (H200
-        # sweep, session 3, sort (1, 32000) f32: 4096 x 8 tiles 87.7 us, 1024 x 32 tiles with
-        # 512-key rank blocks 27.2 us, torch 57.2); longer rows merge (below)
+    tile = max(min(_p2(N), cfg["sort_tile"]), 2)
+    nt = _cdiv(N, tile)
+    if nt > 1 and M * nt < cfg["rank_small_grid"]:
+        # a few rows of several sort tiles leave most SMs idle: rank placement over smaller
+        # tiles (H200, session 3, sort (1, 32000) f32: 4096 x 8 tiles 87.7 us, 1024 x 32
+        # tiles with 512-key rank blocks 27.2 us, torch 57.2). Many rows keep the big tiles:
+        # (32, 32000) took 423 us on the small ones against 241 on the big (the rank search
+        # grows with the tile count)
         tile = max(min(_p2(N), cfg["rank_tile"]), 2)
         nt = _cdiv(N, tile)
     if xr.dtype.itemsize < 8 and 1 < nt <= cfg["rank_max_tiles"] and N < 2**31:
@@ -425,8 +430,9 @@ def sort(x, dim, descending, values, indices):
                num_warps=16 if tile >= 8192 else (8 if tile >= 2048 else 4))
         tp = _p2(nt)
         # a [BLOCK, TP] tile of searches: above 8 tiles, fewer keys a program keeps the
-        # registers in bounds (ptxas sm_90: TP 32 x 256 spills; TP 32 x 64 uses 95 registers)
-        blk = cfg["rank_block"] if tp <= 8 else max(16, cfg["rank_block"] * 8 // tp)
+        # registers in bounds (ptxas sm_90: TP 32 x 256 spills; TP 32 x 64 uses 95 registers;
+        # TP 32 x 128 was the fastest on the H200, session 3)
+        blk = cfg["rank_block"] if tp <= 8 else max(16, cfg["rank_block"] * 16 // tp)
         launch(_rank_decode_kernel, _grid(M, _cdiv(N, blk)), keys, xr, values, indices, N,
                inner, TILE=tile, TP=tp, STEPS=tile.bit_length(), BLOCK=blk, num_warps=4)
         return
