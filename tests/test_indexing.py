@@ -560,7 +560,12 @@ def async_checks(device):
         pytest.skip("cpu checks indices on the host, before any write")
     added = "interp" not in kix.ASYNC_TYPES
     kix.ASYNC_TYPES.add(device)
+    # an index op captured into a graph by an earlier test of this process keeps PENDING set
+    # after every read (replays run no Python): these tests start without such a graph
+    graph_ops = kix._GRAPH_OPS[0]
+    kix._GRAPH_OPS[0] = False
     yield kix
+    kix._GRAPH_OPS[0] = graph_ops
     if added:
         kix.ASYNC_TYPES.discard("interp")
 
