@@ -1,15 +1,18 @@
 """Sweep of the bandwidth variants of the large memory-bound kernels, against torch (H200).
 
-    PYTHONPATH=src python3 benchmarks/sweep_bandwidth.py [--full] [--groups=ew,red,norm] [OUTDIR]
+    PYTHONPATH=src python3 benchmarks/sweep_bandwidth.py [--full] [--groups=mem,red,norm] [OUTDIR]
 
-Variants are the named knob sets in the kernel modules (make one the default by name):
-  ew   kernels/elementwise.py FLAT_VARIANTS  (set_flat_variant; "default" = FLAT_VARIANT None)
-       copy / neg f32 (64M elements) for every variant, then exp f32, add bf16, add f32 (64M)
-       for the default and the 3 best on copy+neg (--full: every variant).
-  red  kernels/reduction.py REDUCE_VARIANTS  (set_variant; 16-bit inputs only, plus EVICT)
-       sum bf16 (32768,4096) dim=-1 (pipe*/row* variants) and dim=0 (col* variants).
-  norm kernels/norm.py NORM_VARIANTS  (NORM_VARIANT; "default" = None)
+  mem  torch's copy on torch-allocated and on nbx-allocated buffers beside nbx's copy and neg
+       (64M f32): whether a gap to torch is the kernel's or the memory's.
+  red  kernels/reduction.py REDUCE_VARIANTS (set_variant; 16-bit inputs; "default" = the
+       shipped CONFIG16/PIPE): sum bf16 (32768,4096) dim=-1 (pipe*/row* variants) and dim=0
+       (col* variants); --full: every variant on both.
+  norm kernels/norm.py tiles through _OVERRIDE (BLOCK_R x num_warps; "default" = the rule):
        layer_norm bf16 (16384,4096) weight+bias, rms_norm bf16 same shape.
+Session 3 also swept the flat element-wise kernel (unmasked body, persistent grid, cache and
+eviction hints, block sizes), eviction hints and a prefetching column loop for the
+reductions, and persistent / one-reduction norms; all lost on the H200 (BENCHMARKS.md, runs
+14-16) and were removed from the package.
 Each variant's output is checked against torch's before it is timed; a variant that fails
 to compile or to match is reported and skipped. GPU time: CUDA events over the calls
 queued behind a sleep kernel (benchmarks/_common.py time_gpu), L2 flushed per batch, torch
@@ -34,14 +37,13 @@ from _common import copy_bw, out_dir, time_gpu  # noqa: E402
 
 FULL = "--full" in sys.argv
 GROUPS = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--groups=")),
-              ["mem", "ew", "red", "norm"])
+              ["mem", "red", "norm"])
 ROWS: list[dict] = []
 T0 = time.time()
 
 import torch  # noqa: E402  (the reference only)
 
 import nbxtensor as nbx  # noqa: E402
-from nbxtensor.kernels import elementwise as EW  # noqa: E402
 from nbxtensor.kernels import norm as NK  # noqa: E402
 from nbxtensor.kernels import reduction as RK  # noqa: E402
 
@@ -120,68 +122,22 @@ def case(group, name, nbytes, bw, torch_fn, variants, apply, nbx_fn, exact=False
     return out
 
 
-def _ratio(rows, v):
-    r = rows.get(v)
-    return r["ratio"] if r and r.get("ok") else 0.0
-
-
-def _ew_apply(v):
-    EW.set_flat_variant(None if v == "default" else v)
-
-
-def _ew_f32(bw, n, names):
-    """copy / neg for every variant; then exp and add f32 for the default and the 3 best."""
-    a32 = torch.randn(n, device="cuda")
-    b32 = torch.randn(n, device="cuda")
-    x32, y32 = to_nbx(a32), to_nbx(b32)
-    dst_t = torch.empty_like(a32)
-    dst_n = nbx.empty((n,), dtype=nbx.float32, device="cuda")
-    r_copy = case("ew", "copy f32 64M", 8 * n, bw, lambda: dst_t.copy_(a32), names, _ew_apply,
-                  lambda: dst_n.copy_(x32), exact=True)
-    r_neg = case("ew", "neg f32 64M", 8 * n, bw, lambda: -a32, names, _ew_apply, lambda: -x32,
-                 exact=True)
-    ranked = sorted((v for v in names if v != "default"),
-                    key=lambda v: -(_ratio(r_copy, v) + _ratio(r_neg, v)))
-    more = names if FULL else ["default"] + ranked[:3]
-    case("ew", "exp f32 64M", 8 * n, bw, lambda: torch.exp(a32), more, _ew_apply,
-         lambda: nbx.exp(x32), tol=4e-7)
-    case("ew", "add f32 64M", 12 * n, bw, lambda: a32 + b32, more, _ew_apply,
-         lambda: x32 + y32, exact=True)
-    return more
-
-
-def _ew_bf16(bw, n, more):
-    abf = torch.randn(n, device="cuda").bfloat16()
-    bbf = torch.randn(n, device="cuda").bfloat16()
-    xbf, ybf = to_nbx(abf), to_nbx(bbf)
-    case("ew", "add bf16 64M", 6 * n, bw, lambda: abf + bbf, more, _ew_apply,
-         lambda: xbf + ybf, exact=True)
-
-
-def sweep_ew(bw):
-    n = 64 << 20
-    more = _ew_f32(bw, n, ["default"] + list(EW.FLAT_VARIANTS))
-    torch.cuda.empty_cache()
-    _ew_bf16(bw, n, more)
-    EW.set_flat_variant(None)
-
-
 def sweep_red(bw):
     t = torch.randn(32768, 4096, device="cuda").bfloat16()
     x = to_nbx(t)
-    common = ["default", "evict_first"]
+    common = ["default", "base"]
     rows = [k for k in RK.REDUCE_VARIANTS if k.startswith(("pipe", "row"))]
     cols = [k for k in RK.REDUCE_VARIANTS if k.startswith("col")]
 
     def apply(v):
-        RK.set_variant("base" if v == "default" else v)
+        RK.set_variant(None if v == "default" else v)
 
-    every = [k for k in RK.REDUCE_VARIANTS if k not in ("base", "evict_first")]
+    every = [k for k in RK.REDUCE_VARIANTS if k != "base"]
     case("red", "sum bf16 (32768,4096) dim=-1", t.numel() * 2, bw, lambda: t.sum(-1),
          common + (every if FULL else rows), apply, lambda: x.sum(-1))
     case("red", "sum bf16 (32768,4096) dim=0", t.numel() * 2, bw, lambda: t.sum(0),
          common + (every if FULL else cols), apply, lambda: x.sum(0))
-    RK.set_variant("base")
+    RK.set_variant(None)
 
 
 def sweep_norm(bw):
@@ -191,18 +147,19 @@ def sweep_norm(bw):
     tw = torch.randn(N, device="cuda").bfloat16()
     tb = torch.randn(N, device="cuda").bfloat16()
     x, w, b = to_nbx(tx), to_nbx(tw), to_nbx(tb)
-    names = ["default"] + list(NK.NORM_VARIANTS)
+    tiles = {"default": None, "r1w16": (1, 16), "r1w8": (1, 8), "r1w4": (1, 4),
+             "r2w16": (2, 16), "r2w8": (2, 8), "r4w16": (4, 16), "r4w8": (4, 8)}
 
     def apply(v):
-        NK.NORM_VARIANT = None if v == "default" else dict(NK.NORM_VARIANTS[v])
+        t = tiles[v]
+        NK._OVERRIDE = None if t is None else {"BLOCK_R": t[0], "num_warps": t[1]}
 
     io = 2 * 2 * R * N
     case("norm", "layer_norm bf16 16384x4096", io, bw, lambda: F.layer_norm(tx, (N,), tw, tb),
-         names, apply, lambda: nbx.layer_norm(x, (N,), w, b))
-    names_rms = [v for v in names if v == "default" or "ONE_RED" not in NK.NORM_VARIANTS[v]]
+         list(tiles), apply, lambda: nbx.layer_norm(x, (N,), w, b))
     case("norm", "rms_norm bf16 16384x4096", io, bw, lambda: F.rms_norm(tx, (N,), tw, 1e-6),
-         names_rms, apply, lambda: nbx.rms_norm(x, (N,), w, 1e-6))
-    NK.NORM_VARIANT = None
+         list(tiles), apply, lambda: nbx.rms_norm(x, (N,), w, 1e-6))
+    NK._OVERRIDE = None
 
 
 def probe_memory(bw):
@@ -232,8 +189,7 @@ def main():
     bw = copy_bw() * 1e9      # _common.copy_bw is in GB/s; this file works in bytes/s
     print(f"copy bandwidth (torch, 1 GiB): {bw / 1e9:.0f} GB/s; groups {GROUPS}", flush=True)
     failures = []
-    for g, fn in (("mem", probe_memory), ("ew", sweep_ew), ("red", sweep_red),
-                  ("norm", sweep_norm)):
+    for g, fn in (("mem", probe_memory), ("red", sweep_red), ("norm", sweep_norm)):
         if g not in GROUPS:
             continue
         try:

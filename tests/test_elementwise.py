@@ -551,37 +551,3 @@ def test_copy_of_more_dims_than_the_strided_kernel_takes(device):
     np.testing.assert_array_equal(c.numpy(), a.transpose(6, 5, 4, 3, 2, 1, 0))
     s = (t + 1.5).numpy()
     np.testing.assert_array_equal(s, a.transpose(6, 5, 4, 3, 2, 1, 0) + np.float32(1.5))
-
-
-# ------------------------------------------------------------------ bandwidth variants (sweep)
-@pytest.mark.parametrize("variant", ["even_cs", "persist8_cs", "even_ef_cs", "persist4",
-                                     "even_cg", "base"])
-def test_flat_bandwidth_variants(device, monkeypatch, variant):
-    """kernels/elementwise.py FLAT_VARIANTS (benchmarks/sweep_bandwidth.py) on interp with a
-    16-element block: an exact multiple (no mask), a partial last block (peeled or masked),
-    a grid-stride walk of several blocks per program, bf16 and f32, unary/binary/copy, into
-    NaN-poisoned outputs."""
-    if device != "interp":
-        pytest.skip("the variant kernel is the triton path; interp runs it")
-    ew = pytest.importorskip("nbxtensor.kernels.elementwise")
-    monkeypatch.setattr(ew, "NUM_SMS", {"interp": 1})
-    v = dict(ew.FLAT_VARIANTS[variant], BLOCK=16, num_warps=1)
-    ew.set_flat_variant(v)
-    try:
-        g = rng()
-        for n in (16 * 7, 16 * 7 + 5, 3):
-            for dt in (nbx.float32, nbx.bfloat16):
-                x, y = randn((n,), dt, device, g), randn((n,), dt, device, g)
-                a, b = to64(x), to64(y)
-                out = poisoned((n,), dt, device)
-                nbx.neg(x, out=out)
-                assert_close(out, -a)
-                out = poisoned((n,), dt, device)
-                nbx.add(x, y, out=out)
-                assert_close(out, (a + b).astype(dt.np).astype(np.float64))
-                assert_close(nbx.exp(x), np.exp(a), dt)
-                c = poisoned((n,), dt, device)
-                c.copy_(x)
-                np.testing.assert_array_equal(to64(c), a)
-    finally:
-        ew.set_flat_variant(None)

@@ -298,16 +298,14 @@ def test_full_reduction_is_0dim(device):
 
 # ------------------------------------------------------------------ bandwidth variants (sweep)
 @pytest.mark.parametrize("variant", [
-    {"EVICT": "evict_first"},
     {"row_tile": 128, "row_warps": 4, "col_tile": 32, "col_block_k": 4, "target_programs": 16},
-    {"row_tile": 32, "row_warps": 1, "col_block_k": 16, "col_warps": 1, "EVICT": "evict_first"},
-    {"PREFETCH": {}},
-    {"PREFETCH": {}, "row_tile": 128, "row_block_r": 16, "col_tile": 32, "col_block_k": 4},
+    {"row_tile": 32, "row_warps": 1, "col_block_k": 16, "col_warps": 1},
+    {"row_tile": 128, "row_block_r": 16, "col_tile": 32, "col_block_k": 4},
 ])
 def test_reduce_16bit_variants(device, variant):
-    """kernels/reduction.py CONFIG16 / EVICT (benchmarks/sweep_bandwidth.py's REDUCE_VARIANTS
-    at interp sizes): bf16 sums over rows and columns, split or not, match float64; fp32
-    inputs keep CONFIG's tiles."""
+    """kernels/reduction.py CONFIG16 (benchmarks/sweep_bandwidth.py's REDUCE_VARIANTS at
+    interp sizes): bf16 sums over rows and columns, split or not, match float64; fp32 inputs
+    keep CONFIG's tiles."""
     if device != "interp":
         pytest.skip("the kernel path")
     import nbxtensor.kernels.reduction as rk
@@ -322,8 +320,8 @@ def test_reduce_16bit_variants(device, variant):
         assert_close(x.sum(), a.sum(), rtol=1.6e-2, atol=0.5)
         assert rk._plan("interp", 13, 257, 1, 4) == rk._plan.__wrapped__("interp", 13, 257, 1, 4)
     finally:
-        rk.set_variant("base", "interp")
-    assert rk.CONFIG16["interp"] == {} and rk.EVICT == ""
+        rk.set_variant(None, "interp")
+    assert rk.CONFIG16["interp"] == rk.CONFIG16_DEFAULT["interp"]
 
 
 @pytest.mark.parametrize("dtype", [nbx.bfloat16, nbx.float32])
@@ -349,5 +347,5 @@ def test_reduce_row_pipe_variant(device, dtype):
             assert_close(x.amin(-1), a.min(-1))
             assert_close(nbx.linalg.vector_norm(x, dim=-1), np.sqrt((a * a).sum(-1)), **tol)
     finally:
-        rk.set_variant("base", "interp")
-    assert rk.PIPE is None
+        rk.set_variant(None, "interp")
+    assert rk.PIPE == rk.PIPE_DEFAULT

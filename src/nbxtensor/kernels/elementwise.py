@@ -670,97 +670,6 @@ def _ew_flat_kernel(out, a, b, c, sa, sb, sc, p0, p1, N,
 
 
 @triton.jit
-def _operand_h(ptr, off, mask, sval, MODE: tl.constexpr, ENC: tl.constexpr, CT: tl.constexpr,
-               LCACHE: tl.constexpr, LEVICT: tl.constexpr):
-    """_operand with load cache hints (the bandwidth variants of the flat kernel)."""
-    if MODE == "t":
-        v = _decode(tl.load(ptr + off, mask=mask, cache_modifier=LCACHE,
-                            eviction_policy=LEVICT), ENC).to(CT)
-    else:
-        v = _operand(ptr, off, mask, sval, MODE, ENC, CT)
-    return v
-
-
-@triton.jit
-def _ew_flat_block(out, a, b, c, sa, sb, sc, p0, p1, N, offs, MASKED: tl.constexpr,
-                   OP: tl.constexpr, CT: tl.constexpr,
-                   MA: tl.constexpr, MB: tl.constexpr, MC: tl.constexpr,
-                   EA: tl.constexpr, EB: tl.constexpr, EC: tl.constexpr, EO: tl.constexpr,
-                   INTERP: tl.constexpr, LCACHE: tl.constexpr, LEVICT: tl.constexpr,
-                   SCACHE: tl.constexpr):
-    if MASKED:
-        mask = offs < N
-    else:
-        mask = None
-    x = _operand_h(a, offs, mask, sa, MA, EA, CT, LCACHE, LEVICT)
-    y = _operand_h(b, offs, mask, sb, MB, EB, CT, LCACHE, LEVICT)
-    z = _operand_h(c, offs, mask, sc, MC, EC, CT, LCACHE, LEVICT)
-    r = _apply(OP, x, y, z, p0, p1, INTERP)
-    tl.store(out + offs, _encode(r, EO, out.dtype.element_ty), mask=mask, cache_modifier=SCACHE)
-
-
-@triton.jit
-def _ew_flat_v_kernel(out, a, b, c, sa, sb, sc, p0, p1, N, NFULL,
-                      OP: tl.constexpr, CT: tl.constexpr,
-                      MA: tl.constexpr, MB: tl.constexpr, MC: tl.constexpr,
-                      EA: tl.constexpr, EB: tl.constexpr, EC: tl.constexpr, EO: tl.constexpr,
-                      F64S: tl.constexpr, IDX64: tl.constexpr, INTERP: tl.constexpr,
-                      BLOCK: tl.constexpr, TAIL: tl.constexpr, PERSIST: tl.constexpr,
-                      LCACHE: tl.constexpr, LEVICT: tl.constexpr, SCACHE: tl.constexpr):
-    """The flat kernel's bandwidth variants (FLAT_VARIANT): load/store cache hints, no mask
-    on full blocks, a grid-stride loop. NFULL = N // BLOCK full blocks.
-
-    TAIL: "mask" every block masked (as _ew_flat_kernel); "none" N % BLOCK == 0, no mask;
-    "peel" full blocks unmasked, the one partial block (the last) masked.
-    PERSIST: the grid is a few programs per SM that walk the blocks grid-stride.
-    """
-    if F64S:
-        sa = _bits_f64(sa)
-        sb = _bits_f64(sb)
-        sc = _bits_f64(sc)
-        p0 = _bits_f64(p0)
-        p1 = _bits_f64(p1)
-    pid = tl.program_id(0)
-    ar = tl.arange(0, BLOCK)
-    if IDX64:
-        ar = ar.to(tl.int64)
-    if PERSIST:
-        nprog = tl.num_programs(0)
-        for blk in range(pid, NFULL, nprog):
-            if IDX64:
-                base = blk.to(tl.int64) * BLOCK
-            else:
-                base = blk * BLOCK
-            _ew_flat_block(out, a, b, c, sa, sb, sc, p0, p1, N, base + ar, TAIL == "mask",
-                           OP, CT, MA, MB, MC, EA, EB, EC, EO, INTERP, LCACHE, LEVICT, SCACHE)
-        if TAIL != "none":
-            if pid == nprog - 1:
-                if IDX64:
-                    base = NFULL.to(tl.int64) * BLOCK
-                else:
-                    base = NFULL * BLOCK
-                if base < N:
-                    _ew_flat_block(out, a, b, c, sa, sb, sc, p0, p1, N, base + ar, True,
-                                   OP, CT, MA, MB, MC, EA, EB, EC, EO, INTERP, LCACHE, LEVICT,
-                                   SCACHE)
-    else:
-        if IDX64:
-            offs = pid.to(tl.int64) * BLOCK + ar
-        else:
-            offs = pid * BLOCK + ar
-        if TAIL == "peel":
-            if pid < NFULL:
-                _ew_flat_block(out, a, b, c, sa, sb, sc, p0, p1, N, offs, False,
-                               OP, CT, MA, MB, MC, EA, EB, EC, EO, INTERP, LCACHE, LEVICT, SCACHE)
-            else:
-                _ew_flat_block(out, a, b, c, sa, sb, sc, p0, p1, N, offs, True,
-                               OP, CT, MA, MB, MC, EA, EB, EC, EO, INTERP, LCACHE, LEVICT, SCACHE)
-        else:
-            _ew_flat_block(out, a, b, c, sa, sb, sc, p0, p1, N, offs, TAIL == "mask",
-                           OP, CT, MA, MB, MC, EA, EB, EC, EO, INTERP, LCACHE, LEVICT, SCACHE)
-
-
-@triton.jit
 def _ew_2d_kernel(out, a, b, c, sa, sb, sc, p0, p1, M, N,
                   o0, o1, a0, a1, b0, b1, c0, c1,
                   OP: tl.constexpr, CT: tl.constexpr,
@@ -853,55 +762,6 @@ STRIDED_BLOCK, STRIDED_WARPS = 1024, 4  # 1 or 3+ dims after collapsing: index m
 TILE_M, TILE_N, TILE_WARPS = 64, 64, 4  # 2 dims after collapsing: 2-D tiles
 MAX_DIMS = 6
 IDX64_LIMIT = 2**31                     # int64 offsets from here (tests lower it to run that path)
-
-# Bandwidth variants of the contiguous (flat) kernel, for benchmarks/sweep_bandwidth.py.
-# FLAT_VARIANT None: _ew_flat_kernel (the default); else a dict of _ew_flat_v_kernel knobs:
-#   BLOCK, num_warps; EVEN: no mask on full blocks (the partial last block masked, in the
-#   same launch); PERSIST: k -> about k programs per SM walking the blocks grid-stride (0:
-#   one program per block); LCACHE / LEVICT: tl.load cache_modifier / eviction_policy
-#   (every input is read once: ".cg" skips L1, "evict_first" marks lines first to go);
-#   SCACHE: tl.store cache_modifier (".cs": streaming, the output is not read back soon).
-# Change it with set_flat_variant(), which drops the cached launch plans.
-FLAT_VARIANTS = {   # most promising first
-    "even_cs": {"EVEN": True, "SCACHE": ".cs"},
-    "persist8_cs": {"EVEN": True, "PERSIST": 8, "SCACHE": ".cs"},
-    "even_ef_cs": {"EVEN": True, "LEVICT": "evict_first", "SCACHE": ".cs"},
-    "cs": {"SCACHE": ".cs"},
-    "even": {"EVEN": True},
-    "persist4": {"EVEN": True, "PERSIST": 4},
-    "even_cg_cs": {"EVEN": True, "LCACHE": ".cg", "SCACHE": ".cs"},
-    "even_cg": {"EVEN": True, "LCACHE": ".cg"},      # (ptxas refuses .cg with .evict_first)
-    "even_b8192w16_cs": {"EVEN": True, "BLOCK": 8192, "num_warps": 16, "SCACHE": ".cs"},
-    "even_b2048w4": {"EVEN": True, "BLOCK": 2048, "num_warps": 4},
-    "base": {},          # the default's code through the variant kernel (a control)
-}
-FLAT_VARIANT: dict | None = None
-NUM_SMS = {"cuda": 132, "interp": 2}   # for PERSIST grids (the H200 has 132 SMs)
-
-
-def set_flat_variant(v):
-    """FLAT_VARIANT = v (a dict, a FLAT_VARIANTS name, or None for the default kernel)."""
-    global FLAT_VARIANT
-    FLAT_VARIANT = dict(FLAT_VARIANTS[v]) if isinstance(v, str) else (
-        None if v is None else dict(v))
-    _PLANS.clear()
-
-
-def _flat_variant_plan(n, consts, devtype):
-    """(kernel, grid, int args after N) for FLAT_VARIANT; updates consts."""
-    v = FLAT_VARIANT
-    block = v.get("BLOCK", FLAT_BLOCK)
-    nfull = n // block
-    tail = ("none" if n % block == 0 else "peel") if v.get("EVEN") else "mask"
-    k = v.get("PERSIST", 0)
-    nblk = _cdiv(n, block)
-    grid = min(nblk, k * NUM_SMS.get(devtype, 132)) if k else nblk
-    if k and tail == "mask":
-        nfull = nblk           # every block through the loop, masked
-    consts.update(BLOCK=block, num_warps=v.get("num_warps", FLAT_WARPS), TAIL=tail,
-                  PERSIST=bool(k), LCACHE=v.get("LCACHE", ""), LEVICT=v.get("LEVICT", ""),
-                  SCACHE=v.get("SCACHE", ""))
-    return _ew_flat_v_kernel, (grid,), (n, nfull)
 
 # bf16, fp8 and bool move as raw integers of the same width (decoded in _decode/_encode)
 _RAW = {"bfloat16": (_dt.int16, "bf"), "float8_e4m3fn": (_dt.uint8, "e4"),
@@ -1011,9 +871,6 @@ def _plan(op, out, inputs, ct):
                   INTERP=_is_interp(out))
     plan = (ro[0] if ro else None), tuple(raws), conv
     if flat:
-        if FLAT_VARIANT is not None:
-            kern, grid, tail = _flat_variant_plan(n, consts, out.device.type)
-            return (kern, grid) + plan + (tail, consts)
         consts.update(BLOCK=FLAT_BLOCK, num_warps=FLAT_WARPS)
         return (_ew_flat_kernel, (_cdiv(n, FLAT_BLOCK),)) + plan + ((n,), consts)
     if len(sizes) == 2:

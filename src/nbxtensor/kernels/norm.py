@@ -20,30 +20,20 @@ from .. import autotune as _autotune
 
 
 @triton.jit
-def _load_row(x_ptr, r_ptr, xrow, rrow, c, mask, HAS_RES: tl.constexpr, F64: tl.constexpr,
-              EVICT: tl.constexpr):
-    # (EVICT has no default: Triton 3.6 fails to compile a jit helper called without one
-    # of its defaulted constexpr strings -- seen on the H200 for the looping norm path)
-    x = tl.load(x_ptr + xrow[:, None] + c[None, :], mask=mask, other=0.0, eviction_policy=EVICT)
+def _load_row(x_ptr, r_ptr, xrow, rrow, c, mask, HAS_RES: tl.constexpr, F64: tl.constexpr):
+    x = tl.load(x_ptr + xrow[:, None] + c[None, :], mask=mask, other=0.0)
     if HAS_RES:
-        r = tl.load(r_ptr + rrow[:, None] + c[None, :], mask=mask, other=0.0,
-                    eviction_policy=EVICT)
+        r = tl.load(r_ptr + rrow[:, None] + c[None, :], mask=mask, other=0.0)
         # round the sum to the input dtype, as the unfused add would
         x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype) if not F64 else x + r
     return x
 
 
 @triton.jit
-def _add2(a0, a1, b0, b1):
-    return a0 + b0, a1 + b1
-
-
-@triton.jit
 def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, o_ptr, h_ptr, R, N, s_x, s_r, s_o, s_h, eps,
                  BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr,
                  RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-                 HAS_RES: tl.constexpr, F64: tl.constexpr, EVICT: tl.constexpr = "",
-                 SCACHE: tl.constexpr = "", ONE_RED: tl.constexpr = False):
+                 HAS_RES: tl.constexpr, F64: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < R
@@ -55,7 +45,7 @@ def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, o_ptr, h_ptr, R, N, s_x, s_r, s_o, 
     cols = tl.arange(0, BLOCK_N)
     if SINGLE:
         mask = rmask[:, None] & (cols[None, :] < N)
-        xin = _load_row(x_ptr, r_ptr, xrow, rrow, cols, mask, HAS_RES, F64, EVICT)
+        xin = _load_row(x_ptr, r_ptr, xrow, rrow, cols, mask, HAS_RES, F64)
         # weight and bias are issued together with the row, not after the reductions: their
         # latency then overlaps the row's instead of adding to every program's critical path
         if HAS_W:
@@ -63,24 +53,11 @@ def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, o_ptr, h_ptr, R, N, s_x, s_r, s_o, 
         if HAS_B:
             bb = tl.load(b_ptr + cols, mask=cols < N, other=0.0)
         if HAS_RES:
-            tl.store(h_ptr + hrow[:, None] + cols[None, :], xin, mask=mask, cache_modifier=SCACHE)
+            tl.store(h_ptr + hrow[:, None] + cols[None, :], xin, mask=mask)
         x = xin.to(tl.float64) if F64 else xin.to(tl.float32)
         if RMS:
             var = tl.sum(x * x, axis=1) / N
             y = x * (1.0 / tl.sqrt(var + eps))[:, None]
-        elif ONE_RED:
-            # one reduction for both moments, about a shift (the row's first element, so
-            # E[d^2] - E[d]^2 does not cancel when |mean| >> std): one barrier round, not two
-            sh = tl.load(x_ptr + xrow, mask=rmask, other=0.0)
-            if HAS_RES:
-                sh = sh + tl.load(r_ptr + rrow, mask=rmask, other=0.0)
-            sh = sh.to(x.dtype)
-            d = tl.where(mask, x - sh[:, None], 0.0)
-            s1, s2 = tl.reduce((d, d * d), 1, _add2)
-            m1 = s1 / N
-            var = tl.maximum(s2 / N - m1 * m1, 0.0)
-            mean = sh + m1
-            y = (x - mean[:, None]) * (1.0 / tl.sqrt(var + eps))[:, None]
         else:
             mean = tl.sum(x, axis=1) / N
             d = tl.where(mask, x - mean[:, None], 0.0)
@@ -90,8 +67,7 @@ def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, o_ptr, h_ptr, R, N, s_x, s_r, s_o, 
             y = y * w.to(y.dtype)[None, :]
         if HAS_B:
             y = y + bb.to(y.dtype)[None, :]
-        tl.store(o_ptr + orow[:, None] + cols[None, :], y.to(o_ptr.dtype.element_ty), mask=mask,
-                 cache_modifier=SCACHE)
+        tl.store(o_ptr + orow[:, None] + cols[None, :], y.to(o_ptr.dtype.element_ty), mask=mask)
     else:
         if F64:
             acc = tl.zeros((BLOCK_R, BLOCK_N), tl.float64)
@@ -100,7 +76,7 @@ def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, o_ptr, h_ptr, R, N, s_x, s_r, s_o, 
         for start in range(0, N, BLOCK_N):      # pass 1: sum (mean) or sum of squares (rms)
             c = start + cols
             mask = rmask[:, None] & (c[None, :] < N)
-            xin = _load_row(x_ptr, r_ptr, xrow, rrow, c, mask, HAS_RES, F64, EVICT)
+            xin = _load_row(x_ptr, r_ptr, xrow, rrow, c, mask, HAS_RES, F64)
             if HAS_RES:
                 tl.store(h_ptr + hrow[:, None] + c[None, :], xin, mask=mask)
             x = xin.to(acc.dtype)
@@ -116,7 +92,7 @@ def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, o_ptr, h_ptr, R, N, s_x, s_r, s_o, 
             for start in range(0, N, BLOCK_N):  # pass 2: variance about the mean
                 c = start + cols
                 mask = rmask[:, None] & (c[None, :] < N)
-                x = _load_row(x_ptr, r_ptr, xrow, rrow, c, mask, HAS_RES, F64, EVICT).to(acc.dtype)
+                x = _load_row(x_ptr, r_ptr, xrow, rrow, c, mask, HAS_RES, F64).to(acc.dtype)
                 d = tl.where(mask, x - mean[:, None], 0.0)
                 acc += d * d
             var = tl.sum(acc, axis=1) / N
@@ -124,7 +100,7 @@ def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, o_ptr, h_ptr, R, N, s_x, s_r, s_o, 
         for start in range(0, N, BLOCK_N):      # last pass: normalise and write
             c = start + cols
             mask = rmask[:, None] & (c[None, :] < N)
-            x = _load_row(x_ptr, r_ptr, xrow, rrow, c, mask, HAS_RES, F64, EVICT).to(acc.dtype)
+            x = _load_row(x_ptr, r_ptr, xrow, rrow, c, mask, HAS_RES, F64).to(acc.dtype)
             if RMS:
                 y = x * rstd[:, None]
             else:
@@ -134,57 +110,6 @@ def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, o_ptr, h_ptr, R, N, s_x, s_r, s_o, 
             if HAS_B:
                 y = y + tl.load(b_ptr + c, mask=c < N, other=0.0).to(y.dtype)[None, :]
             tl.store(o_ptr + orow[:, None] + c[None, :], y.to(o_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _norm_pipe_kernel(x_ptr, r_ptr, w_ptr, b_ptr, o_ptr, h_ptr, R, N, s_x, s_r, s_o, s_h, eps,
-                      BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, RMS: tl.constexpr,
-                      HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr,
-                      F64: tl.constexpr, EVICT: tl.constexpr, SCACHE: tl.constexpr):
-    """Rows held in registers (N <= BLOCK_N), persistent: a program walks the row tiles
-    grid-stride, loads weight/bias once, and issues the loads of its next tile before it
-    normalises the current one (register double buffering), so loads stay in flight
-    through the reductions and stores. The PIPE variant of NORM_VARIANT."""
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    cols = tl.arange(0, BLOCK_N)
-    cmask = cols < N
-    if HAS_W:
-        w = tl.load(w_ptr + cols, mask=cmask, other=0.0)
-    if HAS_B:
-        bb = tl.load(b_ptr + cols, mask=cmask, other=0.0)
-    rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
-    rr = tl.where(rows < R, rows, 0).to(tl.int64)
-    mask = (rows < R)[:, None] & cmask[None, :]
-    xin = _load_row(x_ptr, r_ptr, rr * s_x, rr * s_r, cols, mask, HAS_RES, F64, EVICT)
-    for _t in range(pid, tl.cdiv(R, BLOCK_R), nprog):
-        rows_n = rows + nprog * BLOCK_R
-        rr_n = tl.where(rows_n < R, rows_n, 0).to(tl.int64)
-        mask_n = (rows_n < R)[:, None] & cmask[None, :]
-        xin_n = _load_row(x_ptr, r_ptr, rr_n * s_x, rr_n * s_r, cols, mask_n, HAS_RES, F64,
-                          EVICT)
-        if HAS_RES:
-            tl.store(h_ptr + (rr * s_h)[:, None] + cols[None, :], xin, mask=mask,
-                     cache_modifier=SCACHE)
-        x = xin.to(tl.float64) if F64 else xin.to(tl.float32)
-        if RMS:
-            var = tl.sum(x * x, axis=1) / N
-            y = x * (1.0 / tl.sqrt(var + eps))[:, None]
-        else:
-            mean = tl.sum(x, axis=1) / N
-            d = tl.where(mask, x - mean[:, None], 0.0)
-            var = tl.sum(d * d, axis=1) / N
-            y = d * (1.0 / tl.sqrt(var + eps))[:, None]
-        if HAS_W:
-            y = y * w.to(y.dtype)[None, :]
-        if HAS_B:
-            y = y + bb.to(y.dtype)[None, :]
-        tl.store(o_ptr + (rr * s_o)[:, None] + cols[None, :], y.to(o_ptr.dtype.element_ty),
-                 mask=mask, cache_modifier=SCACHE)
-        xin = xin_n
-        rows = rows_n
-        rr = rr_n
-        mask = mask_n
 
 
 @triton.jit
@@ -250,36 +175,7 @@ def _batch_norm_kernel(x_ptr, mean_ptr, var_ptr, w_ptr, b_ptr, o_ptr, numel, C, 
 # ------------------------------------------------------------------ launch configuration
 # Rows: the softmax rule (kernels/softmax.py `row_config`), with MAX_SINGLE = 16384
 # elements held in registers. group_norm: BLOCK = 1024 (4 warps); batch_norm: BLOCK = 1024.
-_OVERRIDE: dict | None = None
-
-# Bandwidth variants of rows held in registers (SINGLE), for benchmarks/sweep_bandwidth.py:
-# NORM_VARIANT None keeps the rule; else a dict of BLOCK_R / num_warps (tile), EVICT
-# (x/residual loads' eviction_policy), SCACHE (".cs": streaming stores), ONE_RED (layer_norm:
-# both moments in one reduction about a shift; numerically weaker than the default two-pass
-# mean-then-variance in registers when a row's first element is far from its mean).
-NORM_VARIANTS = {   # most promising first (registers at 4096 bf16: 32 at r1w16, 64 at r4w16)
-    # PIPE k: _norm_pipe_kernel on about k programs per SM (persistent, next tile prefetched)
-    # (grid = k * 132 persistent programs: k at most the resident programs per SM, which
-    # registers set: ln bf16 4096 = 57 regs at 16 warps -> 2/SM, 78 at 8 warps -> 3/SM)
-    "pipe2": {"PIPE": 2},
-    "pipe2_r2w16": {"PIPE": 2, "BLOCK_R": 2, "num_warps": 16},
-    "pipe3_w8": {"PIPE": 3, "num_warps": 8},
-    "pipe3_w4": {"PIPE": 3, "num_warps": 4},          # ln 144 regs x 128 threads -> 3/SM
-    "pipe3": {"PIPE": 3},                            # rms: 39 regs at 16 warps -> 3/SM
-    "pipe2_r2w8": {"PIPE": 2, "BLOCK_R": 2, "num_warps": 8},
-    "r4w16": {"BLOCK_R": 4, "num_warps": 16},     # 4 rows a program: 2x the bytes in flight
-    "r2w8": {"BLOCK_R": 2, "num_warps": 8},
-    "r2w16": {"BLOCK_R": 2, "num_warps": 16},
-    "one_red_r2w16": {"ONE_RED": True, "BLOCK_R": 2, "num_warps": 16},
-    "one_red": {"ONE_RED": True},
-    "r4w16_cs": {"BLOCK_R": 4, "num_warps": 16, "SCACHE": ".cs"},
-    "ef_cs": {"EVICT": "evict_first", "SCACHE": ".cs"},
-    "cs": {"SCACHE": ".cs"},
-    "w8": {"num_warps": 8},
-    "w4": {"num_warps": 4},
-}
-NORM_VARIANT: dict | None = None
-NUM_SMS = {"cuda": 132, "interp": 2}   # PIPE grids (the H200 has 132 SMs)
+_OVERRIDE: dict | None = None     # tests and sweeps: BLOCK_R / BLOCK_N / num_warps
 
 
 def _f64(*ts):
@@ -306,44 +202,23 @@ def _norm(out, x, weight, bias, eps, residual, h_out, rms):
             and x.device.type == "cuda":
         # H200 sweep (session 3, 16384x4096 bf16): one row per 16-warp program left HBM at
         # 75-83% of copy; two rows per 8-warp program (32 elements a thread) 93%:
-        # layer_norm 83.1 -> 67.2 us, rms_norm 75.4 -> 67.8 us
+        # layer_norm 83.1 -> 67.2 us, rms_norm 75.4 -> 67.8 us. (Persistent pipelined rows,
+        # one-reduction moments, eviction and streaming-store hints lost in the same sweep.)
         cfg.update(BLOCK_R=2, num_warps=8)
-    extra = {}
-    if NORM_VARIANT and cfg["SINGLE"]:
-        v = dict(NORM_VARIANT)
-        extra = dict(EVICT=v.pop("EVICT", ""), SCACHE=v.pop("SCACHE", ""),
-                     ONE_RED=bool(v.pop("ONE_RED", False)) and not rms)
-        if v.get("PIPE"):
-            extra["PIPE"] = v.pop("PIPE")
-        v.pop("PIPE", None)
-        cfg.update(v)
-    elif _OVERRIDE:
+    if _OVERRIDE:
         cfg.update(_OVERRIDE)
     elif rms:
         # autotune seam: a screened entry for (rows, N) inside today's space, else the rule
         # (the residual form is the same kernel; layer_norm keeps the rule: never timed)
         cfg = _autotune.pick("rms_norm", (R, N), cfg, dtype=x.dtype.name, device=x.device)
     has_res = residual is not None
-    pipe = extra.pop("PIPE", 0)
-    if pipe:
-        launch(_norm_pipe_kernel, (min(_cdiv(R, cfg["BLOCK_R"]), pipe * NUM_SMS.get(
-               x.device.type, 132)),), x, residual if has_res else x,
-               weight if weight is not None else x, bias if bias is not None else x, out,
-               h_out if has_res else out, R, N, x.stride(0),
-               residual.stride(0) if has_res else 0, out.stride(0),
-               h_out.stride(0) if has_res else 0, float(eps),
-               BLOCK_R=cfg["BLOCK_R"], BLOCK_N=cfg["BLOCK_N"], RMS=rms,
-               HAS_W=weight is not None, HAS_B=bias is not None, HAS_RES=has_res,
-               F64=_f64(x, out), num_warps=cfg["num_warps"], num_stages=1,
-               EVICT=extra["EVICT"], SCACHE=extra["SCACHE"])
-        return out
     launch(_norm_kernel, (_cdiv(R, cfg["BLOCK_R"]),), x, residual if has_res else x,
            weight if weight is not None else x, bias if bias is not None else x, out,
            h_out if has_res else out, R, N, x.stride(0), residual.stride(0) if has_res else 0,
            out.stride(0), h_out.stride(0) if has_res else 0, float(eps),
            BLOCK_R=cfg["BLOCK_R"], BLOCK_N=cfg["BLOCK_N"], SINGLE=cfg["SINGLE"], RMS=rms,
            HAS_W=weight is not None, HAS_B=bias is not None, HAS_RES=has_res,
-           F64=_f64(x, out), num_warps=cfg["num_warps"], **extra)
+           F64=_f64(x, out), num_warps=cfg["num_warps"])
     return out
 
 

@@ -113,14 +113,29 @@ def _pre(v, c, p, PRE: tl.constexpr, ACC: tl.constexpr):
 
 
 @triton.jit
+def _post(res, scale, p, c, POST: tl.constexpr):
+    """The reduction's finishing step (mean's scale, norms' roots, logsumexp's log + shift)."""
+    if POST == 1:
+        res = res * scale
+    elif POST == 2:
+        res = tl.sqrt(res * scale)
+    elif POST == 3:
+        res = tl.sqrt(res)
+    elif POST == 4:
+        res = tl.exp2(tl.log2(res) / p)
+    elif POST == 5:
+        res = tl.log(res) + c
+    return res
+
+
+@triton.jit
 def _reduce_kernel(x_ptr, xi_ptr, c_ptr, v_ptr, i_ptr,
                    O, R, I, sxo, sxr, sxi, svo, svs, svi, r_chunk,
                    scale, p,
                    PRE: tl.constexpr, COMB: tl.constexpr, POST: tl.constexpr, ACC: tl.constexpr,
                    ROW: tl.constexpr, HAS_XI: tl.constexpr, HAS_C: tl.constexpr,
                    WRITE_V: tl.constexpr, WRITE_I: tl.constexpr, IDX64: tl.constexpr,
-                   BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, EVICT: tl.constexpr = "",
-                   PREF: tl.constexpr = False):
+                   BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr):
     pid = tl.program_id(0)
     pid_s = tl.program_id(1)
     r_begin = pid_s * r_chunk
@@ -198,73 +213,41 @@ def _reduce_kernel(x_ptr, xi_ptr, c_ptr, v_ptr, i_ptr,
     if (COMB == 4) or (COMB == 5):
         acci = tl.full(acc.shape, SENT, tl.int64 if WIDE_I else tl.int32)
 
-    if PREF:
-        # (variant) the loads of step s+1 are issued before step s is combined, so a
-        # thread keeps two steps of loads in flight (the loop is not software-pipelined)
+    for r0 in range(r_begin, r_end, BLOCK_R):
+        r = r0 + rr
         if ROW:
-            m = kmask[:, None] & ((r_begin + rr)[None, :] < r_end)
-            offs = base + (r_begin + rr)[None, :] * sxr
+            rm = r[None, :] < r_end
+            m = kmask[:, None] & rm
+            offs = base + r[None, :] * sxr
+            rfull = r[None, :]
         else:
-            m = kmask[None, :] & ((r_begin + rr)[:, None] < r_end)
-            offs = base + (r_begin + rr)[:, None] * sxr
-        v = tl.load(x_ptr + offs, mask=m, other=0, eviction_policy=EVICT)
-        for r0 in range(r_begin, r_end, BLOCK_R):
-            rn = r0 + BLOCK_R + rr
-            if ROW:
-                mn = kmask[:, None] & (rn[None, :] < r_end)
-                offs_n = base + rn[None, :] * sxr
+            rm = r[:, None] < r_end
+            m = kmask[None, :] & rm
+            offs = base + r[:, None] * sxr
+            rfull = r[:, None]
+        v = tl.load(x_ptr + offs, mask=m, other=0)
+        v = _pre(_to_acc(v, ACC), c2, p, PRE, ACC)
+        v = tl.where(m, v, ident)
+        if COMB == 0:
+            acc += v
+        elif COMB == 1:
+            acc *= v
+        elif COMB == 2:
+            acc = _max_nan(acc, v)
+        elif COMB == 3:
+            acc = _min_nan(acc, v)
+        else:
+            if HAS_XI:
+                ri = tl.load(xi_ptr + offs, mask=m, other=SENT)
             else:
-                mn = kmask[None, :] & (rn[:, None] < r_end)
-                offs_n = base + rn[:, None] * sxr
-            vn = tl.load(x_ptr + offs_n, mask=mn, other=0, eviction_policy=EVICT)
-            a = _pre(_to_acc(v, ACC), c2, p, PRE, ACC)
-            a = tl.where(m, a, ident)
-            if COMB == 0:
-                acc += a
-            elif COMB == 1:
-                acc *= a
-            elif COMB == 2:
-                acc = _max_nan(acc, a)
+                ri = rfull.to(acci.dtype) + tl.zeros(acc.shape, acci.dtype)
+            if COMB == 4:
+                better = (v > acc) | ((v != v) & (acc == acc))
             else:
-                acc = _min_nan(acc, a)
-            v = vn
-            m = mn
-    else:
-        for r0 in range(r_begin, r_end, BLOCK_R):
-            r = r0 + rr
-            if ROW:
-                rm = r[None, :] < r_end
-                m = kmask[:, None] & rm
-                offs = base + r[None, :] * sxr
-                rfull = r[None, :]
-            else:
-                rm = r[:, None] < r_end
-                m = kmask[None, :] & rm
-                offs = base + r[:, None] * sxr
-                rfull = r[:, None]
-            v = tl.load(x_ptr + offs, mask=m, other=0, eviction_policy=EVICT)
-            v = _pre(_to_acc(v, ACC), c2, p, PRE, ACC)
-            v = tl.where(m, v, ident)
-            if COMB == 0:
-                acc += v
-            elif COMB == 1:
-                acc *= v
-            elif COMB == 2:
-                acc = _max_nan(acc, v)
-            elif COMB == 3:
-                acc = _min_nan(acc, v)
-            else:
-                if HAS_XI:
-                    ri = tl.load(xi_ptr + offs, mask=m, other=SENT)
-                else:
-                    ri = rfull.to(acci.dtype) + tl.zeros(acc.shape, acci.dtype)
-                if COMB == 4:
-                    better = (v > acc) | ((v != v) & (acc == acc))
-                else:
-                    better = (v < acc) | ((v != v) & (acc == acc))
-                take = m & (better | (acci == SENT))
-                acc = tl.where(take, v, acc)
-                acci = tl.where(take, ri, acci)
+                better = (v < acc) | ((v != v) & (acc == acc))
+            take = m & (better | (acci == SENT))
+            acc = tl.where(take, v, acc)
+            acci = tl.where(take, ri, acci)
 
     if COMB == 0:
         res = tl.sum(acc, axis=RAX)
@@ -279,16 +262,7 @@ def _reduce_kernel(x_ptr, xi_ptr, c_ptr, v_ptr, i_ptr,
     else:
         res, resi = tl.reduce((acc, acci), RAX, _argmin_comb)
 
-    if POST == 1:
-        res = res * scale
-    elif POST == 2:
-        res = tl.sqrt(res * scale)
-    elif POST == 3:
-        res = tl.sqrt(res)
-    elif POST == 4:
-        res = tl.exp2(tl.log2(res) / p)
-    elif POST == 5:
-        res = tl.log(res) + c
+    res = _post(res, scale, p, c, POST)
 
     out_off = out_off + pid_s * svs
     if WRITE_V:
@@ -300,7 +274,7 @@ def _reduce_kernel(x_ptr, xi_ptr, c_ptr, v_ptr, i_ptr,
 @triton.jit
 def _row_pipe_kernel(x_ptr, v_ptr, O, R, sxo, svo, scale, p,
                      PRE: tl.constexpr, COMB: tl.constexpr, POST: tl.constexpr,
-                     ACC: tl.constexpr, IDX64: tl.constexpr, EVICT: tl.constexpr,
+                     ACC: tl.constexpr, IDX64: tl.constexpr,
                      BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr):
     """Rows that fit one tile (R <= BLOCK_R, unit stride), persistent: a program walks the
     row tiles grid-stride and issues the loads of its next tile before reducing the current
@@ -322,12 +296,11 @@ def _row_pipe_kernel(x_ptr, v_ptr, O, R, sxo, svo, scale, p,
     if IDX64:
         ks = ks.to(tl.int64)
     m = (ks < O)[:, None] & rmask[None, :]
-    v = tl.load(x_ptr + ks[:, None] * sxo + rr[None, :], mask=m, other=0, eviction_policy=EVICT)
+    v = tl.load(x_ptr + ks[:, None] * sxo + rr[None, :], mask=m, other=0)
     for t in range(pid, ntiles, nprog):
         kn = ks + nprog * BLOCK_K
         mn = (kn < O)[:, None] & rmask[None, :]
-        vn = tl.load(x_ptr + kn[:, None] * sxo + rr[None, :], mask=mn, other=0,
-                     eviction_policy=EVICT)
+        vn = tl.load(x_ptr + kn[:, None] * sxo + rr[None, :], mask=mn, other=0)
         a = _pre(_to_acc(v, ACC), 0.0, p, PRE, ACC)
         a = tl.where(m, a, ident)
         if COMB == 0:
@@ -336,14 +309,7 @@ def _row_pipe_kernel(x_ptr, v_ptr, O, R, sxo, svo, scale, p,
             res = tl.reduce(a, 1, _max_nan)
         else:
             res = tl.reduce(a, 1, _min_nan)
-        if POST == 1:
-            res = res * scale
-        elif POST == 2:
-            res = tl.sqrt(res * scale)
-        elif POST == 3:
-            res = tl.sqrt(res)
-        elif POST == 4:
-            res = tl.exp2(tl.log2(res) / p)
+        res = _post(res, scale, p, 0.0, POST)
         tl.store(v_ptr + ks * svo, res.to(v_ptr.dtype.element_ty), mask=ks < O)
         v = vn
         m = mn
@@ -379,43 +345,33 @@ CONFIG = {
 
 SPLIT_MIN_BYTES = {"cuda": 256 << 10}   # interp: 0, so tests take the split path
 
-# Variants for 16-bit inputs (bf16/fp16 read half the bytes per element of fp32, so the tile
-# that saturates HBM for fp32 may not for them): CONFIG16[devtype] overrides CONFIG's keys
-# when itemsize <= 2 (empty: the same tiles as fp32). EVICT: tl.load eviction_policy for
-# the input of pass 1 ("" or "evict_first": it is read once). benchmarks/sweep_bandwidth.py
-# times REDUCE_VARIANTS; set_variant() applies one (and drops _plan's cache).
-CONFIG16: dict = {"cuda": {}, "interp": {}}
-# H200 sweep (session 3, sum bf16 (32768,4096) dim=0): 128-column, 4-warp column programs
-# 84.6 -> 70.8 us (0.91x -> 1.09x torch); f32 keeps CONFIG's tiles (already at torch)
-CONFIG16["cuda"] = {"col_block_k": 128, "col_tile": 4096, "col_warps": 4}
-EVICT = ""
-# PIPE: None, or {"per_sm": k, "only16": bool}: whole-row reductions over the last dim
-# (sum/mean/amax/amin/norms, R <= the row tile) run _row_pipe_kernel on about k programs
-# per SM (only for 16-bit inputs unless only16 is False)
-PIPE: dict | None = None
-# H200 sweep (session 3, sum bf16 (32768,4096) dim=-1): persistent pipelined rows on 4
-# programs an SM, 75.8 -> 64.1 us (0.93x -> 1.09x torch)
-PIPE = {"per_sm": 4}
-# PREFETCH: None, or {"only16": bool}: _reduce_kernel's loop loads step s+1 before it
-# combines step s (sum/prod/max/min; not argmax/argmin)
-PREFETCH: dict | None = None
+# 16-bit inputs (bf16/fp16 read half the bytes per element of fp32, so the tile that
+# saturates HBM for fp32 may not for them): CONFIG16[devtype] overrides CONFIG's keys when
+# itemsize <= 2. PIPE: None, or {"per_sm": k, "only16": bool}: whole-row reductions over the
+# last dim (sum/mean/amax/amin/norms, R <= the row tile) run _row_pipe_kernel on about k
+# programs per SM (16-bit inputs only unless only16 is False). The shipped values are the
+# H200's (session 3, benchmarks/sweep_bandwidth.py over REDUCE_VARIANTS, sum bf16
+# (32768,4096)): dim=-1 persistent pipelined rows, 4 programs an SM, 75.8 -> 64.1 us
+# (0.93x -> 1.09x torch); dim=0 128-column 4-warp column programs, 84.6 -> 70.8 us (0.91x ->
+# 1.09x). f32 keeps CONFIG's tiles (already at torch). Eviction hints and a prefetching
+# column loop were tried in the same sweep and lost (0.79-0.97x); they were removed.
+CONFIG16_DEFAULT = {"cuda": {"col_block_k": 128, "col_tile": 4096, "col_warps": 4},
+                    "interp": {}}
+PIPE_DEFAULT: dict | None = {"per_sm": 4}
+CONFIG16: dict = {k: dict(v) for k, v in CONFIG16_DEFAULT.items()}
+PIPE: dict | None = dict(PIPE_DEFAULT)
 NUM_SMS = {"cuda": 132, "interp": 2}
-REDUCE_VARIANTS = {
-    "base": {},
+REDUCE_VARIANTS = {   # for sweep_bandwidth.py: each replaces the 16-bit defaults whole
+    "base": {},                                                 # CONFIG's tiles, no PIPE
     "pipe4": {"PIPE": {"per_sm": 4}},
     "pipe2_r4k_w8": {"PIPE": {"per_sm": 2}, "row_tile": 4096, "row_warps": 8},
     "pipe4_r4k_w4": {"PIPE": {"per_sm": 4}, "row_tile": 4096, "row_warps": 4},
     "pipe8_r4k_w4": {"PIPE": {"per_sm": 8}, "row_tile": 4096, "row_warps": 4},
     "pipe2": {"PIPE": {"per_sm": 2}},
-    "evict_first": {"EVICT": "evict_first"},
     "row16k_w16": {"row_tile": 16384, "row_warps": 16},        # 4 rows a program, 32/thread
     "row4k_w4": {"row_tile": 4096, "row_warps": 4},            # 1 row a program, 32/thread
     "row8k_w16": {"row_tile": 8192, "row_warps": 16},          # 16/thread, more threads
     "row4k_w8": {"row_tile": 4096, "row_warps": 8},            # 1 row, 16/thread
-    "row16k_w16_ef": {"row_tile": 16384, "row_warps": 16, "EVICT": "evict_first"},
-    "col_pref": {"PREFETCH": {}},                               # dim=0: two steps in flight
-    "col_pref_t2112": {"PREFETCH": {}, "target_programs": 132 * 16},
-    "col_pref_4k_w4": {"PREFETCH": {}, "col_tile": 4096, "col_warps": 4},
     "col_t2112": {"target_programs": 132 * 16},                # dim=0: more, shorter programs
     "col_t3168": {"target_programs": 132 * 24},
     "col_t4224": {"target_programs": 132 * 32},
@@ -423,20 +379,20 @@ REDUCE_VARIANTS = {
     "col_k512_w16": {"col_block_k": 512, "col_tile": 16384, "col_warps": 16},
     "col_k128_w4": {"col_block_k": 128, "col_tile": 4096, "col_warps": 4},
     "col_4k_w4_t2112": {"col_tile": 4096, "col_warps": 4, "target_programs": 132 * 16},
-    "col_t2112_ef": {"target_programs": 132 * 16, "EVICT": "evict_first"},
 }
 
 
 def set_variant(v, devtype="cuda"):
-    """Apply a REDUCE_VARIANTS entry (name or dict) to 16-bit inputs on devtype: its
-    EVICT goes to EVICT (all dtypes), PIPE to PIPE, the rest to CONFIG16[devtype]; {} /
-    "base" restores the defaults."""
-    global EVICT, PIPE, PREFETCH
-    v = dict(REDUCE_VARIANTS[v]) if isinstance(v, str) else dict(v)
-    EVICT = v.pop("EVICT", "")
-    PIPE = v.pop("PIPE", None)
-    PREFETCH = v.pop("PREFETCH", None)
-    CONFIG16[devtype] = v
+    """Apply a REDUCE_VARIANTS entry (a name or a dict) to 16-bit inputs on devtype: its PIPE
+    to PIPE, the rest to CONFIG16[devtype]; None restores the shipped defaults."""
+    global PIPE
+    if v is None:
+        PIPE = dict(PIPE_DEFAULT) if PIPE_DEFAULT is not None else None
+        CONFIG16[devtype] = dict(CONFIG16_DEFAULT.get(devtype, {}))
+    else:
+        v = dict(REDUCE_VARIANTS[v]) if isinstance(v, str) else dict(v)
+        PIPE = v.pop("PIPE", None)
+        CONFIG16[devtype] = v
     _plan.cache_clear()
 
 
@@ -549,16 +505,13 @@ def _reduce3(geo, codes, v, i, c=None, scale=1.0, p=1.0):
     arg = COMB in (C_ARGMAX, C_ARGMIN)
     idx64 = (xt.numel() + R * abs(sxr) + O * abs(sxo) + I * abs(sxi)) >= 2 ** 31 - 1
     ctens = c if c is not None else xt
-    # PREFETCH variant: 16-bit inputs (or all with only16 False), not the arg reductions
-    pref = PREFETCH is not None and COMB <= C_MIN and (xt.dtype.itemsize <= 2 or
-                                                 not PREFETCH.get("only16", True))
     if split == 1 and PIPE is not None and I == 1 and sxr == 1 and R <= block_r and c is None and \
             COMB in (C_SUM, C_MAX, C_MIN) and ACC in (A_F32, A_F64) and v is not None and \
             (xt.dtype.itemsize <= 2 or not PIPE.get("only16", True)):
         nt = _cdiv(O, block_k)
         grid = min(nt, PIPE.get("per_sm", 4) * NUM_SMS.get(devtype, 132))
         launch(_row_pipe_kernel, (grid,), xt, v, O, R, sxo, svo, float(scale), float(p),
-               PRE=PRE, COMB=COMB, POST=POST, ACC=ACC, IDX64=idx64, EVICT=EVICT,
+               PRE=PRE, COMB=COMB, POST=POST, ACC=ACC, IDX64=idx64,
                BLOCK_K=block_k, BLOCK_R=block_r, num_warps=nw, num_stages=1)
         return
     if split == 1:
@@ -567,8 +520,7 @@ def _reduce3(geo, codes, v, i, c=None, scale=1.0, p=1.0):
                O, R, I, sxo, sxr, sxi, svo, 0, svi, chunk, float(scale), float(p),
                PRE=PRE, COMB=COMB, POST=POST, ACC=ACC, ROW=(I == 1), HAS_XI=False,
                HAS_C=c is not None, WRITE_V=v is not None, WRITE_I=i is not None,
-               IDX64=idx64, BLOCK_K=block_k, BLOCK_R=block_r, EVICT=EVICT,
-               PREF=pref, num_warps=nw)
+               IDX64=idx64, BLOCK_K=block_k, BLOCK_R=block_r, num_warps=nw)
         return
     # pass 1: partials (O, split, I) in the accumulation dtype
     wv = Tensor._empty((O, split, I), _acc_dtype(ACC), xt.device)
@@ -577,7 +529,7 @@ def _reduce3(geo, codes, v, i, c=None, scale=1.0, p=1.0):
            O, R, I, sxo, sxr, sxi, split * I, I, 1, chunk, float(scale), float(p),
            PRE=PRE, COMB=COMB, POST=Q_NONE, ACC=ACC, ROW=(I == 1), HAS_XI=False,
            HAS_C=c is not None, WRITE_V=True, WRITE_I=arg, IDX64=idx64,
-           BLOCK_K=block_k, BLOCK_R=block_r, EVICT=EVICT, PREF=pref, num_warps=nw)
+           BLOCK_K=block_k, BLOCK_R=block_r, num_warps=nw)
     # pass 2: reduce the partials with the same combine, then POST
     block_k2, block_r2, nprog2, _, _, nw2 = _plan(devtype, O, split, I, wv.dtype.itemsize)
     launch(_reduce_kernel, (nprog2, 1), wv, wi, ctens, v if v is not None else i,
