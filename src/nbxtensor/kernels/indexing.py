@@ -190,6 +190,20 @@ def _gather_1d_kernel(out_ptr, src_ptr, idx_ptr, flag_ptr, tag, C, oc, sc, ic, s
 
 
 @triton.jit
+def _safe_index(idx, bad, hi, WRAP: tl.constexpr, I32: tl.constexpr):
+    """An index to form offsets with: negatives wrapped (WRAP), bad ones 0 (their lanes are
+    masked; the flag has them), in the offsets' width."""
+    if WRAP:
+        idx = tl.where(idx < 0, idx + hi, idx)
+    idx = tl.where(bad, 0, idx)
+    if I32:
+        idx = idx.to(tl.int32)
+    else:
+        idx = idx.to(tl.int64)
+    return idx
+
+
+@triton.jit
 def _gather2d_kernel(out_ptr, src_ptr, idx_ptr, flag_ptr, tag, n_rows, C, n_cblocks,
                      o_r, s_r, s_c, i_r, i_c, sdim, lo, hi,
                      IDX_COL: tl.constexpr, I32: tl.constexpr, WRAP: tl.constexpr,
@@ -220,13 +234,7 @@ def _gather2d_kernel(out_ptr, src_ptr, idx_ptr, flag_ptr, tag, n_rows, C, n_cblo
         bad = ((idx < lo) | (idx >= hi)) & cmask
         if pid_r == 0:   # the same indices for every row block: record them once
             _flag_bad(flag_ptr, bad, idx.to(tl.int64), tag)
-        if WRAP:
-            idx = tl.where(idx < 0, idx + hi, idx)
-        idx = tl.where(bad, 0, idx)
-        if I32:
-            idx = idx.to(tl.int32)
-        else:
-            idx = idx.to(tl.int64)
+        idx = _safe_index(idx, bad, hi, WRAP, I32)
         soff = (rows * s_r)[:, None] + (cols * s_c + idx * sdim)[None, :]
         lmask = mask & (~bad)[None, :]
     else:
@@ -237,13 +245,7 @@ def _gather2d_kernel(out_ptr, src_ptr, idx_ptr, flag_ptr, tag, n_rows, C, n_cblo
             _flag_bad_lanes(flag_ptr, bad, idx, tag)
         else:
             _flag_bad(flag_ptr, bad, idx.to(tl.int64), tag)
-        if WRAP:
-            idx = tl.where(idx < 0, idx + hi, idx)
-        idx = tl.where(bad, 0, idx)
-        if I32:
-            idx = idx.to(tl.int32)
-        else:
-            idx = idx.to(tl.int64)
+        idx = _safe_index(idx, bad, hi, WRAP, I32)
         soff = (rows * s_r)[:, None] + (cols * s_c)[None, :] + idx * sdim
         lmask = mask & ~bad
     vals = tl.load(src_ptr + soff, mask=lmask)
