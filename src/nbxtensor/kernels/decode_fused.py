@@ -81,6 +81,42 @@ def _wtile(w_rows, kk, K, EVEN_K: tl.constexpr):
 
 
 @triton.jit
+def _pair_loop(w, wu, w_rows, wu_rows, x_row, nw_ptr, offs_k, K, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, NORM: tl.constexpr,
+               GLU: tl.constexpr):
+    """The K loop of the row-per-program kernels, after their first tiles (w, and wu of rows
+    wu_rows when GLU) were issued at offs_k: each step loads the next tiles before it
+    accumulates the current ones (one tile in flight ahead). (acc, acc_u, ss) as _accum."""
+    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    kk = offs_k
+    for k0 in range(BLOCK_K, K, BLOCK_K):
+        kn = k0 + offs_k
+        w_next = _wtile(w_rows, kn, K, EVEN_K)
+        wu_next = w_next
+        if GLU:
+            wu_next = _wtile(wu_rows, kn, K, EVEN_K)
+        acc, acc_u, ss = _accum(acc, acc_u, ss, w, wu, x_row, nw_ptr, kk, K, EVEN_K, NORM, GLU)
+        w = w_next
+        wu = wu_next
+        kk = kn
+    return _accum(acc, acc_u, ss, w, wu, x_row, nw_ptr, kk, K, EVEN_K, NORM, GLU)
+
+
+@triton.jit
+def _rope_program(HALF: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The QKV + RoPE + append kernels' program: x row m, and BLOCK_N rotation pairs (i) of
+    ONE head (BLOCK_N divides HALF = D/2) at weight rows r1 = head*D + i and r1 + HALF."""
+    m = tl.program_id(0).to(tl.int64)
+    j0 = tl.program_id(1) * BLOCK_N
+    head = j0 // HALF
+    i = (j0 % HALF) + tl.arange(0, BLOCK_N)
+    r1 = (head * 2 * HALF + i).to(tl.int64)
+    return m, head, i, r1
+
+
+@triton.jit
 def _fused_gemv1_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, N, K, eps,
                         s_xm, s_wn, s_om, s_rm,
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
@@ -102,28 +138,15 @@ def _fused_gemv1_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, N, K, eps,
     offs_k = tl.arange(0, BLOCK_K)
     x_row = x_ptr + m * s_xm
     w_rows = w_ptr + rows[:, None] * s_wn
-    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-    acc_u = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-    ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    kk = offs_k
-    w = _wtile(w_rows, kk, K, EVEN_K)
+    w = _wtile(w_rows, offs_k, K, EVEN_K)
     wu = w
     if GLU:
-        wu = _wtile(w_rows + N * s_wn, kk, K, EVEN_K)
+        wu = _wtile(w_rows + N * s_wn, offs_k, K, EVEN_K)
     _pdl_wait(PDL)
     if EARLY and HAS_RES:
         res = tl.load(r_ptr + m * s_rm + offs_n, mask=nmask, other=0.0)
-    for k0 in range(BLOCK_K, K, BLOCK_K):
-        kn = k0 + offs_k
-        w_next = _wtile(w_rows, kn, K, EVEN_K)
-        wu_next = w_next
-        if GLU:
-            wu_next = _wtile(w_rows + N * s_wn, kn, K, EVEN_K)
-        acc, acc_u, ss = _accum(acc, acc_u, ss, w, wu, x_row, nw_ptr, kk, K, EVEN_K, NORM, GLU)
-        w = w_next
-        wu = wu_next
-        kk = kn
-    acc, acc_u, ss = _accum(acc, acc_u, ss, w, wu, x_row, nw_ptr, kk, K, EVEN_K, NORM, GLU)
+    acc, acc_u, ss = _pair_loop(w, wu, w_rows, w_rows + N * s_wn, x_row, nw_ptr, offs_k, K,
+                                BLOCK_N, BLOCK_K, EVEN_K, NORM, GLU)
     y = tl.sum(acc, axis=1)
     u = tl.sum(acc_u, axis=1)
     inv = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / K + eps)
@@ -211,21 +234,13 @@ def _fused_qkv_rope_kernel(x_ptr, w_ptr, q_ptr, nw_ptr, b_ptr, pos_ptr, inv_ptr,
     # EARLY: the epilogue's loads are issued up front (read-only inv_freq and bias before the
     # PDL wait, the position right after it) so their latency hides behind the K loop instead
     # of following it; the values and the arithmetic are the same (bit-identical results).
-    m = tl.program_id(0).to(tl.int64)
-    j0 = tl.program_id(1) * BLOCK_N
-    head = j0 // HALF
-    i = (j0 % HALF) + tl.arange(0, BLOCK_N)
-    r1 = (head * 2 * HALF + i).to(tl.int64)
+    m, head, i, r1 = _rope_program(HALF, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     x_row = x_ptr + m * s_xm
     w_rows = w_ptr + r1[:, None] * s_wn
     w2_rows = w_rows + HALF * s_wn
-    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-    acc_u = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-    ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    kk = offs_k
-    w = _wtile(w_rows, kk, K, EVEN_K)
-    wu = _wtile(w2_rows, kk, K, EVEN_K)
+    w = _wtile(w_rows, offs_k, K, EVEN_K)
+    wu = _wtile(w2_rows, offs_k, K, EVEN_K)
     if EARLY:
         invf = tl.load(inv_ptr + i)
         b1 = invf
@@ -236,15 +251,8 @@ def _fused_qkv_rope_kernel(x_ptr, w_ptr, q_ptr, nw_ptr, b_ptr, pos_ptr, inv_ptr,
     _pdl_wait(PDL)
     if EARLY:
         pos = tl.load(pos_ptr + m * s_pb).to(tl.int64)
-    for k0 in range(BLOCK_K, K, BLOCK_K):
-        kn = k0 + offs_k
-        w_next = _wtile(w_rows, kn, K, EVEN_K)
-        wu_next = _wtile(w2_rows, kn, K, EVEN_K)
-        acc, acc_u, ss = _accum(acc, acc_u, ss, w, wu, x_row, nw_ptr, kk, K, EVEN_K, NORM, True)
-        w = w_next
-        wu = wu_next
-        kk = kn
-    acc, acc_u, ss = _accum(acc, acc_u, ss, w, wu, x_row, nw_ptr, kk, K, EVEN_K, NORM, True)
+    acc, acc_u, ss = _pair_loop(w, wu, w_rows, w2_rows, x_row, nw_ptr, offs_k, K, BLOCK_N,
+                                BLOCK_K, EVEN_K, NORM, True)
     y1 = tl.sum(acc, axis=1)
     y2 = tl.sum(acc_u, axis=1)
     if NORM:

@@ -37,7 +37,7 @@ import triton.language as tl
 
 from ._host import cdiv as _cdiv, next_pow2 as _np2
 from ._pdl import _pdl_wait, pdl_enabled
-from .decode_fused import _rope_append, gemv_out
+from .decode_fused import _rope_append, _rope_program, gemv_out
 
 QTYPES = {"Q8_0": 0, "Q4_1": 1}
 _BLOCK_BYTES = {"Q8_0": 34, "Q4_1": 20}
@@ -187,11 +187,7 @@ def _qfused_qkv_rope_kernel(x_ptr, w_ptr, q_ptr, nw_ptr, b_ptr, pos_ptr, inv_ptr
     # Heads [0, Hq) are q (rotated, stored to q), [Hq, Hq+Hkv) k (rotated, into the cache at
     # the position read on the device), the rest v; values are rounded to the activations'
     # dtype before the rotation, as GEMV -> kv_append would.
-    m = tl.program_id(0).to(tl.int64)
-    j0 = tl.program_id(1) * BLOCK_N
-    head = j0 // HALF
-    i = (j0 % HALF) + tl.arange(0, BLOCK_N)
-    r1 = (head * 2 * HALF + i).to(tl.int64)
+    m, head, i, r1 = _rope_program(HALF, BLOCK_N)
     y1, y2 = _qdot(x_ptr + m * s_xm, w_ptr, nw_ptr, (r1 * row_bytes)[:, None, None],
                    HALF * row_bytes, K, KB, eps, QTYPE, W, BLOCK_N, BLOCK_B, NORM, True, PDL)
     _rope_append(y1, y2, m, head, i, r1, q_ptr, b_ptr, pos_ptr, inv_ptr, ck_ptr, cv_ptr, len_ptr,
