@@ -313,14 +313,9 @@ def _scatter_prod_kernel(dst_ptr, src_ptr, idx_ptr, flag_ptr, tag, scratch_ptr,
     """dst[doff(c) + wrap(idx[c]) * ddim] *= src[c] (32/64-bit dtypes)."""
     r0, r1, r2, cols, rmask, cmask = _tile(tl.program_id(0), n_cblocks, n_rows, R1, R2, C, BR, BC)
     mask = rmask[:, None] & cmask[None, :]
-    ioff = (r0 * i0 + r1 * i1 + r2 * i2)[:, None] + (cols * ic)[None, :]
-    idx = tl.load(idx_ptr + ioff, mask=mask, other=0).to(tl.int64)
-    bad = ((idx < lo) | (idx >= hi)) & mask
-    _flag_bad(flag_ptr, bad, idx, tag)
-    if WRAP:
-        idx = tl.where(idx < 0, idx + hi, idx)
-    doff = (r0 * d0 + r1 * d1 + r2 * d2)[:, None] + (cols * dc)[None, :] + idx * ddim
-    wmask = mask & ~bad
+    ioff, wmask = _tile_index(idx_ptr, flag_ptr, tag, r0, r1, r2, cols, i0, i1, i2, ic,
+                              rmask, mask, ddim, lo, hi, False, WRAP)
+    doff = (r0 * d0 + r1 * d1 + r2 * d2)[:, None] + (cols * dc)[None, :] + ioff
     soff = (r0 * s0 + r1 * s1 + r2 * s2)[:, None] + (cols * sc)[None, :]
     vals = tl.load(src_ptr + soff, mask=wmask).to(dst_ptr.dtype.element_ty)
     if IBITS == 32:
