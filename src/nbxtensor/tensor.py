@@ -202,15 +202,7 @@ class Tensor:
         stride = _CONTIG.get(shape)
         if stride is None:
             stride = cached_contiguous_strides(shape)
-        alloc = _ALLOCATE.get(device.type)
-        t = object.__new__(cls)
-        t._storage = (alloc(device, _prod(shape) * dtype.itemsize) if alloc is not None
-                      else new_storage(device, _prod(shape) * dtype.itemsize))
-        t._shape = shape
-        t._stride = stride
-        t._offset = 0
-        t._dtype = dtype
-        return t
+        return new_contiguous(shape, stride, dtype, device, _prod(shape) * dtype.itemsize)
 
     # ---------------------------------------------------------------- metadata
     @property
