@@ -684,12 +684,9 @@ def _gather_plan(key, views, devtype, itemsize, has_idx, sdim, lo, hi):
     return plans
 
 
-@register("index_gather", "triton")
-def index_gather(out, src, idx, sdim, lo, hi, wrap, err):
+def _gather_plans(out, src, idx, sdim, lo, hi):
+    """index_gather's launches for these layouts (cached by layout in _GPLANS)."""
     dev = out.device
-    flag = _FLAGS.get(dev)
-    if flag is None:
-        flag = _flag(dev)
     if idx is None:
         key = (dev.type, out._dtype.itemsize, out._shape, out._stride, src._stride, None)
         views = (out, src)
@@ -697,12 +694,20 @@ def index_gather(out, src, idx, sdim, lo, hi, wrap, err):
         key = (dev.type, out._dtype.itemsize, out._shape, out._stride, src._stride, idx._stride,
                sdim, lo, hi)
         views = (out, src, idx)
-    plans = _GPLANS.get(key) or _gather_plan(key, list(views), dev.type, out._dtype.itemsize,
-                                             idx is not None, sdim, lo, hi)
+    return _GPLANS.get(key) or _gather_plan(key, list(views), dev.type, out._dtype.itemsize,
+                                            idx is not None, sdim, lo, hi)
+
+
+@register("index_gather", "triton")
+def index_gather(out, src, idx, sdim, lo, hi, wrap, err):
+    dev = out.device
+    flag = _FLAGS.get(dev)
+    if flag is None:
+        flag = _flag(dev)
     tag = _tag(err) if idx is not None else 3
-    for vs, kernel, geo, kw, grid in plans:
+    for vs, kernel, geo, kw, grid in _gather_plans(out, src, idx, sdim, lo, hi):
         if vs is None:
-            vs = views
+            vs = (out, src, idx) if idx is not None else (out, src)
         launch(kernel, grid, vs[0], vs[1], vs[2] if idx is not None else vs[0], flag,
                tag, *geo, sdim, lo, hi, WRAP=wrap, **kw)
     if idx is not None:
@@ -710,34 +715,19 @@ def index_gather(out, src, idx, sdim, lo, hi, wrap, err):
 
 
 def prepared_gather(out, src, idx, sdim, lo, hi, wrap, err):
-    """The op layer's fast path on cuda: index_gather(out, src, idx, ...) as one prepared
-    launch (kernel, grid, the arguments after the three tensors, constexprs), or None (not
-    cuda, or several launches). The tensors only give the kernel their addresses, so a later
-    call may pass the unviewed tensors of the same layout (see run_prepared)."""
+    """The op layer's fast path on cuda: index_gather(out, src, idx, ...) as `run(out, src,
+    idx)` with its one launch bound (None: not cuda, or several launches). The tensors only
+    give the kernel their addresses, so a later call may pass the unviewed tensors of the same
+    layout; _after's common cuda case is inlined."""
     dev = out.device
     if dev.type != "cuda":
         return None
-    key = (dev.type, out._dtype.itemsize, out._shape, out._stride, src._stride, idx._stride,
-           sdim, lo, hi)
-    plans = _GPLANS.get(key) or _gather_plan(key, [out, src, idx], dev.type,
-                                             out._dtype.itemsize, True, sdim, lo, hi)
+    plans = _gather_plans(out, src, idx, sdim, lo, hi)
     if len(plans) != 1:
         return None
     _, kernel, geo, kw, grid = plans[0]
-    return (kernel, grid, (_flag(dev), _tag(err), *geo, sdim, lo, hi), dict(WRAP=wrap, **kw),
-            err)
-
-
-def run_prepared(prep, out, src, idx):
-    kernel, grid, tail, kw, err = prep
-    launch(kernel, grid, out, src, idx, *tail, **kw)
-    _after(out._storage.device, err)
-
-
-def prepared_runner(prep):
-    """run(out, src, idx) == run_prepared(prep, out, src, idx), as a closure over the plan (the
-    op layer's per-call path: no unpacking, and _after's common cuda case inlined)."""
-    kernel, grid, tail, kw, err = prep
+    tail = (_flag(dev), _tag(err), *geo, sdim, lo, hi)
+    kw = dict(WRAP=wrap, **kw)
 
     def run(out, src, idx):
         launch(kernel, grid, out, src, idx, *tail, **kw)

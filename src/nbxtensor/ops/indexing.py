@@ -278,9 +278,7 @@ def _remember(key, out, sv, iv, sdim, hi, err):
         run = None
         kix = sys.modules.get("nbxtensor.kernels.indexing")
         if kix is not None and out.numel() and out._storage.device.type == "cuda":
-            p = kix.prepared_gather(out, sv, iv, sdim, 0, hi, False, err)
-            if p is not None:
-                run = kix.prepared_runner(p)
+            run = kix.prepared_gather(out, sv, iv, sdim, 0, hi, False, err)
         _FAST[key] = (out._shape, sv._stride, iv._stride, sdim, hi, err, run, out._stride,
                       out.numel() * out._dtype.itemsize)
 
