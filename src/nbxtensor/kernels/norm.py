@@ -200,10 +200,11 @@ def _norm(out, x, weight, bias, eps, residual, h_out, rms):
     cfg = row_config(N)
     if cfg["SINGLE"] and cfg["BLOCK_N"] == 4096 and x.dtype.itemsize == 2 \
             and x.device.type == "cuda":
-        # H200 sweep (session 3, 16384x4096 bf16): one row per 16-warp program left HBM at
-        # 75-83% of copy; two rows per 8-warp program (32 elements a thread) 93%:
-        # layer_norm 83.1 -> 67.2 us, rms_norm 75.4 -> 67.8 us. (Persistent pipelined rows,
-        # one-reduction moments, eviction and streaming-store hints lost in the same sweep.)
+        # H200 sweep (session 3, 16384x4096 bf16): one row per program at 16 warps (the row
+        # rule then) 83.1 us layer_norm / 75.4 us rms_norm, at 8 warps (the rule now, 32
+        # elements a thread) 72.4 / 67.2, two rows per 8-warp program 67.2 / 67.8 (93% of
+        # copy): two rows win for layer_norm and tie for rms_norm. (Persistent pipelined
+        # rows, one-reduction moments, eviction and streaming-store hints lost.)
         cfg.update(BLOCK_R=2, num_warps=8)
     if _OVERRIDE:
         cfg.update(_OVERRIDE)
