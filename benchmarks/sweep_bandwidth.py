@@ -1,6 +1,7 @@
 """Sweep of the bandwidth variants of the large memory-bound kernels, against torch (H200).
 
-    PYTHONPATH=src python3 benchmarks/sweep_bandwidth.py [--full] [--groups=mem,red,norm] [OUTDIR]
+    PYTHONPATH=src python3 benchmarks/sweep_bandwidth.py [--full] [--groups=mem,red,norm,small]
+        [--variants=v16w4,v32w4,...] [OUTDIR]
 
   mem  torch's copy on torch-allocated and on nbx-allocated buffers beside nbx's copy and neg
        (64M f32): whether a gap to torch is the kernel's or the memory's.
@@ -9,6 +10,11 @@
        (col* variants); --full: every variant on both.
   norm kernels/norm.py tiles through _OVERRIDE (BLOCK_R x num_warps; "default" = the rule):
        layer_norm bf16 (16384,4096) weight+bias, rms_norm bf16 same shape.
+  small  (session 4; not in the default groups) kernels/elementwise.py FLAT_VARIANTS
+       (set_flat_variant; "default" = today's 4096-element 8-warp _ew_flat_kernel, "base" the
+       same block through the variant kernel): copy / neg / exp / add f32 and add bf16, 256 MiB
+       tensors. The kernels are compiled first in a spawn process pool (Triton's disk cache);
+       --variants= limits the list.
 Session 3 also swept the flat element-wise kernel (unmasked body, persistent grid, cache and
 eviction hints, block sizes), eviction hints and a prefetching column loop for the
 reductions, and persistent / one-reduction norms; all lost on the H200 (BENCHMARKS.md, runs
@@ -38,10 +44,14 @@ from _common import copy_bw, out_dir, time_gpu  # noqa: E402
 FULL = "--full" in sys.argv
 GROUPS = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--groups=")),
               ["mem", "red", "norm"])
+# --variants=a,b: only these FLAT_VARIANTS (plus "default") in the small group
+SMALL_ONLY = next((a.split("=", 1)[1].split(",") for a in sys.argv
+                   if a.startswith("--variants=")), None)
 ROWS: list[dict] = []
 T0 = time.time()
 
-import torch  # noqa: E402  (the reference only)
+if __name__ != "__mp_main__":     # the small group's spawn compile workers need no torch
+    import torch  # noqa: E402  (the reference only)
 
 import nbxtensor as nbx  # noqa: E402
 from nbxtensor.kernels import norm as NK  # noqa: E402
@@ -162,6 +172,131 @@ def sweep_norm(bw):
     NK._OVERRIDE = None
 
 
+def _small_cases():
+    """(name, dtype, op, n, bytes moved) of the small-block sweep: 256 MiB tensors."""
+    return [("copy f32 256MiB", "float32", "copy", 64 << 20, 2 * 256 << 20),
+            ("neg f32 256MiB", "float32", "neg", 64 << 20, 2 * 256 << 20),
+            ("exp f32 256MiB", "float32", "exp", 64 << 20, 2 * 256 << 20),
+            ("add f32 256MiB", "float32", "add", 64 << 20, 3 * 256 << 20),
+            ("add bf16 256MiB", "bfloat16", "add", 128 << 20, 3 * 256 << 20)]
+
+
+def _small_call(op, x, y, out):
+    if op == "copy":
+        return out.copy_(x)
+    if op == "add":
+        return nbx.add(x, y)
+    return getattr(nbx, op)(x)
+
+
+def _small_precompile_worker(jobs):
+    """Spawn-pool task: compile (not launch) the flat kernels of (variant, case index) jobs,
+    so the sweep's own compiles are reads of Triton's disk cache."""
+    from nbxtensor.autotune.screen import check_resources
+    from nbxtensor.kernels import elementwise as EW
+
+    def dry(kernel, grid, *args, **kwargs):
+        check_resources(kernel, args, kwargs, 0)
+
+    EW.launch = dry
+    cases, ok, errs = _small_cases(), 0, []
+    bufs = {}
+    for v, i in jobs:
+        _, dt, op, n, _ = cases[i]
+        if dt not in bufs:
+            d = getattr(nbx, dt)
+            bufs[dt] = tuple(nbx.empty((n,), dtype=d, device="cuda") for _ in range(3))
+        x, y, out = bufs[dt]
+        try:
+            EW.set_flat_variant(None if v == "default" else v)
+            _small_call(op, x, y, out)
+            ok += 1
+        except Exception as e:  # noqa: BLE001 - the sweep reports what fails
+            errs.append(f"{v}/{op}: {type(e).__name__}: {str(e)[:100]}")
+    return ok, errs
+
+
+def _small_precompile(jobs, timeout_s=60):
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    workers = max(1, min(14, (os.cpu_count() or 2) - 2, len(jobs)))
+    t0 = time.time()
+    chunks = [jobs[i::workers] for i in range(workers)]
+    ok, errs = 0, []
+    try:
+        with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            futs = [pool.submit(_small_precompile_worker, c) for c in chunks if c]
+            done, pending = cf.wait(futs, timeout=timeout_s)
+            for f in done:
+                if f.exception() is None:
+                    ok += f.result()[0]
+                    errs += f.result()[1]
+                else:
+                    errs.append(repr(f.exception())[:200])
+            for f in pending:
+                f.cancel()
+    except Exception as e:  # noqa: BLE001 - precompiling is an optimisation only
+        errs.append(f"pool: {type(e).__name__}: {e}"[:200])
+    print(f"[{time.time() - T0:5.0f}s] small: precompiled {ok}/{len(jobs)} in "
+          f"{time.time() - t0:.0f} s" + (f"; errors {errs[:4]}" if errs else ""), flush=True)
+
+
+def sweep_small(bw):
+    """kernels/elementwise.py FLAT_VARIANTS (session 4: torch's shape, many small 128-thread
+    programs; 16-byte vectors; PEEL, PDL, PERSIST) on copy / neg / exp / add f32 and add bf16,
+    256 MiB tensors; "default" = today's _ew_flat_kernel 4096 x 8 warps, "base" = the same
+    block through the variant kernel (a control)."""
+    from nbxtensor.kernels import elementwise as EW
+    names = ["default"] + [k for k in EW.FLAT_VARIANTS if k != "base"] + ["base"]
+    if SMALL_ONLY:
+        names = ["default"] + [k for k in SMALL_ONLY if k != "default"]
+    cases = _small_cases()
+    _small_precompile([(v, i) for i in range(len(cases)) for v in names])
+    tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+    def apply(v):
+        EW.set_flat_variant(None if v == "default" else v)
+
+    def one(name, dt, op, n, nbytes):
+        ta = torch.randn(n, device="cuda").to(tdt[dt])
+        tb = torch.randn(n, device="cuda").to(tdt[dt])
+        tout = torch.empty_like(ta)
+        x, y = to_nbx(ta), to_nbx(tb)
+        out = nbx.empty((n,), dtype=getattr(nbx, dt), device="cuda")
+        tfn = {"copy": lambda: tout.copy_(ta), "neg": lambda: torch.neg(ta),
+               "exp": lambda: torch.exp(ta), "add": lambda: torch.add(ta, tb)}[op]
+        case("small", name, nbytes, bw, tfn, names, apply,
+             lambda: _small_call(op, x, y, out), exact=op != "exp", tol=1e-5)
+
+    for c in cases:
+        one(*c)
+        torch.cuda.empty_cache()
+    EW.set_flat_variant(None)
+
+
+def small_matrix():
+    """The small group as variant x case: torch_us / us (>1: faster than torch), the worst
+    case last (a default must not lose anywhere: copy/neg/exp and both adds)."""
+    rows = [r for r in ROWS if r["group"] == "small"]
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    names = list(dict.fromkeys(r["variant"] for r in rows))
+    got = {(r["variant"], r["case"]): r for r in rows}
+    short = [c.split(" 256")[0] for c in cases]
+    print("\n== small: torch_us / us per case (%copy in brackets), min over the cases")
+    print(f"{'variant':12}" + "".join(f"{c:>16}" for c in short) + f"{'min':>7}")
+    for v in names:
+        cells, ratios = [], []
+        for c in cases:
+            r = got.get((v, c))
+            if r and r.get("ok"):
+                cells.append(f"{r['ratio']:7.3f} ({r['pct_copy']:4.1f}%)")
+                ratios.append(r["ratio"])
+            else:
+                cells.append(f"{'--':>16}")
+        mn = f"{min(ratios):7.3f}" if len(ratios) == len(cases) else f"{'--':>7}"
+        print(f"{v:12}" + "".join(f"{x:>16}" for x in cells) + mn)
+
+
 def probe_memory(bw):
     """Is the flat kernels' gap to torch in the kernel or in the memory? torch's own copy on
     torch-allocated and on nbx-allocated buffers, beside nbx's copy (64M f32)."""
@@ -189,7 +324,8 @@ def main():
     bw = copy_bw() * 1e9      # _common.copy_bw is in GB/s; this file works in bytes/s
     print(f"copy bandwidth (torch, 1 GiB): {bw / 1e9:.0f} GB/s; groups {GROUPS}", flush=True)
     failures = []
-    for g, fn in (("mem", probe_memory), ("red", sweep_red), ("norm", sweep_norm)):
+    for g, fn in (("mem", probe_memory), ("red", sweep_red), ("norm", sweep_norm),
+                  ("small", sweep_small)):
         if g not in GROUPS:
             continue
         try:
@@ -216,6 +352,8 @@ def main():
         else:
             print(f"{r['case']:30} {r['variant']:18} SKIPPED {r.get('error', '')[:60]}")
     print("best per case:", {k: (v["variant"], round(v["ratio"], 3)) for k, v in best.items()})
+    if "small" in GROUPS:
+        small_matrix()
     if failures:
         print(f"FAILED groups: {failures}")
     print(f"({time.time() - T0:.0f} s)")

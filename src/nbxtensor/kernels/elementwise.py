@@ -15,6 +15,7 @@ Casting rules (see dtypes.py) as implemented here:
 from __future__ import annotations
 
 import math
+import os as _os
 
 import numpy as np
 import triton
@@ -29,6 +30,7 @@ from ..dispatch import register
 from ..ops.elementwise import DISPATCH_NAMES as OPS
 from ..tensor import Tensor
 from ._host import cdiv as _cdiv, f64_bits as _f64_bits, next_pow2 as _np2
+from ._pdl import _pdl_wait
 
 # ----------------------------------------------------------------------------- codecs
 
@@ -669,6 +671,102 @@ def _ew_flat_kernel(out, a, b, c, sa, sb, sc, p0, p1, N,
     tl.store(out + offs, _encode(r, EO, out.dtype.element_ty), mask=mask)
 
 
+# ---- bandwidth variants of the flat kernel (FLAT_VARIANT; benchmarks/sweep_bandwidth.py)
+
+@triton.jit
+def _ld_raw(ptr, off, mask, MODE: tl.constexpr):
+    """A tensor operand's raw storage (decoded later, so a prefetch does not wait on it)."""
+    if MODE == "t":
+        v = tl.load(ptr + off, mask=mask)
+    else:
+        v = tl.zeros(off.shape, tl.int8)        # placeholder: _val builds the value
+    return v
+
+
+@triton.jit
+def _val(raw, ptr, off, sval, MODE: tl.constexpr, ENC: tl.constexpr, CT: tl.constexpr):
+    if MODE == "t":
+        v = _decode(raw, ENC).to(CT)
+    else:
+        v = _operand(ptr, off, None, sval, MODE, ENC, CT)
+    return v
+
+
+@triton.jit
+def _ew_flat_v_block(out, a, b, c, sa, sb, sc, p0, p1, offs, mask,
+                     OP: tl.constexpr, CT: tl.constexpr,
+                     MA: tl.constexpr, MB: tl.constexpr, MC: tl.constexpr,
+                     EA: tl.constexpr, EB: tl.constexpr, EC: tl.constexpr, EO: tl.constexpr,
+                     INTERP: tl.constexpr):
+    x = _operand(a, offs, mask, sa, MA, EA, CT)
+    y = _operand(b, offs, mask, sb, MB, EB, CT)
+    z = _operand(c, offs, mask, sc, MC, EC, CT)
+    r = _apply(OP, x, y, z, p0, p1, INTERP)
+    tl.store(out + offs, _encode(r, EO, out.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _ew_flat_v_kernel(out, a, b, c, sa, sb, sc, p0, p1, N, NFULL,
+                      OP: tl.constexpr, CT: tl.constexpr,
+                      MA: tl.constexpr, MB: tl.constexpr, MC: tl.constexpr,
+                      EA: tl.constexpr, EB: tl.constexpr, EC: tl.constexpr, EO: tl.constexpr,
+                      F64S: tl.constexpr, IDX64: tl.constexpr, INTERP: tl.constexpr,
+                      BLOCK: tl.constexpr, PEEL: tl.constexpr, PERSIST: tl.constexpr,
+                      PDL: tl.constexpr):
+    """_ew_flat_kernel's bandwidth variants (FLAT_VARIANT). NFULL = N // BLOCK.
+
+    PEEL: full blocks unmasked, only the last (partial) block masked, in the same launch.
+    PERSIST: fewer programs than blocks walk them grid-stride, each issuing the next
+    block's loads (raw, undecoded) before it computes and stores the current one.
+    PDL: launched with programmatic dependent launch; waits for the previous kernel before
+    touching memory (the next launch's setup overlaps this kernel's tail).
+    """
+    if F64S:
+        sa = _bits_f64(sa)
+        sb = _bits_f64(sb)
+        sc = _bits_f64(sc)
+        p0 = _bits_f64(p0)
+        p1 = _bits_f64(p1)
+    _pdl_wait(PDL)
+    pid = tl.program_id(0)
+    ar = tl.arange(0, BLOCK)
+    if IDX64:
+        offs = pid.to(tl.int64) * BLOCK + ar
+    else:
+        offs = pid * BLOCK + ar
+    if PERSIST:
+        # the plan makes IDX64 cover N + grid * BLOCK, so the prefetch offsets cannot wrap
+        step = tl.num_programs(0) * BLOCK
+        if IDX64:
+            step = step.to(tl.int64)
+        mask = offs < N
+        ra = _ld_raw(a, offs, mask, MA)
+        rb = _ld_raw(b, offs, mask, MB)
+        rc = _ld_raw(c, offs, mask, MC)
+        for _blk in range(pid, tl.cdiv(N, BLOCK), tl.num_programs(0)):
+            offs_n = offs + step
+            mask_n = offs_n < N
+            na = _ld_raw(a, offs_n, mask_n, MA)
+            nb = _ld_raw(b, offs_n, mask_n, MB)
+            nc = _ld_raw(c, offs_n, mask_n, MC)
+            x = _val(ra, a, offs, sa, MA, EA, CT)
+            y = _val(rb, b, offs, sb, MB, EB, CT)
+            z = _val(rc, c, offs, sc, MC, EC, CT)
+            r = _apply(OP, x, y, z, p0, p1, INTERP)
+            tl.store(out + offs, _encode(r, EO, out.dtype.element_ty), mask=mask)
+            ra, rb, rc, offs, mask = na, nb, nc, offs_n, mask_n
+    elif PEEL:
+        if pid < NFULL:
+            _ew_flat_v_block(out, a, b, c, sa, sb, sc, p0, p1, offs, None,
+                             OP, CT, MA, MB, MC, EA, EB, EC, EO, INTERP)
+        else:
+            _ew_flat_v_block(out, a, b, c, sa, sb, sc, p0, p1, offs, offs < N,
+                             OP, CT, MA, MB, MC, EA, EB, EC, EO, INTERP)
+    else:
+        _ew_flat_v_block(out, a, b, c, sa, sb, sc, p0, p1, offs, offs < N,
+                         OP, CT, MA, MB, MC, EA, EB, EC, EO, INTERP)
+
+
 @triton.jit
 def _ew_2d_kernel(out, a, b, c, sa, sb, sc, p0, p1, M, N,
                   o0, o1, a0, a1, b0, b1, c0, c1,
@@ -762,6 +860,85 @@ STRIDED_BLOCK, STRIDED_WARPS = 1024, 4  # 1 or 3+ dims after collapsing: index m
 TILE_M, TILE_N, TILE_WARPS = 64, 64, 4  # 2 dims after collapsing: 2-D tiles
 MAX_DIMS = 6
 IDX64_LIMIT = 2**31                     # int64 offsets from here (tests lower it to run that path)
+
+# Bandwidth variants of the contiguous (flat) kernel, for benchmarks/sweep_bandwidth.py
+# (`--groups=small`) and A/B runs of any benchmark (NBX_FLAT_VARIANT=<name> at import).
+# FLAT_VARIANT None: _ew_flat_kernel with FLAT_BLOCK x FLAT_WARPS (the default); else a dict
+# of _ew_flat_v_kernel knobs:
+#   BYTES: bytes per thread of the narrowest operand (BLOCK = BYTES / itemsize * 32 *
+#     num_warps, so f32 and bf16 both get whole 16-byte vectors: BYTES=16 is one
+#     ld.global.v4 per thread and operand, 32 two independent ones issued before the
+#     stores); or BLOCK directly; num_warps;
+#   PEEL: only the last, partial block masked; PDL: programmatic dependent launch (cuda);
+#   PERSIST: k -> k * NUM_SMS programs walking the blocks grid-stride with the next
+#     block's loads in flight (k = the CTAs resident per SM makes the grid one full wave).
+# Session 3 lost with big blocks (2048-8192 elements on 4-16 warps), persistent 4096-element
+# blocks, .cg / evict_first / .cs hints (docs/notes/bandwidth.md); session 4 tries torch's
+# shape: many small 128-thread programs.
+FLAT_VARIANTS = {
+    "v16w4": {"BYTES": 16, "num_warps": 4},        # torch's: f32 512 elements a program
+    "v32w4": {"BYTES": 32, "num_warps": 4},        # f32 1024: 2 x 16 B loads a thread
+    "v16w2": {"BYTES": 16, "num_warps": 2},
+    "v32w2": {"BYTES": 32, "num_warps": 2},
+    "v32w1": {"BYTES": 32, "num_warps": 1},
+    "v64w4": {"BYTES": 64, "num_warps": 4},
+    "v16w4_peel": {"BYTES": 16, "num_warps": 4, "PEEL": True},
+    "v32w4_peel": {"BYTES": 32, "num_warps": 4, "PEEL": True},
+    "v16w4_pdl": {"BYTES": 16, "num_warps": 4, "PDL": True},
+    "v32w4_pdl": {"BYTES": 32, "num_warps": 4, "PDL": True},
+    "pdl": {"PDL": True},                          # today's block, PDL only
+    "p16_v16w4": {"BYTES": 16, "num_warps": 4, "PERSIST": 16},
+    "p8_v32w4": {"BYTES": 32, "num_warps": 4, "PERSIST": 8},
+    "p32_v16w2": {"BYTES": 16, "num_warps": 2, "PERSIST": 32},
+    "base": {},        # today's block through the variant kernel (a control)
+}
+FLAT_VARIANT: dict | None = None
+NUM_SMS = {"cuda": 132, "interp": 2}   # for PERSIST grids (the H200 has 132 SMs)
+_FLAT_KNOBS = {"BYTES", "BLOCK", "num_warps", "PEEL", "PDL", "PERSIST"}
+
+
+def set_flat_variant(v):
+    """FLAT_VARIANT = v (a FLAT_VARIANTS name, a dict of knobs, or None for the default
+    kernel); drops the cached launch plans. Returns the previous FLAT_VARIANT."""
+    global FLAT_VARIANT
+    if isinstance(v, str):
+        if v not in FLAT_VARIANTS:
+            raise ValueError(f"set_flat_variant: unknown variant {v!r}; expected one of "
+                             f"{sorted(FLAT_VARIANTS)} or None")
+        v = FLAT_VARIANTS[v]
+    elif v is not None and not isinstance(v, dict):
+        raise TypeError(f"set_flat_variant: v must be a name, a dict or None, got "
+                        f"{type(v).__name__}")
+    if v is not None:
+        bad = set(v) - _FLAT_KNOBS
+        if bad:
+            raise ValueError(f"set_flat_variant: unknown knobs {sorted(bad)}; expected a "
+                             f"subset of {sorted(_FLAT_KNOBS)}")
+        if "BYTES" in v and "BLOCK" in v:
+            raise ValueError("set_flat_variant: give BYTES or BLOCK, not both")
+    prev, FLAT_VARIANT = FLAT_VARIANT, (None if v is None else dict(v))
+    _PLANS.clear()
+    return prev
+
+
+def _flat_variant_plan(n, isz, consts, devtype):
+    """(kernel, grid, int args after the params) for FLAT_VARIANT; updates consts.
+    isz: the narrowest itemsize among the output and tensor operands."""
+    v = FLAT_VARIANT
+    warps = v.get("num_warps", FLAT_WARPS)
+    block = v.get("BLOCK") or (max(1, v["BYTES"] // isz) * 32 * warps if "BYTES" in v
+                               else FLAT_BLOCK)
+    nblk = _cdiv(n, block)
+    k = v.get("PERSIST", 0)
+    grid = min(nblk, k * NUM_SMS.get(devtype, 132)) if k else nblk
+    if k and n + (grid + 1) * block >= IDX64_LIMIT:
+        consts["IDX64"] = True       # the prefetch runs one grid stride past N
+    pdl = bool(v.get("PDL")) and devtype == "cuda"
+    consts.update(BLOCK=block, num_warps=warps, PEEL=bool(v.get("PEEL")), PERSIST=bool(k),
+                  PDL=pdl)
+    if pdl:
+        consts["launch_pdl"] = True
+    return _ew_flat_v_kernel, (grid,), (n, n // block)
 
 # bf16, fp8 and bool move as raw integers of the same width (decoded in _decode/_encode)
 _RAW = {"bfloat16": (_dt.int16, "bf"), "float8_e4m3fn": (_dt.uint8, "e4"),
@@ -871,6 +1048,10 @@ def _plan(op, out, inputs, ct):
                   INTERP=_is_interp(out))
     plan = (ro[0] if ro else None), tuple(raws), conv
     if flat:
+        if FLAT_VARIANT is not None:
+            isz = min(t.dtype.itemsize for t in tensor_ops)
+            kern, grid, tail = _flat_variant_plan(n, isz, consts, out.device.type)
+            return (kern, grid) + plan + (tail, consts)
         consts.update(BLOCK=FLAT_BLOCK, num_warps=FLAT_WARPS)
         return (_ew_flat_kernel, (_cdiv(n, FLAT_BLOCK),)) + plan + ((n,), consts)
     if len(sizes) == 2:
@@ -1002,3 +1183,7 @@ def _make(op):
 
 for _op in OPS:
     register(_op, "triton")(_make(_op))
+
+# A/B of a flat variant in any benchmark without editing code (see FLAT_VARIANTS)
+if _os.environ.get("NBX_FLAT_VARIANT", "").strip():
+    set_flat_variant(_os.environ["NBX_FLAT_VARIANT"].strip())
