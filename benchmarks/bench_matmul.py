@@ -1,6 +1,7 @@
 """Matrix products on the H200, side by side with torch (cuBLAS) in the same run.
 
     PYTHONPATH=src python3 benchmarks/bench_matmul.py [--quick] [--sweep | --sweep-only] [OUTDIR]
+    PYTHONPATH=src python3 benchmarks/bench_matmul.py --mm-sweep [OUTDIR]   (<= ~90 s)
 
 --quick (~60-90 s on the H200) prints the issue's whole shape table -- bf16 4096^3 and
 8192^3 (fp16 4096^3), the 1B-model linears at M in {1, 16, 128, 2048}, the odd sizes --
@@ -17,6 +18,12 @@ Sections
   sweep    (--sweep) a few tile configs at 4096^3 / 8192^3 bf16, to re-tune the rule in
            kernels/matmul.py `matmul_config`, and GEMV configs (kernels/gemv.py); for
            GEMV rows the table's "TF/s" column is TB/s and "ratio" is the fraction of copy.
+
+  mmsweep  (--mm-sweep, alone) the big-product candidates MM_CANDIDATES (tiled kernel
+           variants and the TMA kernel through the TMA_BIG switch) at bf16/fp16 4096^3 and
+           8192^3 against torch, compiled first in parallel processes; then GEMV launch
+           variants (one-launch split-K, CUDA graph of rotated GEMVs, empty-kernel floor).
+           JSON to OUTDIR/matmul_mmsweep.json.
 
 Timing: CUDA events (torch.cuda.Event on the legacy default stream, which nbxtensor also
 launches on). Kernel time, not Python time: a torch.cuda._sleep spin kernel is queued
@@ -39,6 +46,65 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+
+
+# ------------------------------------------------------------------ --mm-sweep compile worker
+# (defined before torch is imported: a child runs `bench_matmul.py --mm-precompile JSON`)
+def _mm_apply(kind, cfg):
+    """A context manager that makes nbx.matmul run candidate (kind, cfg)."""
+    import contextlib
+    from nbxtensor.kernels import matmul as km
+    if kind == "tiled":
+        return km.config_override(**cfg)
+    if kind == "tma":
+        @contextlib.contextmanager
+        def tma():
+            old = km.TMA_BIG
+            km.TMA_BIG = cfg
+            try:
+                yield
+            finally:
+                km.TMA_BIG = old
+        return tma()
+    return contextlib.nullcontext()
+
+
+def _mm_precompile(n, jobs):
+    """Worker (a child process, no torch): compile candidates through nbx's launcher
+    without running them (autotune's dry_launches); Triton's on-disk cache then serves the
+    timing process.
+    The exact shape matters: divisibility of the int arguments is part of the key."""
+    import nbxtensor as nbx
+    from nbxtensor.autotune.screen import dry_launches
+    done = []
+    for dtype_name, (name, kind, cfg) in jobs:
+        dt = getattr(nbx, dtype_name)
+        try:
+            a, b, out = (nbx.empty((n, n), dtype=dt, device="cuda") for _ in range(3))
+            x, w, y = (nbx.empty(s, dtype=dt, device="cuda")
+                       for s in ((1, 2048), (2048, 2048), (1, 2048)))
+            if kind == "gemv":   # the decode GEMV variants of bench_gemv_launch
+                import nbxtensor.kernels.gemv as kg
+                kg._OVERRIDE = cfg
+                with dry_launches():
+                    nbx.linear(x, w, out=y)
+                kg._OVERRIDE = None
+                done.append(name)
+                continue
+            with dry_launches(), _mm_apply(kind, cfg):
+                nbx.matmul(a, b, out=out)
+            done.append(name)
+        except Exception as e:  # reported by the timing pass too
+            done.append(f"{name}: {type(e).__name__}: {e}"[:200])
+    return done
+
+
+
+if __name__ == "__main__" and "--mm-precompile" in sys.argv:
+    _job = json.loads(sys.argv[sys.argv.index("--mm-precompile") + 1])
+    print(json.dumps(_mm_precompile(_job["n"], _job["jobs"])))
+    sys.exit(0)
+
 import torch  # noqa: E402  (the reference only)
 
 import nbxtensor as nbx  # noqa: E402
@@ -47,6 +113,7 @@ from _common import copy_bw, out_dir, recorder, time_gpu  # noqa: E402
 QUICK = "--quick" in sys.argv
 SWEEP_ONLY = "--sweep-only" in sys.argv   # only the sweeps (they take a few minutes)
 SWEEP = "--sweep" in sys.argv or SWEEP_ONLY
+MM_SWEEP = "--mm-sweep" in sys.argv   # big-product candidates only (bench_mm_sweep)
 OUTDIR = out_dir()
 DEV = "cuda"
 TORCH_DT = {nbx.bfloat16: torch.bfloat16, nbx.float16: torch.float16, nbx.float32: torch.float32}
@@ -310,11 +377,202 @@ def bench_gemv_sweep(copy_bw):
         del ws
 
 
+# ------------------------------------------------------------------ --mm-sweep (session 4)
+# Candidates for the big 16-bit products (name, kind, config). kind "rule": nbx.matmul as
+# it runs by default; "tiled": config_override on the tiled kernel; "tma": the A/B switch
+# kernels/matmul.py TMA_BIG set to the config (the path the lead would ship).
+_TMA = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, GROUP_M=8)
+MM_CANDIDATES = [
+    ("rule (tiled 128x256 s3)", "rule", None),
+    ("tiled s4", "tiled", dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=4)),
+    ("tiled s3 G16", "tiled", dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8,
+                                   num_stages=3, GROUP_M=16)),
+    ("tma pers s3", "tma", dict(_TMA, num_stages=3, PERSISTENT=True)),
+    ("tma pers s3 flat", "tma", dict(_TMA, num_stages=3, PERSISTENT=True, FLATTEN=True)),
+    ("tma pers s4", "tma", dict(_TMA, num_stages=4, PERSISTENT=True)),
+    ("tma pers s4 flat", "tma", dict(_TMA, num_stages=4, PERSISTENT=True, FLATTEN=True)),
+    ("tma tile s3", "tma", dict(_TMA, num_stages=3, PERSISTENT=False)),
+    ("tma tile s4", "tma", dict(_TMA, num_stages=4, PERSISTENT=False)),
+    ("tma tile s3 nosub", "tma", dict(_TMA, num_stages=3, PERSISTENT=False, SUBTILE=False)),
+    ("tma pers s4 flat G16", "tma", dict(_TMA, num_stages=4, PERSISTENT=True, FLATTEN=True,
+                                         GROUP_M=16)),
+    ("tma pers 128x128 s4 flat", "tma", dict(_TMA, BLOCK_N=128, num_stages=4,
+                                             PERSISTENT=True, FLATTEN=True)),
+]
+
+
+def bench_mm_sweep():
+    """Big bf16/fp16 products (4096^3, 8192^3): every MM_CANDIDATES entry against torch in
+    the same run. All candidates are compiled first in parallel processes."""
+    import subprocess
+    t0 = time.time()
+    jobs = [(dn, c) for dn in ("bfloat16", "float16") for c in MM_CANDIDATES]
+    jobs += [("bfloat16", (name, "gemv", cfg)) for name, cfg in GEMV_VARIANTS]
+    workers = max(1, min(len(jobs), (os.cpu_count() or 2) - 1))
+    procs = []
+    for i in range(workers):   # one process per core, each compiling a share in turn
+        arg = json.dumps(dict(n=4096, jobs=jobs[i::workers]))
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__),
+                                       "--mm-precompile", arg], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        try:
+            outs, errs = p.communicate(timeout=240)
+            done = json.loads(outs.strip().splitlines()[-1]) if p.returncode == 0 else [errs[-300:]]
+            for r in done:
+                if ":" in r:
+                    print("  precompile:", r, flush=True)
+        except Exception as e:   # compiling ahead is an optimisation; timing compiles the rest
+            p.kill()
+            print(f"  precompile failed: {type(e).__name__}: {e}"[:200], flush=True)
+    record(section="mmsweep-compile", seconds=time.time() - t0, workers=workers, jobs=len(jobs))
+    for dt in (nbx.bfloat16, nbx.float16):
+        tdt = TORCH_DT[dt]
+        for n in (4096, 8192):
+            ta = torch.randn(n, n, device="cuda", dtype=tdt)
+            tb = torch.randn(n, n, device="cuda", dtype=tdt)
+            a, b = to_nbx(ta), to_nbx(tb)
+            out = nbx.empty((n, n), dtype=dt, device=DEV)
+            tout = torch.empty(n, n, device="cuda", dtype=tdt)
+            inner = 10 if n == 4096 else 3
+            fl = 2.0 * n ** 3
+            ref = torch.matmul(ta, tb)
+            t_tor = [time_gpu(lambda: torch.matmul(ta, tb, out=tout), inner)]
+            for name, kind, cfg in MM_CANDIDATES:
+                try:
+                    with _mm_apply(kind, cfg):
+                        t = time_gpu(lambda: nbx.matmul(a, b, out=out), inner)
+                        err = rel_err(out, ref)
+                    record(section="mmsweep", dtype=dt.name, M=n, cfg=name,
+                           nbx_tflops=fl / t / 1e12, ratio=None, t_us=t * 1e6, err=err)
+                except Exception as e:
+                    record(section="mmsweep", dtype=dt.name, M=n, cfg=name,
+                           error=f"{type(e).__name__}: {e}"[:200])
+            t_tor.append(time_gpu(lambda: torch.matmul(ta, tb, out=tout), inner))
+            tt = min(t_tor)   # torch timed before and after the candidates; its best
+            record(section="mmsweep-torch", dtype=dt.name, M=n, torch_tflops=fl / tt / 1e12,
+                   torch_us_runs=[round(x * 1e6, 1) for x in t_tor])
+            for r in ROWS:
+                if r.get("section") == "mmsweep" and r["dtype"] == dt.name and r["M"] == n \
+                        and "error" not in r:
+                    r["ratio"] = tt / (r["t_us"] / 1e6)
+                    r["torch_tflops"] = fl / tt / 1e12
+            del ta, tb, a, b, out, tout, ref
+
+
+GEMV_VARIANTS = [("two-launch (rule)", None), ("one-launch", dict(ONE_LAUNCH=True)),
+                 ("no split", dict(TARGET=1))]
+GRAPH_N = 64   # GEMVs (or empty kernels) a captured graph runs back to back
+
+
+def _empty_kernel_fn():
+    import triton
+
+    @triton.jit
+    def _empty_kernel(p):
+        pass
+    return _empty_kernel
+
+
+def bench_gemv_launch(bw):
+    """Decode GEMV 2048x2048 bf16, M = 1 (8 MB: 2 us at the copy bandwidth): the K-split
+    variants of kernels/gemv.py standalone (weights rotated over 64 copies, L2 flushed) and
+    in a CUDA graph of GRAPH_N back-to-back GEMVs on the rotated weights (per GEMV), torch
+    the same two ways, and the floor: an empty kernel standalone and in a graph."""
+    import nbxtensor.kernels.gemv as kg
+    from nbxtensor.backends.launch import launch
+    K = N = 2048
+    byts = 2 * N * K + 2 * K + 2 * N
+    tws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
+           for _ in range(GRAPH_N)]
+    ws = [to_nbx(t) for t in tws]
+    tx = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
+    x = to_nbx(tx)
+    out = nbx.empty((1, N), dtype=nbx.bfloat16, device=DEV)
+    ref = torch.nn.functional.linear(tx, tws[0])
+    it = {"i": 0}
+
+    def run():
+        it["i"] = (it["i"] + 1) % GRAPH_N
+        nbx.linear(x, ws[it["i"]], out=out)
+
+    def row(name, t, tg, err=None):
+        record(section="gemvlaunch", cfg=name, us=t * 1e6, graph_us=tg * 1e6,
+               frac_copy=byts / t / 1e9 / bw, graph_frac_copy=byts / tg / 1e9 / bw,
+               **({} if err is None else dict(err=err)))
+    old = kg._OVERRIDE
+    for name, cfg in GEMV_VARIANTS:
+        try:
+            kg._OVERRIDE = cfg
+            nbx.linear(x, ws[0], out=out)            # compiled (and counters made) eagerly
+            err = rel_err(out, ref)
+            t = time_gpu(run, GRAPH_N, flush=True)
+            g = nbx.cuda.CUDAGraph()
+            with nbx.cuda.graph(g):
+                for w in ws:
+                    nbx.linear(x, w, out=out)
+            tg = time_gpu(g.replay, 2, flush=True) / GRAPH_N
+            g.replay()
+            torch.cuda.synchronize()
+            err = max(err, rel_err(out, torch.nn.functional.linear(tx, tws[-1])))
+            row(name, t, tg, err)
+            del g
+        except Exception as e:
+            record(section="gemvlaunch", cfg=name, error=f"{type(e).__name__}: {e}"[:200])
+        finally:
+            kg._OVERRIDE = old
+    try:
+        tout = torch.empty(1, N, device="cuda", dtype=torch.bfloat16)
+
+        def run_t():
+            it["i"] = (it["i"] + 1) % GRAPH_N
+            torch.matmul(tx, tws[it["i"]].t(), out=tout)
+        t = time_gpu(run_t, GRAPH_N, flush=True)
+        run_t()
+        tg_ = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            run_t()
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(tg_):
+            for tw in tws:
+                torch.matmul(tx, tw.t(), out=tout)
+        tg = time_gpu(tg_.replay, 2, flush=True) / GRAPH_N
+        row("torch", t, tg)
+    except Exception as e:
+        record(section="gemvlaunch", cfg="torch", error=f"{type(e).__name__}: {e}"[:200])
+    try:
+        ek = _empty_kernel_fn()
+        launch(ek, (1,), out)
+        t = time_gpu(lambda: launch(ek, (1,), out), GRAPH_N)
+        g = nbx.cuda.CUDAGraph()
+        with nbx.cuda.graph(g):
+            for _ in range(GRAPH_N):
+                launch(ek, (1,), out)
+        tg = time_gpu(g.replay, 2) / GRAPH_N
+        record(section="gemvlaunch", cfg="empty kernel (floor)", us=t * 1e6, graph_us=tg * 1e6)
+        record(section="gemvlaunch", cfg="copy time of the bytes", us=byts / bw / 1e3,
+               graph_us=byts / bw / 1e3)
+    except Exception as e:
+        record(section="gemvlaunch", cfg="empty kernel", error=f"{type(e).__name__}: {e}"[:200])
+    del tws, ws
+
+
 def main():
     t0 = time.time()
     print(f"torch {torch.__version__}  device {torch.cuda.get_device_name()}  quick={QUICK}",
           flush=True)
     failures = []
+    if MM_SWEEP:
+        for name, fn in [("mm-sweep", bench_mm_sweep),
+                         ("gemv-launch", lambda: bench_gemv_launch(copy_bandwidth()))]:
+            try:
+                fn()
+            except Exception:
+                failures.append(name)
+                traceback.print_exc()
+        return _finish(t0, failures)
     sections = [] if SWEEP_ONLY else [("big", bench_big), ("model", bench_model)]
     for name, fn in sections:
         try:
@@ -337,8 +595,13 @@ def main():
         except Exception:
             failures.append("sweep")
             traceback.print_exc()
+    return _finish(t0, failures)
+
+
+def _finish(t0, failures):
     os.makedirs(OUTDIR, exist_ok=True)
-    with open(os.path.join(OUTDIR, "matmul.json"), "w") as f:
+    with open(os.path.join(OUTDIR, "matmul_mmsweep.json" if MM_SWEEP else "matmul.json"),
+              "w") as f:
         json.dump({"quick": QUICK, "rows": ROWS, "failures": failures,
                    "seconds": time.time() - t0}, f, indent=1)
     # the table, last
@@ -356,8 +619,41 @@ def main():
                   f"{100 * r['frac_copy']:>5.0f}% {r['err']:>8.1e}")
         elif r["section"] == "copy":
             print(f"{'copy':7} {'':9} {'':>6} {'':>7} {'':>6} {r['gbs']:>7.0f}GB/s")
+        elif r["section"] == "mmsweep" and "error" not in r:
+            print(f"{'mmsweep':7} {r['dtype']:9} {r['M']:>6} {r['cfg']:28} "
+                  f"{r['nbx_tflops']:>6.1f} TF/s vs torch {r.get('torch_tflops', 0):>6.1f} "
+                  f"ratio {r.get('ratio') or 0:.3f} err {r['err']:.1e}")
+        elif r["section"] == "gemvlaunch" and "error" not in r:
+            fr = (f"  {100 * r['frac_copy']:.0f}% / {100 * r['graph_frac_copy']:.0f}% of copy"
+                  if "frac_copy" in r else "")
+            print(f"{'gemv1L':7} {r['cfg']:28} standalone {r['us']:7.2f} us  graph "
+                  f"{r['graph_us']:7.2f} us/GEMV{fr}")
+        elif r["section"] == "mmsweep" or "error" in r:
+            print(f"{r['section']:7} {r.get('cfg', '')}: {r.get('error')}")
         elif r["section"] == "sweep" and "error" not in r:
             print(f"{'sweep':7} {r['M']:>6} {r['cfg']}: {r['nbx_tflops']:.1f} TF/s ratio {r['ratio']:.2f}")
+    if MM_SWEEP:   # the verdict, last (the summary keeps only the tail)
+        print("== mm-sweep verdict: rule vs best candidate per shape (ratio = torch/nbx time)")
+        keys = sorted({(r["dtype"], r["M"]) for r in ROWS if r["section"] == "mmsweep"})
+        for dt, n in keys:
+            rs = [r for r in ROWS if r["section"] == "mmsweep" and (r["dtype"], r["M"]) == (dt, n)
+                  and r.get("ratio") and r.get("err", 1) < 2e-2]
+            if not rs:
+                print(f"  {dt} {n}: no valid rows")
+                continue
+            rule = next((r for r in rs if r["cfg"].startswith("rule")), None)
+            best = max(rs, key=lambda r: r["ratio"])
+            print(f"  {dt:8} {n}^3  torch {best['torch_tflops']:.0f} TF/s  rule "
+                  f"{rule['ratio'] if rule else float('nan'):.3f}  best {best['ratio']:.3f} "
+                  f"({best['cfg']}, {best['nbx_tflops']:.0f} TF/s) "
+                  f"{dict((c[0], c[2]) for c in MM_CANDIDATES).get(best['cfg'])}")
+        for r in ROWS:
+            if r["section"] == "gemvlaunch" and "error" not in r:
+                print(f"  gemv 2048x2048 {r['cfg']:24} {r['us']:6.2f} us, graph "
+                      f"{r['graph_us']:6.2f} us/GEMV"
+                      + (f", err {r['err']:.1e}" if "err" in r else ""))
+            elif r["section"] in ("gemvlaunch", "mmsweep") and "error" in r:
+                print(f"  ERROR {r['section']} {r.get('cfg')}: {r['error'][:120]}")
     if failures:
         print(f"FAILED sections: {failures}")
     print(f"({time.time() - t0:.0f} s)")

@@ -235,6 +235,55 @@ def test_gemv_split_k_and_poison(device, M, K):
     check(nbx.linear(T(x, dtype, device), wt), x @ w.T, np.abs(x) @ np.abs(w.T), dtype)
 
 
+@pytest.mark.parametrize("M", [1, 5])
+def test_gemv_one_launch_split_k(device, monkeypatch, M):
+    """The one-launch split-K GEMV (kernels/gemv.py ONE_LAUNCH): K = 600 in 64-slices (10
+    slices, the last a 24-wide tail), bias + silu + residual applied by the last-arriving
+    slice; run twice to see the arrival counters left at 0 (graph replays rely on it)."""
+    if device == "cpu":
+        pytest.skip("kernel path")
+    import nbxtensor.kernels.gemv as kg
+    monkeypatch.setattr(kg, "_OVERRIDE", dict(ONE_LAUNCH=True, BLOCK_K=64))
+    dtype = nbx.bfloat16
+    g = rng()
+    K, N = 600, 70
+    for _ in range(2):
+        x, w, b, r = (arr((M, K), dtype, g), arr((N, K), dtype, g), arr((N,), dtype, g),
+                      arr((M, N), dtype, g))
+        out = nbx.linear(T(x, dtype, device), T(w, dtype, device), T(b, dtype, device),
+                         activation="silu", residual=T(r, dtype, device))
+        check(out, _act(x @ w.T + b, "silu") + r,
+              np.abs(x) @ np.abs(w.T) + np.abs(b) + np.abs(r), dtype)
+        cnt = kg._counters[nbx.device(device)].numpy()
+        assert (cnt == 0).all(), np.nonzero(cnt)
+
+
+@pytest.mark.cuda
+def test_gemv_one_launch_graph_replay_cuda(monkeypatch):
+    """On the GPU: the one-launch split-K GEMV (2048 x 2048, 8 slices; the last-arriving
+    slice reduces behind an acq_rel counter) captured in a CUDA graph and replayed with new
+    inputs copied in; every replay matches float64 and the counters stay 0."""
+    if not nbx.cuda.is_available():
+        pytest.skip("no CUDA device")
+    import nbxtensor.kernels.gemv as kg
+    monkeypatch.setattr(kg, "_OVERRIDE", dict(ONE_LAUNCH=True))
+    dtype = nbx.bfloat16
+    g = rng()
+    K = N = 2048
+    x0, w = arr((1, K), dtype, g), arr((N, K), dtype, g)
+    x, tw = T(x0, dtype, "cuda"), T(w, dtype, "cuda")
+    check(nbx.linear(x, tw), x0 @ w.T, np.abs(x0) @ np.abs(w.T), dtype)   # eager, counters made
+    graph = nbx.cuda.CUDAGraph()
+    with nbx.cuda.graph(graph):
+        y = nbx.linear(x, tw)
+    for _ in range(3):
+        xn = arr((1, K), dtype, g)
+        x.copy_(T(xn, dtype, "cuda"))
+        graph.replay()
+        check(y, xn @ w.T, np.abs(xn) @ np.abs(w.T), dtype)
+    assert (kg._counters[nbx.device("cuda")].numpy() == 0).all()
+
+
 def test_nan_inf_propagate(device):
     dtype = nbx.float32
     g = rng()
@@ -370,6 +419,37 @@ def test_configs_compile_for_sm90():
 
 
 @pytest.mark.slow
+def test_tma_configs_compile_for_sm90():
+    """The TMA kernel's sweep configs (bench_matmul.py --mm-sweep) compile for sm_90 within
+    227 KB of shared memory, with wgmma and TMA (cp.async.bulk.tensor) loads."""
+    pytest.importorskip("triton")
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from nbxtensor.kernels.matmul import _matmul_tma_kernel as kern
+    names = kern.arg_names
+    for bn, st, pers, flat, sub, b_t in [(256, 3, True, False, True, False),
+                                         (256, 4, True, True, True, True),
+                                         (256, 4, False, False, True, False),
+                                         (256, 3, False, False, False, True),
+                                         (128, 4, True, True, True, False)]:
+        ce = dict(BLOCK_M=128, BLOCK_N=bn, BLOCK_K=64, GROUP_M=8, A_T=False, B_T=b_t,
+                  C_DESC=True, SUBTILE=sub, PERSISTENT=pers, FLATTEN=flat, HAS_ALPHA=False,
+                  HAS_BIAS=False, HAS_RES=False, ACT=0)
+        sig = {n: ("constexpr" if n in ce else "*bf16" if n.endswith("_ptr")
+                   else "fp32" if n in ("alpha", "beta") else "i32") for n in names}
+        attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names
+                 if n.endswith("_ptr") or n in ("M", "N", "K", "s_a", "s_b", "s_c")}
+        src = ASTSource(fn=kern, signature=sig, attrs=attrs,
+                        constexprs={(names.index(k),): v for k, v in ce.items()})
+        k = triton.compile(src, target=GPUTarget("cuda", 90, 64),
+                           options=dict(num_warps=8, num_stages=st))
+        assert k.metadata.shared <= 227 * 1024, (ce, st, k.metadata.shared)
+        ptx = k.asm["ptx"]
+        assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx, (ce, st)
+
+
+@pytest.mark.slow
 def test_odd_strides_vectorise_for_sm90():
     """Row strides that are multiples of 8 elements but not 16 (K = 1000): without the
     A_DIV/B_DIV scaling the loads are element-wise and unpipelined (what made 1000^3 5x
@@ -399,6 +479,107 @@ def test_persistent_variant(device, flatten):
         out = nbx.baddbmm(T(r, dtype, device), T(a, dtype, device),
                           T(b, dtype, device).expand(2, 40, 35), beta=0.5)
     check(out, a @ b + 0.5 * r, np.abs(a) @ np.abs(b) + np.abs(r), dtype)
+
+
+# The TMA kernel (kernels/matmul.py `_matmul_tma_kernel`): 32-tiles overhang M = 72,
+# N = 88 (TMA needs 16-byte row strides: multiples of 8) and K = 80 (a half-block K tail,
+# zero-filled by the descriptor instead of masked).
+TMA_TILE = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=2)
+
+
+@pytest.mark.parametrize("mode", ["persistent", "flatten", "one-tile"])
+@pytest.mark.parametrize("a_t,b_t", [(False, False), (False, True), (True, False), (True, True)])
+def test_tma_variant(device, mode, a_t, b_t):
+    """TMA loads for each operand layout (A or its transpose, B or linear's [N, K] weight),
+    persistent (3 programs over 9 tiles, flattened or not) or one tile a program; the
+    clipped descriptor store at the M/N tails; bf16 and fp16 in turn."""
+    if device == "cpu":
+        pytest.skip("kernel variant")
+    from nbxtensor.kernels.matmul import config_override
+    g = rng()
+    M, N, K = 72, 88, 80
+    dtype = nbx.bfloat16 if (a_t + b_t + len(mode)) % 2 else nbx.float16
+    a, b = arr((M, K), dtype, g), arr((K, N), dtype, g)
+    ta = T(a.T.copy(), dtype, device).t() if a_t else T(a, dtype, device)
+    tb = T(b.T.copy(), dtype, device).t() if b_t else T(b, dtype, device)
+    extra = dict(persistent=dict(NUM_PROGS=3), flatten=dict(NUM_PROGS=3, FLATTEN=True),
+                 **{"one-tile": dict(PERSISTENT=False)})[mode]
+    with config_override(TMA=True, **TMA_TILE, **extra):
+        out = nbx.matmul(ta, tb)
+    check(out, a @ b, np.abs(a) @ np.abs(b), dtype)
+
+
+@pytest.mark.parametrize("subtile", [True, False])
+def test_tma_epilogue_and_pointer_store(device, subtile):
+    """The fused epilogue (alpha, bias, gelu, residual) in the TMA kernel, stored through
+    the descriptor (whole or two half tiles) and, into an out= view whose row stride is
+    not 16-byte aligned, by the masked pointer store."""
+    if device == "cpu":
+        pytest.skip("kernel variant")
+    from nbxtensor.kernels.matmul import config_override
+    dtype = nbx.bfloat16
+    g = rng()
+    M, N, K = 40, 48, 64
+    x, w, bias, r = (arr((M, K), dtype, g), arr((N, K), dtype, g), arr((N,), dtype, g),
+                     arr((M, N), dtype, g))
+    ref = _act(x @ w.T + bias, "gelu") + r
+    scale = np.abs(x) @ np.abs(w.T) + np.abs(bias) + np.abs(r)
+    with config_override(TMA=True, SUBTILE=subtile, NUM_PROGS=2, **TMA_TILE):
+        out = nbx.linear(T(x, dtype, device), T(w, dtype, device), T(bias, dtype, device),
+                         activation="gelu", residual=T(r, dtype, device))
+        check(out, ref, scale, dtype)
+        big = poison((M, N + 3), dtype, device)
+        view = big[:, 1:N + 1]                     # row stride 51: no descriptor store
+        nbx.addmm(T(r, dtype, device), T(x, dtype, device), T(w.T.copy(), dtype, device),
+                  beta=0.5, alpha=2.0, out=view)
+    check(view, 2.0 * (x @ w.T) + 0.5 * r, 2.0 * np.abs(x) @ np.abs(w.T) + 0.5 * np.abs(r),
+          dtype)
+    assert np.isnan(big.numpy()[:, [0, N + 1, N + 2]].astype(np.float64)).all()
+
+
+def test_tma_refuses_unreadable_operands(device):
+    """Forced on operands TMA cannot read (row stride 83: not 16-byte aligned; fp32; a
+    batch), the TMA kernel is refused with the reason, never silently replaced."""
+    if device == "cpu":
+        pytest.skip("kernel variant")
+    from nbxtensor.kernels.matmul import config_override
+    g = rng()
+    dt = nbx.bfloat16
+    cases = [((40, 83), (83, 48), dt, "16-byte aligned"), ((40, 64), (64, 48), nbx.float32,
+             "float16 or bfloat16"), ((2, 40, 64), (2, 64, 48), dt, "one batch")]
+    for sa, sb, dtype, why in cases:
+        with config_override(TMA=True, **TMA_TILE), pytest.raises(ValueError, match=why):
+            nbx.matmul(T(arr(sa, dtype, g), dtype, device), T(arr(sb, dtype, g), dtype, device))
+
+
+def test_tma_big_switch(device, monkeypatch):
+    """kernels/matmul.py TMA_BIG (the A/B switch): None keeps the tiled kernel; a config
+    sends products whose rule tile is 128x256 through the TMA kernel, and products TMA
+    cannot read (unaligned K) through the tiled kernel."""
+    if device == "cpu":
+        pytest.skip("kernel variant")
+    from nbxtensor import autotune
+    from nbxtensor.backends import launch as L
+    from nbxtensor.kernels import matmul as km
+    names = []
+    real = L.launch
+
+    def spy(kernel, *args, **kw):
+        names.append(kernel.fn.__name__ if hasattr(kernel, "fn") else str(kernel))
+        return real(kernel, *args, **kw)
+    monkeypatch.setattr(L, "launch", spy)
+    monkeypatch.setattr(km, "_TILES_16", [(128, 256, 64, 8, 3, 1.0)])   # the rule picks 128x256
+    dtype = nbx.bfloat16
+    g = rng()
+    for tma_big, K, expect in [(None, 64, "_matmul_kernel"), (TMA_TILE, 64, "_matmul_tma_kernel"),
+                               (TMA_TILE, 43, "_matmul_kernel")]:
+        monkeypatch.setattr(km, "TMA_BIG", tma_big)
+        a, b = arr((40, K), dtype, g), arr((K, 48), dtype, g)
+        names.clear()
+        with autotune.disabled():
+            out = nbx.matmul(T(a, dtype, device), T(b, dtype, device))
+        check(out, a @ b, np.abs(a) @ np.abs(b), dtype)
+        assert names == [expect], (tma_big, K, names)
 
 
 @pytest.mark.parametrize("split", [2, 3])

@@ -19,6 +19,11 @@ Loads vectorise (16-byte cp.async, pipelined) only where the compiler can prove 
 aligned rows: strides that are multiples of 16 bytes are proven through A_DIV/B_DIV, and
 operands that are not aligned at all (K = 4093 rows) are first copied into a padded buffer
 when the product is big enough (`_pad_copy`). The K tail is one peeled, masked step.
+
+`_matmul_tma_kernel` is a Hopper variant for one-batch 16-bit products (TMA tile loads via
+device-built descriptors, persistent or one tile a program, descriptor stores); it runs
+when forced (`config_override(TMA=True)`) or, for the big products, when the A/B switch
+`TMA_BIG` is set (default None: the tiled kernel).
 """
 from __future__ import annotations
 
@@ -262,6 +267,117 @@ def _matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr,
                  B_N1, B_K1, HAS_ALPHA, HAS_BIAS, HAS_RES, ACT, PRECISION, ACC_F64)
 
 
+# ------------------------------------------------------------------ TMA variant (Hopper)
+
+@triton.jit
+def _tma_acc(a_desc, b_desc, om, on, k_tiles, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             BLOCK_K: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
+    """The fp32 accumulator of the tile at rows om.., cols on.. (TMA loads, no masks)."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for ki in range(k_tiles):
+        ok = ki * BLOCK_K
+        if A_T:
+            a = a_desc.load([ok, om]).T
+        else:
+            a = a_desc.load([om, ok])
+        if B_T:
+            b = b_desc.load([on, ok]).T
+        else:
+            b = b_desc.load([ok, on])
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def _tma_store(acc, c_desc, c_ptr, pid_m, pid_n, M, N, s_c, s_cn, bias_ptr, s_bias, r_ptr,
+               s_rm, s_rn, alpha, beta, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               C_DESC: tl.constexpr, SUBTILE: tl.constexpr, HAS_ALPHA: tl.constexpr,
+               HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr):
+    """Epilogue and store of one tile: a descriptor store (clipped at M, N; SUBTILE: two
+    half-width stores, half the staging smem, the second half's conversion overlapping the
+    first's store) or a masked pointer store."""
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = _apply_epilogue(acc, offs_m, offs_n, M, N, bias_ptr, s_bias, r_ptr, s_rm, s_rn,
+                          alpha, beta, HAS_ALPHA, HAS_BIAS, HAS_RES, ACT)
+    if C_DESC:
+        if SUBTILE:
+            acc = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+            c0, c1 = tl.split(acc)
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], c0.to(c_ptr.dtype.element_ty))
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2],
+                         c1.to(c_ptr.dtype.element_ty))
+        else:
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
+    else:
+        c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * s_c + offs_n[None, :] * s_cn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
+                 mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@triton.jit
+def _matmul_tma_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr, M, N, K, NUM_PROGS, NUM_TILES,
+                       s_a, s_b, s_c, s_cn, s_rm, s_rn, s_bias, alpha, beta,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       GROUP_M: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
+                       C_DESC: tl.constexpr, SUBTILE: tl.constexpr, PERSISTENT: tl.constexpr,
+                       FLATTEN: tl.constexpr, HAS_ALPHA: tl.constexpr,
+                       HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr):
+    """One-batch 16-bit product with TMA tile loads (device-built tensor descriptors).
+
+    A is [M, K] row-major (A_T: stored [K, M], i.e. a transposed view), B is [K, N]
+    row-major (B_T: stored [N, K], linear's weight); s_a / s_b are the non-unit strides.
+    C is stored through a descriptor (C_DESC: unit column stride, s_c its row stride) or
+    by pointers (s_c, s_cn). TMA zero-fills reads past M, N and K, so the K loop has no
+    mask and no peeled tail, and descriptor stores clip at M, N.
+    PERSISTENT: NUM_PROGS programs stride over NUM_TILES tiles (FLATTEN pipelines across
+    tile boundaries); else one tile a program. No warp specialisation: Triton 3.6 on
+    sm_90 was seen to compute wrong results with it when programs run different trip
+    counts (a persistent loop does), and for this kernel it was not lowered at 8 warps
+    (no setmaxnreg in the PTX) and failed to compile at 4."""
+    if A_T:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[s_a, 1],
+                                           block_shape=[BLOCK_K, BLOCK_M])
+    else:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[s_a, 1],
+                                           block_shape=[BLOCK_M, BLOCK_K])
+    if B_T:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[s_b, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[s_b, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = c_ptr
+    if C_DESC:
+        if SUBTILE:
+            c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[s_c, 1],
+                                               block_shape=[BLOCK_M, BLOCK_N // 2])
+        else:
+            c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[s_c, 1],
+                                               block_shape=[BLOCK_M, BLOCK_N])
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    if PERSISTENT:
+        # the epilogue's tile index runs on its own counter (as Triton's persistent
+        # tutorial): with FLATTEN the next tile's loads are issued under this epilogue
+        tile_c = tl.program_id(0) - NUM_PROGS
+        for t in tl.range(tl.program_id(0), NUM_TILES, NUM_PROGS, flatten=FLATTEN):
+            pid_m, pid_n = _grouped_tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+            acc = _tma_acc(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_tiles,
+                           BLOCK_M, BLOCK_N, BLOCK_K, A_T, B_T)
+            tile_c += NUM_PROGS
+            pid_m, pid_n = _grouped_tile(tile_c, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+            _tma_store(acc, c_desc, c_ptr, pid_m, pid_n, M, N, s_c, s_cn, bias_ptr, s_bias,
+                       r_ptr, s_rm, s_rn, alpha, beta, BLOCK_M, BLOCK_N, C_DESC, SUBTILE,
+                       HAS_ALPHA, HAS_BIAS, HAS_RES, ACT)
+    else:
+        pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = _tma_acc(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_tiles,
+                       BLOCK_M, BLOCK_N, BLOCK_K, A_T, B_T)
+        _tma_store(acc, c_desc, c_ptr, pid_m, pid_n, M, N, s_c, s_cn, bias_ptr, s_bias,
+                   r_ptr, s_rm, s_rn, alpha, beta, BLOCK_M, BLOCK_N, C_DESC, SUBTILE,
+                   HAS_ALPHA, HAS_BIAS, HAS_RES, ACT)
+
+
 # ------------------------------------------------------------------ padded operand copies
 
 @triton.jit
@@ -412,6 +528,78 @@ def splitk_factor(M, N, K, BK, tiles, itemsize, BM=None, BN=None) -> int:
     return _best_split(M, N, K, BM, BN, BK, eff, 1, itemsize)
 
 
+# A/B switch for the big 16-bit products (the H200 sweep, `bench_matmul.py --mm-sweep`,
+# decides): None keeps the tiled kernel; a dict such as
+#   dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, GROUP_M=8,
+#        PERSISTENT=True, FLATTEN=True, SUBTILE=True)
+# runs `_matmul_tma_kernel` with it for one-batch bf16/fp16 products whose rule tile is
+# 128x256 (enough tiles to fill the SMs) and whose operands TMA can read (`_tma_operand`).
+# `config_override(TMA=True, ...)` forces the TMA kernel (tests, sweeps).
+TMA_BIG: dict | None = None
+TMA_DEFAULTS = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, GROUP_M=8,
+                    PERSISTENT=True, FLATTEN=False, SUBTILE=True)
+
+
+def _tma_operand(t, st, dims):
+    """(transposed, row stride) when 2-D operand view t (batch dims of size 1) can be read
+    through a TMA descriptor -- base 16-byte aligned, one unit stride, the other a nonzero
+    multiple of 16 bytes -- else None. dims = (rows, cols) of the product's view."""
+    align = 16 // t.dtype.itemsize
+    if t.data_ptr() % 16:
+        return None
+    if st[3] == 1 or (dims[1] == 1 and st[3] == 0):
+        other, transposed = st[2], False
+    elif st[2] == 1 or (dims[0] == 1 and st[2] == 0):
+        other, transposed = st[3], True
+    else:
+        return None
+    if other <= 0 or other % align or other > (1 << 39) // t.dtype.itemsize:
+        return None
+    return transposed, other
+
+
+def _launch_tma(cfg, out, a, b, bias, residual, alpha, beta, act, need):
+    """Run the product through `_matmul_tma_kernel` when TMA can read the operands (one
+    batch, 16-bit, K > 0); returns False (nothing launched) when it cannot, or raises when
+    `need` (a forced TMA config) and it cannot."""
+    from .. import dtypes as _dt
+    B0, B1, M, K = a.shape
+    N = b.shape[3]
+    sa, sb, sc = _strides4(a), _strides4(b), _strides4(out)
+    la = _tma_operand(a, sa, (M, K)) if a.dtype.itemsize == 2 else None
+    lb = _tma_operand(b, sb, (K, N)) if b.dtype.itemsize == 2 else None
+    why = None
+    if B0 * B1 != 1 or K == 0:
+        why = f"one batch and K > 0 (got batch {B0 * B1}, K {K})"
+    elif a.dtype not in (_dt.float16, _dt.bfloat16):
+        why = f"float16 or bfloat16 operands (got {a.dtype.name})"
+    elif la is None or lb is None:
+        why = (f"16-byte aligned operands with one unit stride (got a strides {sa[2:]}, "
+               f"b strides {sb[2:]})")
+    if why is not None:
+        if need:
+            raise ValueError(f"matmul: the TMA kernel was forced but needs {why}")
+        return False
+    align = 8
+    c_desc = (sc[3] == 1 or N == 1) and sc[2] > 0 and sc[2] % align == 0 \
+        and out.data_ptr() % 16 == 0
+    BM, BN = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    tiles = _cdiv(M, BM) * _cdiv(N, BN)
+    nprog = min(tiles, cfg.get("NUM_PROGS", NUM_SMS)) if cfg.get("PERSISTENT", True) else tiles
+    sr = _strides4(residual)
+    from ..backends.launch import launch
+    launch(_matmul_tma_kernel, (nprog,), a, b, out, bias if bias is not None else out,
+           residual if residual is not None else out, M, N, K, nprog, tiles,
+           la[1], lb[1], sc[2], sc[3], sr[2], sr[3], bias.stride(0) if bias is not None else 0,
+           float(alpha), float(beta),
+           BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg.get("GROUP_M", 8),
+           A_T=la[0], B_T=lb[0], C_DESC=c_desc, SUBTILE=cfg.get("SUBTILE", True),
+           PERSISTENT=nprog < tiles, FLATTEN=cfg.get("FLATTEN", False) and nprog < tiles,
+           HAS_ALPHA=alpha != 1, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
+           ACT=act, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    return True
+
+
 def _strides4(t):
     """Strides of a 4-D view, 0 for size-1 dims (their index is always 0; a 0 keeps them
     out of the alignment checks)."""
@@ -491,6 +679,13 @@ def matmul(out, a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activati
     if _OVERRIDE is None and B0 * B1 == 1:
         # autotune seam: a screened config from the user cache / shipped table, else the rule
         cfg = _autotune.pick("matmul", (M, N, K), cfg, dtype=a.dtype.name, device=a.device)
+    if cfg.get("TMA"):
+        _launch_tma(cfg, out, a, b, bias, residual, alpha, beta, act, need=True)
+        return out
+    if (TMA_BIG is not None and _OVERRIDE is None and (cfg["BLOCK_M"], cfg["BLOCK_N"]) ==
+            (128, 256) and _launch_tma(dict(TMA_DEFAULTS, **TMA_BIG), out, a, b, bias,
+                                       residual, alpha, beta, act, need=False)):
+        return out
     BM, BN, BK = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     from ..backends.launch import launch
     sa, sb = _strides4(a), _strides4(b)
