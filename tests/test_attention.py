@@ -553,3 +553,168 @@ def test_sdpa_nan_propagation(device, small_blocks):
     fine = [i for i in range(L) if i != 3 and i < 10]
     r = ref_sdpa(q, k, v, causal=True)[0, 0]
     np.testing.assert_allclose(o[fine], r[fine], rtol=2e-5, atol=2e-5)
+
+
+# ---- round 4: the causal half split and the grouped longest-first program order ----------
+def _half_args(g, B, Hq, Hk, S, D, dtype, layout, device):
+    q, k, v = _rand(g, (B, Hq, S, D), dtype), _rand(g, (B, Hk, S, D), dtype), \
+        _rand(g, (B, Hk, S, D), dtype)
+    if layout == "bhsd":
+        args = [_t(a, dtype, device) for a in (q, k, v)]
+    else:   # (B, S, H, D) memory seen as (B, H, S, D): strided views
+        args = [_t(np.ascontiguousarray(np.swapaxes(a, 1, 2)), dtype, device).transpose(1, 2)
+                for a in (q, k, v)]
+    return (q, k, v), args
+
+
+def _launch_spy(monkeypatch):
+    import nbxtensor.backends.launch as bl
+    real, seen = bl.launch, []
+
+    def spy(kern, grid, *a, **kw):
+        seen.append((kern.fn.__name__, tuple(grid)))
+        return real(kern, grid, *a, **kw)
+    monkeypatch.setattr(bl, "launch", spy)
+    return seen
+
+
+HALF_CASES = [  # B, Hq, Hk, S, D, dtype, layout, tiles
+    (1, 2, 2, 64, 16, "bfloat16", "bhsd", dict()),                       # h = 32: 2 rect blocks
+    (1, 4, 2, 64, 16, "float16", "bshd", dict(SUB_SWZ=3)),               # GQA, views, groups 3+1
+    (2, 3, 3, 96, 32, "bfloat16", "bhsd", dict(SUB_M=32, SUB_SWZ=4)),    # triangle tile overhangs
+]
+HALF_VARIANTS = {"rect-first": dict(HALF="rect-first", WS=True),
+                 "tri-first": dict(HALF="tri-first", WS=True),
+                 "rect-first-wsoff": dict(HALF="rect-first", WS="off"),
+                 # merge at the triangles' end (PDL is cuda only: off on interp)
+                 "rect-first-merge-end": dict(HALF="rect-first", WS="off", MERGE_END=True,
+                                              PDL=True)}
+
+
+@pytest.mark.parametrize("variant", sorted(HALF_VARIANTS))
+@pytest.mark.parametrize("case", range(len(HALF_CASES)))
+def test_sdpa_causal_half(device, monkeypatch, case, variant):
+    """The half split (rectangle rows [h, S) x keys [0, h) + two causal triangles) into a
+    NaN-poisoned output vs float64: both kernels in the chosen order, every row written,
+    the rectangle's partial carried through the other kernel (rows [h, S) are wrong without
+    it). On cuda these small tiles are outside WS_VERIFIED: WS=True must be refused."""
+    if device == "cpu":
+        pytest.skip("kernel path: cuda/interp only")
+    from helpers import poisoned
+    from nbxtensor.kernels import attention as ka
+    B, Hq, Hk, S, D, dtype, layout, tiles = HALF_CASES[case]
+    cfg = dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=2, SUB_M=16, SUB_N=16,
+               SUB_WARPS=4, SUB_STAGES=1, **HALF_VARIANTS[variant])
+    cfg.update(tiles)
+    monkeypatch.setattr(ka, "_OVERRIDE", cfg)
+    (q, k, v), args = _half_args(rng(), B, Hq, Hk, S, D, dtype, layout, device)
+    out = poisoned((B, Hq, S, D), dtype, device)
+    seen = _launch_spy(monkeypatch)
+    scale = 1 / np.sqrt(D)
+    if device == "cuda" and cfg["WS"] is True:
+        with pytest.raises(ValueError, match="only verified with"):
+            ka.sdpa(out, *args, None, scale=scale, is_causal=True)
+        return
+    ka.sdpa(out, *args, None, scale=scale, is_causal=True)
+    h = S // 2
+    rect = ("_flash_rect_ws", (h // cfg["BLOCK_M"], B * Hq))
+    tri = ("_flash_fwd", (-(-h // cfg["SUB_M"]), B * Hq * 2))
+    assert seen == ([tri, rect] if cfg["HALF"] == "tri-first" else [rect, tri])
+    o = out.numpy().astype(np.float64)
+    assert not np.isnan(o).any()
+    tol = TOL[nbx.dtypes.as_dtype(dtype)]
+    np.testing.assert_allclose(o, ref_sdpa(q, k, v, causal=True), rtol=tol, atol=tol)
+
+
+def test_sdpa_causal_half_not_applicable(device, monkeypatch):
+    """HALF asked where it does not apply (L != S, S not a multiple of 2 tiles, not causal,
+    a mask): the pointer kernel runs alone and is right; bad HALF settings are refused."""
+    if device == "cpu":
+        pytest.skip("kernel path: cuda/interp only")
+    from nbxtensor.kernels import attention as ka
+    cfg = dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=2, WS="off",
+               HALF="rect-first", SUB_M=16, SUB_N=16, SUB_WARPS=4, SUB_STAGES=1)
+    monkeypatch.setattr(ka, "_OVERRIDE", cfg)
+    seen = _launch_spy(monkeypatch)
+    g = rng()
+    for L, S, causal, masked in ((32, 64, True, False), (48, 48, True, False),
+                                 (64, 64, False, False), (64, 64, False, True)):
+        q = _rand(g, (1, 2, L, 16), "bfloat16")
+        k, v = _rand(g, (1, 2, S, 16), "bfloat16"), _rand(g, (1, 2, S, 16), "bfloat16")
+        m = g.random((L, S)) < 0.7 if masked else None
+        kw = dict(attn_mask=nbx.tensor(m, device=device)) if masked else {}
+        o = nbx.scaled_dot_product_attention(*(_t(a, "bfloat16", device) for a in (q, k, v)),
+                                             is_causal=causal, **kw)
+        np.testing.assert_allclose(o.numpy().astype(np.float64),
+                                   ref_sdpa(q, k, v, causal=causal, mask=m), rtol=3e-2,
+                                   atol=3e-2)
+    assert [s[0] for s in seen] == ["_flash_fwd"] * 4
+    q = _t(_rand(g, (1, 2, 64, 16), "bfloat16"), "bfloat16", device)
+    for bad, match in ((dict(HALF="both"), "HALF must be"), (dict(SUB_N=32), "SUB_M"),
+                       (dict(HALF="tri-first", MERGE_END=True), "MERGE_END"),
+                       (dict(PDL=True), "MERGE_END"),
+                       (dict(SUB_STAGES=None), "needs SUB_STAGES")):
+        c = dict(cfg, **bad)
+        if c.get("SUB_STAGES") is None:
+            del c["SUB_STAGES"]
+        monkeypatch.setattr(ka, "_OVERRIDE", c)
+        with pytest.raises(ValueError, match=match):
+            nbx.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+
+@pytest.mark.parametrize("swz,B,H,M", [(3, 2, 4, 16), (2, 1, 3, 32), (16, 1, 2, 16)])
+def test_sdpa_causal_swizzle(device, monkeypatch, swz, B, H, M):
+    """Grouped longest-first order (SWZ heads a group; the last group smaller; a group larger
+    than all heads): every (row block, head) exactly once -- a NaN-poisoned output fully
+    written -- and right, with tails (L = 40 over 16/32-row blocks), GQA."""
+    if device == "cpu":
+        pytest.skip("kernel path: cuda/interp only")
+    from helpers import poisoned
+    from nbxtensor.kernels import attention as ka
+    monkeypatch.setattr(ka, "_OVERRIDE", dict(BLOCK_M=M, BLOCK_N=16, SWZ=swz))
+    g = rng()
+    S, D, Hk = 40, 16, 1 if H == 3 else H // 2
+    q = _rand(g, (B, H, S, D), "float16")
+    k, v = _rand(g, (B, Hk, S, D), "float16"), _rand(g, (B, Hk, S, D), "float16")
+    out = poisoned((B, H, S, D), "float16", device)
+    ka.sdpa(out, *(_t(a, "float16", device) for a in (q, k, v)), None, scale=1 / np.sqrt(D),
+            is_causal=True)
+    o = out.numpy().astype(np.float64)
+    assert not np.isnan(o).any()
+    np.testing.assert_allclose(o, ref_sdpa(q, k, v, causal=True), rtol=4e-3, atol=4e-3)
+
+
+HALF_CUDA = [  # production tiles: the rectangle is WS_VERIFIED's tile (the 12-warp compile)
+    dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, WS=True, HALF="rect-first",
+         SUB_M=128, SUB_N=64, SUB_WARPS=8, SUB_STAGES=3, SUB_SWZ=16),
+    dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, WS=True, HALF="tri-first",
+         SUB_M=128, SUB_N=64, SUB_WARPS=8, SUB_STAGES=3, SUB_SWZ=16),
+    dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, WS=True, HALF="rect-first",
+         SUB_M=128, SUB_N=64, SUB_WARPS=8, SUB_STAGES=3, SUB_SWZ=16, MERGE_END=True, PDL=True),
+    dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3, SWZ=16),
+]
+
+
+@pytest.mark.parametrize("cfg", range(len(HALF_CUDA)))
+def test_sdpa_causal_round4_cuda(device, monkeypatch, cfg):
+    """On the GPU machine: the round-4 candidates at production tiles vs float64, NaN-
+    poisoned output, (B1 H2 S512) and (B2 H4/Hk2 S1024, GQA) -- the rectangle's trip count
+    4 / 8 is the same for all its programs."""
+    if device != "cuda":
+        pytest.skip("cuda only (production tiles)")
+    from helpers import poisoned
+    from nbxtensor.kernels import attention as ka
+    c = HALF_CUDA[cfg]
+    monkeypatch.setattr(ka, "_OVERRIDE", dict(c))
+    seen = _launch_spy(monkeypatch)
+    g = rng()
+    for B, Hq, Hk, S in ((1, 2, 2, 512), (2, 4, 2, 1024)):
+        seen.clear()
+        (q, k, v), args = _half_args(g, B, Hq, Hk, S, 128, "bfloat16", "bhsd", device)
+        out = poisoned((B, Hq, S, 128), "bfloat16", device)
+        ka.sdpa(out, *args, None, scale=1 / np.sqrt(128), is_causal=True)
+        names = sorted(s[0] for s in seen)
+        assert names == (["_flash_fwd", "_flash_rect_ws"] if c.get("HALF") else ["_flash_fwd"])
+        o = out.numpy().astype(np.float64)
+        assert not np.isnan(o).any()
+        np.testing.assert_allclose(o, ref_sdpa(q, k, v, causal=True), rtol=2e-2, atol=2e-2)
