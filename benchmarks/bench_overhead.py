@@ -77,12 +77,16 @@ def _cases(nbx_mod, dev, make):
     emb = make((32000, 256), "float16")
     ids = _ids(make, (1, 1), 32000)
     kv = make((1, 8, 1, 64), "float16")
+    isx = make((512, 512), "bfloat16")
+    isi = _ids(make, (256,), 512)
     rows += [
         ("embedding 1 token", lambda: nbx_mod.embedding(ids, emb), ("emb", "ids", "emb")),
         ("cat 2x[1,8,1,64] dim 2", lambda: nbx_mod.cat([kv, kv], 2), ("cat", "kv")),
+        ("index_select (512,512) dim 0 x256", lambda: nbx_mod.index_select(isx, 0, isi),
+         ("isel", "isx", "isi")),
     ]
     tens = dict(a=a, b=b, h=h, r1=r1, r4=r4, r8=r8, xs=xs, w=w, bias=bias, col=col, sq=sq, x1=x1,
-                emb=emb, ids=ids, kv=kv)
+                emb=emb, ids=ids, kv=kv, isx=isx, isi=isi)
     return rows, tens
 
 
@@ -111,6 +115,7 @@ def _torch_fn(spec, T, torch):
         "linear1": lambda: F.linear(a("x1"), a("w")),
         "clone": lambda: a("a").clone(), "tcontig": lambda: a("sq").t().contiguous(),
         "emb": lambda: F.embedding(a("ids"), a("emb")), "cat": lambda: torch.cat([a("kv")] * 2, 2),
+        "isel": lambda: torch.index_select(a("isx"), 0, a("isi")),
     }
     return table[k]
 
@@ -132,8 +137,10 @@ def _stub_launches():
             if callable(mod.launch) and not isinstance(mod.launch, type(sys)):
                 mod.launch = noop
                 n += 1
+            if callable(getattr(mod, "launch_items", None)):
+                mod.launch_items = noop
     import nbxtensor.backends.launch as bl
-    bl.launch = noop
+    bl.launch = bl.launch_items = noop
     return n
 
 
@@ -154,6 +161,8 @@ def _fake_cuda():
     from nbxtensor.backends.cuda import memory, storage
     from nbxtensor.backends.cuda import driver
     driver.set_device = lambda index: None
+    # the index ops' error flag is set up by a host copy: nothing to copy to here
+    driver.memcpy_htod = driver.memcpy_dtoh = driver.stream_synchronize = lambda *a, **k: None
     storage._stream_handle = lambda index: 0
     memory._allocators[0] = memory.CachingAllocator(memory.FakeRaw(), "cuda:0")
     try:    # the autotune tables key on the device's name and capability: pretend an H200
@@ -171,14 +180,33 @@ def _fake_cuda():
     return make
 
 
+def _real_launcher():
+    """--with-launcher: keep nbx.launch (its fast launchers, packing, checks) and stub only
+    below it: cuLaunchKernel(Ex) are no-op C functions, the module load and device queries
+    are fakes, and kernels compile for real (sm_90, Triton's on-disk cache). So a row is our
+    whole per-call Python, the launcher included (bench_launch.py's --cpu-overhead wiring)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_launch as bl
+    from nbxtensor.backends.cuda import launcher as L
+    raw, _decl, raw_ex, what = bl._stub_launch()
+    saved = bl._wire_fakes(L, raw, raw_ex)
+    L._allocator_for = saved["_allocator_for"]     # the real (fake-address) caching allocator
+    return what
+
+
 def cpu_stub(args):
-    n = _stub_launches()
+    if args.with_launcher:
+        n = 0
+    else:
+        n = _stub_launches()
     rng = np.random.default_rng(0)
 
     def make(shape, dtype):
         return nbx.from_numpy(rng.standard_normal(shape).astype(dtype)).to("interp")
-    if args.fake_cuda:
+    if args.fake_cuda or args.with_launcher:
         make = _fake_cuda()
+    if args.with_launcher:
+        print("launcher kept; below it:", _real_launcher())
     rows, _ = _cases(nbx, "interp", make)
     loops, repeats = (200, 5) if args.quick else (1000, 15)
     if args.profile:
@@ -211,7 +239,9 @@ def cpu_stub(args):
         us = _time_min(fn, loops, repeats) * 1e6
         out.append({"op": name, "python_us": round(us, 2), "launches": nl})
         print(f"{name:34s} {us:9.2f} {nl:9d}")
-    return {"mode": "cpu-stub-fakecuda" if args.fake_cuda else "cpu-stub", "rows": out}
+    mode = ("cpu-stub-launcher" if args.with_launcher else
+            "cpu-stub-fakecuda" if args.fake_cuda else "cpu-stub")
+    return {"mode": mode, "rows": out}
 
 
 def cuda_mode(args):
@@ -320,6 +350,8 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true")
     p.add_argument("--fake-cuda", action="store_true", help="cpu-stub mode on cuda tensors over "
                    "a pretend allocator (the cuda allocation path, no GPU)")
+    p.add_argument("--with-launcher", action="store_true", help="--fake-cuda with the real "
+                   "launcher over no-op cuLaunchKernel(Ex) stubs (kernels compile for sm_90)")
     p.add_argument("--profile", default=None, help="cProfile the first row whose name contains "
                    "this (cpu-stub mode); cuda mode: every row matching any of a comma list")
     args = p.parse_args(argv)

@@ -1275,3 +1275,63 @@ def test_sync_seams_raise_pending_index_errors(monkeypatch):
     finally:
         ix.PENDING[0] = saved
         ev.handle = None    # nothing to destroy
+
+
+# ----------------------------------------------------------- launch_items (a plan's kept keywords)
+
+def test_launch_items_matches_launch_and_follows_the_keywords(fake_gpu, monkeypatch):
+    """launch_items(kernel, grid, args, items) launches what nbx.launch(*args, **dict(items))
+    launches; a kept items tuple takes the fast launchers by identity, and another tuple
+    (other constexpr values, or equal values in a new tuple) never reuses the last one's."""
+    alloc, rec = fake_gpu
+    x, y = fake_cuda((64,)), fake_cuda((64,), ptr=0x7F0000010000)
+    o = fake_cuda((64,), ptr=0x7F0000020000)
+    i16, i32 = (("BLOCK", 16),), (("BLOCK", 32),)
+    def seen(n_ty="i32"):
+        c = rec.calls[-1]
+        return (c["f"], c["grid"], c["block"], c["shared"], c["stream"],
+                [read_param(c["params"][k], "Q") for k in range(3)],
+                read_param(c["params"][3], n_ty))
+    nbx.launch(_add, (4,), x, y, o, 64, BLOCK=16)
+    nbx.launch(_add, (4,), x, y, o, 64, BLOCK=16)     # (the fast path's launch)
+    ref = seen()
+    assert ref[5] == [x.data_ptr(), y.data_ptr(), o.data_ptr()] and ref[6] == 64
+    looked = []
+    real_lookup = L._lookup
+    monkeypatch.setattr(L, "_lookup", lambda *a: looked.append(1) or real_lookup(*a))
+    for k in range(3):
+        L.launch_items(_add, (4,), (x, y, o, 64), i16)
+        assert seen() == ref and not looked                 # the fast launcher of BLOCK=16
+    n_before = len(L._fast_list(_add, {"BLOCK": 32}))
+    L.launch_items(_add, (2,), (x, y, o, 64), i32)          # new constexpr: compiled, not reused
+    assert looked and seen()[1] == (2, 1, 1) and n_before == 0
+    assert len(L._fast_list(_add, {"BLOCK": 32})) == 1
+    looked.clear()
+    L.launch_items(_add, (2,), (x, y, o, 64), i32)
+    assert not looked
+    L.launch_items(_add, (4,), (x, y, o, 64), (("BLOCK", 16),))   # equal values, new tuple
+    assert seen() == ref and not looked
+    # arguments of another kind still go through the general path (and are checked there)
+    L.launch_items(_add, (4,), (x, y, o, 2 ** 40), i16)
+    assert looked and seen("i64")[6] == 2 ** 40
+    with pytest.raises(L.KernelArgumentError):
+        L.launch_items(_add, (4,), (x, y, o), i16)
+    with pytest.raises(L.GridError):
+        L.launch_items(_add, (), (x, y, o, 64), i16)
+    L.clear_cache()                                          # forgotten launchers: general path
+    looked.clear()
+    L.launch_items(_add, (4,), (x, y, o, 64), i16)
+    assert looked and seen()[1:] == ref[1:]
+
+
+def test_launch_items_runs_on_interp(device):
+    """Off cuda launch_items is nbx.launch: the interpreter runs the kernel (values checked)."""
+    if device != "interp":
+        pytest.skip("launch_items is for Triton devices")
+    g = np.random.default_rng()
+    n = 16 * 3 + 1
+    a, b = (nbx.tensor(g.standard_normal(n).astype(np.float32), device="interp") for _ in "ab")
+    out = nbx.full((n,), float("nan"), device="interp")
+    for _ in range(2):
+        L.launch_items(_add, (4,), (a, b, out, n), (("BLOCK", 16),))
+        np.testing.assert_allclose(out.numpy(), a.numpy().astype(np.float64) + b.numpy(), rtol=1e-6)

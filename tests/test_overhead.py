@@ -162,3 +162,153 @@ def test_launch_plans_follow_the_layout(device):
                 assert_close(x * y, x64 * y64, nbx.float32)
             assert_close(nbx.exp(x), np.exp(x64), nbx.float32)
             assert_close(x.sum(0), x64.sum(0), nbx.float32, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------- softmax / linear plans (ops/nn.py, ops/linalg.py)
+
+@pytest.fixture
+def nan_outputs(monkeypatch):
+    """The plans allocate through tensor.new_contiguous: start those outputs as NaN too, so an
+    element the cached path fails to write shows."""
+    from nbxtensor.ops import linalg, nn
+    from nbxtensor.tensor import new_contiguous
+
+    def poisoned_new(shape, stride, dtype, device, nbytes):
+        t = new_contiguous(shape, stride, dtype, device, nbytes)
+        if nbytes and dtype.is_floating_point:
+            t.fill_(float("nan"))
+        return t
+    monkeypatch.setattr(nn, "new_contiguous", poisoned_new)
+    monkeypatch.setattr(linalg, "new_contiguous", poisoned_new)
+
+
+def _softmax64(x64, d, log):
+    m = x64.max(axis=d, keepdims=True)
+    e = np.exp(x64 - m)
+    s = e.sum(axis=d, keepdims=True)
+    return (x64 - m - np.log(s)) if log else e / s
+
+
+def test_softmax_plans_follow_shape_dtype_stride_dim_and_device(device, nan_outputs):
+    """Interleaved calls that share all but one of (shape, dtype, strides, dim, dtype=, log,
+    device): each must get its own plan, never the one a similar call left behind."""
+    g = rng()
+    other = "cpu" if device != "cpu" else "interp"
+    for _ in range(3):      # the first round fills the plans, later rounds use them
+        base = randn((3, 65), nbx.float32, device, g)            # 65 = 64 + 1: overhangs a block
+        wide = randn((3, 66), nbx.float32, device, g)
+        f64 = randn((3, 65), nbx.float64, device, g)
+        bf = randn((3, 65), nbx.bfloat16, device, g)
+        big = randn((65, 6), nbx.float32, device, g)
+        cube = randn((2, 3, 5), nbx.float32, device, g)
+        tall = randn((65, 3), nbx.float32, device, g)     # .T: base's shape, other strides
+        ints = randn((3, 65), nbx.int32, device, g)
+        cases = [(base, -1), (base, 0), (base, 1), (wide, -1), (f64, -1), (bf, -1),
+                 (tall.T, -1), (tall.T, 0), (big.T, -1), (big[::2].T, 0), (big[1:], 1),   # transposed, strided, offset
+                 (cube.permute(2, 0, 1), 1),                      # rows not viewable: copies first
+                 (nbx.empty((0, 65), device=device), -1)]
+        for x, d in cases:
+            for log in (False, True):
+                fn = nbx.log_softmax if log else nbx.softmax
+                y = fn(x, d)
+                assert y.dtype is x.dtype and y.device == x.device and tuple(y.shape) == tuple(x.shape)
+                tol = 2e-2 if x.dtype is nbx.bfloat16 else 1e-5
+                assert_close(y, _softmax64(to64(x), d, log), x.dtype, rtol=tol, atol=tol)
+        y = nbx.softmax(base, -1, dtype=nbx.float64)                  # dtype= after dtype=None
+        assert y.dtype is nbx.float64
+        assert_close(y, _softmax64(to64(base), -1, False), nbx.float64, rtol=1e-6, atol=1e-6)
+        y = nbx.softmax(ints, -1, dtype=nbx.float32)
+        assert_close(y, _softmax64(to64(ints), -1, False), nbx.float32, rtol=1e-5, atol=1e-5)
+        xo = nbx.tensor(base.numpy(), device=other)                   # same key but the device
+        y = nbx.softmax(xo, -1)
+        assert y.device == xo.device
+        assert_close(y, _softmax64(to64(base), -1, False), nbx.float32, rtol=1e-5, atol=1e-5)
+        # refusals after the plans are warm
+        with pytest.raises(TypeError, match="floating"):
+            nbx.softmax(ints, -1)
+        with pytest.raises(IndexError):
+            nbx.softmax(base, 2)
+        with pytest.raises(TypeError):
+            nbx.softmax(base, True)
+        with pytest.raises(TypeError, match="dim"):
+            nbx.softmax(base)
+
+
+def test_linear_plans_follow_shape_dtype_stride_bias_activation_and_device(device, nan_outputs):
+    g = rng()
+    other = "cpu" if device != "cpu" else "interp"
+
+    def ref(x, w, b=None, act=None):
+        y = to64(x) @ to64(w).T + (0 if b is None else to64(b))
+        if act == "relu":
+            y = np.maximum(y, 0)
+        elif act == "silu":
+            y = y / (1 + np.exp(-y))
+        return y
+    for _ in range(3):
+        x = randn((5, 33), nbx.float32, device, g)
+        x3 = randn((2, 3, 33), nbx.float32, device, g)
+        w = randn((17, 33), nbx.float32, device, g)
+        wT = randn((33, 17), nbx.float32, device, g).T                # same shape, other strides
+        b = randn((17,), nbx.float32, device, g)
+        x64, w64, b64 = (randn(s, nbx.float64, device, g) for s in ((5, 33), (17, 33), (17,)))
+        wide = randn((6, 33), nbx.float32, device, g)
+        big = randn((7, 40), nbx.float32, device, g)
+        tol = dict(rtol=1e-4, atol=1e-4)
+        cases = [(x, w, None, None), (x, w, b, None), (x, w, b, "relu"), (x, w, None, "silu"),
+                 (x, wT, None, None), (wide, w, b, None), (x3, w, b, None),
+                 (x3.transpose(0, 1), w, None, None),    # batch does not fold: full path
+                 (big[1:6, 2:35], w, None, None),         # offset + row stride 40
+                 (x64, w64, b64, None), (x[:0], w, b, None)]
+        for xi, wi, bi, act in cases:
+            y = nbx.linear(xi, wi, bi, activation=act)
+            assert tuple(y.shape) == tuple(xi.shape[:-1]) + (17,) and y.dtype is xi.dtype
+            assert_close(y, ref(xi, wi, bi, act), xi.dtype, **tol)
+        y = nbx.linear(x[0], w, b)                                    # 1-D input: full path
+        assert_close(y, ref(x[0], w, b), nbx.float32, **tol)
+        xo, wo = nbx.tensor(x.numpy(), device=other), nbx.tensor(w.numpy(), device=other)
+        y = nbx.linear(xo, wo)
+        assert y.device == xo.device
+        assert_close(y, ref(x, w), nbx.float32, **tol)
+        # refusals after the plans are warm
+        with pytest.raises(ValueError, match="bias"):
+            nbx.linear(x, w, randn((18,), nbx.float32, device, g))
+        with pytest.raises(TypeError, match="dtype"):
+            nbx.linear(x, w, b64)
+        with pytest.raises(TypeError, match="dtype"):
+            nbx.linear(x, w64)
+        with pytest.raises(ValueError, match="features"):
+            nbx.linear(randn((5, 32), nbx.float32, device, g), w)
+        with pytest.raises(ValueError, match="device|on"):
+            nbx.linear(x, wo)
+        with pytest.raises(ValueError, match="activation"):
+            nbx.linear(x, w, activation="tanh")
+
+
+def test_linear_plan_follows_the_fp32_precision(device, monkeypatch):
+    """The precision handed to the matmul impl changes with set_float32_matmul_precision even
+    after a plan for the same operands exists."""
+    from nbxtensor.ops import linalg
+    seen = []
+    real = linalg.impl
+
+    def spy(name, dev):
+        fn = real(name, dev)
+        if name != "matmul":
+            return fn
+
+        def wrapped(*a, **kw):
+            seen.append(kw["precision"])
+            return fn(*a, **kw)
+        return wrapped
+    monkeypatch.setattr(linalg, "impl", spy)
+    g = rng()
+    x, w = randn((3, 9), nbx.float32, device, g), randn((5, 9), nbx.float32, device, g)
+    prev = nbx.get_float32_matmul_precision()
+    try:
+        for p in ("highest", "highest", "high", "high", "highest"):
+            nbx.set_float32_matmul_precision(p)
+            nbx.linear(x, w)
+    finally:
+        nbx.set_float32_matmul_precision(prev)
+    assert seen == ["ieee", "ieee", "tf32", "tf32", "ieee"]

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from ..tensor import Tensor
 from .cuda.launcher import launch as _cuda_launch   # imports neither triton nor libcuda
-from .cuda.launcher import launch_public
+from .cuda.launcher import launch_items, launch_public  # noqa: F401 - launch_items: plans' path
 
 
 def _device_of(args):

@@ -35,7 +35,7 @@ import triton.language as tl
 from .. import dtypes as _dt
 from ..dispatch import NotImplementedOnDevice, register
 from ..backends.cuda import driver as _driver
-from ..backends.launch import launch
+from ..backends.launch import launch, launch_items
 from ..tensor import Tensor
 from ._host import f64_bits as _f64_bits
 
@@ -727,10 +727,10 @@ def prepared_gather(out, src, idx, sdim, lo, hi, wrap, err):
         return None
     _, kernel, geo, kw, grid = plans[0]
     tail = (_flag(dev), _tag(err), *geo, sdim, lo, hi)
-    kw = dict(WRAP=wrap, **kw)
+    items = tuple(dict(WRAP=wrap, **kw).items())  # kept: launch_items finds them by identity
 
     def run(out, src, idx):
-        launch(kernel, grid, out, src, idx, *tail, **kw)
+        launch_items(kernel, grid, (out, src, idx, *tail), items)
         if _DEFER[0] or _driver._capturing or _MODE[0] == "sync":
             _after(out._storage.device, err)
         else:       # _after on cuda (in ASYNC_TYPES), not deferred, not capturing, async mode

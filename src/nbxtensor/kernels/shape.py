@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from .. import dtypes as _dt
-from ..backends.launch import launch
+from ..backends.launch import launch, launch_items
 from ..dispatch import register
 from ..tensor import Tensor
 from ._host import cdiv as _cdiv
@@ -378,14 +378,15 @@ def cat_runner(devtype, dt, rows, widths):
         return lambda out, tensors: cat_rows(out, tensors, rows, widths)
     _, n, grid, tail, kw = plans[0]
     npad = 4 - n
+    items = tuple(kw.items())   # kept: launch_items finds the fast launchers by identity
 
     def run(out, tensors):
         if _FORCE_IDX64 != force:
             return cat_rows(out, tensors, rows, widths)
         if npad:
-            launch(_cat_kernel, grid, out, *tensors, *(tensors[0],) * npad, *tail, **kw)
+            launch_items(_cat_kernel, grid, (out, *tensors, *(tensors[0],) * npad, *tail), items)
         else:
-            launch(_cat_kernel, grid, out, *tensors, *tail, **kw)
+            launch_items(_cat_kernel, grid, (out, *tensors, *tail), items)
     return run
 
 

@@ -19,7 +19,8 @@ import math
 import numbers
 
 from ..dispatch import impl
-from ..tensor import Tensor, _view_strides, broadcast_shapes
+from ..tensor import Size, Tensor, _view_strides, broadcast_shapes, cached_contiguous_strides, \
+    new_contiguous
 from . import _methods
 from ._common import check_out as _check_out, check_tensor
 
@@ -288,12 +289,79 @@ def _addmm_like(input, m1, m2, beta, alpha, out, op):
     return o
 
 
+# Plans of the common linear call (input of >= 2 dims whose batch folds into M, a 2-D weight,
+# bias None or 1-D, no residual, no out=): everything the full path derives -- the checks'
+# verdict, the output's shape and the 4-D views handed to the matmul impl -- depends only on
+# the key (dtypes, shapes, strides, devices, activation, fp32 precision), so a hit allocates,
+# builds the views and dispatches. The values passed on (tensors, offsets) are per call.
+_LIN_PLANS: dict = {}
+_LIN_MAX = 4096
+_S11 = (1, 1)
+
+
+def _lin_key(input, weight, bias, activation):  # noqa: A002
+    if bias is None:
+        bk = None
+    elif bias.__class__ is Tensor:
+        bk = (bias._dtype, bias._shape, bias._stride, bias._storage.device)
+    else:
+        return None
+    return (input._dtype, input._shape, input._stride, input._storage.device, weight._dtype,
+            weight._shape, weight._stride, weight._storage.device, bk, activation,
+            _fp32_precision)
+
+
+def _lin_plan(key, input, weight, bias, o):  # noqa: A002
+    """Record the plan after the full path accepted the call (None: not the common case)."""
+    if input.ndim < 2 or weight.ndim != 2 or o.numel() == 0 or (bias is not None and bias.ndim != 1):
+        return
+    M = math.prod(input._shape[:-1])
+    K = input._shape[-1]
+    N = weight._shape[0]
+    # (2-D: the input's own strides, as the full path passes them)
+    st = input._stride if input.ndim == 2 else _view_strides(input._shape, input._stride, (M, K))
+    if st is None:
+        return
+    a4 = (Size(_S11 + (M, K)), (0, 0) + tuple(st))
+    b4 = (Size(_S11 + (K, N)), (0, 0, weight._stride[1], weight._stride[0]))
+    o4 = (Size(_S11 + (M, N)), (0, 0, N, 1))
+    final = o._shape
+    if len(_LIN_PLANS) >= _LIN_MAX:
+        _LIN_PLANS.clear()
+    _LIN_PLANS[key] = (final, cached_contiguous_strides(final), M * N * o._dtype.itemsize,
+                       a4, b4, o4, _PRECISIONS[_fp32_precision])
+
+
 def fused_linear(input, weight, bias=None, *, activation=None, residual=None, out=None):  # noqa: A002
     """act(input @ weight.T + bias) + residual in one kernel (extension of F.linear).
 
     activation: None, 'gelu' (erf), 'gelu_tanh', 'silu' or 'relu'. residual broadcasts to
     the output shape and is added after the activation.
     """
+    if (residual is None and out is None and input.__class__ is Tensor
+            and weight.__class__ is Tensor and (activation is None or activation.__class__ is str)):
+        key = _lin_key(input, weight, bias, activation)
+        if key is not None:
+            plan = _LIN_PLANS.get(key)
+            if plan is None:
+                o = _fused_linear(input, weight, bias, activation, None, None)
+                _lin_plan(key, input, weight, bias, o)
+                return o
+            final, fstride, nbytes, a4, b4, o4, prec = plan
+            dt = input._dtype
+            dev = input._storage.device
+            o = new_contiguous(final, fstride, dt, dev, nbytes)
+            _make = Tensor._make
+            impl("matmul", dev)(_make(o._storage, o4[0], o4[1], 0, dt),
+                                _make(input._storage, a4[0], a4[1], input._offset, dt),
+                                _make(weight._storage, b4[0], b4[1], weight._offset, dt),
+                                bias=bias, residual=None, alpha=1.0, beta=1.0,
+                                activation=activation, precision=prec)
+            return o
+    return _fused_linear(input, weight, bias, activation, residual, out)
+
+
+def _fused_linear(input, weight, bias, activation, residual, out):  # noqa: A002
     op = "linear"
     _check_pair(input, weight, op, "input", "weight")
     if weight.ndim not in (1, 2):

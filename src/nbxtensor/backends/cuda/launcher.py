@@ -558,6 +558,37 @@ def launch_public(kernel, grid, *args, **kwargs) -> None:
     return launch_other(kernel, grid, args, kwargs)
 
 
+def launch_items(kernel, grid, args, items) -> None:
+    """`nbx.launch(kernel, grid, *args, **dict(items))` for a caller that keeps its launch:
+    `args` a tuple, `items` a tuple of (keyword, value) pairs built ONCE and kept (e.g. in a
+    cached plan) with immutable values (ints, bools, strings, dtypes).
+
+    A tuple cannot change, so when `items` is the very object of this kernel's last such
+    launch, its fast launchers are taken without building, comparing or hashing a keywords
+    dict (the ** call and the dict == cost ~1 us for the flat element-wise kernel's 14
+    keywords here). Otherwise they are looked up by value, as `launch_public` does. Everything
+    the fast launchers check per call (argument kinds, storages, alignment, grid) is the same.
+    """
+    try:
+        rec = _state.fast[id(kernel)]
+        if rec[3] is items:
+            fns = rec[4]
+        else:
+            fns = rec[2].get(items, ())
+            if fns:
+                rec[3], rec[4] = items, fns
+    except Exception:   # no launchers yet (AttributeError, KeyError), unhashable or odd values
+        fns = ()
+    for fn in fns:
+        if fn(grid, args):
+            return
+    try:
+        _state.fast[id(kernel)][3] = None     # the general path may install a newer list
+    except Exception:  # noqa: BLE001 - nothing recorded yet
+        pass
+    launch_public(kernel, grid, *args, **dict(items))
+
+
 def _lookup(kernel, args, kwargs, idx: int):
     """The prepared entry for these arguments' kinds (verified, compiled, loaded), and the
     values to pack (before `e.fix`)."""
@@ -704,8 +735,9 @@ def _install_fast(kernel, e: _Entry, args, kwargs, idx: int) -> None:
     except AttributeError:
         fast = _state.fast = {}
     rec = fast.get(id(kernel))
-    if rec is None:             # [keywords of the last launch, their launchers, by keywords]
-        rec = fast[id(kernel)] = [None, (), {}]
+    if rec is None:     # [keywords of the last launch, their launchers, by keywords,
+        # the items tuple of the last launch_items and its launchers]
+        rec = fast[id(kernel)] = [None, (), {}, None, ()]
     by_kw = rec[2]
     try:
         key = tuple(kwargs.items())
@@ -715,6 +747,7 @@ def _install_fast(kernel, e: _Entry, args, kwargs, idx: int) -> None:
     if fl is None:
         if len(by_kw) >= _FAST_KW_VARIANTS:
             by_kw.clear()       # bounded: a kernel swept over many configs starts afresh
+            rec[3] = None       # (launch_items' list may be one of those just dropped)
         fl = by_kw[key] = []
     rec[0], rec[1] = dict(kwargs), fl
     if fn in fl:
