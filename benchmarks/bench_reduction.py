@@ -1,6 +1,7 @@
 """Reductions, scans, sort and topk: nbxtensor vs torch on the GPU (H200).
 
     PYTHONPATH=src python3 benchmarks/bench_reduction.py [--quick] [--tune | --tune-only] [OUTDIR]
+    PYTHONPATH=src python3 benchmarks/bench_reduction.py --quick --sort-sweep2 [OUTDIR]
 
 Prints a table and writes bench_reduction.json to OUTDIR (or $OUT). Each row is checked
 against torch's result before it is timed. Two times per op, both from CUDA events:
@@ -118,6 +119,11 @@ def main():
         ok, why = close(0, 0)(o.values, r.values)
         return ok, why
 
+    if "--sort-sweep2" in sys.argv:
+        _sort_sweep2(nbx, torch, both, randn, timeit, gputime, rows, quick)
+        with open(os.path.join(outdir, "bench_reduction_sortsweep.json"), "w") as f:
+            json.dump({"rows": rows}, f, indent=1)
+        return
     if tune_only:
         _tune(nbx, both, randn, timeit, gputime, rows)
         with open(os.path.join(outdir, "bench_reduction_tune.json"), "w") as f:
@@ -176,7 +182,7 @@ def main():
     for shape, k in [((1, 32000), 50), ((1, 128256), 50), ((32, 128256), 50), ((128, 32000), 100)]:
         x, t = both(shape, np.float32, None, randn)
         bench(f"topk fp32 {shape} k={k}", 0, lambda: x.topk(k), lambda: t.topk(k), topk_check, si)
-    for shape in [(1, 32000), (1, 128256), (32, 32000)]:
+    for shape in [(1, 32000), (1, 128256), (32, 32000), (4, 128256), (128, 4096)]:
         x, t = both(shape, np.float32, None, randn)
         bench(f"sort desc fp32 {shape}", 0, lambda: nbx.sort(x, -1, descending=True),
               lambda: torch.sort(t, dim=-1, descending=True, stable=True), close(0, 0), si)
@@ -293,6 +299,146 @@ def _tune(nbx, both, randn, timeit, gputime, rows):
     print(repr({k: sc[k] for k in sorted(sc)}))
     print("# paste into src/nbxtensor/kernels/sort.py CONFIG['cuda']:")
     print(repr({k: scfg[k] for k in sorted(scfg)}))
+
+
+# --sort-sweep2: candidates for kernels/sort.py: "default" (the shipped CONFIG), "v3"
+# (session 3's rank / merge-pass path) and (tile, fan-in, max runs of the last level, keys a
+# program, NARROW) tuples of the "ml" path, each timed on every shape with CONFIG ml_small =
+# ml_big = the tuple (so the rows x tiles rule does not pick); the winners are printed per
+# regime. SORT_CANDS='[[1024, 2, 2, 256, 1], "v3"]' (JSON) replaces the list.
+SORT_SHAPES = [(1, 32000), (1, 128256), (4, 128256), (32, 32000), (128, 4096), (1, 1048576)]
+SORT_SMALL = [(1, 32000), (1, 128256)]   # rows x 1024-key tiles < 132 SMs: CONFIG ml_small
+SORT_CANDS = ["default", "v3",
+              # few-rows candidates (latency: few levels)
+              (1024, 8, 32, 256, 0), (1024, 8, 32, 256, 1), (1024, 8, 32, 128, 0),
+              (1024, 4, 16, 256, 0), (1024, 4, 16, 256, 1), (1024, 16, 16, 256, 1),
+              (1024, 4, 8, 256, 0), (512, 8, 32, 256, 1), (2048, 4, 16, 256, 1),
+              # many-rows candidates (work: narrow levels, (fan-in - 1) searches a key)
+              (1024, 2, 2, 256, 0), (1024, 2, 2, 256, 1), (1024, 2, 2, 512, 0),
+              (1024, 4, 4, 256, 0), (1024, 4, 4, 256, 1), (1024, 2, 4, 256, 1),
+              (512, 2, 2, 256, 1), (2048, 2, 2, 256, 1), (4096, 2, 2, 256, 0),
+              (256, 4, 4, 256, 1), (512, 4, 16, 256, 1)]
+if os.environ.get("SORT_CANDS"):
+    SORT_CANDS = [c if isinstance(c, str) else tuple(c) for c in json.loads(os.environ["SORT_CANDS"])]
+
+
+def _sort_set(S, cand):
+    cfg = S.CONFIG["cuda"]
+    if cand == "default":       # the shipped CONFIG (its rows x tiles rule included)
+        return
+    if cand == "v3":
+        cfg["sort_algo"] = "v3"
+    else:
+        cfg.update(sort_algo="ml", ml_small=tuple(cand), ml_big=tuple(cand))
+
+
+def _sort_precompile(nbx, S, calls):
+    """Run every (candidate, call) once with kernels.sort's launch replaced by a recorder
+    (nothing runs on the GPU), then compile the recorded kernels in a spawn process pool so
+    the timed loop reads Triton's on-disk cache. Best effort."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    import time
+    from nbxtensor.backends.cuda import launcher as L
+    jobs = {}
+    real = S.launch
+
+    def rec(kernel, grid, *args, **kwargs):
+        sig, cx, attrs, opts, _ = L.bind(kernel, args, kwargs)
+        cc = L._device_info(0)[0]
+        jobs[repr((kernel.fn.__name__, sig, cx, attrs, opts, cc))] = (
+            kernel.fn.__module__, kernel.fn.__name__, sig, cx, attrs, opts, cc)
+    S.launch = rec
+    saved = dict(S.CONFIG["cuda"])
+    try:
+        for cand in SORT_CANDS:
+            _sort_set(S, cand)
+            for fn in calls:
+                try:
+                    fn()
+                except Exception as e:  # noqa: BLE001
+                    print(f"  precompile {cand}: {type(e).__name__}: {str(e)[:80]}")
+    finally:
+        S.launch = real
+        S.CONFIG["cuda"].clear()
+        S.CONFIG["cuda"].update(saved)
+    t0 = time.time()
+    try:
+        with cf.ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 4),
+                                    mp_context=mp.get_context("spawn")) as ex:
+            errs = [e for e in ex.map(_compile_job, jobs.values()) if e]
+        print(f"precompiled {len(jobs)} kernels in {time.time() - t0:.0f} s"
+              + (f"; {len(errs)} failed: {errs[:3]}" if errs else ""), flush=True)
+    except Exception as e:  # noqa: BLE001
+        print(f"precompile pool failed ({type(e).__name__}: {e}); compiling serially")
+
+
+def _compile_job(job):
+    import importlib
+    mod, name, sig, cx, attrs, opts, cc = job
+    try:
+        from nbxtensor.backends.cuda import launcher as L
+        L._compile(getattr(importlib.import_module(mod), name), sig, cx, attrs, opts, cc)
+        return None
+    except Exception as e:  # noqa: BLE001
+        return f"{name}: {type(e).__name__}: {str(e)[:100]}"
+
+
+def _sort_sweep2(nbx, torch, both, randn, timeit, gputime, rows, quick):
+    """torch and every SORT_CANDS entry on SORT_SHAPES (f32, descending, stable): GPU time
+    (queued behind a sleep), checked equal to torch (values and indices) first."""
+    from nbxtensor.kernels import sort as S
+    data = {}
+    for shape in SORT_SHAPES:
+        data[shape] = both(shape, np.float32, None, randn)
+    calls = [(lambda x=x: nbx.sort(x, -1, descending=True)) for x, _ in data.values()]
+    _sort_precompile(nbx, S, calls)
+    saved = dict(S.CONFIG["cuda"])
+    iters = 10 if quick else 30
+    table = {}
+    for shape, (x, t) in data.items():
+        ref = torch.sort(t, dim=-1, descending=True, stable=True)
+        fn = lambda t=t: torch.sort(t, dim=-1, descending=True, stable=True)  # noqa: E731
+        w = timeit(fn, iters)
+        tt = gputime(fn, iters, w)
+        rv, ri = ref.values.cpu().numpy(), ref.indices.cpu().numpy()
+        print(f"sort desc f32 {shape}: torch {tt * 1e6:8.1f} us", flush=True)
+        rows.append({"sort_sweep2": str(shape), "cand": "torch", "us": tt * 1e6})
+        for cand in SORT_CANDS:
+            _sort_set(S, cand)
+            row = {"sort_sweep2": str(shape), "cand": str(cand)}
+            try:
+                r = nbx.sort(x, -1, descending=True)
+                ok = (np.array_equal(r.indices.numpy(), ri)
+                      and np.array_equal(r.values.numpy(), rv, equal_nan=True))
+                f2 = lambda x=x: nbx.sort(x, -1, descending=True)  # noqa: E731
+                w2 = timeit(f2, iters)
+                t2 = gputime(f2, iters, w2)
+                row.update(us=t2 * 1e6, wall_us=w2 * 1e6, x_torch=tt / t2, correct=ok)
+                if ok:
+                    table[(shape, str(cand))] = t2
+                print(f"  {str(cand):24s} {t2 * 1e6:8.1f} us  {tt / t2:5.2f}x torch  wall "
+                      f"{w2 * 1e6:7.1f} us{'' if ok else '  WRONG'}", flush=True)
+            except Exception as e:  # noqa: BLE001
+                row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+                print(f"  {str(cand):24s} ERROR {row['error'][:100]}", flush=True)
+            rows.append(row)
+            S.CONFIG["cuda"].clear()
+            S.CONFIG["cuda"].update(saved)
+    for name, shapes in (("ml_small", SORT_SMALL),
+                         ("ml_big", [s for s in SORT_SHAPES if s not in SORT_SMALL])):
+        best = None
+        for cand in SORT_CANDS:
+            ts = [table.get((s, str(cand))) for s in shapes]
+            if isinstance(cand, str) or None in ts:
+                continue
+            g = float(np.exp(np.mean(np.log(ts))))
+            if best is None or g < best[1]:
+                best = (cand, g)
+        if best:
+            print(f"# {name}: best {best[0]} (geomean {best[1] * 1e6:.1f} us over {shapes}); "
+                  f"kernels/sort.py CONFIG['cuda'][{name!r}] = {tuple(best[0])}")
+            rows.append({"sort_sweep2_best": name, "cand": str(best[0]), "geomean_us": best[1] * 1e6})
 
 
 def _fmt(r):

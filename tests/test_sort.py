@@ -183,3 +183,95 @@ def test_topk_threshold_path(device, kind):
     r = xb.topk(5)
     o = ref_order(ab, -1, True)[..., :5]
     np.testing.assert_array_equal(r.indices.numpy(), o)
+
+
+# ---------------------------------------------------------------- sort: rank-merge levels
+# kernels/sort.py _sort_ml: tile sort, then rank-merge levels of fan-in F until <= FINAL runs
+# are left, then one decoding level. (tile, fan-in, final, narrow) below give 1..4 levels,
+# groups with missing runs (runs not a multiple of the fan-in), the widest searches
+# ([BLOCK, 32]), a pure pairwise merge, windowed (NARROW) searches, and 16-key programs
+# over 4- and 8-key runs (NARROW off on those levels); "v3" is the previous path (A/B).
+ML_CFGS = [(16, 2, 2, 0), (16, 2, 2, 1), (16, 4, 4, 0), (16, 4, 4, 1), (8, 8, 32, 1),
+           (16, 4, 16, 1), (4, 2, 8, 1), "v3"]
+
+
+def _ml_config(monkeypatch, device, c):
+    from nbxtensor.kernels import sort as S
+    typ = nbx.device(device).type
+    cfg = dict(S.CONFIG[typ])
+    if c == "v3":
+        cfg["sort_algo"] = "v3"
+    else:
+        c = c[:3] + (16, c[3])
+        cfg.update(sort_algo="ml", ml_small=c, ml_big=c)
+    monkeypatch.setitem(S.CONFIG, typ, cfg)
+
+
+def _sort_check(x, a, dim, descending, device):
+    o = ref_order(a, dim, descending)
+    vo = poisoned(a.shape, x.dtype, device)
+    io = poisoned(a.shape, nbx.int64, device)
+    nbx.sort(x, dim, descending=descending, out=(vo, io))
+    np.testing.assert_array_equal(io.numpy(), o)
+    _same(vo, np.take_along_axis(a, o, dim))
+
+
+@pytest.mark.parametrize("cfg", ML_CFGS, ids=str)
+def test_sort_rank_levels(device, monkeypatch, cfg):
+    if device == "cpu":
+        pytest.skip("the rank levels are the Triton path")
+    if device == "cuda" and cfg not in ((16, 4, 4, 1), (4, 2, 8, 1)):
+        pytest.skip("cuda: two configs (both search branches, NARROW) keep compiles few")
+    _ml_config(monkeypatch, device, cfg)
+    g = rng()
+    # 3 rows of 16*9+1 (overhang; 10 tiles of 16), many ties, NaN / inf / -0.0 in row 0,
+    # distinct values in row 1, a descending run in row 2 (every key moves)
+    x, a = _input((3, 145), nbx.float32, device)
+    a[1] = g.standard_normal(145).astype(np.float32)
+    a[2] = np.sort(a[2])[::-1]
+    x = nbx.tensor(a, device=device)
+    for descending in (False, True):
+        _sort_check(x, a, -1, descending, device)
+    # a transposed view (copy path, output laid out along dim 0), bf16 and int32 keys
+    _sort_check(x.t(), a.T, 0, True, device)
+    xb, ab = _input((2, 77), nbx.bfloat16, device)
+    _sort_check(xb, ab, -1, False, device)
+    xi, ai = _input((1, 200), nbx.int32, device)
+    _sort_check(xi, ai, -1, True, device)
+
+
+def test_sort_rank_levels_int_extremes(device, monkeypatch):
+    # the packed key's high word at its extremes (INT32_MIN / MAX, uint8 255) and a row
+    # that is one tile plus one key
+    if device == "cpu":
+        pytest.skip("the rank levels are the Triton path")
+    _ml_config(monkeypatch, device, (16, 2, 4, 1))
+    a = rng().integers(-3, 3, (2, 17)).astype(np.int32)
+    a[0, [0, 5, 16]] = [np.iinfo(np.int32).max, np.iinfo(np.int32).min, np.iinfo(np.int32).max]
+    for descending in (False, True):
+        _sort_check(nbx.tensor(a, device=device), a, -1, descending, device)
+    u = rng().integers(250, 256, (1, 40)).astype(np.uint8)
+    _sort_check(nbx.tensor(u, device=device), u, -1, True, device)
+
+
+@pytest.mark.parametrize("shape", [(1, 128256), (32, 32000), (2, 4097)], ids=str)
+def test_sort_model_shapes_shipped_config(device, shape):
+    # the shipped cuda CONFIG on model shapes, both regimes (bench_reduction --sort-sweep2
+    # checks (1,32000), (4,128256), (128,4096), (1,1M) against torch)
+    if device != "cuda":
+        pytest.skip("model-sized rows: cuda only (interp is too slow)")
+    g = rng()
+    a = g.standard_normal(shape).astype(np.float32)
+    a[..., ::7] = np.round(a[..., ::7])          # ties
+    a.reshape(-1)[[3, 10]] = np.nan
+    x = nbx.tensor(a, device=device)
+    for descending in (True, False):
+        r = nbx.sort(x, -1, descending=descending)
+        o = ref_order(a, -1, descending)
+        np.testing.assert_array_equal(r.indices.numpy(), o)
+        _same(r.values, np.take_along_axis(a, o, -1))
+    if shape == (1, 128256):
+        xb = x.to(nbx.bfloat16)
+        ab = xb.numpy()
+        r = nbx.sort(xb, -1, descending=True)
+        np.testing.assert_array_equal(r.indices.numpy(), ref_order(ab, -1, True))

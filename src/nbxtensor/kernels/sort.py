@@ -16,6 +16,12 @@ stable by itself) gives exactly torch's stable order: equal values keep index or
                    sorted, then one pass (`_rank_decode_kernel`) places every key at the
                    sum over all tiles of the count of keys below it (binary searches in
                    every tile at once), writing value and index there: no merge passes.
+  sort, "ml" path (CONFIG sort_algo, the default; 32-bit and narrower values): tiles
+                   sorted as above, then rank-merge levels (`_rank_level_kernel`): runs
+                   taken F at a time, each key placed at its offset in its own run + its
+                   counts in the group's other runs; the last level writes values and
+                   indices. Supersedes the two paths above for those values ("v3" keeps
+                   them); docs/notes/sortperf.md.
   topk:            chunks of a row are reduced to their best KP = next_pow2(k)
                    candidates with `tl.topk` (bitonic top-k); candidate lists are
                    reduced again until one chunk is left; a last pass decodes indices
@@ -28,6 +34,8 @@ pairs with a bitonic network written here that breaks ties by index, and merge p
 that compare pairs; their topk is a sort and a slice.
 """
 from __future__ import annotations
+
+import os as _os
 
 import triton
 import triton.language as tl
@@ -210,6 +218,86 @@ def _rank_decode_kernel(k_ptr, x_ptr, v_ptr, i_ptr, N, I, TILE: tl.constexpr, TP
 
 
 @triton.jit
+def _lower_bound(base, lo, hi, key, mask, STEPS: tl.constexpr):
+    # per lane: the first place in [lo, hi) of a sorted run whose key is >= key (else hi);
+    # ranges of at most 2**STEPS - 1 keys. Finished lanes load nothing (masked).
+    for _ in tl.static_range(STEPS):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        km = tl.load(base + mid, mask=mask & active, other=0)
+        right = active & (km < key)
+        lo = tl.where(right, mid + 1, lo)
+        hi = tl.where(active & ~right, mid, hi)
+    return lo
+
+
+@triton.jit
+def _rank_level_kernel(src_ptr, dst_ptr, x_ptr, v_ptr, i_ptr, N, I, L, TP: tl.constexpr,
+                       STEPS: tl.constexpr, BLOCK: tl.constexpr, DECODE: tl.constexpr,
+                       NARROW: tl.constexpr):
+    # one level of a TP-way rank merge: sorted runs of L unique packed keys, taken TP at a
+    # time, become sorted runs of TP*L. A key's place in its merged run = its own offset in
+    # its run (known: keys are unique) + the count of keys below it in each other run of the
+    # group (binary searches, all runs at once as a [BLOCK, TP] tile). DECODE (the last
+    # level, one group a row): write the index and the gathered value there instead of the key.
+    # NARROW (host: BLOCK divides L, so a block is consecutive keys of one run): each key's
+    # count in another run lies between those of the block's first and last keys, found
+    # first by two searches; the per-key searches then only span that window (about BLOCK
+    # keys on random data instead of L: fewer loads a key, one search longer latency).
+    row = tl.program_id(0).to(tl.int64)
+    b0 = tl.program_id(1) * BLOCK
+    g = b0 + tl.arange(0, BLOCK)
+    m = g < N
+    base = src_ptr + row * N
+    key = tl.load(base + g, mask=m, other=0)
+    run = g // L
+    first = (run // TP) * TP                        # the group's first run
+    if NARROW:
+        two = tl.arange(0, 2)
+        kb = tl.load(base + tl.where(two == 0, b0, tl.minimum(b0 + BLOCK, N) - 1))
+        brun = b0 // L
+    if TP == 2:
+        # a pairwise merge: one search, in the partner run only
+        start = tl.minimum((run ^ 1) * L, N)        # < N + L < 2**31 (host: N < 2**30)
+        if NARROW:
+            sb = tl.minimum((brun ^ 1) * L, N)
+            lb = _lower_bound(base, sb + two * 0, tl.minimum(sb + L, N) + two * 0, kb,
+                              two < 2, STEPS)
+            lo = _lower_bound(base, g * 0 + tl.sum(tl.where(two == 0, lb, 0), axis=0),
+                              g * 0 + tl.sum(tl.where(two == 1, lb, 0), axis=0), key, m, STEPS)
+        else:
+            lo = _lower_bound(base, start, tl.minimum(start + L, N), key, m, STEPS)
+        pos = (g - run * L + first * L + lo - start).to(tl.int64)
+    else:
+        # runs past the row's end clamped first: r2 * L < 2 * N < 2**31 (host: N < 2**30)
+        r2 = tl.minimum(first[:, None] + tl.arange(0, TP)[None, :], (N + L - 1) // L)
+        start = tl.minimum(r2 * L, N)
+        own = r2 == run[:, None]
+        if NARROW:
+            rb = tl.minimum((brun // TP) * TP + tl.arange(0, TP), (N + L - 1) // L)
+            sb = tl.zeros([2, TP], dtype=tl.int32) + tl.minimum(rb * L, N)[None, :]
+            lb = _lower_bound(base, sb, tl.minimum(sb + L, N), kb[:, None],
+                              (two < 2)[:, None], STEPS)
+            lo0 = tl.sum(tl.where((two == 0)[:, None], lb, 0), axis=0)[None, :]
+            hi0 = tl.sum(tl.where((two == 1)[:, None], lb, 0), axis=0)[None, :]
+        else:
+            lo0 = start
+            hi0 = tl.minimum(start + L, N)
+        lo = tl.where(own, g[:, None], lo0)         # own run: no search, lo stays at g
+        hi = tl.where(own, g[:, None], hi0)
+        lo = _lower_bound(base, lo, hi, key[:, None], m[:, None], STEPS)
+        pos = (first * L + tl.sum(lo - start, axis=1)).to(tl.int64)
+    if DECODE:
+        idx = key & 0xFFFFFFFF
+        val = tl.load(x_ptr + row * N + idx, mask=m, other=0)
+        obase = (row // I) * N * I + (row % I)
+        tl.store(i_ptr + obase + pos * I, idx, mask=m)
+        tl.store(v_ptr + obase + pos * I, val, mask=m)
+    else:
+        tl.store(dst_ptr + row * N + pos, key, mask=m)
+
+
+@triton.jit
 def _topk_chunk_kernel(src_ptr, dst_ptr, N, NC, KP: tl.constexpr, CHUNK: tl.constexpr,
                        FROM_KEYS: tl.constexpr, IS_FLOAT: tl.constexpr, DESC: tl.constexpr):
     # the best KP packed keys of one CHUNK of a row -> dst[row, chunk*KP : (chunk+1)*KP]
@@ -333,12 +421,22 @@ CONFIG = {"cuda": {"sort_tile": 4096, "topk_chunk": 4096, "topk_programs": 132 *
                    "topk_ept": 16, "merge_block": 1024, "max_kp": 1024,
                    "filt_min_n": 8192, "filt_max_kp": 128, "filt_chunk": 1024,
                    "filt_ratio": 2, "filt_block": 1024, "rank_tile": 1024, "rank_max_tiles": 32, "rank_block": 256,
-                   "rank_small_grid": 132},
+                   "rank_small_grid": 132,
+                   # sort_algo "ml": tile sort + rank-merge levels (_sort_ml; ml_small /
+                   # ml_big = (tile, fan-in, max runs of the last level, keys a program
+                   # at fan-in <= 8, NARROW searches 0/1)); "v3": session 3's path (rank
+                   # pass over <= rank_max_tiles tiles, else merge passes). NBX_SORT_ALGO
+                   # (read at import) overrides.
+                   # Not yet measured on the H200: bench_reduction.py --sort-sweep2 picks.
+                   "sort_algo": _os.environ.get("NBX_SORT_ALGO", "ml"),
+                   "ml_small": (1024, 8, 32, 256, 0), "ml_big": (1024, 2, 2, 256, 0)},
           "interp": {"sort_tile": 16, "topk_chunk": 32, "topk_programs": 8,
                      "topk_ept": 16, "merge_block": 32, "max_kp": 1024,
                      "filt_min_n": 64, "filt_max_kp": 8, "filt_chunk": 8, "filt_ratio": 4,
                      "filt_block": 16, "rank_tile": 16, "rank_max_tiles": 4, "rank_block": 16,
-                     "rank_small_grid": 8}}
+                     "rank_small_grid": 8,
+                     "sort_algo": _os.environ.get("NBX_SORT_ALGO", "ml"),
+                     "ml_small": (16, 2, 4, 16, 1), "ml_big": (16, 4, 2, 16, 0)}}
 
 
 def _grid(rows, per_row):
@@ -408,10 +506,52 @@ def _decode(sk, xr, values, indices, NK, N, K, inner, topk):
            PAIRS=idx is not None, BLOCK=blk, num_warps=4)
 
 
+def _sort_ml(xr, M, N, descending, values, indices, inner, cfg):
+    """Rows of 32-bit-or-narrower values: sort tiles in registers, then rank-merge levels of
+    fan-in `fanin` until at most `final` runs are left, and one last rank level that writes
+    values and indices (launches: 1 + levels). Few rows (rows x tiles below the SM count)
+    take CONFIG ml_small, many rows ml_big: a wide last level costs (runs - 1) searches per
+    key, fine when latency dominates, too much work when the GPU is full."""
+    tile, fanin, final, block, narrow = cfg["ml_small"]
+    tile = max(min(_p2(N), tile), 2)
+    if M * _cdiv(N, tile) >= cfg["rank_small_grid"]:
+        tile, fanin, final, block, narrow = cfg["ml_big"]
+        tile = max(min(_p2(N), tile), 2)
+    runs = _cdiv(N, tile)
+    keys = Tensor._empty((M, N), _dt.int64, xr.device)
+    launch(_sort_tile_kernel, _grid(M, runs), xr, keys, N, TILE=tile,
+           IS_FLOAT=xr.dtype.is_floating_point, DESC=descending,
+           num_warps=16 if tile >= 8192 else (8 if tile >= 2048 else 4))
+    if runs == 1:
+        _decode((keys, None), xr, values, indices, N, N, N, inner, False)
+        return
+    other = None
+    L = tile
+    while True:
+        last = runs <= final
+        tp = _p2(runs) if last else fanin
+        # a [BLOCK, TP] tile of searches: fewer keys a program for wide levels (registers)
+        blk = block if tp <= 8 else max(16, block * 16 // tp)
+        if not last and other is None:
+            other = Tensor._empty((M, N), _dt.int64, xr.device)
+        launch(_rank_level_kernel, _grid(M, _cdiv(N, blk)), keys, keys if last else other,
+               xr, values, indices, N, inner, L, TP=tp, STEPS=L.bit_length(), BLOCK=blk,
+               DECODE=last, NARROW=narrow and blk <= L, num_warps=4)
+        if last:
+            return
+        keys, other = other, keys
+        L *= tp
+        runs = _cdiv(runs, tp)
+
+
 @register("sort", "triton")
 def sort(x, dim, descending, values, indices):
     xr, M, N, inner = _rows(x, dim)
     cfg = CONFIG[xr.device.type]
+    if cfg["sort_algo"] == "ml" and xr.dtype.itemsize < 8 and 0 < N < 2**30:
+        # N < 2**30: int32 offsets in the rank levels
+        _sort_ml(xr, M, N, descending, values, indices, inner, cfg)
+        return
     tile = max(min(_p2(N), cfg["sort_tile"]), 2)
     nt = _cdiv(N, tile)
     if nt > 1 and M * nt < cfg["rank_small_grid"]:
