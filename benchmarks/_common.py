@@ -100,6 +100,35 @@ def time_gpu(fn, n_inner, repeats=5, flush=False, warmup=2):
                                             repeats)) / 1e3
 
 
+def time_rotated(fn, copies, iters, repeats=3):
+    """ms per call (best of `repeats`): `iters` calls fn(i % copies) queued behind a sleep
+    kernel, for inputs rotated over `copies` buffers whose total defeats the 50 MB L2 -- the
+    steady state of a model step, where other layers evict this one's data. (One call after
+    a memset flush instead leaves L2 full of dirty lines whose write-back the timed kernel
+    pays: ~8 us at a 128 MiB decode read.)"""
+    import torch
+    for i in range(copies):
+        fn(i)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(iters):
+        fn(i % copies)
+    cpu_s = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    best = None
+    for _ in range(repeats):
+        torch.cuda._sleep(int(min(cpu_s * 1.5 + 2e-4, 0.5) * 2.0e9))
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for i in range(iters):
+            fn(i % copies)
+        e.record()
+        e.synchronize()
+        ms = s.elapsed_time(e) / iters
+        best = ms if best is None else min(best, ms)
+    return best
+
+
 def copy_bw(n=1 << 30):
     """Device-to-device copy bandwidth of n bytes (1 GiB) in GB/s (read + write), by time_gpu."""
     import torch

@@ -2,7 +2,6 @@
 
     PYTHONPATH=src python3 benchmarks/bench_attention.py [--quick] [--sweep] [OUTDIR]
     PYTHONPATH=src python3 benchmarks/bench_attention.py --sweep-prefill [OUTDIR]
-    PYTHONPATH=src python3 benchmarks/bench_attention.py --causal-sweep [OUTDIR]
 
 Prefill: B=4, H=32, S=4096, bf16, D=128 and D=64, causal and not: TFLOP/s (4*B*H*L*S*D,
 halved when causal) and the ratio to torch SDPA on the same tensors (goal >= 0.85), plus
@@ -11,8 +10,8 @@ a cache of capacity 32768 holding 1k, 4k, 16k, 32k tokens (length in a device te
 achieved GB/s on the K/V bytes read against a device copy measured in the same run (goal
 >= 0.80) and the ratio to torch SDPA on the same step (q vs the cache sliced to the
 length; goal > 1). Times are kernel times (CUDA events behind a spin kernel, see
-bench_matmul.py); decode is timed one call at a time after an L2 flush (cold K/V, as in a
-real step), so its small-cache figures include the two kernels' fixed ~us cost.
+bench_matmul.py); decode is timed over calls rotating across cache copies that defeat L2
+(K/V cold, as in a real step: _common.time_rotated), so small caches show the fixed ~us cost.
 --sweep (one GPU call, ~1-2 min; implies the --quick case set) also times the candidate
 configurations below per case -- the pointer kernel, the TMA kernel and the warp-specialised
 one-loop kernel (WS) for prefill, split/tile/stage/merge variants for decode -- after
@@ -20,10 +19,6 @@ compiling them all in parallel processes, prints the best prefill config per cas
 ratio to torch, and ready-to-paste `TUNED` tables for kernels/attention.py and
 kernels/decode_attention.py (also in the JSON under "paste" and "best").
 --sweep-prefill: the same for the four prefill cases only (no decode, no copy; ~1 min).
---causal-sweep (round 4, ~60-90 s): B4 H32 S4096 D128 bf16 causal only: compiles
-CAUSAL_CANDS in parallel, then torch and each candidate with its max error against torch
-(rel = max|diff| / max|ref|; NaN = unwritten rows); JSON to OUTDIR/attention_causal.json.
-CAUSAL_CANDS='[["name", {...}], ...]' (JSON) replaces that list.
 ATTN_CANDS='{"128": [{...}, ...]}' (JSON) replaces a head dim's prefill candidate list.
 JSON to OUTDIR/attention.json (default: $OUT, else the current directory).
 """
@@ -41,10 +36,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402  (the reference only)
 
 import nbxtensor as nbx  # noqa: E402
-from _common import copy_bw, out_dir, recorder, time_gpu  # noqa: E402
+from _common import copy_bw, out_dir, recorder, time_gpu, time_rotated  # noqa: E402
 from bench_matmul import rel_err, to_nbx  # noqa: E402
 
-CAUSAL_SWEEP = "--causal-sweep" in sys.argv     # round 4: the D128 causal candidates only
 PREFILL_ONLY = "--sweep-prefill" in sys.argv    # the prefill sweep alone (no decode, no copy)
 SWEEP = "--sweep" in sys.argv or PREFILL_ONLY
 QUICK = "--quick" in sys.argv or SWEEP
@@ -94,105 +88,6 @@ DECODE_CANDS = [
 ]
 SWEPT: dict = {}    # case key -> list of (cfg, seconds, err)
 REF: dict = {}      # prefill (D, causal, layout) -> (torch s, default nbx s, flops)
-
-
-# --causal-sweep (round 4): B4 H32 S4096 D128 bf16 causal, torch vs each candidate, with
-# the error against torch per candidate (Triton 3.6's warp specialisation has computed wrong
-# results before: err is the first column to read). SWZ = grouped longest-first program
-# order (heads per group); HALF = the causal half split (`_flash_rect_ws` for rows [h, S) x
-# keys [0, h) + the pointer kernel for the two triangles), SUB_* the triangle kernel's tile.
-_SUB = dict(SUB_M=128, SUB_N=64, SUB_WARPS=8, SUB_STAGES=3)
-_RECT = dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2)
-CAUSAL_CANDS = [
-    ("default", dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)),
-    ("swz8", dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3, SWZ=8)),
-    ("swz16", dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3, SWZ=16)),
-    ("swz32", dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3, SWZ=32)),
-    ("half-rect", dict(_RECT, WS=True, HALF="rect-first", **_SUB)),
-    ("half-rect-swz16", dict(_RECT, WS=True, HALF="rect-first", **_SUB, SUB_SWZ=16)),
-    ("half-tri-swz16", dict(_RECT, WS=True, HALF="tri-first", **_SUB, SUB_SWZ=16)),
-    ("half-rect-swz16-mergeend", dict(_RECT, WS=True, HALF="rect-first", **_SUB, SUB_SWZ=16,
-                                      MERGE_END=True)),
-    ("half-rect-swz16-pdl", dict(_RECT, WS=True, HALF="rect-first", **_SUB, SUB_SWZ=16,
-                                 MERGE_END=True, PDL=True)),
-    # triangles on M64 N64 w4 s2 tiles (82 KB, 168 regs: 2 programs an SM)
-    ("half-rect-swz16-pdl-sub64", dict(_RECT, WS=True, HALF="rect-first", SUB_M=64, SUB_N=64,
-                                       SUB_WARPS=4, SUB_STAGES=2, SUB_SWZ=16, MERGE_END=True,
-                                       PDL=True)),
-    ("half-rect-wsoff", dict(_RECT, num_warps=8, WS="off", HALF="rect-first", **_SUB,
-                             SUB_SWZ=16)),                          # control: no WS
-    ("half-rect-swz16: rect alone", dict(_RECT, WS=True, HALF="rect-first", **_SUB,
-                                         SUB_SWZ=16, ONLY="rect")),
-    ("half-rect-swz16: tri alone", dict(_RECT, WS=True, HALF="rect-first", **_SUB,
-                                        SUB_SWZ=16, ONLY="tri")),
-]
-if os.environ.get("CAUSAL_CANDS"):   # JSON list of [name, cfg] pairs replaces the list
-    CAUSAL_CANDS = [tuple(x) for x in json.loads(os.environ["CAUSAL_CANDS"])]
-
-
-class _CAI:
-    """An nbx cuda tensor's memory for torch.as_tensor (no copy)."""
-    def __init__(self, t):
-        isz = t.dtype.itemsize
-        self.__cuda_array_interface__ = {
-            "shape": tuple(t.shape), "typestr": {2: "<i2", 4: "<f4"}[isz],
-            "data": (t.data_ptr(), False), "version": 2,
-            "strides": tuple(x * isz for x in t.stride())}
-
-
-def _as_torch(t):
-    v = torch.as_tensor(_CAI(t), device="cuda")
-    return v.view(torch.bfloat16) if t.dtype.name == "bfloat16" else v
-
-
-def causal_sweep():
-    """Compile every candidate in parallel processes, then time torch and each candidate at
-    the goal shape; per candidate: TFLOP/s, ratio to torch, rel and abs max error."""
-    from nbxtensor.kernels import attention as ka
-    B, H, S, D = 4, 32, 4096, 128
-    t = [to_nbx(torch.randn(1, 16, 512, D, device="cuda", dtype=torch.bfloat16))
-         for _ in range(3)]
-    call = lambda: nbx.scaled_dot_product_attention(*t, is_causal=True)  # noqa: E731
-    # the recorder stops at a call's first compile: a split's second kernel gets its own job
-    cfgs = [c for _, c in CAUSAL_CANDS if "ONLY" not in c]
-    cfgs += [dict(c, ONLY="tri") for c in cfgs if c.get("HALF")]
-    warm_compile([(call, (lambda c=c: setattr(ka, "_OVERRIDE", dict(c)))) for c in cfgs])
-    F = torch.nn.functional
-    tq, tk, tv = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
-                  for _ in range(3))
-    q, k, v = (to_nbx(x) for x in (tq, tk, tv))
-    flops = 4.0 * B * H * S * S * D * 0.5
-    tfn = lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)  # noqa: E731
-    fn = lambda: nbx.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
-    t_t = time_gpu(tfn, 3)
-    ref = tfn().float()
-    rmax = float(ref.abs().max())
-    record(case="causal-sweep", cfg="torch", tflops=flops / t_t / 1e12, ms=t_t * 1e3)
-    print(f"{'candidate':30} {'TFLOP/s':>8} {'ms':>7} {'ratio':>6} {'rel err':>8} {'abs err':>8}"
-          f"  (torch {flops / t_t / 1e12:.1f} TFLOP/s, {t_t * 1e3:.3f} ms)", flush=True)
-    for name, c in CAUSAL_CANDS:
-        ka._OVERRIDE = dict(c)
-        try:
-            tm = time_gpu(fn, 3)
-            # into a NaN-poisoned output (a fresh one could reuse the last candidate's right
-            # answer from the allocator's cache); compared on the GPU (a host copy of 67M
-            # elements per candidate takes seconds); torch's max propagates a NaN
-            o = nbx.full((B, H, S, D), float("nan"), dtype=nbx.bfloat16, device="cuda")
-            ka.sdpa(o, q, k, v, None, scale=D ** -0.5, is_causal=True)
-            ab = float((_as_torch(o).float() - ref).abs().max())
-            rel = ab / rmax
-            record(case="causal-sweep", cfg=name, params=cfg_text(c), tflops=flops / tm / 1e12,
-                   ms=tm * 1e3, ratio=t_t / tm, err=rel, abs_err=ab)
-            print(f"{name:30} {flops / tm / 1e12:8.1f} {tm * 1e3:7.3f} {t_t / tm:6.3f} "
-                  f"{rel:8.1e} {ab:8.1e}", flush=True)
-        except Exception as e:  # noqa: BLE001 - a candidate that fails is reported
-            record(case="causal-sweep", cfg=name, params=cfg_text(c),
-                   error=f"{type(e).__name__}: {str(e)[:160]}")
-            print(f"{name:30} FAILED {type(e).__name__}: {str(e)[:160]}", flush=True)
-        finally:
-            ka._OVERRIDE = None
-    print("(\"alone\" rows time one half of the split: their err is meaningless; a valid "
-          "candidate has rel err < 2e-2 and no NaN)")
 
 
 def cfg_text(c):
@@ -311,20 +206,27 @@ def prefill_jobs(B, H, S, D, causal):
 def decode(n, bw, capacity=32768, B=1, Hq=32, Hk=8, D=128):
     from nbxtensor.kernels import decode_attention as kd
     F = torch.nn.functional
-    tq = torch.randn(B, Hq, 1, D, device="cuda", dtype=torch.bfloat16)
-    tkc = torch.randn(B, Hk, capacity, D, device="cuda", dtype=torch.bfloat16)
-    tvc = torch.randn(B, Hk, capacity, D, device="cuda", dtype=torch.bfloat16)
-    q, kc, vc = to_nbx(tq), to_nbx(tkc), to_nbx(tvc)
-    lens = nbx.tensor([n], dtype=nbx.int32, device="cuda")
-    tks, tvs = tkc[:, :, :n], tvc[:, :, :n]
-    fn = lambda: nbx.decode_attention(q, kc, vc, lens)  # noqa: E731
-    tfn = lambda: F.scaled_dot_product_attention(tq, tks, tvs, enable_gqa=True)  # noqa: E731
     nbytes = 2.0 * B * Hk * n * D * 2
-    # one call per timed batch right after an L2 flush: a 1k cache (4 MB) would otherwise
-    # stay in the 50 MB L2 across calls, which a real step (other layers in between) never sees
-    reps = 7 if QUICK else 15
-    t_n = time_gpu(fn, 1, repeats=reps, flush=True)
-    t_t = time_gpu(tfn, 1, repeats=reps, flush=True)
+    # the step's steady state: calls rotate over cache copies whose total (>= 256 MiB)
+    # defeats the 50 MB L2, as the other layers of a real step do (time_rotated says why not
+    # one call after a memset flush). Copies are views into one buffer, `n` keys apart.
+    copies = max(2, -(-(256 << 20) // int(nbytes)))
+    total = (copies - 1) * n + capacity
+    tq = torch.randn(B, Hq, 1, D, device="cuda", dtype=torch.bfloat16)
+    tkb = torch.randn(B, Hk, total, D, device="cuda", dtype=torch.bfloat16)
+    tvb = torch.randn(B, Hk, total, D, device="cuda", dtype=torch.bfloat16)
+    q, kb, vb = to_nbx(tq), to_nbx(tkb), to_nbx(tvb)
+    kcs = [kb[:, :, i * n:i * n + capacity] for i in range(copies)]
+    vcs = [vb[:, :, i * n:i * n + capacity] for i in range(copies)]
+    lens = nbx.tensor([n], dtype=nbx.int32, device="cuda")
+    outs = [nbx.empty(B, Hq, 1, D, dtype=nbx.bfloat16, device="cuda") for _ in range(2)]
+    fn_i = lambda i: nbx.decode_attention(q, kcs[i], vcs[i], lens, out=outs[i & 1])  # noqa: E731
+    tfn_i = lambda i: F.scaled_dot_product_attention(  # noqa: E731
+        tq, tkb[:, :, i * n:i * n + n], tvb[:, :, i * n:i * n + n], enable_gqa=True)
+    fn, tfn = (lambda: fn_i(0)), (lambda: tfn_i(0))
+    iters = max(20, min(400, copies * 4))
+    t_n = time_rotated(fn_i, copies, iters) / 1e3
+    t_t = time_rotated(tfn_i, copies, iters) / 1e3
     err = rel_err(fn(), tfn())
     record(case="decode", shape=f"B{B} {Hq}/{Hk} D{D} len{n} cap{capacity}",
            nbx_gbs=nbytes / t_n / 1e9, frac_copy=nbytes / t_n / 1e9 / bw,
@@ -335,7 +237,7 @@ def decode(n, bw, capacity=32768, B=1, Hq=32, Hk=8, D=128):
         for cand in DECODE_CANDS:
             kd._OVERRIDE = decode_override(cand, B, Hk, capacity)
             try:
-                t = time_gpu(fn, 1, repeats=reps, flush=True)
+                t = time_rotated(fn_i, copies, iters) / 1e3
                 err = rel_err(fn(), tfn())
                 res.append((cand, t, err))
                 record(case="decode-sweep", shape=f"len{n}", cfg=cfg_text(cand),
@@ -408,20 +310,6 @@ def best_summary():
 
 def main():
     t0 = time.time()
-    if CAUSAL_SWEEP:
-        failures = []
-        try:
-            causal_sweep()
-        except Exception as e:  # noqa: BLE001
-            traceback.print_exc()
-            failures.append(f"causal-sweep: {type(e).__name__}: {e}")
-        os.makedirs(OUTDIR, exist_ok=True)
-        path = os.path.join(OUTDIR, "attention_causal.json")
-        with open(path, "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
-                           rows=ROWS, failures=failures, seconds=time.time() - t0), f, indent=1)
-        print(f"wrote {path} in {time.time() - t0:.0f} s")
-        return 1 if failures else 0
     bw = float("nan") if PREFILL_ONLY else copy_bw()
     if not PREFILL_ONLY:
         record(case="copy", shape="1GiB", gbs=bw)

@@ -1,5 +1,5 @@
-"""Decode attention at long caches (issue 6): the tensor-core split kernel (default) against
-the register variant (REG=1) and torch SDPA, steady state, on the H200.
+"""Decode attention at long caches (issue 6): the split kernel's tile/split candidates against
+torch SDPA, steady state, on the H200 (DECODE_CANDS='{name: config}' JSON replaces the list).
 
 Case: B=1, 32 query / 8 KV heads, D=128, bf16, cache capacity 32768, lengths 1k / 8k / 32k
 (the length is read from the device, as in the model). Each timed call reads K/V of a
@@ -14,7 +14,8 @@ Reported per (length, candidate): us per call, K/V bytes / time as a fraction of
 (the measured d2d copy figure; this run's own copy figure is printed too), speed-up over
 torch SDPA (>1 = faster), relative error against torch. Also `cold_us` at 32k for torch,
 the default and the best candidate: one call right after a 256 MB memset flush (the
-method of bench_attention.py; it includes the launch latency and the flush's write-backs).
+method bench_attention.py used before session 4; it includes the launch latency and the
+flush's write-backs) and after a read-only flush.
 
 All candidates are compiled in parallel processes first (Triton's disk cache). --quick
 is the default and the only mode (~60-90 s on the H200). JSON to argv[1] or $OUT.
@@ -29,7 +30,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import out_dir, recorder  # noqa: E402
+from _common import out_dir, recorder, time_rotated  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -45,22 +46,18 @@ ROT_BYTES = 256 << 20
 # name -> override (P is derived from TARGET like the rule's); "default" = the rule (TUNED)
 CANDS = {
     "default": None,
-    "dot T396 N64 w4 s3 ms3": dict(TARGET=396, BLOCK_N=64, num_warps=4, num_stages=3,
-                                   COMBINE=1, MERGE_STAGES=3),      # the default + merge pipelined
-    "dot T528 N32 w4 s4": dict(TARGET=528, BLOCK_N=32, num_warps=4, num_stages=4, COMBINE=1),
-    "dot T264 N64 w8 s4": dict(TARGET=264, BLOCK_N=64, num_warps=8, num_stages=4, COMBINE=1),
-    # register variant: BLOCK_N = KPT x slots (slots = 2 lanes x warps at W128, 4 x warps at W64)
-    "reg T528 N16 K2 W128 w4": dict(REG=1, TARGET=528, BLOCK_N=16, KPT=2, W=128, num_warps=4,
-                                    MIN_N=64),
-    "reg T528 N16 K2 W128 w4 ms2": dict(REG=1, TARGET=528, BLOCK_N=16, KPT=2, W=128,
-                                        num_warps=4, MIN_N=64, MERGE_STAGES=2),
-    "reg T396 N32 K4 W128 w4": dict(REG=1, TARGET=396, BLOCK_N=32, KPT=4, W=128, num_warps=4,
-                                    MIN_N=64),
-    "reg T264 N32 K2 W64 w4": dict(REG=1, TARGET=264, BLOCK_N=32, KPT=2, W=64, num_warps=4,
-                                   MIN_N=64),
-    "reg T264 N32 K2 W128 w8": dict(REG=1, TARGET=264, BLOCK_N=32, KPT=2, W=128, num_warps=8,
-                                    MIN_N=64),
+    "dot T396 N64 w4 s3 (session 2)": dict(TARGET=396, BLOCK_N=64, num_warps=4, num_stages=3,
+                                           COMBINE=1),
+    "dot T132 N128 w8 s3": dict(TARGET=132, BLOCK_N=128, num_warps=8, num_stages=3, COMBINE=1),
+    "dot T264 N128 w8 s2": dict(TARGET=264, BLOCK_N=128, num_warps=8, num_stages=2, COMBINE=1),
+    "dot T132 N128 w4 s3 COMBINE0": dict(TARGET=132, BLOCK_N=128, num_warps=4, num_stages=3,
+                                         COMBINE=0),
 }
+
+# DECODE_CANDS='{"name": {...}, ...}' (JSON) replaces the candidates above ("default" is kept):
+# a wider grid of the dot kernel's tile and split, timed the rotated way, in one call.
+if os.environ.get("DECODE_CANDS"):
+    CANDS = {"default": None, **json.loads(os.environ["DECODE_CANDS"])}
 
 
 def override(c):
@@ -137,30 +134,6 @@ def _compile_job(job):
         return f"{name}: {type(e).__name__}: {str(e)[:100]}"
 
 
-def rotated_ms(fn, copies, iters):
-    """ms per call: `iters` calls rotating over `copies`, queued behind a sleep kernel."""
-    for i in range(copies):
-        fn(i)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for i in range(iters):
-        fn(i % copies)
-    cpu_s = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    best = None
-    for _ in range(3):
-        torch.cuda._sleep(int(min(cpu_s * 1.5 + 2e-4, 0.5) * 2.0e9))
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for i in range(iters):
-            fn(i % copies)
-        e.record()
-        e.synchronize()
-        ms = s.elapsed_time(e) / iters
-        best = ms if best is None else min(best, ms)
-    return best
-
-
 _FLUSH = None
 
 
@@ -230,14 +203,14 @@ def main():
             warm_compile([(name, lambda: fn(0)) for name in CANDS])
             compiled = True
         iters = max(20, min(400, copies * 4))
-        t_t = rotated_ms(tfn, copies, iters)
+        t_t = time_rotated(tfn, copies, iters)
         ref = tfn(0).float()
         record(case="torch", length=n, us=t_t * 1e3, frac_copy=nbytes / (t_t * 1e-3) / (COPY_TBS * 1e12))
         res = {}
         for name, c in CANDS.items():
             kd._OVERRIDE = override(c)
             try:
-                t = rotated_ms(fn, copies, iters)
+                t = time_rotated(fn, copies, iters)
                 got = torch.from_numpy(fn(0).numpy().astype(np.float32)).cuda()
                 err = float((got - ref).abs().max() / ref.abs().max())
                 res[name] = (t, err)
@@ -252,10 +225,8 @@ def main():
         if n == LENGTHS[-1]:
             ok = {k: v for k, v in res.items() if v[1] < 2e-2}
             best = min(ok, key=lambda k: ok[k][0]) if ok else None
-            best_reg = min((k for k in ok if k.startswith("reg")), key=lambda k: ok[k][0],
-                           default=None)
             tc = {"torch": (cold_us(lambda: tfn(0), False), cold_us(lambda: tfn(0), True))}
-            for name in dict.fromkeys(["default", best, best_reg]):
+            for name in dict.fromkeys(["default", best]):
                 if name is None:
                     continue
                 kd._OVERRIDE = override(CANDS[name])

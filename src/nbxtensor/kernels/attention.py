@@ -31,11 +31,7 @@ LOG2E = 1.4426950408889634
 # ready to paste over it. Keys: BLOCK_M, BLOCK_N, num_warps, num_stages (launch), and at
 # most one kernel switch: TMA=True (`_flash_fwd_tma`, LAZY=True adds the lazy rescale),
 # WS=True (`_flash_fwd_ws`, Hopper warp specialisation; WS="off" the same loop without it),
-# none = the pointer kernel (SWZ=n: causal programs in groups of n heads, longest blocks of
-# the group first; round 4). HALF="rect-first"/"tri-first" (round 4, causal D128): the half
-# split -- BLOCK_*/num_*/WS are the rectangle's (`_flash_rect_ws`), SUB_M/SUB_N/SUB_WARPS/
-# SUB_STAGES (+ SUB_SWZ) the triangle kernel's (see "causal half split" below).
-# TMA/WS/HALF entries apply only where `_tma_ok` holds (no mask, head
+# none = the pointer kernel. TMA/WS entries apply only where `_tma_ok` holds (no mask, head
 # dim a power of two, 16-byte aligned rows); elsewhere the pointer kernel runs its own
 # (untuned) default tile, never the TMA/WS tile.
 # Measured on the H200 (2026-11-29, session 2 sweep, B4 H32 S4096): D128 non-causal WS
@@ -145,91 +141,25 @@ def _fa_program(H, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.conste
 
 
 @triton.jit
-def _swizzled(SWZ: tl.constexpr):
-    """Causal program order over a (row blocks, heads) grid, for SWZ > 0: groups of SWZ
-    heads (axis 1) run one after the other, and inside a group the longest row blocks of
-    ALL its heads go first (longest-processing-time order: the last wave holds only short
-    blocks). Today's order (SWZ=0) runs the longest block first within one head only, so
-    the last heads' long blocks start late and end past everyone else (the tail). A group
-    bounds the K/V in flight (SWZ heads, 2 MB each at S4096 D128) to what L2 holds:
-    longest-first over ALL heads (round 3's off kernel) streams K/V from HBM.
-    Returns (row block index, axis-1 index)."""
-    nq = tl.num_programs(0)
-    nh = tl.num_programs(1)
-    pid = tl.program_id(1) * nq + tl.program_id(0)      # the launch order (axis 0 fastest)
-    grp = pid // (SWZ * nq)
-    g0 = grp * SWZ
-    gn = tl.minimum(nh - g0, SWZ)                        # the last group may be smaller
-    w = pid - grp * SWZ * nq
-    return nq - 1 - w // gn, g0 + w % gn
-
-
-@triton.jit
-def _flash_fwd(q_ptr, k_ptr, v_ptr, o_ptr, mk_ptr, lse_ptr,
+def _flash_fwd(q_ptr, k_ptr, v_ptr, o_ptr, mk_ptr,
                s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd,
                s_ob, s_oh, s_om, s_od, s_mb, s_mh, s_mm, s_mn,
                H, L, S, D, DV, qk_scale,
                GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, CAUSAL: tl.constexpr,
                MASK_KIND: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
-               PREC: tl.constexpr, F64: tl.constexpr, SCALE_POS: tl.constexpr,
-               HALF: tl.constexpr = 0, SWZ: tl.constexpr = 0, PDL: tl.constexpr = False):
-    """HALF (the causal half split, see `_flash_rect_ws`): grid (cdiv(L, BLOCK_M), B*H*2),
-    L == S == half the sequence; program pair t = 0 / 1 of a head runs the causal triangle
-    of rows/keys [0, L) / [L, 2L) (top-left causal on the shifted views is the diagonal).
-    t = 1 also owns the rectangle's partial: HALF=1 starts from it (O in the output, lse in
-    lse_ptr: m = lse, l = 1, acc = O), HALF=2 leaves its own (O, lse) for the rectangle,
-    HALF=3 merges the rectangle's partial at the end -- with PDL (launched behind
-    `_flash_rect_ws`, which lets it start early) after `gdc_wait`, so the t = 0 triangles
-    and the t = 1 loops fill the rectangle kernel's last wave."""
-    if HALF:
-        if SWZ:
-            pid_m, pid_u = _swizzled(SWZ)
-        else:
-            pid_m = tl.num_programs(0) - 1 - tl.program_id(0)     # the longest rows first
-            pid_u = tl.program_id(1)
-        t = pid_u % 2
-        pid_bh = pid_u // 2
-        b = (pid_bh // H).to(tl.int64)
-        h = pid_bh % H
-        hk = (h // GROUP).to(tl.int64)
-        h = h.to(tl.int64)
-        start_m = pid_m * BLOCK_M
-        row0 = (t * L).to(tl.int64)
-    elif SWZ and CAUSAL:
-        pid_m, pid_bh = _swizzled(SWZ)
-        b = (pid_bh // H).to(tl.int64)
-        h = pid_bh % H
-        hk = (h // GROUP).to(tl.int64)
-        h = h.to(tl.int64)
-        start_m = pid_m * BLOCK_M
-        row0 = 0
-    else:
-        b, h, hk, start_m = _fa_program(H, GROUP, BLOCK_M, CAUSAL)
-        row0 = 0
+               PREC: tl.constexpr, F64: tl.constexpr, SCALE_POS: tl.constexpr):
+    b, h, hk, start_m = _fa_program(H, GROUP, BLOCK_M, CAUSAL)
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    q_base = q_ptr + b * s_qb + h * s_qh + row0 * s_qm
-    k_base = k_ptr + b * s_kb + hk * s_kh + row0 * s_kn
-    v_base = v_ptr + b * s_vb + hk * s_vh + row0 * s_vn
-    o_base = o_ptr + b * s_ob + h * s_oh + row0 * s_om
+    q_base = q_ptr + b * s_qb + h * s_qh
+    k_base = k_ptr + b * s_kb + hk * s_kh
+    v_base = v_ptr + b * s_vb + hk * s_vh
     mk_base = mk_ptr + b * s_mb + h * s_mh
     q = tl.load(q_base + offs_m[:, None] * s_qm + offs_d[None, :] * s_qd,
                 mask=(offs_m[:, None] < L) & (offs_d[None, :] < D), other=0.0)
-    if HALF == 1:
-        # the rectangle's normalised partial as the starting state (t = 1 only; t = 0 reads
-        # nothing and starts from the empty state m = -inf, l = 0, acc = 0)
-        init = t == 1
-        row_ok = (offs_m < L) & init
-        lse0 = tl.load(lse_ptr + pid_bh.to(tl.int64) * L + offs_m, mask=row_ok,
-                       other=-float("inf"))
-        o0 = tl.load(o_base + offs_m[:, None] * s_om + offs_dv[None, :] * s_od,
-                     mask=row_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)
-        acc = o0.to(tl.float32)
-        l_i = tl.where(row_ok, 1.0, 0.0)
-        m_i = lse0
-    elif F64:
+    if F64:
         # float64: the scale arrives as its int64 bit pattern (a Python float would be bound
         # as an fp32 parameter and lose precision; seen on the H200: 1e-6 relative error)
         qk_scale = qk_scale.to(tl.float64, bitcast=True)
@@ -257,29 +187,9 @@ def _flash_fwd(q_ptr, k_ptr, v_ptr, o_ptr, mk_ptr, lse_ptr,
                               full, hi_diag, S, D, DV, s_kn, s_kd, s_vn, s_vd, s_mm, s_mn,
                               qk_scale, BLOCK_N, CAUSAL, True, MASK_KIND, EVEN_D, EVEN_DV,
                               PREC, F64, SCALE_POS)
-    if HALF == 3:
-        # t = 1: merge with the rectangle's (O_r, lse_r), written by the previous kernel:
-        # O = (acc 2^m + O_r 2^lse_r) / (l 2^m + 2^lse_r), both scaled by 2^-max(m, lse_r)
-        # (m finite: each row sees its own key; t = 0: lse_r = -inf, O_r = 0 -> unchanged)
-        if PDL:
-            if t == 1:
-                tl.extra.cuda.gdc_wait()
-        row_ok = (offs_m < L) & (t == 1)
-        lse_r = tl.load(lse_ptr + pid_bh.to(tl.int64) * L + offs_m, mask=row_ok,
-                        other=-float("inf"))
-        o_r = tl.load(o_base + offs_m[:, None] * s_om + offs_dv[None, :] * s_od,
-                      mask=row_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)
-        mx = tl.maximum(m_i, lse_r)
-        a = tl.exp2(m_i - mx)
-        d = tl.exp2(lse_r - mx)
-        acc = acc * a[:, None] + o_r.to(tl.float32) * d[:, None]
-        l_i = l_i * a + d
-    if HALF == 2:
-        # t = 1: this triangle's log-sum-exp (base 2, scaled scores) for the rectangle
-        tl.store(lse_ptr + pid_bh.to(tl.int64) * L + offs_m, m_i + tl.log2(l_i),
-                 mask=(offs_m < L) & (t == 1))
     l_i = tl.where(l_i == 0.0, 1.0, l_i)
     o = acc / l_i[:, None]
+    o_base = o_ptr + b * s_ob + h * s_oh
     tl.store(o_base + offs_m[:, None] * s_om + offs_dv[None, :] * s_od,
              o.to(o_ptr.dtype.element_ty),
              mask=(offs_m[:, None] < L) & (offs_dv[None, :] < DV))
@@ -437,135 +347,6 @@ def _flash_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn
     _fa_tma_store(o_ptr, o, b, h, s_ob, s_oh, s_om, L, start_m, BLOCK_M, BLOCK_D)
 
 
-# ------------------------------------------------------------------ causal half split
-# Causal self-attention (L == S, S % (2*BLOCK_M) == 0), split at h = S/2 into
-#   the rectangle  rows [h, S) x keys [0, h): no mask, every program the SAME trip count
-#                  h/BLOCK_N -- i.e. the verified non-causal warp-specialised loop on the
-#                  views q[h:], k[:h], v[:h] (round 3's split was wrong on the H200 where
-#                  the trip count differed per program; this one does not), 50% of the work;
-#   two triangles  rows/keys [0, h) and [h, S), causal: the pointer kernel (HALF mode, one
-#                  launch for both), merged with the rectangle through (O, lse).
-# HALF="rect-first": the rectangle writes its normalised O (the output rows [h, S), bf16)
-# and lse = m + log2 l (fp32 scratch); the triangle kernel starts its rows [h, S) from that
-# state (m = lse, l = 1, acc = O). "tri-first": the triangles run first and the rectangle
-# starts from theirs (a prologue load before the specialised loop, the loop unchanged).
-# Extra traffic: O of half the rows written + read once (~3% at B4 H32 S4096).
-
-
-@triton.jit
-def _flash_rect_ws(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn,
-                   s_vb, s_vh, s_vn, s_ob, s_oh, s_om, H, L, S, qk_scale,
-                   GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_D: tl.constexpr, WS: tl.constexpr, INIT: tl.constexpr,
-                   PREC: tl.constexpr, PDL: tl.constexpr = False):
-    """The half split's rectangle on views (q rows [h, S) as [0, L), keys [0, h) as
-    [0, S); L == S == h, S % BLOCK_N == 0): `_flash_fwd_ws` non-causal with EVEN_S --
-    grid, program order and loop body identical -- plus the partial's exchange: INIT=False
-    stores lse after the loop, INIT=True starts from (O, lse) already in o_ptr / lse_ptr.
-    PDL: let the triangle kernel (launched with PDL, HALF=3) start as this one's last wave
-    drains; it waits for this grid before it reads O / lse."""
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-    b, h, start_m, offs_m, q, kd, vd, acc, l_i, m_i = _fa_tma_start(
-        q_ptr, k_ptr, v_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, H, L, S,
-        GROUP, BLOCK_M, BLOCK_N, BLOCK_D, False)
-    lse_p = lse_ptr + (b * H + h) * L + offs_m
-    if INIT:
-        od = tl.make_tensor_descriptor(o_ptr + b * s_ob + h * s_oh, shape=[L, BLOCK_D],
-                                       strides=[s_om, 1], block_shape=[BLOCK_M, BLOCK_D])
-        acc = od.load([start_m, 0]).to(tl.float32)
-        m_i = tl.load(lse_p)        # finite: each triangle row saw its own key
-        l_i = tl.full((BLOCK_M,), 1.0, tl.float32)
-    for start_n in tl.range(0, S, BLOCK_N, warp_specialize=WS):
-        k = kd.load([start_n, 0])
-        qk = tl.dot(q, k.T, input_precision=PREC)
-        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        p = tl.exp2(qk * qk_scale - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        v = vd.load([start_n, 0])
-        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PREC)
-        m_i = m_new
-    o = acc / l_i[:, None]
-    _fa_tma_store(o_ptr, o, b, h, s_ob, s_oh, s_om, L, start_m, BLOCK_M, BLOCK_D)
-    if not INIT:
-        tl.store(lse_p, m_i + tl.log2(l_i))
-
-
-def _half_ok(q, k, v, out, mask, scale, is_causal, cfg):
-    """Whether the half split applies: causal self-attention without a mask, the rectangle
-    a whole number of tiles, and the TMA conditions on the views."""
-    B, H, L, D = q.shape
-    S, DV = k.shape[2], v.shape[3]
-    m = 2 * max(cfg["BLOCK_M"], cfg["BLOCK_N"])
-    return (bool(is_causal) and mask is None and L == S and S > 0 and S % m == 0
-            and D == DV and _tma_ok(q, k, v, out, mask, scale, D, DV, S))
-
-
-def _sdpa_half(out, q, k, v, scale, cfg):
-    from ..backends.launch import launch
-    from ..tensor import Tensor
-    from .. import dtypes as _dt
-    B, H, S, D = q.shape
-    Hk = k.shape[1]
-    hs = S // 2
-    for key in ("SUB_M", "SUB_N", "SUB_WARPS", "SUB_STAGES"):
-        if key not in cfg:
-            raise ValueError(f"sdpa: a HALF config needs {key}; got {cfg}")
-    if cfg["HALF"] not in ("rect-first", "tri-first"):
-        raise ValueError(f"sdpa: HALF must be 'rect-first' or 'tri-first'; got {cfg['HALF']!r}")
-    if cfg["SUB_M"] % cfg["SUB_N"]:
-        raise ValueError(f"sdpa: SUB_M ({cfg['SUB_M']}) must be a multiple of SUB_N "
-                         f"({cfg['SUB_N']})")
-    # fp32 [B*H, S/2] scratch for the rows [h, S) log-sum-exp; size known on the host
-    lse = Tensor._empty((B * H * hs,), _dt.float32, q.device)
-    sq, so = q.stride(), out.stride()
-    rq = q[:, :, hs:]
-    ro = out[:, :, hs:]
-    rk, rv = k[:, :, :hs], v[:, :, :hs]
-    prec = "tf32"   # 16-bit only (_tma_ok)
-
-    # MERGE_END: the triangles merge the rectangle's partial at their end (HALF=3) instead
-    # of starting from it; PDL (cuda only, rect-first + MERGE_END) overlaps the two kernels
-    merge_end = bool(cfg.get("MERGE_END"))
-    from ._pdl import pdl_enabled      # cuda only; NBX_PDL=0 / set_pdl(False) turn it off
-    pdl = bool(cfg.get("PDL")) and merge_end and pdl_enabled(q.device)
-    if (cfg.get("PDL") or merge_end) and not (merge_end and cfg["HALF"] == "rect-first"):
-        raise ValueError(f"sdpa: MERGE_END / PDL in a HALF config need HALF='rect-first' "
-                         f"and MERGE_END=True; got {cfg}")
-
-    def rect(init):
-        launch(_flash_rect_ws, (hs // cfg["BLOCK_M"], B * H), rq, rk, rv, ro, lse,
-               *rq.stride()[:3], *rk.stride()[:3], *rv.stride()[:3], *ro.stride()[:3],
-               H, hs, hs, scale * LOG2E, GROUP=H // Hk, BLOCK_M=cfg["BLOCK_M"],
-               BLOCK_N=cfg["BLOCK_N"], BLOCK_D=D, WS=cfg.get("WS", True) is True,
-               INIT=init, PREC=prec, PDL=pdl, num_warps=cfg["num_warps"],
-               num_stages=cfg["num_stages"])
-
-    def tri(half):
-        launch(_flash_fwd, (_cdiv(hs, cfg["SUB_M"]), B * H * 2), q, k, v, out, q, lse,
-               *sq, *k.stride(), *v.stride(), *so, 0, 0, 0, 0, H, hs, hs, D, D,
-               scale * LOG2E, GROUP=H // Hk, BLOCK_M=cfg["SUB_M"], BLOCK_N=cfg["SUB_N"],
-               BLOCK_D=D, BLOCK_DV=D, CAUSAL=True, MASK_KIND=0, EVEN_D=True, EVEN_DV=True,
-               PREC=prec, F64=False, SCALE_POS=True, HALF=half, SWZ=cfg.get("SUB_SWZ", 0),
-               PDL=pdl and half == 3, num_warps=cfg["SUB_WARPS"], num_stages=cfg["SUB_STAGES"],
-               **({"launch_pdl": True} if pdl and half == 3 else {}))
-
-    only = cfg.get("ONLY")      # the benchmark's split of the time ("rect" / "tri"): wrong O
-    if cfg["HALF"] == "rect-first":
-        if only != "tri":
-            rect(False)
-        if only != "rect":
-            tri(3 if merge_end else 1)
-    else:
-        if only != "rect":
-            tri(2)
-        if only != "tri":
-            rect(True)
-    return out
-
-
 # ------------------------------------------------------------------ launch configuration
 # Hopper, fp16/bf16: BLOCK_M=128, BLOCK_N=64 (32 for head dims > 128 to fit shared
 # memory), 8 warps, 3 stages. fp32/fp64 tiles are smaller (twice/four times the bytes).
@@ -631,22 +412,6 @@ def sdpa(out, q, k, v, mask, *, scale, is_causal):
                                dtype=q.dtype.name, device=q.device)
         if tuned:
             cfg = tuned
-    if cfg.get("HALF"):
-        unverified = (q.device.type == "cuda" and cfg.get("WS", True) is True and (
-            D, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"])
-            not in WS_VERIFIED)
-        if _half_ok(q, k, v, out, mask, scale, is_causal, cfg) and not (
-                unverified and not _OVERRIDE):
-            if unverified:      # a test or sweep asked for it: refuse
-                raise ValueError(f"sdpa: the half split's rectangle runs the warp-specialised "
-                                 f"loop, only verified with (D, BLOCK_M, BLOCK_N, num_warps, "
-                                 f"num_stages) in {WS_VERIFIED}; got D={D}, {cfg}")
-            return _sdpa_half(out, q, k, v, scale, cfg)
-        # not applicable (a mask, L != S, lengths off the tile, strides; a tuned entry
-        # whose rectangle tile is not verified): the pointer kernel with its untuned
-        # default tile (never the rectangle's WS tile)
-        cfg = flash_config(D, DV, q.dtype.itemsize, q.device.type == "interp", is_causal,
-                           tuned=False)
     tma = bool(cfg.get("TMA") or cfg.get("WS"))
     if tma and not _tma_ok(q, k, v, out, mask, scale, D, DV, S):
         tma = False
@@ -702,12 +467,11 @@ def sdpa(out, q, k, v, mask, *, scale, is_causal):
     else:
         kind, mk, ms = (1 if mask.dtype is _dt.bool else 2), mask, mask.stride()
     grid = (_cdiv(L, cfg["BLOCK_M"]), B * H)
-    launch(_flash_fwd, grid, q, k, v, out, mk, q, *q.stride(), *k.stride(), *v.stride(),
+    launch(_flash_fwd, grid, q, k, v, out, mk, *q.stride(), *k.stride(), *v.stride(),
            *out.stride(), *ms, H, L, S, D, DV,
            _f64_bits(scale * LOG2E) if f64 else scale * LOG2E,
            GROUP=H // Hk, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_D=bd,
            BLOCK_DV=bdv, CAUSAL=is_causal, MASK_KIND=kind, EVEN_D=bd == D, EVEN_DV=bdv == DV,
            PREC="ieee" if q.dtype.itemsize >= 4 else "tf32", F64=f64, SCALE_POS=scale > 0,
-           SWZ=int(cfg.get("SWZ", 0)) if is_causal else 0,
            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return out
