@@ -642,6 +642,27 @@ def test_async_index_error_at_host_reads_and_stream_syncs(device):
         ev.synchronize()
 
 
+def test_async_index_error_on_a_side_stream_is_seen_by_a_read_on_the_current_stream(device):
+    """cuda: a bad index op queued behind work on another stream must not be missed by a
+    host read on the current stream (which waits for its own stream only)."""
+    if device != "cuda":
+        pytest.skip("streams are cuda's")
+    g = rng()
+    x = nbx.tensor(g.standard_normal(10).astype(np.float32), device="cuda")
+    other = nbx.tensor(g.standard_normal(3).astype(np.float32), device="cuda")
+    big = nbx.tensor(g.standard_normal((4096, 4096)).astype(np.float32), device="cuda")
+    s = nbx.cuda.Stream()
+    with nbx.cuda.stream(s):
+        bad = _idx([3, 12], "cuda")
+        for _ in range(40):      # keep the side stream busy for a while (~2 ms)
+            big = big * 1.0001
+        nbx.index_select(x, 0, bad)
+    with pytest.raises(IndexError, match=r"index_select: index 12 is out of range"):
+        other[:1].item()
+    s.synchronize()
+    other[:1].item()   # reported once
+
+
 def test_sync_mode_raises_at_the_op(device):
     set_index_check = nbx.set_index_check
     x = nbx.tensor(np.arange(10.0, dtype=np.float32), device=device)

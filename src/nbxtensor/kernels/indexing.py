@@ -520,6 +520,13 @@ def _read_flag(device, deferred) -> None:
     f = _FLAGS.get(device)
     if f is None:
         return
+    fdev = f._storage.device
+    if fdev.type == "cuda":
+        # the flag's own read orders after the CURRENT stream only; an index op still queued
+        # on another stream would be missed (and PENDING cleared): wait for the whole context
+        # first (only when a check is pending, which is when this runs)
+        _driver.set_device(fdev.index or 0)
+        _driver.ctx_synchronize()
     n, bad, tag, _ = (int(x) for x in f._storage.to_host(f.storage_offset() * 8, 32).view(np.int64))
     if n:
         f.untyped_storage().from_host(f.storage_offset() * 8, np.zeros(4, np.int64))
