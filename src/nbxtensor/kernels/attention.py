@@ -17,6 +17,8 @@ warpgroups, FA3's layout). The TUNED table at the top chooses the kernel and til
 """
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 
@@ -389,6 +391,12 @@ def _tma_ok(q, k, v, out, mask, scale, D, DV, S):
 
 
 _OVERRIDE: dict | None = None   # tests set e.g. {"BLOCK_M": 16, "BLOCK_N": 16}
+# the hand-written Gluon kernel (kernels/attention_gluon.py, FA3's producer/consumer layout)
+# for cuda, 16-bit, D == 128, causal self-attention (L == S, S % 128 == 0), no mask, TMA-able
+# strides: 0.91x torch SDPA on the H200 where the Triton kernels reach 0.77x (Triton 3.6's
+# automatic warp specialisation is wrong for causal loops: docs/notes/attnperf.md). Everything
+# else (and an _OVERRIDE) keeps the Triton kernels below. NBX_GLUON_ATTN=0 switches it off.
+GLUON_CAUSAL = os.environ.get("NBX_GLUON_ATTN", "1") != "0"
 
 
 @register("sdpa", "triton")
@@ -397,6 +405,10 @@ def sdpa(out, q, k, v, mask, *, scale, is_causal):
     from ..backends.launch import launch
     B, H, L, D = q.shape
     Hk, S, DV = k.shape[1], k.shape[2], v.shape[3]
+    if GLUON_CAUSAL and is_causal and not _OVERRIDE and q.device.type == "cuda":
+        from . import attention_gluon as _ag
+        if _ag.applies(q, k, v, out, mask, scale, is_causal, L, S, D, DV):
+            return _ag.sdpa_gluon(out, q, k, v, scale * LOG2E, causal=True)
     # an override (tests, autotune, the sweep) applies on top of the untuned default
     cfg = flash_config(D, DV, q.dtype.itemsize, q.device.type == "interp", is_causal,
                        tuned=not _OVERRIDE)
