@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import nbxtensor as nbx
-from helpers import assert_close, randn, rng, to64
+from helpers import assert_close, poisoned, randn, rng, to64
 
 
 def _fresh_pair(shape_a, shape_b, dtype, device, g):
@@ -312,3 +312,326 @@ def test_linear_plan_follows_the_fp32_precision(device, monkeypatch):
     finally:
         nbx.set_float32_matmul_precision(prev)
     assert seen == ["ieee", "ieee", "tf32", "tf32", "ieee"]
+
+
+# ------------------ launch plans of kernels/elementwise.run, kernels/reduction.reduce, gemv
+# Each test interleaves calls that share all but one part of a plan's key, into NaN-poisoned
+# outputs, against float64 NumPy, for several rounds (the first fills the plans, later ones
+# hit them). A spy on the kernels' launch_items shows the switches that do not change values.
+
+@pytest.fixture
+def poisoned_allocs(monkeypatch):
+    from helpers import poison_allocations
+    poison_allocations(monkeypatch)
+
+
+def _items_spy(monkeypatch, mod):
+    """Record (kernel name, dict of constexprs) of every launch_items call in module mod."""
+    seen = []
+    real = mod.launch_items
+
+    def spy(kernel, grid, args, items):
+        seen.append((kernel.fn.__name__, dict(items)))
+        return real(kernel, grid, args, items)
+    monkeypatch.setattr(mod, "launch_items", spy)
+    return seen
+
+
+def test_elementwise_plans_follow_every_key(device, poisoned_allocs, monkeypatch):
+    """kernels/elementwise.run's plans: op, out dtype, out strides, out offset, input dtype,
+    input strides, input shape (broadcast), tensor vs number operand and its class, params,
+    IDX64_LIMIT and the flat variant."""
+    if device == "cpu":
+        pytest.skip("the triton path's plans")
+    from nbxtensor.kernels import elementwise as ew
+    seen = _items_spy(monkeypatch, ew)
+    ew._PLANS.clear()           # the first call of each key below is the one this test made
+    g = rng()
+    f32 = nbx.float32
+    prev = ew.FLAT_VARIANT
+    try:
+        for rnd in range(3):
+            x = randn((5, 67), f32, device, g)           # 67: overhangs the 2-D 64-wide tile
+            y = randn((5, 67), f32, device, g)
+            xt = randn((67, 5), f32, device, g).T         # x's shape, other strides
+            row = randn((67,), f32, device, g)            # broadcast: stride 0 along dim 0
+            xb = randn((5, 67), nbx.bfloat16, device, g)
+            xi = randn((5, 67), nbx.int32, device, g, low=-50, high=50)
+            big = randn((6, 67), f32, device, g)
+            X, Y, XT, R, XB, XI, BIG = map(to64, (x, y, xt, row, xb, xi, big))
+            rb = lambda a: a.astype(nbx.bfloat16.np).astype(np.float64)  # noqa: E731
+            for _ in range(2):      # each pair differs from its neighbour in one key
+                # first (the plans start empty): a raw-moved (bf16) input or output, whose
+                # plan must not serve the same call with float32 there
+                assert_close(x + xb, X + XB, f32)
+                assert_close(x + y, X + Y, f32)
+                o = poisoned((5, 67), nbx.bfloat16, device)
+                assert_close(nbx.add(x, y, out=o), rb(X + Y), nbx.bfloat16)
+                assert_close(x + y, X + Y, f32)
+                assert_close(x * y, X * Y, f32)                           # op
+                o = poisoned((5, 67), nbx.float64, device)
+                assert_close(nbx.add(x, y, out=o), X + Y, f32)            # out dtype
+                o = poisoned((67, 5), f32, device).T
+                assert_close(nbx.add(x, y, out=o), X + Y, f32)            # out strides
+                o = poisoned((6, 67), f32, device)
+                nbx.add(x, y, out=o[1:])                                  # out offset
+                assert_close(o[1:], X + Y, f32)
+                assert np.isnan(o[:1].numpy()).all()
+                assert_close(x + xt, X + XT, f32)                         # input strides
+                assert_close(x + row, X + R, f32)                         # input shape
+                assert_close(x + big[1:], X + BIG[1:], f32)               # input offset
+                assert_close(x + xb, X + XB, f32)                         # input dtype
+                assert_close(x + 2.5, X + 2.5, f32)                       # number operand
+                assert_close(xi + 3, XI + 3, nbx.int32)                   # int tensor + int
+                assert_close(xi + 0.5, XI + 0.5, f32)                     # ... + float: promoted
+                assert_close(xb * xb, rb(XB * XB), nbx.bfloat16)          # raw-moved operands
+                assert_close(x.add(y, alpha=2.0), X + 2 * Y, f32)         # params per call
+                assert_close(x.add(y, alpha=-3.0), X - 3 * Y, f32)
+                assert_close(nbx.where(x > 0, x, 1.5), np.where(X > 0, X, 1.5), f32)
+                c = poisoned((5, 67), nbx.bfloat16, device)
+                c.copy_(x)                                                # cast path
+                assert_close(c, X, nbx.bfloat16)
+                c = poisoned((5, 67), nbx.float16, device)
+                c.copy_(x)                                                # out dtype
+                assert_close(c, X, nbx.float16)
+                c = poisoned((67, 5), f32, device).T
+                c.copy_(x)                                                # bit copy, strided
+                np.testing.assert_array_equal(to64(c), X)
+            # IDX64_LIMIT: the same call takes int64 offsets once the limit is below n
+            seen.clear()
+            assert_close(x + y, X + Y, f32)
+            assert seen[-1][1]["IDX64"] is False
+            monkeypatch.setattr(ew, "IDX64_LIMIT", 64)
+            assert_close(x + y, X + Y, f32)
+            assert seen[-1][1]["IDX64"] is True
+            monkeypatch.setattr(ew, "IDX64_LIMIT", 2**31)
+            # the flat variant: the same contiguous call moves to the variant kernel and back
+            z = randn((1, 300), f32, device, g)
+            Z = to64(z)
+            for v in (dict(BYTES=16, num_warps=1), None):
+                ew.set_flat_variant(v)
+                seen.clear()
+                assert_close(z * z, Z * Z, f32)
+                assert seen[-1][0] == ("_ew_flat_kernel" if v is None else "_ew_flat_v_kernel")
+    finally:
+        ew.set_flat_variant(prev)
+
+
+def test_reduction_plans_follow_every_key(device, poisoned_allocs, monkeypatch):
+    """kernels/reduction.reduce's plans: kind, input dtype, shape, strides, offset, dims,
+    values/indices outputs, the per-call mean scale, and PIPE (set_variant); and the ops
+    layer's plans (ops/reduction.py: op, dtype, shape, dim, keepdim), on every device."""
+    from nbxtensor.kernels import reduction as rk
+    from nbxtensor.ops import reduction as ored
+    seen = _items_spy(monkeypatch, rk)
+    rk._LAUNCHES.clear()
+    ored._FAST.clear()
+    g = rng()
+    f32 = nbx.float32
+    tol = dict(rtol=1e-5, atol=1e-5)
+    try:
+        for rnd in range(3):
+            x = randn((5, 67), f32, device, g)       # 67 > the interp row block (32): overhangs
+            xt = randn((67, 5), f32, device, g).T
+            big = randn((6, 67), f32, device, g)
+            x64 = randn((5, 67), nbx.float64, device, g)
+            xb = randn((5, 67), nbx.bfloat16, device, g)
+            xi = randn((5, 67), nbx.int32, device, g, low=-50, high=50)
+            narrow = randn((5, 66), f32, device, g)
+            X, XT, BIG, X64, XB, XI, NW = map(to64, (x, xt, big, x64, xb, xi, narrow))
+            sq = randn((33, 33), f32, device, g)
+            SQ = to64(sq)
+            for _ in range(2):
+                # first (the plans start empty): a plan that must not serve the next call
+                s = xi.sum(-1)                                              # int64 accumulator
+                assert s.dtype is nbx.int64
+                np.testing.assert_array_equal(s.numpy(), XI.sum(-1))
+                assert_close(x.sum(-1), X.sum(-1), f32, **tol)              # input dtype
+                assert_close(x64.sum(-1), X64.sum(-1), nbx.float64, rtol=1e-12, atol=1e-12)
+                assert_close(x[:, :33].sum(-1), X[:, :33].sum(-1), f32, **tol)  # shape only
+                assert_close(x.sum(-1), X.sum(-1), f32, **tol)
+                assert_close(sq.sum(1), SQ.sum(1), f32, **tol)              # dims only
+                assert_close(sq.sum(0), SQ.sum(0), f32, **tol)
+                assert_close(x.amax(-1), X.max(-1), f32)                  # kind
+                assert_close(x.mean(-1), X.mean(-1), f32, **tol)          # kind, scale
+                assert_close(narrow.mean(-1), NW.mean(-1), f32, **tol)    # shape, scale
+                assert_close(x.sum(0), X.sum(0), f32, **tol)              # dims
+                assert_close(x.sum(), X.sum(), f32, **tol)
+                assert_close(xt.sum(-1), XT.sum(-1), f32, **tol)          # strides
+                assert_close(big[1:].sum(-1), BIG[1:].sum(-1), f32, **tol)  # offset
+                assert_close(big[:, 1:].sum(-1), BIG[:, 1:].sum(-1), f32, **tol)
+                assert_close(x64.sum(-1), X64.sum(-1), nbx.float64, **tol)  # dtype
+                assert_close(xb.sum(-1), XB.sum(-1), nbx.bfloat16, rtol=2e-2, atol=5e-2)
+                s = xi.sum(-1)
+                assert s.dtype is nbx.int64
+                np.testing.assert_array_equal(s.numpy(), XI.sum(-1))
+                assert np.array_equal(x.argmax(-1).numpy(), X.argmax(-1))   # indices only
+                assert np.array_equal(x.argmin(-1).numpy(), X.argmin(-1))   # op
+                assert np.array_equal(x.argmax(0).numpy(), X.argmax(0))     # dim
+                assert x.argmax(0, keepdim=True).shape == (1, 67)           # keepdim
+                assert np.array_equal(xt.argmax(-1).numpy(), XT.argmax(-1))  # strides
+                v, i = x.max(-1)                                            # values + indices
+                assert_close(v, X.max(-1), f32)
+                assert np.array_equal(i.numpy(), X.argmax(-1))
+                assert_close(x.amax(-1, keepdim=True), X.max(-1, keepdims=True), f32)
+                assert x.amax(-1, keepdim=True).shape == (5, 1)               # keepdim
+                assert x.amax(-1).shape == (5,)
+                assert_close(x.amin(-1), X.min(-1), f32)                      # op
+                assert_close(x.sum(-1, dtype=nbx.float64), X.sum(-1), nbx.float64, rtol=1e-12,
+                             atol=1e-12)                                      # dtype=
+                assert_close(x.sum(1), X.sum(1), f32, **tol)      # warms dim=1 (True == 1)
+                o = poisoned((5,), f32, device)
+                assert x.sum(-1, out=o) is o                                  # out=
+                assert_close(o, X.sum(-1), f32, **tol)
+            # refusals after the plans are warm (same shapes as cached calls)
+            with pytest.raises(TypeError):
+                nbx.mean(xi, -1)                        # mean of ints; mean f32 is cached
+            with pytest.raises(TypeError):
+                x.sum(True)                             # a bool dim; dim=1 is cached
+            with pytest.raises(IndexError):
+                x.amax(2)
+            with pytest.raises(IndexError):
+                randn((5, 0), f32, device, g).amax(-1)  # an empty reduced dim
+            with pytest.raises(TypeError, match="float8"):
+                x.to(nbx.float8_e4m3fn).sum(-1)
+            with pytest.raises(IndexError):
+                randn((5, 0), f32, device, g).argmax(-1)
+            with pytest.raises(TypeError):
+                x.argmax(True)
+            assert np.array_equal(x.argmax().numpy(), X.argmax())        # dim None: flattened
+            e = nbx.empty((0, 67), device=device)
+            assert e.sum(-1).shape == (0,) and e.sum(0).shape == (67,)
+            for _ in range(2):      # the identity / NaN of an empty reduction, every time
+                assert (e.sum(0).numpy() == 0).all()
+                assert np.isnan(e.mean(0).numpy()).all()
+            if device == "cpu":
+                continue
+            # PIPE: short f32 rows move to the pipelined kernel and back (set_variant)
+            short = randn((5, 20), f32, device, g)
+            for v in ({"PIPE": {"per_sm": 1, "only16": False}}, None):
+                rk.set_variant(v, "interp")
+                seen.clear()
+                assert_close(short.sum(-1), to64(short).sum(-1), f32, **tol)
+                assert seen[-1][0] == ("_reduce_kernel" if v is None else "_row_pipe_kernel")
+    finally:
+        rk.set_variant(None, "interp")
+
+
+def test_gemv_plans_follow_every_key(device, poisoned_allocs, monkeypatch):
+    """kernels/gemv.py's plans (linear / addmm at M <= 16): M, K, N, weight strides, input
+    offset, dtype, bias, residual with alpha/beta, activation, precision, TARGET_PROGRAMS
+    (split-K or not) and ONE_LAUNCH."""
+    if device == "cpu":
+        pytest.skip("the triton path's plans")
+    from nbxtensor.kernels import gemv as kg
+    kg._PLANS.clear()
+    seen = []
+    real = kg._launch_items
+
+    def spy(kernel, grid, args, items):
+        seen.append((kernel.fn.__name__, dict(items)))
+        return real(kernel, grid, args, items)
+    monkeypatch.setattr(kg, "_launch_items", spy)
+    g = rng()
+    f32 = nbx.float32
+
+    def lin(x, w, b=None, act=None):
+        y = to64(x) @ to64(w).T + (0 if b is None else to64(b))
+        if act == "relu":
+            y = np.maximum(y, 0)
+        return y
+    tol = dict(rtol=1e-4, atol=1e-4)
+    prev = nbx.get_float32_matmul_precision()
+    try:
+        for rnd in range(2):
+            x1 = randn((1, 300), f32, device, g)    # K 300: 3 K blocks of 128 (split-K)
+            x3 = randn((3, 300), f32, device, g)
+            xk = randn((3, 301), f32, device, g)
+            w = randn((33, 300), f32, device, g)     # N 33: overhangs BLOCK_N 32
+            wk = randn((33, 301), f32, device, g)
+            wt = randn((300, 33), f32, device, g).T  # w's shape, other strides
+            b = randn((33,), f32, device, g)
+            big = randn((4, 300), f32, device, g)
+            x6 = randn((3, 600), f32, device, g)
+            xb, wb = randn((3, 300), nbx.bfloat16, device, g), randn((33, 300), nbx.bfloat16,
+                                                                      device, g)
+            r = randn((3, 33), f32, device, g)
+            for _ in range(2):
+                cases = [(x1, w, None, None), (x3, w, None, None), (xk, wk, None, None),
+                         (x6[:, :300], w, None, None),              # x3's shape, row stride 600
+                         (x3, wt, None, None), (big[1:], w, None, None), (x3, w, b, None),
+                         (x3, w, b, "relu"), (x1, wt, b, "relu")]
+                for x, wi, bi, act in cases:
+                    assert_close(nbx.linear(x, wi, bi, activation=act), lin(x, wi, bi, act),
+                                 f32, **tol)
+                assert_close(nbx.linear(xb, wb), lin(xb, wb), nbx.bfloat16, rtol=2e-2,
+                             atol=2e-2)
+                # an f32 plan would still compute bf16 right: its 16-bit K block shows it
+                assert [kw for k, kw in seen if k == "_gemv_kernel"][-1]["BLOCK_K"] == 256
+                for alpha, beta in ((1, 1), (2.0, 1), (1, -0.5), (0.5, 3.0)):
+                    o = poisoned((3, 33), f32, device)
+                    nbx.addmm(r, x3, w.T, alpha=alpha, beta=beta, out=o)
+                    assert_close(o, alpha * lin(x3, w) + beta * to64(r), f32, **tol)
+                for p in ("high", "highest"):       # interp computes both exactly: the spy
+                    nbx.set_float32_matmul_precision(p)
+                    assert_close(nbx.linear(x3, w), lin(x3, w), f32, rtol=1e-2, atol=1e-2)
+                    last = [kw for k, kw in seen if k == "_gemv_kernel"][-1]
+                    assert last["PRECISION"] == ("tf32" if p == "high" else "ieee")
+                nbx.set_float32_matmul_precision(prev)
+                # 1 program target: one K slice, one launch; else split-K in two launches or
+                # in one (ONE_LAUNCH); the values agree, so the spy tells them apart
+                for tp, one, want in ((1, False, [(False, False)]),
+                                      (4 * 132, False, [(True, False), None]),
+                                      (4 * 132, True, [(True, True)])):
+                    monkeypatch.setattr(kg, "TARGET_PROGRAMS", tp)
+                    monkeypatch.setattr(kg, "ONE_LAUNCH", one)
+                    for x in (x3, x1):
+                        seen.clear()
+                        assert_close(nbx.linear(x, w, b), lin(x, w, b), f32, **tol)
+                        got = [(kw["PARTIAL"], kw["ONE_LAUNCH"]) if k == "_gemv_kernel" else None
+                               for k, kw in seen]
+                        assert got == want, (tp, one, got)
+                monkeypatch.setattr(kg, "TARGET_PROGRAMS", 4 * 132)
+                monkeypatch.setattr(kg, "ONE_LAUNCH", False)
+    finally:
+        nbx.set_float32_matmul_precision(prev)
+
+
+def test_gemv_plan_follows_autotune_reload_and_disabled(tmp_path, monkeypatch):
+    """A warm gemv plan takes a newly stored tuned config after autotune.reload(), and the
+    rule's inside autotune.disabled()."""
+    from nbxtensor import autotune
+    from nbxtensor.autotune import cache
+    from nbxtensor.kernels import gemv as kg
+    monkeypatch.setenv("NBX_CACHE_DIR", str(tmp_path / "nbxcache"))
+    monkeypatch.delenv("NBX_AUTOTUNE", raising=False)
+    autotune.reload()
+    seen = []
+    real = kg._launch_items
+
+    def spy(kernel, grid, args, items):
+        seen.append(dict(items)["BLOCK_N"])
+        return real(kernel, grid, args, items)
+    monkeypatch.setattr(kg, "_launch_items", spy)
+    g = rng()
+    x = randn((1, 40), nbx.float32, "interp", g)
+    w = randn((24, 40), nbx.float32, "interp", g)
+    ref = to64(x) @ to64(w).T
+    try:
+        for _ in range(2):
+            assert_close(nbx.linear(x, w), ref, nbx.float32, rtol=1e-4, atol=1e-4)
+        assert seen[-1] == 32                                  # the rule's M = 1 tile
+        cfg = dict(BLOCK_M=1, BLOCK_N=16, BLOCK_K=128, num_warps=4, num_stages=4, TARGET=264)
+        cache.store([cache.make_entry(("interp", "interp"), "gemv", (1, 24, 40), "float32",
+                                      cfg, {}, {})])
+        autotune.reload()
+        for _ in range(2):
+            assert_close(nbx.linear(x, w), ref, nbx.float32, rtol=1e-4, atol=1e-4)
+            assert seen[-1] == 16
+        with autotune.disabled():
+            assert_close(nbx.linear(x, w), ref, nbx.float32, rtol=1e-4, atol=1e-4)
+            assert seen[-1] == 32
+        assert_close(nbx.linear(x, w), ref, nbx.float32, rtol=1e-4, atol=1e-4)
+        assert seen[-1] == 16
+    finally:
+        autotune.reload()

@@ -32,6 +32,7 @@ _memo: dict = {}
 _tables: dict = {}          # "user" -> Table, cc -> shipped Table
 _idents: dict = {}
 _off = 0
+generation = 0      # bumped by reload(): callers caching a pick's result key on it
 
 
 def device_identity(device) -> tuple[str, str] | None:
@@ -67,7 +68,9 @@ def _shipped(cc: str):
 
 def reload() -> None:
     """Forget loaded tables and memoised picks (after the cache file or env changed)."""
+    global generation
     with _lock:
+        generation += 1
         _memo.clear()
         _tables.clear()
 

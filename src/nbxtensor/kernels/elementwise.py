@@ -23,7 +23,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from .. import dtypes as _dt
-from ..backends.launch import launch
+from ..backends.launch import launch_items
 from ..dispatch import register
 # every element-wise op by its dispatch name (the kernel's OP): the ops layer's one list; each
 # name is a branch of the kernel, and the element-wise tests run every op through it on interp
@@ -863,7 +863,7 @@ IDX64_LIMIT = 2**31                     # int64 offsets from here (tests lower i
 
 # Bandwidth variants of the contiguous (flat) kernel, for benchmarks/sweep_bandwidth.py
 # (`--groups=small`) and A/B runs of any benchmark (NBX_FLAT_VARIANT=<name> at import).
-# FLAT_VARIANT None: _ew_flat_kernel with FLAT_BLOCK x FLAT_WARPS (the default); else a dict
+# FLAT_VARIANT None: _ew_flat_kernel with FLAT_BLOCK x FLAT_WARPS (session 3's kernel); else a dict
 # of _ew_flat_v_kernel knobs:
 #   BYTES: bytes per thread of the narrowest operand (BLOCK = BYTES / itemsize * 32 *
 #     num_warps, so f32 and bf16 both get whole 16-byte vectors: BYTES=16 is one
@@ -892,14 +892,17 @@ FLAT_VARIANTS = {
     "p32_v16w2": {"BYTES": 16, "num_warps": 2, "PERSIST": 32},
     "base": {},        # today's block through the variant kernel (a control)
 }
-FLAT_VARIANT: dict | None = None
+# The H200 sweep (session 4, `sweep_bandwidth.py --groups=small`, torch time / ours) made
+# v16w4 the default: copy / neg / exp f32 256 MiB 0.999-1.005 (98% of copy), add f32 / bf16
+# 1.004 / 1.000, against the old 4096-element block's 0.950-0.959 on the unary rows.
+FLAT_VARIANT: dict | None = dict(FLAT_VARIANTS["v16w4"])
 NUM_SMS = {"cuda": 132, "interp": 2}   # for PERSIST grids (the H200 has 132 SMs)
 _FLAT_KNOBS = {"BYTES", "BLOCK", "num_warps", "PEEL", "PDL", "PERSIST"}
 
 
 def set_flat_variant(v):
-    """FLAT_VARIANT = v (a FLAT_VARIANTS name, a dict of knobs, or None for the default
-    kernel); drops the cached launch plans. Returns the previous FLAT_VARIANT."""
+    """FLAT_VARIANT = v (a FLAT_VARIANTS name, a dict of knobs, or None for session 3's
+    _ew_flat_kernel); drops the cached launch plans. Returns the previous FLAT_VARIANT."""
     global FLAT_VARIANT
     if isinstance(v, str):
         if v not in FLAT_VARIANTS:
@@ -1079,6 +1082,31 @@ def _plan(op, out, inputs, ct):
     return (_ew_kernel, (_cdiv(n, STRIDED_BLOCK),)) + plan + (tail, consts)
 
 
+def _store(key, plan):
+    if len(_PLANS) >= _PLANS_MAX:
+        _PLANS.clear()
+    _PLANS[key] = plan
+
+
+def _hit_plan(op, out, inputs, ct, key):
+    """The cached form of `_plan` for `run`: (kernel, grid, rdo, rdi, conv, tail, items,
+    pad, zeros). items: the constexprs as the tuple `launch_items` finds by identity; rdi
+    None when every input is a tensor moving as itself; pad: the unused operands' scalar
+    zeros; zeros: all three scalar slots' zeros. None for an empty output; raises
+    _TooManyDims like `_plan`."""
+    if not math.prod(out._shape):
+        plan = None
+    else:
+        kernel, grid, rdo, rdi, conv, tail, consts = _plan(op, out, inputs, ct)
+        zero = _ZERO[conv]
+        if all(rd is None for rd in rdi) and all(isinstance(x, Tensor) for x in inputs):
+            rdi = None
+        plan = (kernel, grid, rdo, rdi, conv, tail, tuple(consts.items()),
+                (zero,) * (3 - len(inputs)), (zero,) * 3)
+    _store(key, plan)
+    return plan
+
+
 def run(op, out, inputs, params=(0, 0), ct=None):
     """Launch `op` writing `out`.
 
@@ -1086,21 +1114,25 @@ def run(op, out, inputs, params=(0, 0), ct=None):
     strides, stride 0 allowed, same device) or a Python number; params: two op
     parameters (alpha, slope, ...). ct: the compute type (default from out's dtype).
     """
+    if ct is None:
+        ct = compute_type(out.dtype)
     shape = out._shape
-    if not math.prod(shape):
-        return out
-    ct = ct if ct is not None else compute_type(out.dtype)
-    key = [op, ct, out._dtype, shape, out._stride, out._storage.device.type, IDX64_LIMIT]
+    # the key: everything `_plan` reads. ct by name (a tl.dtype hashes in Python); a tensor
+    # operand by (dtype, shape, strides), a number by its class (int/float/bool decide the
+    # conversion and the launch kinds); the offsets only move pointers, checked per launch
+    key = [op, ct.name, out._dtype, shape, out._stride, out._storage.device.type, IDX64_LIMIT,
+           FLAT_VARIANT is None]
     for x in inputs:
-        if isinstance(x, Tensor):
-            key += (x._dtype, x._shape, x._stride)
+        if x.__class__ is Tensor or isinstance(x, Tensor):
+            key.append((x._dtype, x._shape, x._stride))
         else:
             key.append(x.__class__)
     key = tuple(key)
-    plan = _PLANS.get(key)
-    if plan is None:
+    try:
+        plan = _PLANS[key]
+    except KeyError:
         try:
-            plan = _plan(op, out, inputs, ct)
+            plan = _hit_plan(op, out, inputs, ct, key)
         except _TooManyDims:
             # one launch per index of the outermost dim: each slice has a dim fewer
             for i in range(shape[0]):
@@ -1108,35 +1140,35 @@ def run(op, out, inputs, params=(0, 0), ct=None):
                     [x.select(0, i) if isinstance(x, Tensor) else x for x in inputs],
                     params, ct=ct)
             return out
-        if len(_PLANS) >= _PLANS_MAX:
-            _PLANS.clear()
-        _PLANS[key] = plan
-    kernel, grid, rdo, rdi, conv, tail, consts = plan
+    if plan is None:            # an empty output: nothing to launch
+        return out
+    kernel, grid, rdo, rdi, conv, tail, items, pad, zeros = plan
     ro = out if rdo is None else Tensor._make(out._storage, shape, out._stride, out._offset, rdo)
-    zero = _ZERO[conv]
-    args = [ro]
-    svals = []
-    for x, rd in zip(inputs, rdi):
-        if isinstance(x, Tensor):
-            args.append(x if rd is None else Tensor._make(x._storage, x._shape, x._stride,
-                                                          x._offset, rd))
-            svals.append(zero)
-        else:
-            args.append(ro)
-            svals.append(_f64_bits(float(x)) if conv == "b" else
-                         (float(x) if conv == "f" else int(x)))
-    for _ in range(3 - len(inputs)):
-        args.append(ro)
-        svals.append(zero)
     p0, p1 = params
-    if conv == "b":     # Python floats travel as float32 kernel arguments: send float64 bits
-        p0, p1 = _f64_bits(float(p0)), _f64_bits(float(p1))
-    elif conv == "f":
+    if conv == "f":
         p0, p1 = float(p0), float(p1)
+    elif conv == "b":   # Python floats travel as float32 kernel arguments: send float64 bits
+        p0, p1 = _f64_bits(float(p0)), _f64_bits(float(p1))
     else:
         p0 = p0 if isinstance(p0, float) else int(p0)
         p1 = p1 if isinstance(p1, float) else int(p1)
-    launch(kernel, grid, *args, *svals, p0, p1, *tail, **consts)
+    if rdi is None:     # tensors moving as themselves: no raw views, no scalars
+        args = (ro, *inputs, *(ro,) * len(pad), *zeros, p0, p1, *tail)
+    else:
+        zero = _ZERO[conv]
+        targs = [ro]
+        svals = []
+        for x, rd in zip(inputs, rdi):
+            if isinstance(x, Tensor):
+                targs.append(x if rd is None else Tensor._make(x._storage, x._shape, x._stride,
+                                                               x._offset, rd))
+                svals.append(zero)
+            else:
+                targs.append(ro)
+                svals.append(_f64_bits(float(x)) if conv == "b" else
+                             (float(x) if conv == "f" else int(x)))
+        args = (*targs, *(ro,) * (3 - len(inputs)), *svals, *pad, p0, p1, *tail)
+    launch_items(kernel, grid, args, items)
     return out
 
 
@@ -1145,16 +1177,26 @@ def run(op, out, inputs, params=(0, 0), ct=None):
 _SAME_WIDTH = {1: _dt.uint8, 2: _dt.int16, 4: _dt.int32, 8: _dt.int64}
 
 
+_TL_CT: dict = {}    # DType -> compute_type(DType), memoised for the entries
+
+
+def _ct_of(dtype):
+    ct = _TL_CT.get(dtype)
+    if ct is None:
+        ct = _TL_CT[dtype] = compute_type(dtype)
+    return ct
+
+
 @register("copy_", "triton")
 def copy_(dst, src):
     """dst[...] = src (src already expanded to dst's shape), casting by dtypes.py's rules."""
-    if dst.dtype is src.dtype:
+    if dst._dtype is src._dtype:
         # a bit copy: NaN payloads and every value survive unchanged
-        w = _SAME_WIDTH[dst.dtype.itemsize]
-        d = Tensor._make(dst._storage, dst.shape, dst.stride(), dst._offset, w)
-        s = Tensor._make(src._storage, src.shape, src.stride(), src._offset, w)
-        return run("copy", d, [s], ct=compute_type(w))
-    return run("copy", dst, [src], ct=compute_type(src.dtype))
+        w = _SAME_WIDTH[dst._dtype.itemsize]
+        d = Tensor._make(dst._storage, dst._shape, dst._stride, dst._offset, w)
+        s = Tensor._make(src._storage, src._shape, src._stride, src._offset, w)
+        return run("copy", d, [s], ct=_ct_of(w))
+    return run("copy", dst, [src], ct=_ct_of(src._dtype))
 
 
 @register("fill_", "triton")
@@ -1166,9 +1208,6 @@ def fill_(dst, value):
     ival = int(bits.view(w.np)[0])
     d = Tensor._make(dst._storage, dst.shape, dst.stride(), dst._offset, w)
     return run("copy", d, [ival], ct=compute_type(w))
-
-
-_TL_CT: dict = {}    # DType -> compute_type(DType), memoised for the entries
 
 
 def _make(op):

@@ -18,6 +18,10 @@ import triton
 import triton.language as tl
 
 from .. import autotune as _autotune   # autotune seam (autotune engineer): pick() below
+from .. import dtypes as _dt
+from ..backends import launch as _bl
+from ..backends.launch import launch_items as _launch_items, launch_public as _launch_public
+from ..tensor import Size, Tensor
 from .matmul import _apply_epilogue
 from ._host import cdiv as _cdiv, next_pow2 as _np2
 
@@ -195,62 +199,134 @@ def gemv_config(M, N, K, dtype, device=None) -> dict:
     return cfg
 
 
-def gemv(out, a, b, *, bias, residual, alpha, beta, act, precision):
-    """a: (1,1,M,K) view of x; b: (1,1,K,N) view (W^T for linear); out: (1,1,M,N)."""
-    from .. import dtypes as _dt
-    from ..backends.launch import launch
-    from ..tensor import Tensor
+# Launch plans of `gemv` by everything it derives a launch from: the views' dtypes, shapes
+# and strides (bias and residual too), alpha != 1, act, precision, the device, and the
+# switches TARGET_PROGRAMS and ONE_LAUNCH; the autotune pick by autotune.generation (bumped by
+# reload()) and autotune._off (disabled()). Sweeps (_OVERRIDE set) never use or record one.
+# A plan holds no tensors: each call builds its views on its own storages and offsets.
+_PLANS: dict = {}
+_PLANS_MAX = 4096
+
+
+def _key(out, a, b, bias, residual, alpha, act, precision):
+    dev = a._storage.device
+    return (a._dtype, a._shape, a._stride, b._dtype, b._shape, b._stride, out._dtype,
+            out._shape, out._stride,
+            None if bias is None else (bias._dtype, bias._shape, bias._stride),
+            None if residual is None else (residual._dtype, residual._shape, residual._stride),
+            alpha != 1, act, precision, dev.type, dev.index, TARGET_PROGRAMS, ONE_LAUNCH,
+            _autotune._off, _autotune.generation)
+
+
+def _plan(out, a, b, bias, residual, alpha, act, precision):
+    """(form, M, N, launches...) for `_run`: everything but the tensors and alpha/beta."""
     M, K = a._shape[2:]
     N = b._shape[3]
-    # x [M, K], w [N, K] (b[0, 0].t()), o [M, N]: the (1, 1, ...) views' last two dims, built
-    # directly (indexing and .t() re-derive them at ~10 us a call)
-    x = a._view(a._shape[2:], a._stride[2:])
-    w = b._view((N, K), (b._stride[3], b._stride[2]))
-    o = out._view(out._shape[2:], out._stride[2:])
-    r = residual._view(residual._shape[2:], residual._stride[2:]) if residual is not None else None
-    cfg = gemv_config(M, N, K, a.dtype, a.device)
+    # x [M, K], w [N, K] (b[0, 0].t()), o [M, N]: the (1, 1, ...) views' last two dims
+    xv = (Size((M, K)), a._stride[2:])
+    wv = (Size((N, K)), (b._stride[3], b._stride[2]))
+    ov = (out._shape[2:], out._stride[2:])
+    rv = (residual._shape[2:], residual._stride[2:]) if residual is not None else None
+    cfg = gemv_config(M, N, K, a._dtype, a.device)
     bk, ks = cfg["BLOCK_K"], cfg["K_SPLIT"]
     split = _cdiv(K, ks) if K else 1
-    xs, wst, os_ = x._stride, w._stride, o._stride
+    xs, wst, os_ = xv[1], wv[1], ov[1]
     k1 = wst[1] == 1 and xs[1] == 1
-    rs = r._stride if r is not None else (0, 0)
-    flags = dict(HAS_ALPHA=alpha != 1, HAS_BIAS=bias is not None, HAS_RES=r is not None, ACT=act)
-    bias_arg = bias if bias is not None else o
-    s_bias = bias.stride(0) if bias is not None else 0
+    rs = rv[1] if rv is not None else (0, 0)
+    flags = dict(HAS_ALPHA=alpha != 1, HAS_BIAS=bias is not None, HAS_RES=rv is not None,
+                 ACT=act)
+    s_bias = bias._stride[0] if bias is not None else 0
     grid = (_cdiv(N, cfg["BLOCK_N"]), split)
-    prec = precision if a.dtype is _dt.float32 else "ieee"
+    prec = precision if a._dtype is _dt.float32 else "ieee"
     common = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=bk, K1=k1,
                   EVEN_K=K % ks == 0, PRECISION=prec, num_warps=cfg["num_warps"],
                   num_stages=cfg["num_stages"])
+    views = (xv, wv, ov, rv)
     if split == 1:
-        launch(_gemv_kernel, grid, x, w, o, bias_arg, r if r is not None else o, o, o,
-               M, N, K, max(ks, bk), 1, *xs, *wst, *os_, *rs, s_bias, float(alpha), float(beta),
-               PARTIAL=False, ONE_LAUNCH=False, **flags, **common)
-        return out
-    ws = Tensor._empty((split, M, N), _dt.float32, out.device)
+        items = tuple(dict(PARTIAL=False, ONE_LAUNCH=False, **flags, **common).items())
+        ints = (M, N, K, max(ks, bk), 1, *xs, *wst, *os_, *rs, s_bias)
+        return ("one", views, grid, ints, items)
+    ws_shape = Size((split, M, N))
     if cfg.get("ONE_LAUNCH", ONE_LAUNCH):
-        cnt = _arrival_counters(out.device, grid[0])
-        launch(_gemv_kernel, grid, x, w, o, bias_arg, r if r is not None else o, ws, cnt,
-               M, N, K, ks, split, *xs, *wst, *os_, *rs, s_bias, float(alpha), float(beta),
-               PARTIAL=True, ONE_LAUNCH=True, **flags, **common)
+        items = tuple(dict(PARTIAL=True, ONE_LAUNCH=True, **flags, **common).items())
+        ints = (M, N, K, ks, split, *xs, *wst, *os_, *rs, s_bias)
+        return ("counted", views, grid, ints, items, ws_shape)
+    items = tuple(dict(PARTIAL=True, ONE_LAUNCH=False, HAS_ALPHA=False, HAS_BIAS=False,
+                       HAS_RES=False, ACT=0, **common).items())
+    ints = (M, N, K, ks, split, *xs, *wst, 0, 0, 0, 0, 0, 1.0, 1.0)
+    return ("split", views, grid, ints, items, ws_shape,
+            _reduce_plan(split, M, N, os_, rs, bias, rv is not None, alpha, act))
+
+
+def _go(kernel, grid, args, items):
+    """launch_items, or the module's `launch` when something (a test's spy) replaced it."""
+    lp = _bl.launch
+    if lp is _launch_public:
+        _launch_items(kernel, grid, args, items)
+    else:
+        lp(kernel, grid, *args, **dict(items))
+
+
+def _run(plan, out, a, b, bias, residual, alpha, beta):
+    form, (xv, wv, ov, rv), grid = plan[:3]
+    x = Tensor._make(a._storage, xv[0], xv[1], a._offset, a._dtype)
+    w = Tensor._make(b._storage, wv[0], wv[1], b._offset, b._dtype)
+    o = Tensor._make(out._storage, ov[0], ov[1], out._offset, out._dtype)
+    r = (Tensor._make(residual._storage, rv[0], rv[1], residual._offset, residual._dtype)
+         if rv is not None else None)
+    if form == "one":
+        _go(_gemv_kernel, grid, (x, w, o, bias if bias is not None else o,
+                                 r if r is not None else o, o, o, *plan[3],
+                                 float(alpha), float(beta)), plan[4])
         return out
-    launch(_gemv_kernel, grid, x, w, ws, ws, ws, ws, ws, M, N, K, ks, split,
-           *xs, *wst, 0, 0, 0, 0, 0, 1.0, 1.0,
-           PARTIAL=True, ONE_LAUNCH=False, HAS_ALPHA=False, HAS_BIAS=False, HAS_RES=False,
-           ACT=0, **common)
-    splitk_reduce(ws, o, bias, r, alpha, beta, act)
+    dev = out._storage.device
+    ws = Tensor._empty(plan[5], _dt.float32, dev)
+    if form == "counted":
+        cnt = _arrival_counters(dev, grid[0])
+        _go(_gemv_kernel, grid, (x, w, o, bias if bias is not None else o,
+                                 r if r is not None else o, ws, cnt, *plan[3],
+                                 float(alpha), float(beta)), plan[4])
+        return out
+    _go(_gemv_kernel, grid, (x, w, ws, ws, ws, ws, ws, *plan[3]), plan[4])
+    _reduce_run(plan[6], ws, o, bias, r, alpha, beta)
     return out
+
+
+def gemv(out, a, b, *, bias, residual, alpha, beta, act, precision):
+    """a: (1,1,M,K) view of x; b: (1,1,K,N) view (W^T for linear); out: (1,1,M,N)."""
+    if _OVERRIDE:       # a sweep's config: planned afresh every call, never kept
+        return _run(_plan(out, a, b, bias, residual, alpha, act, precision), out, a, b, bias,
+                    residual, alpha, beta)
+    key = _key(out, a, b, bias, residual, alpha, act, precision)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _plan(out, a, b, bias, residual, alpha, act, precision)
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return _run(plan, out, a, b, bias, residual, alpha, beta)
+
+
+def _reduce_plan(split, M, N, os_, rs, bias, has_res, alpha, act):
+    bm = min(_np2(M), 16)
+    bn = 128
+    items = (("BLOCK_M", bm), ("BLOCK_N", bn), ("HAS_ALPHA", alpha != 1),
+             ("HAS_BIAS", bias is not None), ("HAS_RES", has_res),
+             ("ACT", act), ("num_warps", 4))
+    return (_cdiv(N, bn), _cdiv(M, bm)), (M, N, split, *os_, *rs,
+                                         bias._stride[0] if bias is not None else 0), items
+
+
+def _reduce_run(rplan, ws, o, bias, r, alpha, beta):
+    grid, ints, items = rplan
+    _go(_splitk_reduce_kernel, grid, (ws, o, bias if bias is not None else o,
+                                      r if r is not None else o, *ints, float(alpha),
+                                      float(beta)), items)
 
 
 def splitk_reduce(ws, o, bias, r, alpha, beta, act):
     """o[M, N] = epilogue(sum_s ws[s]) with ws a contiguous fp32 [SPLIT, M, N] (fixed order)."""
-    from ..backends.launch import launch
-    split, M, N = ws.shape
-    bm = min(_np2(M), 16)
-    bn = 128
-    launch(_splitk_reduce_kernel, (_cdiv(N, bn), _cdiv(M, bm)), ws, o,
-           bias if bias is not None else o, r if r is not None else o, M, N, split,
-           *o.stride(), *(r.stride() if r is not None else (0, 0)),
-           bias.stride(0) if bias is not None else 0, float(alpha), float(beta),
-           BLOCK_M=bm, BLOCK_N=bn, HAS_ALPHA=alpha != 1, HAS_BIAS=bias is not None,
-           HAS_RES=r is not None, ACT=act, num_warps=4)
+    split, M, N = ws._shape
+    rs = r._stride if r is not None else (0, 0)
+    rplan = _reduce_plan(split, M, N, o._stride, rs, bias, r is not None, alpha, act)
+    _reduce_run(rplan, ws, o, bias, r, alpha, beta)

@@ -30,8 +30,8 @@ import triton.language as tl
 
 from .. import dtypes as _dt
 from ..dispatch import register
-from ..backends.launch import launch
-from ..tensor import _CONTIG, Tensor
+from ..backends.launch import launch, launch_items
+from ..tensor import _CONTIG, Size, Tensor
 from ._host import cdiv as _cdiv
 
 # PRE codes
@@ -496,32 +496,56 @@ def _collapse(x: Tensor, dims):
     return (xt, *geo)
 
 
+def _recipe(devtype, itemsize, numel, O, R, I, sxo, sxr, sxi, svo, svi, codes, has_v, has_i,
+            has_c):
+    """How `_reduce3` launches a single-pass reduction: (form, kernel, grid, ints, items) with
+    form "pipe" (_row_pipe_kernel) or "row" (_reduce_kernel), ints the integer arguments
+    after the pointers and items the constexprs as a tuple (kept by the plan cache, so
+    `launch_items` finds the fast launchers by identity); None when R is split."""
+    PRE, COMB, POST, ACC = codes
+    block_k, block_r, nprog, split, chunk, nw = _plan(devtype, O, R, I, itemsize)
+    if split != 1:
+        return None
+    idx64 = (numel + R * abs(sxr) + O * abs(sxo) + I * abs(sxi)) >= 2 ** 31 - 1
+    if PIPE is not None and I == 1 and sxr == 1 and R <= block_r and not has_c and \
+            COMB in (C_SUM, C_MAX, C_MIN) and ACC in (A_F32, A_F64) and has_v and \
+            (itemsize <= 2 or not PIPE.get("only16", True)):
+        nt = _cdiv(O, block_k)
+        grid = (min(nt, PIPE.get("per_sm", 4) * NUM_SMS.get(devtype, 132)),)
+        items = (("PRE", PRE), ("COMB", COMB), ("POST", POST), ("ACC", ACC), ("IDX64", idx64),
+                 ("BLOCK_K", block_k), ("BLOCK_R", block_r), ("num_warps", nw),
+                 ("num_stages", 1))
+        return "pipe", _row_pipe_kernel, grid, (O, R, sxo, svo), items
+    items = (("PRE", PRE), ("COMB", COMB), ("POST", POST), ("ACC", ACC), ("ROW", I == 1),
+             ("HAS_XI", False), ("HAS_C", has_c), ("WRITE_V", has_v), ("WRITE_I", has_i),
+             ("IDX64", idx64), ("BLOCK_K", block_k), ("BLOCK_R", block_r), ("num_warps", nw))
+    return "row", _reduce_kernel, (nprog, 1), (O, R, I, sxo, sxr, sxi, svo, 0, svi, chunk), items
+
+
+def _launch_recipe(rec, xt, c, v, i, scale, p):
+    form, kernel, grid, ints, items = rec
+    if form == "pipe":
+        launch_items(kernel, grid, (xt, v, *ints, float(scale), float(p)), items)
+    else:
+        launch_items(kernel, grid, (xt, xt, c if c is not None else xt,
+                                    v if v is not None else i, i if i is not None else xt,
+                                    *ints, float(scale), float(p)), items)
+
+
 def _reduce3(geo, codes, v, i, c=None, scale=1.0, p=1.0):
     """Run one reduction over a collapsed input; split into two launches when it pays."""
     xt, O, R, I, sxo, sxr, sxi, svo, svi = geo
     PRE, COMB, POST, ACC = codes
     devtype = xt.device.type
+    rec = _recipe(devtype, xt.dtype.itemsize, xt.numel(), O, R, I, sxo, sxr, sxi, svo, svi,
+                  codes, v is not None, i is not None, c is not None)
+    if rec is not None:
+        _launch_recipe(rec, xt, c, v, i, scale, p)
+        return
     block_k, block_r, nprog, split, chunk, nw = _plan(devtype, O, R, I, xt.dtype.itemsize)
     arg = COMB in (C_ARGMAX, C_ARGMIN)
     idx64 = (xt.numel() + R * abs(sxr) + O * abs(sxo) + I * abs(sxi)) >= 2 ** 31 - 1
     ctens = c if c is not None else xt
-    if split == 1 and PIPE is not None and I == 1 and sxr == 1 and R <= block_r and c is None and \
-            COMB in (C_SUM, C_MAX, C_MIN) and ACC in (A_F32, A_F64) and v is not None and \
-            (xt.dtype.itemsize <= 2 or not PIPE.get("only16", True)):
-        nt = _cdiv(O, block_k)
-        grid = min(nt, PIPE.get("per_sm", 4) * NUM_SMS.get(devtype, 132))
-        launch(_row_pipe_kernel, (grid,), xt, v, O, R, sxo, svo, float(scale), float(p),
-               PRE=PRE, COMB=COMB, POST=POST, ACC=ACC, IDX64=idx64,
-               BLOCK_K=block_k, BLOCK_R=block_r, num_warps=nw, num_stages=1)
-        return
-    if split == 1:
-        launch(_reduce_kernel, (nprog, 1), xt, xt, ctens, v if v is not None else i,
-               i if i is not None else xt,
-               O, R, I, sxo, sxr, sxi, svo, 0, svi, chunk, float(scale), float(p),
-               PRE=PRE, COMB=COMB, POST=POST, ACC=ACC, ROW=(I == 1), HAS_XI=False,
-               HAS_C=c is not None, WRITE_V=v is not None, WRITE_I=i is not None,
-               IDX64=idx64, BLOCK_K=block_k, BLOCK_R=block_r, num_warps=nw)
-        return
     # pass 1: partials (O, split, I) in the accumulation dtype
     wv = Tensor._empty((O, split, I), _acc_dtype(ACC), xt.device)
     wi = Tensor._empty((O, split, I), _dt.int64, xt.device) if arg else wv
@@ -556,8 +580,69 @@ def _flat(t: Tensor) -> Tensor:
     return t.view(-1)
 
 
+# Single-pass launches of the _SIMPLE kinds by everything `reduce` reads: (kind, input
+# dtype/shape/strides, dims, device type, values' and indices' dtype/shape/strides). A plan
+# is (recipe, PIPE it was made under, flat shape of the outputs); it holds no tensors. The
+# tile CONFIGs are covered by `_plan.cache_clear()` (their documented reset, also called by
+# set_variant), which clears these too; PIPE by identity.
+_LAUNCHES: dict = {}
+_LAUNCHES_MAX = 4096
+_plan_cache_clear = _plan.cache_clear
+
+
+def _clear_plans():
+    _plan_cache_clear()
+    _LAUNCHES.clear()
+
+
+_plan.cache_clear = _clear_plans
+
+
+def _out_key(t):
+    return None if t is None else (t._dtype, t._shape, t._stride)
+
+
 @register("reduce", "triton")
 def reduce(kind, x, dims, values, indices, **params):
+    if dims.__class__ is tuple:
+        key = (kind, x._dtype, x._shape, x._stride, dims, x._storage.device.type,
+               _out_key(values), _out_key(indices))
+        hit = _LAUNCHES.get(key)
+        if hit is not None and hit[1] is PIPE:
+            if hit[0] is None:      # a copy or a split: the full path
+                return _reduce_full(kind, x, dims, values, indices, **params)
+            flat = hit[2]
+            v = None if values is None else Tensor._make(values._storage, flat, (1,),
+                                                         values._offset, values._dtype)
+            i = None if indices is None else Tensor._make(indices._storage, flat, (1,),
+                                                          indices._offset, indices._dtype)
+            _launch_recipe(hit[0], x, None, v, i, params.get("scale", 1.0), 1.0)
+            return
+        if kind in _SIMPLE:
+            return _reduce_simple(kind, x, dims, values, indices, params, key)
+    return _reduce_full(kind, x, dims, values, indices, **params)
+
+
+def _reduce_simple(kind, x, dims, values, indices, params, key):
+    """A _SIMPLE kind through `_reduce_full`'s steps, recording its launch when it is one
+    launch over x itself (no permuted copy, no split) into contiguous outputs."""
+    order, O, R, I, sxo, sxr, sxi, svo, svi = _geometry(x._shape, x._stride, dims)
+    keep = values if values is not None else indices
+    acc = A_I32 if kind in ("any", "all") else _acc_code(x.dtype)
+    pre, comb, post = _SIMPLE[kind]
+    outs = [t for t in (values, indices) if t is not None]
+    rec = None
+    if order is None and all(t._stride == _CONTIG.get(t._shape) for t in outs):
+        rec = _recipe(x._storage.device.type, x._dtype.itemsize, x.numel(), O, R, I, sxo, sxr,
+                      sxi, svo, svi, (pre, comb, post, acc), values is not None,
+                      indices is not None, False)
+    if len(_LAUNCHES) >= _LAUNCHES_MAX:
+        _LAUNCHES.clear()
+    _LAUNCHES[key] = (rec, PIPE, Size((math.prod(keep._shape),)))
+    return _reduce_full(kind, x, dims, values, indices, **params)
+
+
+def _reduce_full(kind, x, dims, values, indices, **params):
     geo = _collapse(x, dims)
     keep = values if values is not None else indices
     v = _flat(values) if values is not None else None

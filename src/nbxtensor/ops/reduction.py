@@ -156,6 +156,46 @@ def _nonempty(x, dims, fname):
         raise IndexError(f"{fname}: cannot reduce an empty tensor")
 
 
+# ------------------------------------------------------------------ call plans
+# sum / mean / amax / amin / argmax / argmin called with an int (exact class: True is refused by the full path)
+# or None dim, a bool keepdim, no dtype= and no out=: (op, input dtype, shape, dim, keepdim)
+# -> (dims, keepdim shape, final shape and strides, values dtype, mean's scale), recorded
+# after the full path accepted such a call on a non-empty input with a non-empty result.
+# Those decide every check the full path makes (float8, float-only mean, dim range, empty
+# dims) and everything it derives; the device only picks the allocation and the impl, which
+# a hit takes from the call's own input.
+_FAST: dict = {}
+
+
+def _fast_key(op, x, dim, keepdim):
+    if x.__class__ is Tensor and (dim.__class__ is int or dim is None) and (
+            keepdim is False or keepdim is True):
+        return (op, x._dtype, x._shape, dim, keepdim)
+    return None
+
+
+def _fast_run(op, x, plan):
+    dims, keep, final, fstride, vdtype, scale, idx = plan
+    dev = x._storage.device
+    v = Tensor._empty(keep, vdtype, dev)
+    if idx:                     # argmax / argmin: indices only
+        impl("reduce", dev)(op, x, dims, None, v)
+    elif scale is None:
+        impl("reduce", dev)(op, x, dims, v, None)
+    else:
+        impl("reduce", dev)(op, x, dims, v, None, scale=scale)
+    return Tensor._make(v._storage, final, fstride, 0, vdtype)
+
+
+def _fast_record(key, x, dim, keepdim, op, res, scale=None, idx=False):
+    """Record the plan of a call the full path just answered with `res`."""
+    if key is None or not math.prod(x._shape) or not res._shape.numel() or len(_FAST) >= 4096:
+        return
+    dims = _norm_dims(x, dim, op)
+    keep, final = _out_shape(x, dims, keepdim)
+    _FAST[key] = (dims, keep, final, cached_contiguous_strides(final), res._dtype, scale, idx)
+
+
 # ------------------------------------------------------------------ sum-like
 def _identity_reduce(op, x, dim, keepdim, out, dtype, identity):
     # sum, prod, any, all: a reduction over an empty dim gives the op's identity
@@ -175,9 +215,16 @@ def _sum_like(op, input, dim, keepdim, dtype, out, identity):
 
 def sum(input, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A001
     """Sum over `dim` (None: all). Integers and bool sum in int64; fp16/bf16 accumulate in fp32."""
+    key = _fast_key("sum", input, dim, keepdim) if dtype is None and out is None else None
+    if key is not None:
+        plan = _FAST.get(key)
+        if plan is not None:
+            return _fast_run("sum", input, plan)
     check_tensor(input, "input", "sum")
     _no_float8(input, "sum")
-    return _sum_like("sum", input, dim, keepdim, dtype, out, 0)
+    res = _sum_like("sum", input, dim, keepdim, dtype, out, 0)
+    _fast_record(key, input, dim, keepdim, "sum", res)
+    return res
 
 
 def prod(input, dim=None, keepdim=False, *, dtype=None, out=None):
@@ -189,6 +236,19 @@ def prod(input, dim=None, keepdim=False, *, dtype=None, out=None):
 
 
 def mean(input, dim=None, keepdim=False, *, dtype=None, out=None):
+    key = _fast_key("mean", input, dim, keepdim) if dtype is None and out is None else None
+    if key is not None:
+        plan = _FAST.get(key)
+        if plan is not None:
+            return _fast_run("mean", input, plan)
+    res = _mean(input, dim, keepdim, dtype, out)
+    if key is not None:
+        n = _reduced_numel(input, _norm_dims(input, dim, "mean"))
+        _fast_record(key, input, dim, keepdim, "mean", res, scale=1.0 / n if n else None)
+    return res
+
+
+def _mean(input, dim, keepdim, dtype, out):
     check_tensor(input, "input", "mean")
     x, _ = _cast_input(input, dtype, "mean")
     _require_float(x, "mean")
@@ -404,13 +464,20 @@ def count_nonzero(input, dim=None):
 
 # ------------------------------------------------------------------ max / min family
 def _amax_amin(op, input, dim, keepdim, out):
+    key = _fast_key(op, input, dim, keepdim) if out is None else None
+    if key is not None:
+        plan = _FAST.get(key)
+        if plan is not None:
+            return _fast_run(op, input, plan)
     check_tensor(input, "input", op)
     _no_float8(input, op)
     dims = _norm_dims(input, dim, op)
     _nonempty(input, dims, op)
     keep, final = _out_shape(input, dims, keepdim)
     v, _ = _run(op, input, dims, keep, input.dtype)
-    return _finish(v, final, out, op)
+    res = _finish(v, final, out, op)
+    _fast_record(key, input, dim, keepdim, op, res)
+    return res
 
 
 def amax(input, dim=(), keepdim=False, *, out=None):
@@ -460,6 +527,18 @@ def aminmax(input, *, dim=None, keepdim=False):
 
 
 def _arg(kind, input, dim, keepdim, out):
+    # dim None flattens first: only an int dim is planned
+    key = _fast_key(kind, input, dim, keepdim) if out is None and dim is not None else None
+    if key is not None:
+        plan = _FAST.get(key)
+        if plan is not None:
+            return _fast_run(kind, input, plan)
+    res = _arg_full(kind, input, dim, keepdim, out)
+    _fast_record(key, input, dim, keepdim, kind, res, idx=True)
+    return res
+
+
+def _arg_full(kind, input, dim, keepdim, out):
     check_tensor(input, "input", kind)
     _no_float8(input, kind)
     if dim is None:
