@@ -22,7 +22,7 @@ Sections
   mmsweep  (--mm-sweep, alone) the big-product candidates MM_CANDIDATES (tiled kernel
            variants and the TMA kernel through the TMA_BIG switch) at bf16/fp16 4096^3 and
            8192^3 against torch, compiled first in parallel processes; then GEMV launch
-           variants (one-launch split-K, CUDA graph of rotated GEMVs, empty-kernel floor).
+           variants (split-K or not, CUDA graph of rotated GEMVs, empty-kernel floor).
            JSON to OUTDIR/matmul_mmsweep.json.
 
 Timing: CUDA events (torch.cuda.Event on the legacy default stream, which nbxtensor also
@@ -460,8 +460,7 @@ def bench_mm_sweep():
             del ta, tb, a, b, out, tout, ref
 
 
-GEMV_VARIANTS = [("two-launch (rule)", None), ("one-launch", dict(ONE_LAUNCH=True)),
-                 ("no split", dict(TARGET=1))]
+GEMV_VARIANTS = [("two-launch (rule)", None), ("no split", dict(TARGET=1))]
 GRAPH_N = 64   # GEMVs (or empty kernels) a captured graph runs back to back
 
 

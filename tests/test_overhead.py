@@ -520,7 +520,7 @@ def test_reduction_plans_follow_every_key(device, poisoned_allocs, monkeypatch):
 def test_gemv_plans_follow_every_key(device, poisoned_allocs, monkeypatch):
     """kernels/gemv.py's plans (linear / addmm at M <= 16): M, K, N, weight strides, input
     offset, dtype, bias, residual with alpha/beta, activation, precision, TARGET_PROGRAMS
-    (split-K or not) and ONE_LAUNCH."""
+    (split-K or not)."""
     if device == "cpu":
         pytest.skip("the triton path's plans")
     from nbxtensor.kernels import gemv as kg
@@ -578,21 +578,17 @@ def test_gemv_plans_follow_every_key(device, poisoned_allocs, monkeypatch):
                     last = [kw for k, kw in seen if k == "_gemv_kernel"][-1]
                     assert last["PRECISION"] == ("tf32" if p == "high" else "ieee")
                 nbx.set_float32_matmul_precision(prev)
-                # 1 program target: one K slice, one launch; else split-K in two launches or
-                # in one (ONE_LAUNCH); the values agree, so the spy tells them apart
-                for tp, one, want in ((1, False, [(False, False)]),
-                                      (4 * 132, False, [(True, False), None]),
-                                      (4 * 132, True, [(True, True)])):
+                # 1 program target: one K slice, one launch; else split-K in two launches;
+                # the values agree, so the spy tells them apart
+                for tp, want in ((1, [False]), (4 * 132, [True, None])):
                     monkeypatch.setattr(kg, "TARGET_PROGRAMS", tp)
-                    monkeypatch.setattr(kg, "ONE_LAUNCH", one)
                     for x in (x3, x1):
                         seen.clear()
                         assert_close(nbx.linear(x, w, b), lin(x, w, b), f32, **tol)
-                        got = [(kw["PARTIAL"], kw["ONE_LAUNCH"]) if k == "_gemv_kernel" else None
+                        got = [kw["PARTIAL"] if k == "_gemv_kernel" else None
                                for k, kw in seen]
-                        assert got == want, (tp, one, got)
+                        assert got == want, (tp, got)
                 monkeypatch.setattr(kg, "TARGET_PROGRAMS", 4 * 132)
-                monkeypatch.setattr(kg, "ONE_LAUNCH", False)
     finally:
         nbx.set_float32_matmul_precision(prev)
 

@@ -29,18 +29,16 @@ from ._host import cdiv as _cdiv, next_pow2 as _np2
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, o_ptr, bias_ptr, r_ptr, ws_ptr, cnt_ptr,
+def _gemv_kernel(x_ptr, w_ptr, o_ptr, bias_ptr, r_ptr, ws_ptr,
                  M, N, K, K_SPLIT, SPLIT,
                  s_xm, s_xk, s_wn, s_wk, s_om, s_on, s_rm, s_rn, s_bias, alpha, beta,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  K1: tl.constexpr, EVEN_K: tl.constexpr, PARTIAL: tl.constexpr,
                  HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
-                 ACT: tl.constexpr, PRECISION: tl.constexpr, ONE_LAUNCH: tl.constexpr):
+                 ACT: tl.constexpr, PRECISION: tl.constexpr):
     """PARTIAL: fp32 partial sums of K-slice pid_k into ws[pid_k] (contiguous [SPLIT, M,
-    N]); with ONE_LAUNCH the last slice of a column block to finish (a per-block arrival
-    counter) sums the SPLIT partials in fixed order, applies the epilogue and stores to
-    o, then resets the counter to 0 (so the next launch or graph replay starts from 0).
-    Else the epilogue and the store directly (one slice)."""
+    N]), reduced by `_splitk_reduce_kernel`; else the epilogue and the store directly (one
+    slice)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     k_lo = pid_k * K_SPLIT
@@ -102,23 +100,6 @@ def _gemv_kernel(x_ptr, w_ptr, o_ptr, bias_ptr, r_ptr, ws_ptr, cnt_ptr,
     if PARTIAL:   # fp32 partial sums into workspace[pid_k]; contiguous [SPLIT, M, N]
         p_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
         tl.store(p_ptrs + pid_k.to(tl.int64) * M * N, acc, mask=omask)
-        if ONE_LAUNCH:
-            # every thread's partial is stored before the (cumulative) release of the
-            # counter increment; the acquire side orders the last program's reads after it
-            tl.debug_barrier()
-            arrived = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
-            if arrived == SPLIT - 1:
-                tl.store(cnt_ptr + pid_n, 0)
-                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                for s in range(0, SPLIT):   # fixed order: deterministic whoever is last
-                    # .cg: read from L2, never a stale L1 line
-                    acc += tl.load(p_ptrs, mask=omask, other=0.0, cache_modifier=".cg")
-                    p_ptrs += M * N
-                acc = _apply_epilogue(acc, offs_m, offs_n, M, N, bias_ptr, s_bias, r_ptr,
-                                      s_rm, s_rn, alpha, beta, HAS_ALPHA, HAS_BIAS, HAS_RES,
-                                      ACT)
-                o_ptrs = o_ptr + offs_m[:, None].to(tl.int64) * s_om + offs_n[None, :] * s_on
-                tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=omask)
     else:
         acc = _apply_epilogue(acc, offs_m, offs_n, M, N, bias_ptr, s_bias, r_ptr, s_rm, s_rn,
                               alpha, beta, HAS_ALPHA, HAS_BIAS, HAS_RES, ACT)
@@ -154,31 +135,6 @@ def _splitk_reduce_kernel(ws_ptr, o_ptr, bias_ptr, r_ptr, M, N, SPLIT,
 # TARGET_PROGRAMS programs (4 waves of 132 SMs) and never more slices than K blocks.
 TARGET_PROGRAMS = 4 * 132
 _OVERRIDE: dict | None = None
-# A/B switch (the H200 decides; bench_matmul.py --mm-sweep): True = split-K GEMVs in one
-# launch (the last-arriving slice reduces, see _gemv_kernel) instead of partials + the
-# reduce kernel. Also per call through _OVERRIDE["ONE_LAUNCH"].
-ONE_LAUNCH = False
-_counters: dict = {}   # device -> int32 arrival counters (all 0 between launches)
-
-
-def _arrival_counters(device, n):
-    """The device's zeroed int32 counters, at least n of them. Kernels leave them at 0, so
-    they are allocated (and zeroed) once; never inside a graph capture (the buffer would
-    belong to the graph's private pool and die with it)."""
-    import nbxtensor as nbx
-    cnt = _counters.get(device)
-    if cnt is None or cnt.shape[0] < n:
-        if device.type == "cuda":
-            from ..backends.cuda.graphs import is_current_stream_capturing
-            if is_current_stream_capturing(device):
-                raise RuntimeError(
-                    f"gemv: the one-launch split-K needs {n} arrival counters on {device}, "
-                    f"first allocated during a CUDA graph capture; run the product once "
-                    f"before capturing")
-        cnt = _counters[device] = nbx.zeros((max(n, 4096),), dtype=nbx.int32, device=device)
-    return cnt
-
-
 def gemv_config(M, N, K, dtype, device=None) -> dict:
     bk = 256 if dtype.itemsize == 2 else 128
     bk = min(bk, max(16, _np2(K)))
@@ -201,7 +157,7 @@ def gemv_config(M, N, K, dtype, device=None) -> dict:
 
 # Launch plans of `gemv` by everything it derives a launch from: the views' dtypes, shapes
 # and strides (bias and residual too), alpha != 1, act, precision, the device, and the
-# switches TARGET_PROGRAMS and ONE_LAUNCH; the autotune pick by autotune.generation (bumped by
+# switch TARGET_PROGRAMS; the autotune pick by autotune.generation (bumped by
 # reload()) and autotune._off (disabled()). Sweeps (_OVERRIDE set) never use or record one.
 # A plan holds no tensors: each call builds its views on its own storages and offsets.
 _PLANS: dict = {}
@@ -214,7 +170,7 @@ def _key(out, a, b, bias, residual, alpha, act, precision):
             out._shape, out._stride,
             None if bias is None else (bias._dtype, bias._shape, bias._stride),
             None if residual is None else (residual._dtype, residual._shape, residual._stride),
-            alpha != 1, act, precision, dev.type, dev.index, TARGET_PROGRAMS, ONE_LAUNCH,
+            alpha != 1, act, precision, dev.type, dev.index, TARGET_PROGRAMS,
             _autotune._off, _autotune.generation)
 
 
@@ -243,15 +199,11 @@ def _plan(out, a, b, bias, residual, alpha, act, precision):
                   num_stages=cfg["num_stages"])
     views = (xv, wv, ov, rv)
     if split == 1:
-        items = tuple(dict(PARTIAL=False, ONE_LAUNCH=False, **flags, **common).items())
+        items = tuple(dict(PARTIAL=False, **flags, **common).items())
         ints = (M, N, K, max(ks, bk), 1, *xs, *wst, *os_, *rs, s_bias)
         return ("one", views, grid, ints, items)
     ws_shape = Size((split, M, N))
-    if cfg.get("ONE_LAUNCH", ONE_LAUNCH):
-        items = tuple(dict(PARTIAL=True, ONE_LAUNCH=True, **flags, **common).items())
-        ints = (M, N, K, ks, split, *xs, *wst, *os_, *rs, s_bias)
-        return ("counted", views, grid, ints, items, ws_shape)
-    items = tuple(dict(PARTIAL=True, ONE_LAUNCH=False, HAS_ALPHA=False, HAS_BIAS=False,
+    items = tuple(dict(PARTIAL=True, HAS_ALPHA=False, HAS_BIAS=False,
                        HAS_RES=False, ACT=0, **common).items())
     ints = (M, N, K, ks, split, *xs, *wst, 0, 0, 0, 0, 0, 1.0, 1.0)
     return ("split", views, grid, ints, items, ws_shape,
@@ -276,18 +228,12 @@ def _run(plan, out, a, b, bias, residual, alpha, beta):
          if rv is not None else None)
     if form == "one":
         _go(_gemv_kernel, grid, (x, w, o, bias if bias is not None else o,
-                                 r if r is not None else o, o, o, *plan[3],
+                                 r if r is not None else o, o, *plan[3],
                                  float(alpha), float(beta)), plan[4])
         return out
     dev = out._storage.device
     ws = Tensor._empty(plan[5], _dt.float32, dev)
-    if form == "counted":
-        cnt = _arrival_counters(dev, grid[0])
-        _go(_gemv_kernel, grid, (x, w, o, bias if bias is not None else o,
-                                 r if r is not None else o, ws, cnt, *plan[3],
-                                 float(alpha), float(beta)), plan[4])
-        return out
-    _go(_gemv_kernel, grid, (x, w, ws, ws, ws, ws, ws, *plan[3]), plan[4])
+    _go(_gemv_kernel, grid, (x, w, ws, ws, ws, ws, *plan[3]), plan[4])
     _reduce_run(plan[6], ws, o, bias, r, alpha, beta)
     return out
 
