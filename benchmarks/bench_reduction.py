@@ -302,44 +302,24 @@ def _tune(nbx, both, randn, timeit, gputime, rows):
 
 
 # --sort-sweep2: candidates for kernels/sort.py: "default" (the shipped CONFIG), "v3"
-# (session 3's rank / merge-pass path), rank-merge tuples (tile, fan-in, max runs of the last
-# level, keys a program, NARROW) and merge-path tuples ("mp", tile, block, final, tile warps,
-# merge warps[, PDL[, PERM]]) (round 2), each timed on every shape with CONFIG ml_small = ml_big = the tuple
-# (so the rows x tiles rule does not pick); a {"small": ..., "big": ...[, "short": ...]} entry
-# sets the regimes apart (the set to paste, checked). The winners are printed per regime.
-# SORT_CANDS='[["mp", 1024, 1024, 1, 4, 4], "v3"]' (JSON) replaces the list.
+# (session 3's rank / merge-pass path) and (tile, fan-in, max runs of the last level, keys a
+# program, NARROW) tuples of the "ml" path, each timed on every shape with CONFIG ml_small =
+# ml_big = the tuple (so the rows x tiles rule does not pick); the winners are printed per
+# regime. SORT_CANDS='[[1024, 2, 2, 256, 1], "v3"]' (JSON) replaces the list.
 SORT_SHAPES = [(1, 32000), (1, 128256), (4, 128256), (32, 32000), (128, 4096), (1, 1048576)]
 SORT_SMALL = [(1, 32000), (1, 128256)]   # rows x 1024-key tiles < 132 SMs: CONFIG ml_small
 SORT_CANDS = ["default", "v3",
-              # round 1's winners (rank-merge levels), for reference
-              (1024, 8, 32, 128, 0), (1024, 4, 16, 256, 0),
-              # ... with the permuted tile network (6th entry 1)
-              (1024, 8, 32, 128, 0, 1), (1024, 2, 2, 256, 0, 1),
-              # round 2: merge-path levels (one diagonal search a program, bitonic merge)
-              ("mp", 1024, 1024, 1, 4, 4), ("mp", 1024, 512, 1, 4, 4),
-              ("mp", 512, 1024, 1, 4, 4),
-              # ... then one decoding rank level once <= final runs are left
-              ("mp", 1024, 1024, 4, 4, 4), ("mp", 1024, 512, 8, 4, 4),
-              # 7th entry 1: PDL-chained launches; 8th entry 1: the permuted tile network
-              ("mp", 1024, 1024, 1, 4, 4, 1), ("mp", 1024, 1024, 1, 4, 4, 0, 1),
-              ("mp", 1024, 1024, 1, 4, 4, 1, 1), ("mp", 1024, 1024, 1, 2, 4, 1, 1),
-              ("mp", 512, 1024, 1, 2, 4, 1, 1), ("mp", 512, 512, 1, 4, 4, 1, 1),
-              ("mp", 2048, 1024, 1, 8, 4, 1, 1), ("mp", 1024, 2048, 1, 4, 8, 1, 1),
-              ("mp", 1024, 256, 1, 4, 4, 1, 1), ("mp", 1024, 512, 8, 4, 4, 1, 1),
-              ("mp", 1024, 256, 16, 4, 4, 1, 1), ("mp", 1024, 512, 4, 2, 4, 1, 1),
-              # whole 4096-key rows in one program (ml_short: (128, 4096) = tile sort + decode)
-              ("mp", 4096, 1024, 1, 16, 4, 1, 1), ("mp", 4096, 1024, 1, 8, 4, 1, 1),
-              {"small": ("mp", 1024, 512, 8, 4, 4, 1, 1), "big": ("mp", 1024, 1024, 1, 4, 4, 1, 1)}]
+              # few-rows candidates (latency: few levels)
+              (1024, 8, 32, 256, 0), (1024, 8, 32, 256, 1), (1024, 8, 32, 128, 0),
+              (1024, 4, 16, 256, 0), (1024, 4, 16, 256, 1), (1024, 16, 16, 256, 1),
+              (1024, 4, 8, 256, 0), (512, 8, 32, 256, 1), (2048, 4, 16, 256, 1),
+              # many-rows candidates (work: narrow levels, (fan-in - 1) searches a key)
+              (1024, 2, 2, 256, 0), (1024, 2, 2, 256, 1), (1024, 2, 2, 512, 0),
+              (1024, 4, 4, 256, 0), (1024, 4, 4, 256, 1), (1024, 2, 4, 256, 1),
+              (512, 2, 2, 256, 1), (2048, 2, 2, 256, 1), (4096, 2, 2, 256, 0),
+              (256, 4, 4, 256, 1), (512, 4, 16, 256, 1)]
 if os.environ.get("SORT_CANDS"):
-    SORT_CANDS = [c if isinstance(c, (str, dict)) else tuple(c)
-                  for c in json.loads(os.environ["SORT_CANDS"])]
-
-
-def _cand_name(cand):
-    if isinstance(cand, dict):
-        return (f"small={tuple(cand['small'])} big={tuple(cand['big'])}"
-                + (f" short={tuple(cand['short'])}" if cand.get("short") else ""))
-    return str(tuple(cand) if isinstance(cand, (list, tuple)) else cand)
+    SORT_CANDS = [c if isinstance(c, str) else tuple(c) for c in json.loads(os.environ["SORT_CANDS"])]
 
 
 def _sort_set(S, cand):
@@ -348,9 +328,6 @@ def _sort_set(S, cand):
         return
     if cand == "v3":
         cfg["sort_algo"] = "v3"
-    elif isinstance(cand, dict):
-        cfg.update(sort_algo="ml", ml_small=tuple(cand["small"]), ml_big=tuple(cand["big"]),
-                   ml_short=tuple(cand["short"]) if cand.get("short") else None)
     else:
         cfg.update(sort_algo="ml", ml_small=tuple(cand), ml_big=tuple(cand))
 
@@ -418,20 +395,18 @@ def _sort_sweep2(nbx, torch, both, randn, timeit, gputime, rows, quick):
     _sort_precompile(nbx, S, calls)
     saved = dict(S.CONFIG["cuda"])
     iters = 10 if quick else 30
-    table, torch_us = {}, {}
+    table = {}
     for shape, (x, t) in data.items():
         ref = torch.sort(t, dim=-1, descending=True, stable=True)
         fn = lambda t=t: torch.sort(t, dim=-1, descending=True, stable=True)  # noqa: E731
         w = timeit(fn, iters)
         tt = gputime(fn, iters, w)
-        torch_us[shape] = tt * 1e6
         rv, ri = ref.values.cpu().numpy(), ref.indices.cpu().numpy()
         print(f"sort desc f32 {shape}: torch {tt * 1e6:8.1f} us", flush=True)
         rows.append({"sort_sweep2": str(shape), "cand": "torch", "us": tt * 1e6})
         for cand in SORT_CANDS:
-            name = _cand_name(cand)
             _sort_set(S, cand)
-            row = {"sort_sweep2": str(shape), "cand": name}
+            row = {"sort_sweep2": str(shape), "cand": str(cand)}
             try:
                 r = nbx.sort(x, -1, descending=True)
                 ok = (np.array_equal(r.indices.numpy(), ri)
@@ -441,50 +416,29 @@ def _sort_sweep2(nbx, torch, both, randn, timeit, gputime, rows, quick):
                 t2 = gputime(f2, iters, w2)
                 row.update(us=t2 * 1e6, wall_us=w2 * 1e6, x_torch=tt / t2, correct=ok)
                 if ok:
-                    table[(shape, name)] = t2 * 1e6
-                print(f"  {name:32s} {t2 * 1e6:8.1f} us  {tt / t2:5.2f}x torch  wall "
+                    table[(shape, str(cand))] = t2
+                print(f"  {str(cand):24s} {t2 * 1e6:8.1f} us  {tt / t2:5.2f}x torch  wall "
                       f"{w2 * 1e6:7.1f} us{'' if ok else '  WRONG'}", flush=True)
             except Exception as e:  # noqa: BLE001
                 row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
-                print(f"  {name:32s} ERROR {row['error'][:100]}", flush=True)
+                print(f"  {str(cand):24s} ERROR {row['error'][:100]}", flush=True)
             rows.append(row)
             S.CONFIG["cuda"].clear()
             S.CONFIG["cuda"].update(saved)
-    # per regime: the tuple whose worst shape is best against torch (the >= 0.8x goal),
-    # geomean as the tie-break; the geomean winner too when it differs
-    # ml_short: the big regime's rows of <= 8192 keys alone (CONFIG ml_short, None = off)
-    for regime, shapes in (("ml_small", SORT_SMALL),
-                           ("ml_big", [s for s in SORT_SHAPES if s not in SORT_SMALL]),
-                           ("ml_short", [s for s in SORT_SHAPES
-                                         if s not in SORT_SMALL and s[-1] <= 8192])):
-        scored = []
+    for name, shapes in (("ml_small", SORT_SMALL),
+                         ("ml_big", [s for s in SORT_SHAPES if s not in SORT_SMALL])):
+        best = None
         for cand in SORT_CANDS:
-            ts = [table.get((s, _cand_name(cand))) for s in shapes]
-            if isinstance(cand, (str, dict)) or None in ts:
+            ts = [table.get((s, str(cand))) for s in shapes]
+            if isinstance(cand, str) or None in ts:
                 continue
-            worst = min(torch_us[s] / t for s, t in zip(shapes, ts))
             g = float(np.exp(np.mean(np.log(ts))))
-            scored.append((cand, worst, g))
-        if not scored:
-            continue
-        bw = max(scored, key=lambda c: (round(c[1], 2), -c[2]))
-        bg = min(scored, key=lambda c: c[2])
-        for why, (cand, worst, g) in (("worst-shape", bw), ("geomean", bg)):
-            print(f"# {regime}: best by {why}: {tuple(cand)} (worst {worst:.2f}x torch, geomean "
-                  f"{g:.1f} us over {shapes}); kernels/sort.py CONFIG['cuda'][{regime!r}] = "
-                  f"{tuple(cand)!r}")
-            rows.append({"sort_sweep2_best": regime, "by": why, "cand": str(tuple(cand)),
-                         "worst_x_torch": worst, "geomean_us": g})
-    print("# per shape: torch / default / best candidate (x torch)")
-    for shape in SORT_SHAPES:
-        got = [(t, n) for (s2, n), t in table.items() if s2 == shape]
-        if not got:
-            continue
-        t, n = min(got)
-        d = table.get((shape, "default"))
-        print(f"#   {str(shape):14s} torch {torch_us[shape]:7.1f}  default "
-              + (f"{d:7.1f} ({torch_us[shape] / d:4.2f}x)" if d else "   n/a        ")
-              + f"  best {t:7.1f} ({torch_us[shape] / t:4.2f}x) {n}")
+            if best is None or g < best[1]:
+                best = (cand, g)
+        if best:
+            print(f"# {name}: best {best[0]} (geomean {best[1] * 1e6:.1f} us over {shapes}); "
+                  f"kernels/sort.py CONFIG['cuda'][{name!r}] = {tuple(best[0])}")
+            rows.append({"sort_sweep2_best": name, "cand": str(best[0]), "geomean_us": best[1] * 1e6})
 
 
 def _fmt(r):

@@ -650,12 +650,13 @@ def test_async_index_error_on_a_side_stream_is_seen_by_a_read_on_the_current_str
     g = rng()
     x = nbx.tensor(g.standard_normal(10).astype(np.float32), device="cuda")
     other = nbx.tensor(g.standard_normal(3).astype(np.float32), device="cuda")
-    big = nbx.tensor(g.standard_normal((8192, 8192)).astype(np.float32), device="cuda")
+    a = nbx.tensor(g.standard_normal((4096, 4096)).astype(np.float32), device="cuda")
     s = nbx.cuda.Stream()
     with nbx.cuda.stream(s):
         bad = _idx([3, 12], "cuda")
-        for _ in range(40):      # keep the side stream busy (~5 ms) well past the host's
-            big = big * 1.0001   # enqueueing (~1 ms), so the bad op has not run at the read
+        for _ in range(4):       # fp32 4096^3 products (~3 ms each on an H200) keep the side
+            c = a @ a            # stream busy long past the host's enqueueing, so the bad op
+        del c                    # has not run when the current stream's read happens
         nbx.index_select(x, 0, bad)
     with pytest.raises(IndexError, match=r"index_select: index 12 is out of range"):
         other[:1].item()

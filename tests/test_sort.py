@@ -191,16 +191,8 @@ def test_topk_threshold_path(device, kind):
 # groups with missing runs (runs not a multiple of the fan-in), the widest searches
 # ([BLOCK, 32]), a pure pairwise merge, windowed (NARROW) searches, and 16-key programs
 # over 4- and 8-key runs (NARROW off on those levels); "v3" is the previous path (A/B).
-# ("mp", tile, block, final, tile warps, merge warps): merge-path levels (round 2) with
-# blocks of a whole merged pair, blocks smaller than a pair (several diagonal searches in
-# one pair, 8/16-key blocks over 4-key runs), odd run counts (a pair with no partner run,
-# the row's last partial run), and merge-path levels ending in a rank level (final 4 / 2);
-# 8th entry 1: the permuted tile network (64 keys on 1 warp: 1 register bit; 128 on 2
-# warps: register, lane and warp bits), rows of 145 = partial tiles.
 ML_CFGS = [(16, 2, 2, 0), (16, 2, 2, 1), (16, 4, 4, 0), (16, 4, 4, 1), (8, 8, 32, 1),
-           (16, 4, 16, 1), (4, 2, 8, 1), (64, 4, 4, 0, 1), "v3",
-           ("mp", 16, 32, 1, 4, 4), ("mp", 4, 16, 1, 4, 4), ("mp", 16, 16, 4, 4, 4),
-           ("mp", 8, 64, 2, 4, 4), ("mp", 64, 32, 1, 1, 4, 0, 1), ("mp", 128, 64, 2, 2, 4, 0, 1)]
+           (16, 4, 16, 1), (4, 2, 8, 1), "v3"]
 
 
 def _ml_config(monkeypatch, device, c):
@@ -209,10 +201,8 @@ def _ml_config(monkeypatch, device, c):
     cfg = dict(S.CONFIG[typ])
     if c == "v3":
         cfg["sort_algo"] = "v3"
-    elif c[0] == "mp":
-        cfg.update(sort_algo="ml", ml_small=c, ml_big=c)
     else:
-        c = c[:3] + (16,) + c[3:]   # (tile, fan-in, final, block 16, narrow[, perm])
+        c = c[:3] + (16, c[3])
         cfg.update(sort_algo="ml", ml_small=c, ml_big=c)
     monkeypatch.setitem(S.CONFIG, typ, cfg)
 
@@ -230,9 +220,8 @@ def _sort_check(x, a, dim, descending, device):
 def test_sort_rank_levels(device, monkeypatch, cfg):
     if device == "cpu":
         pytest.skip("the rank levels are the Triton path")
-    if device == "cuda" and cfg not in ((16, 4, 4, 1), (4, 2, 8, 1), ("mp", 16, 16, 4, 4, 4)):
-        pytest.skip("cuda: three configs (both search branches, NARROW, merge path) keep "
-                    "compiles few")
+    if device == "cuda" and cfg not in ((16, 4, 4, 1), (4, 2, 8, 1)):
+        pytest.skip("cuda: two configs (both search branches, NARROW) keep compiles few")
     _ml_config(monkeypatch, device, cfg)
     g = rng()
     # 3 rows of 16*9+1 (overhang; 10 tiles of 16), many ties, NaN / inf / -0.0 in row 0,
@@ -286,54 +275,3 @@ def test_sort_model_shapes_shipped_config(device, shape):
         ab = xb.numpy()
         r = nbx.sort(xb, -1, descending=True)
         np.testing.assert_array_equal(r.indices.numpy(), ref_order(ab, -1, True))
-
-
-# 7th entry 1: the level chain launched with PDL; 8th: the permuted tile network (cuda;
-# the sweep's candidates)
-MP_MODEL = [(("mp", 1024, 1024, 1, 4, 4, 1, 1), (128, 4096)),
-            (("mp", 1024, 1024, 1, 4, 4), (3, 70001)),
-            (("mp", 1024, 512, 8, 4, 4, 1, 1), (1, 128256))]
-
-
-@pytest.mark.parametrize("cfg,shape", MP_MODEL, ids=str)
-def test_sort_mp_model_shapes(device, monkeypatch, cfg, shape):
-    # merge-path levels (CONFIG ("mp", ...)) on model-sized rows: 2 / 7 / 4 levels, blocks of
-    # a whole pair and of half a pair, a decoding rank level after 4 merge levels, PDL; ties, NaN,
-    # -0.0, both directions, poisoned outputs (the sweep checks descending f32 against torch)
-    if device != "cuda":
-        pytest.skip("model-sized rows: cuda only (interp is too slow)")
-    _ml_config(monkeypatch, device, cfg)
-    g = rng()
-    a = g.standard_normal(shape).astype(np.float32)
-    a[..., ::5] = np.round(a[..., ::5])          # ties
-    f = a.reshape(-1)
-    f[[3, 10, 11]] = np.nan
-    f[[4, 12]] = -0.0
-    x = nbx.tensor(a, device=device)
-    for descending in (True, False):
-        _sort_check(x, a, -1, descending, device)
-    if shape == (128, 4096):
-        xb, ab = _input((16, 4096), nbx.bfloat16, device)
-        _sort_check(xb, ab, -1, True, device)
-
-
-def test_sort_short_rows_regime(device, monkeypatch):
-    # CONFIG ml_short: many rows of <= ml_short_n keys take their own tuple (here merge-path
-    # levels while ml_big is a rank-merge tuple)
-    if device != "interp":
-        pytest.skip("host-side regime choice: interp covers it (cuda: no extra compiles)")
-    from nbxtensor.kernels import sort as S
-    typ = nbx.device(device).type
-    cfg = dict(S.CONFIG[typ])
-    cfg.update(sort_algo="ml", ml_small=(16, 2, 2, 16, 0), ml_big=(16, 2, 2, 16, 0),
-               ml_short=("mp", 16, 32, 1, 4, 4), ml_short_n=64, rank_small_grid=8)
-    monkeypatch.setitem(S.CONFIG, typ, cfg)
-    used = []
-    real = S._sort_mp
-    monkeypatch.setattr(S, "_sort_mp", lambda *a: used.append(a[-1]) or real(*a))
-    x, a = _input((12, 50), nbx.float32, device)
-    _sort_check(x, a, -1, True, device)
-    assert used == [cfg["ml_short"]]
-    x, a = _input((12, 70), nbx.float32, device)    # longer rows: ml_big
-    _sort_check(x, a, -1, False, device)
-    assert len(used) == 1

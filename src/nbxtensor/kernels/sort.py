@@ -22,12 +22,6 @@ stable by itself) gives exactly torch's stable order: equal values keep index or
                    counts in the group's other runs; the last level writes values and
                    indices. Supersedes the two paths above for those values ("v3" keeps
                    them); docs/notes/sortperf.md.
-  sort, "mp" tuples in CONFIG ml_small / ml_big (round 2): tiles sorted as above, then
-                   merge-path levels (`_mp_level_kernel`): a program owns a block of one
-                   merged pair's outputs, finds where it cuts the two runs by one diagonal
-                   binary search, loads both windows coalesced as a bitonic sequence and
-                   merges it in registers (log2(block) compare-and-swap rounds a key, not
-                   log2(L) scattered loads); optionally PDL-chained launches.
   topk:            chunks of a row are reduced to their best KP = next_pow2(k)
                    candidates with `tl.topk` (bitonic top-k); candidate lists are
                    reduced again until one chunk is left; a last pass decodes indices
@@ -52,7 +46,6 @@ from ..tensor import Tensor, cached_contiguous_strides
 from ..backends.launch import launch
 from .reduction import contiguous_copy, _p2
 from ._host import cdiv as _cdiv
-from ._pdl import _pdl_wait, pdl_opts
 
 
 # triton.cdiv is a constexpr function: ~1.5 us a call from Python
@@ -85,9 +78,8 @@ def _pack(v, idx, IS_FLOAT: tl.constexpr, DESC: tl.constexpr, TOPK: tl.constexpr
 
 @triton.jit
 def _sort_tile_kernel(x_ptr, k_ptr, N, TILE: tl.constexpr, IS_FLOAT: tl.constexpr,
-                      DESC: tl.constexpr, PDL: tl.constexpr = False):
+                      DESC: tl.constexpr):
     # one program per (tile, row): sort TILE packed keys of a contiguous row in registers
-    _pdl_wait(PDL)   # PDL: every load and store after the wait (kernels/_pdl.py's rule)
     t = tl.program_id(1)
     row = tl.program_id(0).to(tl.int64)
     idx = t * TILE + tl.arange(0, TILE)
@@ -97,55 +89,6 @@ def _sort_tile_kernel(x_ptr, k_ptr, N, TILE: tl.constexpr, IS_FLOAT: tl.constexp
     key = tl.where(m, key, 9223372036854775807)  # padding sorts last
     key = tl.sort(key)
     tl.store(k_ptr + row * N + idx, key, mask=m)
-
-
-@triton.constexpr_function
-def _fbit(s, LW, NR, NL):
-    # the flat-index bit that holds sort bit s: register bits (5+LW ..) first, then the
-    # lane bits (0 .. 4), the warp bits (5 .. 4+LW) last
-    s, LW, NR, NL = (getattr(v, "value", v) for v in (s, LW, NR, NL))
-    return 5 + LW + s if s < NR else (s - NR if s < NR + NL else 5 + s - NR - NL)
-
-
-@triton.jit
-def _sort_tile_perm_kernel(x_ptr, k_ptr, N, TILE: tl.constexpr, LOG: tl.constexpr,
-                           LW: tl.constexpr, NR: tl.constexpr, NL: tl.constexpr,
-                           IS_FLOAT: tl.constexpr, DESC: tl.constexpr,
-                           PDL: tl.constexpr = False):
-    # _sort_tile_kernel with a bitonic network written here whose sort-bit significance is
-    # permuted onto the tile's physical layout. Triton lays a [TILE] tensor out as element
-    # i -> lane i % 32, warp (i // 32) % 2**LW, register i // (32 * 2**LW) (sm_90 SASS of
-    # tl.sort on 1024 keys / 4 warps: 49 of its 55 rounds shuffle or go through shared
-    # memory). The most used sort bits (bit s serves LOG - s rounds) are put on the register
-    # bits, then the lane bits, the warp bits last; the key of sort position P then sits at
-    # flat index F(P), and is stored at P. Only the speed depends on that layout guess.
-    _pdl_wait(PDL)
-    t = tl.program_id(1)
-    row = tl.program_id(0).to(tl.int64)
-    i = tl.arange(0, TILE)
-    idx = t * TILE + i
-    m = idx < N
-    v = tl.load(x_ptr + row * N + idx, mask=m, other=0)
-    key = _pack(v, idx, IS_FLOAT, DESC, False)
-    key = tl.where(m, key, 9223372036854775807)  # padding sorts last
-    h = tl.reshape(key, [2] * LOG)
-    for stage in tl.static_range(1, LOG + 1):
-        for jj in tl.static_range(stage):
-            # sort bit stage-1-jj lives on flat bit _fbit(..) (no assignments: a local
-            # name would turn the constexpr into a tensor)
-            p = h ^ tl.xor_sum(h, LOG - 1 - _fbit(stage - 1 - jj, LW, NR, NL), True)
-            right = _indicator(LOG, _fbit(stage - 1 - jj, LW, NR, NL))
-            if stage < LOG:                                  # runs alternate direction
-                flip = _indicator(LOG, _fbit(stage, LW, NR, NL))
-                h = tl.where((h > p) != ((flip ^ right) == 1), p, h)
-            else:
-                h = tl.where((h > p) != (right == 1), p, h)
-    key = tl.reshape(h, [TILE])
-    pos = tl.zeros([TILE], dtype=tl.int32)
-    for sb in tl.static_range(LOG):                          # P(i): gather i's bits by F
-        pos = pos | (((i >> _fbit(sb, LW, NR, NL)) & 1) << sb)
-    out = t * TILE + pos
-    tl.store(k_ptr + row * N + out, key, mask=out < N)
 
 
 @triton.jit
@@ -291,7 +234,7 @@ def _lower_bound(base, lo, hi, key, mask, STEPS: tl.constexpr):
 @triton.jit
 def _rank_level_kernel(src_ptr, dst_ptr, x_ptr, v_ptr, i_ptr, N, I, L, TP: tl.constexpr,
                        STEPS: tl.constexpr, BLOCK: tl.constexpr, DECODE: tl.constexpr,
-                       NARROW: tl.constexpr, PDL: tl.constexpr = False):
+                       NARROW: tl.constexpr):
     # one level of a TP-way rank merge: sorted runs of L unique packed keys, taken TP at a
     # time, become sorted runs of TP*L. A key's place in its merged run = its own offset in
     # its run (known: keys are unique) + the count of keys below it in each other run of the
@@ -301,7 +244,6 @@ def _rank_level_kernel(src_ptr, dst_ptr, x_ptr, v_ptr, i_ptr, N, I, L, TP: tl.co
     # count in another run lies between those of the block's first and last keys, found
     # first by two searches; the per-key searches then only span that window (about BLOCK
     # keys on random data instead of L: fewer loads a key, one search longer latency).
-    _pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     b0 = tl.program_id(1) * BLOCK
     g = b0 + tl.arange(0, BLOCK)
@@ -353,74 +295,6 @@ def _rank_level_kernel(src_ptr, dst_ptr, x_ptr, v_ptr, i_ptr, N, I, L, TP: tl.co
         tl.store(v_ptr + obase + pos * I, val, mask=m)
     else:
         tl.store(dst_ptr + row * N + pos, key, mask=m)
-
-
-@triton.jit
-def _bitonic_merge_asc(k, LOG: tl.constexpr):
-    # sorts a bitonic sequence of 2**LOG keys ascending: LOG compare-and-swap rounds (strides
-    # 2**(LOG-1) .. 1) on the [2]*LOG hypercube view; partner = k ^ (k ^ partner)
-    h = tl.reshape(k, [2] * LOG)
-    for j in tl.static_range(LOG - 1, -1, -1):
-        p = h ^ tl.xor_sum(h, LOG - 1 - j, True)
-        right = _indicator(LOG, j) == 1
-        h = tl.where((h > p) != right, p, h)   # left keeps the min, right the max
-    return tl.reshape(h, [2 ** LOG])
-
-
-@triton.jit(do_not_specialize=["STEPS"])
-def _mp_level_kernel(src_ptr, dst_ptr, x_ptr, v_ptr, i_ptr, N, I, L, STEPS,
-                     BLOCK: tl.constexpr, LOG: tl.constexpr, DECODE: tl.constexpr,
-                     PDL: tl.constexpr = False):
-    # one merge-path level: sorted runs of L unique packed keys are merged pairwise. A program
-    # owns BLOCK consecutive outputs of one merged pair (host: BLOCK divides 2L). Where its
-    # first / last+1 outputs cut the two runs (the merge-path diagonals) is found by one
-    # binary search of STEPS steps per program (2 lanes), not one per key (STEPS a runtime
-    # loop bound: one compiled kernel serves every level); the two windows
-    # (A ascending, B reversed: a bitonic sequence, +max padding in between) are then loaded
-    # coalesced and merged in registers by LOG compare-and-swap rounds. DECODE (last level):
-    # write the index and the gathered value instead of the key.
-    _pdl_wait(PDL)
-    row = tl.program_id(0).to(tl.int64)
-    b0 = tl.program_id(1) * BLOCK                   # int32: host N < 2**30
-    base = src_ptr + row * N
-    s = (b0 // (2 * L)) * (2 * L)                   # the pair's first key
-    na = tl.minimum(L, N - s)
-    nb = tl.minimum(tl.maximum(N - s - L, 0), L)
-    two = tl.arange(0, 2)
-    d = tl.minimum(b0 - s + two * BLOCK, na + nb)   # the block's two diagonals
-    lo = tl.maximum(d - nb, 0)
-    hi = tl.minimum(d, na)
-    for _ in range(STEPS):
-        # lo ends at the count of A keys among the first d outputs: the first a with
-        # A[a] > B[d-1-a] (unique keys, so never equal)
-        active = lo < hi
-        mid = (lo + hi) // 2
-        ka = tl.load(base + s + mid, mask=active, other=0)
-        kb = tl.load(base + s + L + d - 1 - mid, mask=active, other=0)
-        right = active & (ka < kb)
-        lo = tl.where(right, mid + 1, lo)
-        hi = tl.where(active & ~right, mid, hi)
-    a0 = tl.sum(tl.where(two == 0, lo, 0), axis=0)
-    a1 = tl.sum(tl.where(two == 1, lo, 0), axis=0)
-    d0 = b0 - s
-    d1 = tl.minimum(d0 + BLOCK, na + nb)
-    j = tl.arange(0, BLOCK)
-    in_a = j < a1 - a0
-    jb = BLOCK - 1 - j
-    in_b = jb < (d1 - a1) - (d0 - a0)               # disjoint from in_a: the sizes add to <= BLOCK
-    ka = tl.load(base + s + a0 + j, mask=in_a, other=9223372036854775807)
-    kb = tl.load(base + s + L + (d0 - a0) + jb, mask=in_b, other=9223372036854775807)
-    k = _bitonic_merge_asc(tl.where(in_a, ka, kb), LOG)
-    m = j < d1 - d0
-    pos = (b0 + j).to(tl.int64)
-    if DECODE:
-        idx = k & 0xFFFFFFFF
-        val = tl.load(x_ptr + row * N + idx, mask=m, other=0)
-        obase = (row // I) * N * I + (row % I)
-        tl.store(i_ptr + obase + pos * I, idx, mask=m)
-        tl.store(v_ptr + obase + pos * I, val, mask=m)
-    else:
-        tl.store(dst_ptr + row * N + pos, k, mask=m)
 
 
 @triton.jit
@@ -550,30 +424,21 @@ CONFIG = {"cuda": {"sort_tile": 4096, "topk_chunk": 4096, "topk_programs": 132 *
                    "rank_small_grid": 132,
                    # sort_algo "ml": tile sort + rank-merge levels (_sort_ml; ml_small /
                    # ml_big = (tile, fan-in, max runs of the last level, keys a program
-                   # at fan-in <= 8, NARROW searches 0/1[, PERM: _sort_tile_perm_kernel]));
-                   # "v3": session 3's path (rank pass over <= rank_max_tiles tiles, else
-                   # merge passes). NBX_SORT_ALGO
-                   # (read at import) overrides. A regime may instead hold a merge-path tuple
-                   # ("mp", tile, block, final, tile warps, merge warps[, PDL[, PERM]])
-                   # (_sort_mp): merge-path levels while > final runs are left, then one
-                   # decoding rank level (final <= 1: the last merge level decodes).
-                   # Round 2: bench_reduction.py --sort-sweep2 times them; paste its
-                   # "# ml_small / ml_big / ml_short" lines here.
+                   # at fan-in <= 8, NARROW searches 0/1)); "v3": session 3's path (rank
+                   # pass over <= rank_max_tiles tiles, else merge passes). NBX_SORT_ALGO
+                   # (read at import) overrides.
                    # H200 (session 4, bench_reduction.py --sort-sweep2, torch time / ours):
-                   # (1,32000) 2.01x, (1,128256) 1.06x on ml_small; (4,128256) 1.03x,
-                   # (32,32000) 1.03x on ml_big; v3 0.44x / 0.59x on the last two.
+                   # (1,32000) 2.0x, (1,128256) 1.06x on ml_small; (4,128256) 1.00-1.03x,
+                   # (32,32000) 1.02-1.03x on ml_big; v3 0.44x / 0.59x on the last two.
                    "sort_algo": _os.environ.get("NBX_SORT_ALGO", "ml"),
-                   "ml_small": (1024, 8, 32, 128, 0), "ml_big": (1024, 2, 2, 256, 0),
-                   # ml_short (None: off): the big regime's tuple for rows of <= ml_short_n
-                   "ml_short": None, "ml_short_n": 8192},
+                   "ml_small": (1024, 8, 32, 128, 0), "ml_big": (1024, 2, 2, 256, 0)},
           "interp": {"sort_tile": 16, "topk_chunk": 32, "topk_programs": 8,
                      "topk_ept": 16, "merge_block": 32, "max_kp": 1024,
                      "filt_min_n": 64, "filt_max_kp": 8, "filt_chunk": 8, "filt_ratio": 4,
                      "filt_block": 16, "rank_tile": 16, "rank_max_tiles": 4, "rank_block": 16,
                      "rank_small_grid": 8,
                      "sort_algo": _os.environ.get("NBX_SORT_ALGO", "ml"),
-                     "ml_small": (16, 2, 4, 16, 1), "ml_big": (16, 4, 2, 16, 0),
-                     "ml_short": None, "ml_short_n": 64}}
+                     "ml_small": (16, 2, 4, 16, 1), "ml_big": (16, 4, 2, 16, 0)}}
 
 
 def _grid(rows, per_row):
@@ -649,18 +514,16 @@ def _sort_ml(xr, M, N, descending, values, indices, inner, cfg):
     values and indices (launches: 1 + levels). Few rows (rows x tiles below the SM count)
     take CONFIG ml_small, many rows ml_big: a wide last level costs (runs - 1) searches per
     key, fine when latency dominates, too much work when the GPU is full."""
-    c = cfg["ml_small"]
-    if M * _cdiv(N, max(min(_p2(N), c[1] if c[0] == "mp" else c[0]), 2)) >= cfg["rank_small_grid"]:
-        c = cfg["ml_big"]
-        if cfg.get("ml_short") and N <= cfg["ml_short_n"]:
-            c = cfg["ml_short"]   # many short rows (e.g. (128, 4096)): their own tuple
-    if c[0] == "mp":
-        _sort_mp(xr, M, N, descending, values, indices, inner, c)
-        return
-    tile, fanin, final, block, narrow = c[:5]   # optional 6th: PERM (the tile network)
+    tile, fanin, final, block, narrow = cfg["ml_small"]
     tile = max(min(_p2(N), tile), 2)
+    if M * _cdiv(N, tile) >= cfg["rank_small_grid"]:
+        tile, fanin, final, block, narrow = cfg["ml_big"]
+        tile = max(min(_p2(N), tile), 2)
     runs = _cdiv(N, tile)
-    keys = _tile_sorted(xr, M, N, tile, runs, descending, None, None, len(c) > 5 and c[5])
+    keys = Tensor._empty((M, N), _dt.int64, xr.device)
+    launch(_sort_tile_kernel, _grid(M, runs), xr, keys, N, TILE=tile,
+           IS_FLOAT=xr.dtype.is_floating_point, DESC=descending,
+           num_warps=16 if tile >= 8192 else (8 if tile >= 2048 else 4))
     if runs == 1:
         _decode((keys, None), xr, values, indices, N, N, N, inner, False)
         return
@@ -681,67 +544,6 @@ def _sort_ml(xr, M, N, descending, values, indices, inner, cfg):
         keys, other = other, keys
         L *= tp
         runs = _cdiv(runs, tp)
-
-
-def _tile_sorted(xr, M, N, tile, runs, descending, nw, pdl=None, perm=False):
-    keys = Tensor._empty((M, N), _dt.int64, xr.device)
-    nw = nw or (16 if tile >= 8192 else (8 if tile >= 2048 else 4))
-    if perm:
-        # the network with sort bits laid on register / lane / warp bits (sm_90 SASS, 1024
-        # keys on 4 warps: 10.5 warp instructions a key instead of 15.3, SHFL 448 vs 784)
-        log, lw = tile.bit_length() - 1, nw.bit_length() - 1
-        launch(_sort_tile_perm_kernel, _grid(M, runs), xr, keys, N, TILE=tile, LOG=log, LW=lw,
-               NR=max(0, log - 5 - lw), NL=min(5, log), IS_FLOAT=xr.dtype.is_floating_point,
-               DESC=descending, num_warps=nw, **(pdl or {}))
-        return keys
-    launch(_sort_tile_kernel, _grid(M, runs), xr, keys, N, TILE=tile,
-           IS_FLOAT=xr.dtype.is_floating_point, DESC=descending, num_warps=nw, **(pdl or {}))
-    return keys
-
-
-def _sort_mp(xr, M, N, descending, values, indices, inner, c):
-    """CONFIG ("mp", tile, block, final, tile warps, merge warps): sort tiles in registers,
-    then merge-path levels (`_mp_level_kernel`: one diagonal search per program, then a
-    bitonic merge of `block` keys in registers) while more than `final` runs are left; the
-    rest is one rank level (`_rank_level_kernel`, fan-in p2(runs), values and indices
-    written) or, for final <= 1, the last merge level decodes. Work a key a level: O(log
-    block) register rounds and 16 coalesced bytes, against log2(L) scattered loads of a
-    rank level (the H200 sweep of session 4: those dominate (1, 1M) and (128, 4096))."""
-    _, tile, block, final, tw, mw = c[:6]
-    # optional 7th entry: PDL (kernels/_pdl.py; cuda, NBX_PDL) on the whole chain, so each
-    # level's launch overlaps the previous level's tail (11 launches on (1, 1M)); optional
-    # 8th: the tile sort by `_sort_tile_perm_kernel` (fewer shuffle / shared-memory rounds)
-    pdl = pdl_opts(xr.device) if len(c) > 6 and c[6] else {}
-    tile = max(min(_p2(N), tile), 2)
-    runs = _cdiv(N, tile)
-    keys = _tile_sorted(xr, M, N, tile, runs, descending, tw, pdl, len(c) > 7 and c[7])
-    if runs == 1:
-        _decode((keys, None), xr, values, indices, N, N, N, inner, False)
-        return
-    other = None
-    L = tile
-    while True:
-        if runs <= max(final, 1):
-            # the remaining runs (2 .. final) in one decoding rank level
-            tp = _p2(runs)
-            blk = 256 if tp <= 8 else max(16, 256 * 16 // tp)
-            blk = min(blk, _p2(N))
-            launch(_rank_level_kernel, _grid(M, _cdiv(N, blk)), keys, keys, xr, values,
-                   indices, N, inner, L, TP=tp, STEPS=L.bit_length(), BLOCK=blk, DECODE=True,
-                   NARROW=False, num_warps=4, **pdl)
-            return
-        last = runs <= 2
-        blk = min(block, 2 * L)         # a block lies within one merged pair
-        if not last and other is None:
-            other = Tensor._empty((M, N), _dt.int64, xr.device)
-        launch(_mp_level_kernel, _grid(M, _cdiv(N, blk)), keys, keys if last else other,
-               xr, values, indices, N, inner, L, L.bit_length(), BLOCK=blk,
-               LOG=blk.bit_length() - 1, DECODE=last, num_warps=mw, **pdl)
-        if last:
-            return
-        keys, other = other, keys
-        L *= 2
-        runs = _cdiv(runs, 2)
 
 
 @register("sort", "triton")
