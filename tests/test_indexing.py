@@ -651,6 +651,10 @@ def test_async_index_error_on_a_side_stream_is_seen_by_a_read_on_the_current_str
     x = nbx.tensor(g.standard_normal(10).astype(np.float32), device="cuda")
     other = nbx.tensor(g.standard_normal(3).astype(np.float32), device="cuda")
     a = nbx.tensor(g.standard_normal((4096, 4096)).astype(np.float32), device="cuda")
+    # a good index op first: the device's error flag is made (a host-to-device copy, which
+    # would wait for the stream it runs on) before the side stream gets busy
+    np.testing.assert_array_equal(nbx.index_select(x, 0, _idx([1], "cuda")).numpy(),
+                                  x.numpy()[[1]])
     s = nbx.cuda.Stream()
     with nbx.cuda.stream(s):
         bad = _idx([3, 12], "cuda")
