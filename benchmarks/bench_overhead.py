@@ -258,8 +258,11 @@ def cuda_mode(args):
     try:
         import torch
         # (tensors derived on the device, e.g. index ids, are read back for torch)
-        T = {k: torch.from_numpy(host[id(v)] if id(v) in host else v.numpy()).cuda()
-             for k, v in tens.items()}
+        def to_torch(arr):      # torch has no numpy bfloat16: move its bits as int16
+            if arr.dtype.name == "bfloat16":
+                return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16).cuda()
+            return torch.from_numpy(arr).cuda()
+        T = {k: to_torch(host[id(v)] if id(v) in host else v.numpy()) for k, v in tens.items()}
     except Exception as e:  # noqa: BLE001 - torch is only the reference
         print(f"(torch not available: {type(e).__name__}: {e})")
         torch, T = None, None
