@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402  (the reference only)
 
 import nbxtensor as nbx  # noqa: E402
-from _common import copy_bw, out_dir, recorder, time_gpu, time_rotated  # noqa: E402
+from _common import compile_in_pool, copy_bw, out_dir, recorder, time_gpu, time_rotated  # noqa: E402
 from bench_matmul import rel_err, to_nbx  # noqa: E402
 
 PREFILL_ONLY = "--sweep-prefill" in sys.argv    # the prefill sweep alone (no decode, no copy)
@@ -99,8 +99,6 @@ def warm_compile(jobs):
     Triton's on-disk cache. Each call runs once with the launcher's compile step replaced by
     a recorder (nothing launches); the recorded compile arguments go to a process pool.
     Best effort: any failure here only means the timed loop compiles serially."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
     from nbxtensor.backends.cuda import launcher as L
     recorded = []
 
@@ -128,27 +126,8 @@ def warm_compile(jobs):
         from nbxtensor.kernels import attention as ka, decode_attention as kd
         ka._OVERRIDE = kd._OVERRIDE = None
     uniq = {repr(r): r for r in recorded}
-    t0 = time.time()
-    try:
-        with cf.ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 4),
-                                    mp_context=mp.get_context("spawn")) as ex:
-            errs = [f for f in ex.map(_compile_job, uniq.values()) if f]
-        print(f"  warm-compile: {len(uniq)} kernels in {time.time() - t0:.0f} s"
-              + (f"; {len(errs)} failed: {errs[:3]}" if errs else ""), flush=True)
-    except Exception as e:  # noqa: BLE001
-        print(f"  warm-compile: pool failed ({type(e).__name__}: {e}); compiling serially")
+    compile_in_pool(uniq.values(), "  warm-compile")
 
-
-def _compile_job(job):
-    import importlib
-    mod, name, signature, constexprs, attrs, options, cc = job
-    try:
-        from nbxtensor.backends.cuda import launcher as L
-        kernel = getattr(importlib.import_module(mod), name)
-        L._compile(kernel, signature, constexprs, attrs, options, cc)
-        return None
-    except Exception as e:  # noqa: BLE001
-        return f"{name}: {type(e).__name__}: {str(e)[:100]}"
 
 
 def prefill(B, H, S, D, causal, layout="bhsd"):

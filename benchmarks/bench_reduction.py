@@ -23,7 +23,7 @@ import traceback
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import event_best_ms, gpu_time_behind_sleep, out_dir  # noqa: E402
+from _common import compile_in_pool, event_best_ms, gpu_time_behind_sleep, out_dir  # noqa: E402
 
 COPY_BW = 4.19e12  # measured device-to-device copy on this H200, bytes/s (read + write)
 
@@ -336,9 +336,6 @@ def _sort_precompile(nbx, S, calls):
     """Run every (candidate, call) once with kernels.sort's launch replaced by a recorder
     (nothing runs on the GPU), then compile the recorded kernels in a spawn process pool so
     the timed loop reads Triton's on-disk cache. Best effort."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
-    import time
     from nbxtensor.backends.cuda import launcher as L
     jobs = {}
     real = S.launch
@@ -362,26 +359,8 @@ def _sort_precompile(nbx, S, calls):
         S.launch = real
         S.CONFIG["cuda"].clear()
         S.CONFIG["cuda"].update(saved)
-    t0 = time.time()
-    try:
-        with cf.ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 4),
-                                    mp_context=mp.get_context("spawn")) as ex:
-            errs = [e for e in ex.map(_compile_job, jobs.values()) if e]
-        print(f"precompiled {len(jobs)} kernels in {time.time() - t0:.0f} s"
-              + (f"; {len(errs)} failed: {errs[:3]}" if errs else ""), flush=True)
-    except Exception as e:  # noqa: BLE001
-        print(f"precompile pool failed ({type(e).__name__}: {e}); compiling serially")
+    compile_in_pool(jobs.values(), "precompiled")
 
-
-def _compile_job(job):
-    import importlib
-    mod, name, sig, cx, attrs, opts, cc = job
-    try:
-        from nbxtensor.backends.cuda import launcher as L
-        L._compile(getattr(importlib.import_module(mod), name), sig, cx, attrs, opts, cc)
-        return None
-    except Exception as e:  # noqa: BLE001
-        return f"{name}: {type(e).__name__}: {str(e)[:100]}"
 
 
 def _sort_sweep2(nbx, torch, both, randn, timeit, gputime, rows, quick):

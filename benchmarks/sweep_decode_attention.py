@@ -30,7 +30,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import out_dir, recorder, time_rotated  # noqa: E402
+from _common import compile_in_pool, out_dir, recorder, time_rotated  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -84,8 +84,6 @@ def nbx_view(big, off):
 def warm_compile(calls):
     """Record every candidate's compile arguments (nothing launches) and compile them in a
     process pool, so the timed loop reads Triton's cache. Best effort."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
     from nbxtensor.backends.cuda import launcher as L
     rec = []
 
@@ -111,27 +109,8 @@ def warm_compile(calls):
         L._compile = orig
         kd._OVERRIDE = None
     uniq = list({repr(r): r for r in rec}.values())
-    t0 = time.time()
-    try:
-        with cf.ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 4),
-                                    mp_context=mp.get_context("spawn")) as ex:
-            errs = [e for e in ex.map(_compile_job, uniq) if e]
-        print(f"warm-compile: {len(uniq)} kernels in {time.time() - t0:.0f} s"
-              + (f"; failed: {errs}" if errs else ""), flush=True)
-    except Exception as e:  # noqa: BLE001
-        print(f"warm-compile: pool failed ({type(e).__name__}: {e}); compiling serially")
+    compile_in_pool(uniq, "warm-compile")
 
-
-def _compile_job(job):
-    import importlib
-    mod, name, signature, constexprs, attrs, options, cc = job
-    try:
-        from nbxtensor.backends.cuda import launcher as L
-        L._compile(getattr(importlib.import_module(mod), name), signature, constexprs, attrs,
-                   options, cc)
-        return None
-    except Exception as e:  # noqa: BLE001
-        return f"{name}: {type(e).__name__}: {str(e)[:100]}"
 
 
 _FLUSH = None

@@ -663,12 +663,8 @@ def _ew_flat_kernel(out, a, b, c, sa, sb, sc, p0, p1, N,
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     else:
         offs = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < N
-    x = _operand(a, offs, mask, sa, MA, EA, CT)
-    y = _operand(b, offs, mask, sb, MB, EB, CT)
-    z = _operand(c, offs, mask, sc, MC, EC, CT)
-    r = _apply(OP, x, y, z, p0, p1, INTERP)
-    tl.store(out + offs, _encode(r, EO, out.dtype.element_ty), mask=mask)
+    _ew_flat_v_block(out, a, b, c, sa, sb, sc, p0, p1, offs, offs < N, OP, CT, MA, MB, MC,
+                     EA, EB, EC, EO, INTERP)
 
 
 # ---- bandwidth variants of the flat kernel (FLAT_VARIANT; benchmarks/sweep_bandwidth.py)
