@@ -137,12 +137,12 @@ def test_gluon_refuses_other_tiles(device):
 
 # ------------------------------------------------------------------ host-only checks
 class _Fake:
-    """A stand-in tensor for `applies`: device type, dtype size, strides, base pointer."""
+    """A stand-in tensor for `applies`: device type, dtype, strides, base pointer."""
 
-    def __init__(self, shape, dev="cuda", isz=2, strides=None, ptr=4096):
+    def __init__(self, shape, dev="cuda", dtype="bfloat16", strides=None, ptr=4096):
         self.shape = shape
         self.device = type("D", (), {"type": dev})()
-        self.dtype = type("T", (), {"itemsize": isz})()
+        self.dtype = getattr(nbx, dtype)
         st, acc = [], 1
         for n in reversed(shape):
             st.insert(0, acc)
@@ -173,7 +173,10 @@ def test_gluon_applies_rule():
     assert not ok(mask=object())
     assert not ok(scale=0.0)
     assert not ok(dev="interp")
-    assert not ok(isz=4)                     # fp32
+    assert ok(dtype="float16")
+    assert not ok(dtype="float32")
+    assert not ok(dtype="int16")             # 2-byte but not a float
+    assert not ok(strides=(2 * 256 * 128, 256 * 128, 0, 1))     # a broadcast sequence dim
     assert not ok(ptr=4098)                  # TMA needs a 16-byte aligned base
     assert not ok(strides=(2 * 256 * 130, 256 * 130, 130, 1))   # 260-byte rows: not 16-aligned
     assert not ok(strides=(2 * 256 * 128, 256 * 128, 1, 256))   # head dim not unit-stride

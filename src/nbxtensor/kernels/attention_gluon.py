@@ -392,13 +392,17 @@ def applies(q, k, v, out, mask, scale, is_causal, L, S, D, DV) -> bool:
     """Whether the Gluon kernel can run this call (the rest keeps the Triton kernels)."""
     if q.device.type != "cuda" or mask is not None or not is_causal:
         return False
-    if q.dtype.itemsize != 2 or not (scale > 0) or D != BLOCK or DV != BLOCK:
+    if q.dtype.name not in ("float16", "bfloat16") or not (scale > 0) or D != BLOCK \
+            or DV != BLOCK:
         return False
     if L != S or S == 0 or S % BLOCK:
         return False
     for t in (q, k, v, out):
         st = t.stride()
-        if st[3] != 1 or t.data_ptr() % 16 or any((x * 2) % 16 for x in st[:3]):
+        # TMA rows: unit inner stride, 16-byte aligned base and strides, a real row stride
+        # (a stride-0 broadcast along the sequence cannot be a tensor-map dimension)
+        if t.dtype is not q.dtype or st[3] != 1 or st[2] == 0 or t.data_ptr() % 16 \
+                or any((x * 2) % 16 for x in st[:3]):
             return False
     return True
 
