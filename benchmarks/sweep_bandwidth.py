@@ -1,6 +1,6 @@
 """Sweep of the bandwidth variants of the large memory-bound kernels, against torch (H200).
 
-    PYTHONPATH=src python3 benchmarks/sweep_bandwidth.py [--full] [--groups=mem,red,norm,small]
+    PYTHONPATH=src python3 benchmarks/sweep_bandwidth.py [--full] [--groups=mem,red,red32,norm,small]
         [--variants=v16w4,v32w4,...] [OUTDIR]
 
   mem  torch's copy on torch-allocated and on nbx-allocated buffers beside nbx's copy and neg
@@ -147,6 +147,28 @@ def sweep_red(bw):
          common + (every if FULL else rows), apply, lambda: x.sum(-1))
     case("red", "sum bf16 (32768,4096) dim=0", t.numel() * 2, bw, lambda: t.sum(0),
          common + (every if FULL else cols), apply, lambda: x.sum(0))
+    RK.set_variant(None)
+
+
+def sweep_red32(bw):
+    """fp32 last-dim reductions (where session 3 kept CONFIG's tiles at ~0.98-0.99x torch)
+    against the persistent pipelined row kernel opened to 4-byte inputs (PIPE only16=False)."""
+    t = torch.randn(16384, 4096, device="cuda")
+    x = to_nbx(t)
+    variants = {"default": None, "pipe2f": 2, "pipe4f": 4, "pipe8f": 8}
+
+    def apply(v):
+        k = variants[v]
+        RK.set_variant(None if k is None else {"PIPE": {"per_sm": k, "only16": False}})
+
+    case("red32", "sum f32 (16384,4096) dim=-1", t.numel() * 4, bw, lambda: t.sum(-1),
+         list(variants), apply, lambda: x.sum(-1), tol=1e-4)
+    case("red32", "amax f32 (16384,4096) dim=-1", t.numel() * 4, bw, lambda: t.amax(-1),
+         list(variants), apply, lambda: x.amax(-1), exact=True)
+    t2 = torch.randn(2048, 32000, device="cuda")
+    x2 = to_nbx(t2)
+    case("red32", "sum f32 (2048,32000) dim=-1", t2.numel() * 4, bw, lambda: t2.sum(-1),
+         list(variants), apply, lambda: x2.sum(-1), tol=1e-4)
     RK.set_variant(None)
 
 
@@ -324,7 +346,8 @@ def main():
     bw = copy_bw() * 1e9      # _common.copy_bw is in GB/s; this file works in bytes/s
     print(f"copy bandwidth (torch, 1 GiB): {bw / 1e9:.0f} GB/s; groups {GROUPS}", flush=True)
     failures = []
-    for g, fn in (("mem", probe_memory), ("red", sweep_red), ("norm", sweep_norm),
+    for g, fn in (("mem", probe_memory), ("red", sweep_red), ("red32", sweep_red32),
+                  ("norm", sweep_norm),
                   ("small", sweep_small)):
         if g not in GROUPS:
             continue
