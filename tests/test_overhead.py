@@ -631,3 +631,155 @@ def test_gemv_plan_follows_autotune_reload_and_disabled(tmp_path, monkeypatch):
         assert seen[-1] == 16
     finally:
         autotune.reload()
+
+
+def _ws_spy(monkeypatch, kg, on_partial=None):
+    """Record (ws storage, nbytes needed) of every split-K gemv launch; `on_partial()` runs
+    right after such a launch (before its reduce reads the workspace)."""
+    seen = []
+    real = kg._launch_items
+
+    def spy(kernel, grid, args, items):
+        real(kernel, grid, args, items)
+        if kernel.fn.__name__ == "_gemv_kernel" and dict(items)["PARTIAL"]:
+            M, N, split = args[6], args[7], args[10]
+            seen.append((args[2]._storage, split * M * N * 4))
+            if on_partial is not None:
+                on_partial()
+    monkeypatch.setattr(kg, "_launch_items", spy)
+    return seen
+
+
+def _lin64(x, w):
+    return to64(x) @ to64(w).T
+
+
+def test_gemv_workspaces_follow_their_key_and_are_never_shared(device, poisoned_allocs,
+                                                                monkeypatch):
+    """kernels/gemv.py keeps split-K workspaces between calls, keyed on (ws shape, device,
+    stream). Interleaved calls that differ in M, N or the split each get a big enough
+    workspace; a repeated key reuses its own; a call made while another call's partials
+    sit in the workspace (re-entrant here, a second thread in life) gets another one."""
+    if device == "cpu":
+        pytest.skip("the triton path's workspaces")
+    from nbxtensor.kernels import gemv as kg
+    kg._PLANS.clear()
+    kg.clear_workspaces()
+    monkeypatch.setattr(kg, "TARGET_PROGRAMS", 4 * 132)     # split-K at these sizes
+    nested, results = [], []
+
+    def inner():
+        if nested:
+            x, w = nested.pop()
+            results.append((nbx.linear(x, w), _lin64(x, w)))
+    seen = _ws_spy(monkeypatch, kg, inner)
+    g = rng()
+    f32 = nbx.float32
+    tol = dict(rtol=1e-4, atol=1e-4)
+    # (M, K, N): M 1 / 3, N 33 / 65, K 300 (3 K blocks) / 600 (5): each differs in one
+    shapes = [(1, 300, 33), (3, 300, 33), (3, 300, 65), (3, 600, 33), (1, 600, 65)]
+    by_key = {}
+    for rnd in range(3):
+        for M, K, N in shapes:
+            x, w = randn((M, K), f32, device, g), randn((N, K), f32, device, g)
+            assert_close(nbx.linear(x, w), _lin64(x, w), f32, **tol)
+            st, need = seen[-1]
+            assert st.nbytes >= need, ((M, K, N), st.nbytes, need)
+            if rnd:     # warm: the same key's own workspace again
+                assert st is by_key[(M, K, N)], (M, K, N)
+            by_key[(M, K, N)] = st
+    # re-entrant: the same key while the outer call's partials are in its workspace
+    for M, K, N in shapes[:3]:
+        x, w = randn((M, K), f32, device, g), randn((N, K), f32, device, g)
+        nested.append((randn((M, K), f32, device, g), randn((N, K), f32, device, g)))
+        n0 = len(seen)
+        assert_close(nbx.linear(x, w), _lin64(x, w), f32, **tol)
+        (outer_st, _), (inner_st, _) = seen[n0], seen[n0 + 1]
+        assert inner_st is not outer_st
+        got, want = results.pop()
+        assert_close(got, want, f32, **tol)
+        # both went back: the next two calls of this key find them
+        assert_close(nbx.linear(x, w), _lin64(x, w), f32, **tol)
+        assert seen[-1][0] in (outer_st, inner_st)
+    assert all(len(v) <= 2 for v in kg._WS.values())
+    # above the size bound (read when a plan is made): fresh workspaces, none kept
+    monkeypatch.setattr(kg, "_WS_BYTES", 3 * 33 * 4 * 3 - 1)
+    kg._PLANS.clear()
+    kg.clear_workspaces()
+    for _ in range(2):
+        x, w = randn((3, 300), f32, device, g), randn((33, 300), f32, device, g)
+        assert_close(nbx.linear(x, w), _lin64(x, w), f32, **tol)
+        assert not kg._WS
+
+
+def test_cuda_gemv_workspaces_follow_the_stream_and_skip_graph_capture(device, monkeypatch):
+    """A workspace is kept per current stream, and a CUDA graph's capture neither takes a
+    kept workspace nor keeps its own: eager calls between replays never touch the graph's."""
+    if device != "cuda":
+        pytest.skip("streams and graphs: cuda only")
+    from nbxtensor.kernels import gemv as kg
+    kg._PLANS.clear()
+    kg.clear_workspaces()
+    monkeypatch.setattr(kg, "TARGET_PROGRAMS", 4 * 132)
+    seen = _ws_spy(monkeypatch, kg)
+    g = rng()
+    f32 = nbx.float32
+    tol = dict(rtol=1e-4, atol=1e-4)
+    x, w = randn((3, 600), f32, "cuda", g), randn((65, 600), f32, "cuda", g)
+    s1 = nbx.cuda.Stream()
+    sts = {}
+    for _ in range(2):
+        for name, s in (("default", None), ("s1", s1)):
+            xi = randn((3, 600), f32, "cuda", g)
+            nbx.cuda.synchronize()
+            with nbx.cuda.stream(s):
+                y = nbx.linear(xi, w)
+                if s is not None:
+                    s.synchronize()
+            assert_close(y, _lin64(xi, w), f32, **tol)
+            st = seen[-1][0]
+            assert sts.setdefault(name, st) is st
+    assert sts["default"] is not sts["s1"]
+    # a graph of the same key on a side stream, replayed between eager calls
+    nbx.linear(x, w)
+    gr = nbx.cuda.CUDAGraph()
+    with nbx.cuda.graph(gr):
+        yg = nbx.linear(x, w)
+    cap_st = seen[-1][0]
+    kept = {id(t._storage) for lst in kg._WS.values() for t in lst}
+    assert id(cap_st) not in kept and cap_st is not sts["default"]
+    for _ in range(3):
+        xn = randn((3, 600), f32, "cuda", g)
+        x.copy_(xn)
+        gr.replay()
+        ye = nbx.linear(randn((3, 600), f32, "cuda", g), w)
+        assert seen[-1][0] is not cap_st
+        nbx.cuda.synchronize()
+        assert_close(yg, _lin64(xn, w), f32, **tol)
+        assert ye.shape == (3, 65)
+
+
+def test_t_contiguous_follows_shape_strides_and_offset(device, poisoned_allocs):
+    """Tensor.t()'s 2-D swap (no permute): shapes overhanging a block, strided and offset
+    views, transposed twice; 0-/1-D are returned as they are and 3-D is refused."""
+    g = rng()
+    f32 = nbx.float32
+    for _ in range(2):
+        base = randn((66, 130), f32, device, g)
+        views = [randn((64, 64), f32, device, g), randn((65, 3), f32, device, g),
+                 base[1:, 2:67:2],                   # offset, row stride 130, col stride 2
+                 randn((129, 5), f32, device, g).t(), randn((0, 7), f32, device, g)]
+        for v in views:
+            want = to64(v).T
+            tv = v.t()
+            assert tuple(tv.shape) == want.shape
+            assert tv.stride() == (v.stride(1), v.stride(0))
+            c = tv.contiguous()
+            # (an empty (7, 0) reports is_contiguous() False: tensor.py's rule, not t()'s)
+            assert c.is_contiguous() or not c.numel()
+            assert_close(c, want, f32, rtol=0, atol=0)
+            assert_close(tv.t().contiguous(), to64(v), f32, rtol=0, atol=0)
+    s = randn((5,), f32, device, g)
+    assert s.t() is s and randn((), f32, device, g).t().shape == ()
+    with pytest.raises(ValueError, match="t: expects a tensor with <= 2 dims, got 3"):
+        randn((2, 3, 4), f32, device, g).t()

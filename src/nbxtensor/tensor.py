@@ -347,9 +347,14 @@ class Tensor:
     swapaxes = swapdims = transpose
 
     def t(self) -> "Tensor":
-        if self.ndim > 2:
+        sh = self._shape
+        if len(sh) == 2:    # the swap itself: transpose -> permute re-checks dims at ~3 us
+            st = self._stride
+            return Tensor._make(self._storage, Size((sh[1], sh[0])), (st[1], st[0]),
+                                self._offset, self._dtype)
+        if len(sh) > 2:
             raise ValueError(f"t: expects a tensor with <= 2 dims, got {self.ndim}")
-        return self.transpose(0, 1) if self.ndim == 2 else self
+        return self
 
     @property
     def T(self) -> "Tensor":  # noqa: N802 - torch's name

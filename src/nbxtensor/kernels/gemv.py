@@ -21,6 +21,7 @@ from .. import autotune as _autotune   # autotune seam (autotune engineer): pick
 from .. import dtypes as _dt
 from ..backends import launch as _bl
 from ..backends.launch import launch_items as _launch_items, launch_public as _launch_public
+from ..backends.cuda import driver as _cdrv, storage as _cst
 from ..tensor import Size, Tensor
 from .matmul import _apply_epilogue
 from ._host import cdiv as _cdiv, next_pow2 as _np2
@@ -164,6 +165,23 @@ _PLANS: dict = {}
 _PLANS_MAX = 4096
 
 
+# Split-K workspaces kept between calls: (ws shape, device index, current stream handle)
+# -> list of free fp32 [split, M, N] tensors (at most 2 per key; interp: (shape, "interp", 0)).
+# The kernels write every element they read, so no contents carry over. Not used while any
+# CUDA graph is being captured (the capture allocates from its private pool, and a cached
+# buffer baked into a graph would be shared with eager calls on another stream).
+# Only workspaces up to _WS_BYTES are kept (the small calls, where the host cost shows), so
+# at most _WS_MAX * 2 * _WS_BYTES stay allocated. clear_workspaces() drops them all (e.g.
+# before empty_cache()).
+_WS: dict = {}
+_WS_MAX = 64
+_WS_BYTES = 1 << 20
+
+
+def clear_workspaces() -> None:
+    _WS.clear()
+
+
 def _key(out, a, b, bias, residual, alpha, act, precision):
     dev = a._storage.device
     return (a._dtype, a._shape, a._stride, b._dtype, b._shape, b._stride, out._dtype,
@@ -207,7 +225,8 @@ def _plan(out, a, b, bias, residual, alpha, act, precision):
                        HAS_RES=False, ACT=0, **common).items())
     ints = (M, N, K, ks, split, *xs, *wst, 0, 0, 0, 0, 0, 1.0, 1.0)
     return ("split", views, grid, ints, items, ws_shape,
-            _reduce_plan(split, M, N, os_, rs, bias, rv is not None, alpha, act))
+            _reduce_plan(split, M, N, os_, rs, bias, rv is not None, alpha, act),
+            split * M * N * 4 <= _WS_BYTES)
 
 
 def _go(kernel, grid, args, items):
@@ -220,21 +239,42 @@ def _go(kernel, grid, args, items):
 
 
 def _run(plan, out, a, b, bias, residual, alpha, beta):
-    form, (xv, wv, ov, rv), grid = plan[:3]
-    x = Tensor._make(a._storage, xv[0], xv[1], a._offset, a._dtype)
-    w = Tensor._make(b._storage, wv[0], wv[1], b._offset, b._dtype)
-    o = Tensor._make(out._storage, ov[0], ov[1], out._offset, out._dtype)
-    r = (Tensor._make(residual._storage, rv[0], rv[1], residual._offset, residual._dtype)
-         if rv is not None else None)
+    form, grid = plan[0], plan[2]
+    # The launchers (cuda and interp) read a tensor argument's storage, offset and dtype
+    # only; the 2-D views' shapes and strides are in the plan's int args. So the 4-D views
+    # go as they are (same storage, offset, dtype as the 2-D views `_plan` describes).
+    x, w, o, r = a, b, out, residual
     if form == "one":
         _go(_gemv_kernel, grid, (x, w, o, bias if bias is not None else o,
                                  r if r is not None else o, o, *plan[3],
                                  float(alpha), float(beta)), plan[4])
         return out
     dev = out._storage.device
-    ws = Tensor._empty(plan[5], _dt.float32, dev)
+    if not plan[7]:
+        wkey = None
+    elif dev.type == "cuda":
+        if _cdrv._capturing:    # a graph's workspace comes from its own pool and stays its own
+            wkey = None
+        else:
+            wkey = (plan[5], dev.index or 0, _cst._stream_handle(dev.index or 0))
+    else:
+        wkey = (plan[5], dev.type, 0)
+    free = _WS.get(wkey) if wkey is not None else None
+    try:
+        ws = free.pop()
+    except (AttributeError, IndexError):    # none cached (or not cacheable): a fresh one
+        ws = Tensor._empty(plan[5], _dt.float32, dev)
     _go(_gemv_kernel, grid, (x, w, ws, ws, ws, ws, *plan[3]), plan[4])
     _reduce_run(plan[6], ws, o, bias, r, alpha, beta)
+    if wkey is not None:
+        # both launches are queued on this stream, so the next user of this key (same
+        # stream) runs after them; pop/append are atomic, so two threads never share one
+        if free is None:
+            if len(_WS) >= _WS_MAX:
+                _WS.clear()
+            free = _WS.setdefault(wkey, [])
+        if len(free) < 2:
+            free.append(ws)
     return out
 
 
