@@ -2,7 +2,6 @@
 
     PYTHONPATH=src python3 benchmarks/bench_reduction.py [--quick] [--tune | --tune-only] [OUTDIR]
     PYTHONPATH=src python3 benchmarks/bench_reduction.py --quick --sort-sweep2 [OUTDIR]
-    PYTHONPATH=src python3 benchmarks/bench_reduction.py --quick --sort-sweep2 --radix [OUTDIR]
 
 Prints a table and writes bench_reduction.json to OUTDIR (or $OUT). Each row is checked
 against torch's result before it is timed. Two times per op, both from CUDA events:
@@ -319,28 +318,8 @@ SORT_CANDS = ["default", "v3",
               (1024, 4, 4, 256, 0), (1024, 4, 4, 256, 1), (1024, 2, 4, 256, 1),
               (512, 2, 2, 256, 1), (2048, 2, 2, 256, 1), (4096, 2, 2, 256, 0),
               (256, 4, 4, 256, 1), (512, 4, 16, 256, 1)]
-# --sort-sweep2 --radix: the one-program-a-row radix path (kernels/sort.py _radix_row_kernel,
-# rows <= 4096) against "default" (today's path) and torch on model-sized short rows.
-# ("radix", digit bits, f4 = int64 count words (1) or int32 (0), warps[, fuse: one scan for
-# both words when there are 2]); rows longer than
-# 4096 are controls (torch + default only: the radix path does not apply there).
-SORT_RADIX_SHAPES = [(128, 4096), (64, 2048), (512, 1024), (4, 4096), (32, 32000), (1, 32000)]
-SORT_RADIX_CANDS = ["default",
-                    ("radix", 4, 1, 16), ("radix", 4, 0, 16), ("radix", 3, 0, 16),
-                    ("radix", 3, 1, 16), ("radix", 2, 0, 16), ("radix", 4, 0, 32),
-                    ("radix", 3, 0, 32), ("radix", 2, 1, 8), ("radix", 2, 1, 16),
-                    # fused two-word scan (W == 2: 3-bit digits in int64 words, 2-bit in int32)
-                    ("radix", 3, 1, 16, 1), ("radix", 3, 1, 8, 1), ("radix", 2, 0, 16, 1),
-                    ("radix", 3, 1, 32, 1)]
-RADIX_MAX = 4096
-if "--radix" in sys.argv:
-    SORT_SHAPES, SORT_CANDS, SORT_SMALL = SORT_RADIX_SHAPES, SORT_RADIX_CANDS, []
 if os.environ.get("SORT_CANDS"):
     SORT_CANDS = [c if isinstance(c, str) else tuple(c) for c in json.loads(os.environ["SORT_CANDS"])]
-
-
-def _is_radix(cand):
-    return not isinstance(cand, str) and cand[0] == "radix"
 
 
 def _sort_set(S, cand):
@@ -349,12 +328,8 @@ def _sort_set(S, cand):
         return
     if cand == "v3":
         cfg["sort_algo"] = "v3"
-    elif _is_radix(cand):
-        cfg.update(radix_min_n=0, radix_max_n=RADIX_MAX, radix_bits=cand[1], radix_f4=cand[2],
-                   radix_warps=cand[3], radix_fuse=cand[4] if len(cand) > 4 else 0)
     else:
-        cfg.update(sort_algo="ml", ml_small=tuple(cand), ml_big=tuple(cand),
-                   radix_max_n=0)
+        cfg.update(sort_algo="ml", ml_small=tuple(cand), ml_big=tuple(cand))
 
 
 def _sort_precompile(nbx, S, calls):
@@ -408,10 +383,7 @@ def _sort_sweep2(nbx, torch, both, randn, timeit, gputime, rows, quick):
         rv, ri = ref.values.cpu().numpy(), ref.indices.cpu().numpy()
         print(f"sort desc f32 {shape}: torch {tt * 1e6:8.1f} us", flush=True)
         rows.append({"sort_sweep2": str(shape), "cand": "torch", "us": tt * 1e6})
-        table[(shape, "torch")] = tt
         for cand in SORT_CANDS:
-            if _is_radix(cand) and shape[-1] > RADIX_MAX:
-                continue   # the radix path does not apply: it would time "default" again
             _sort_set(S, cand)
             row = {"sort_sweep2": str(shape), "cand": str(cand)}
             try:
@@ -437,7 +409,7 @@ def _sort_sweep2(nbx, torch, both, randn, timeit, gputime, rows, quick):
         best = None
         for cand in SORT_CANDS:
             ts = [table.get((s, str(cand))) for s in shapes]
-            if isinstance(cand, str) or _is_radix(cand) or None in ts:
+            if isinstance(cand, str) or None in ts:
                 continue
             g = float(np.exp(np.mean(np.log(ts))))
             if best is None or g < best[1]:
@@ -446,54 +418,6 @@ def _sort_sweep2(nbx, torch, both, randn, timeit, gputime, rows, quick):
             print(f"# {name}: best {best[0]} (geomean {best[1] * 1e6:.1f} us over {shapes}); "
                   f"kernels/sort.py CONFIG['cuda'][{name!r}] = {tuple(best[0])}")
             rows.append({"sort_sweep2_best": name, "cand": str(best[0]), "geomean_us": best[1] * 1e6})
-    _radix_report(table, rows)
-
-
-def _radix_report(table, rows):
-    """The radix candidates: the best by the geomean over the rows <= RADIX_MAX of
-    default / min(radix, default) (what shipping it where it wins gives), per shape torch /
-    default / that radix tuple, and the radix_min_n / radix_max_n window to ship."""
-    rcands = [c for c in SORT_CANDS if _is_radix(c)]
-    shapes = [s for s in SORT_SHAPES if s[-1] <= RADIX_MAX]
-    if not rcands or not shapes:
-        return
-    best = None
-    for cand in rcands:
-        ts = [table.get((s, str(cand))) for s in shapes]
-        ds = [table.get((s, "default")) for s in shapes]
-        if None in ts or None in ds:
-            continue
-        gain = float(np.exp(np.mean([np.log(d / min(t, d)) for d, t in zip(ds, ts)])))
-        if best is None or gain > best[1]:
-            best = (cand, gain)
-    if best is None:
-        print("# radix: no candidate ran correctly on every shape")
-        return
-    cand = best[0]
-    print(f"# radix: best {cand} (geomean default / min(radix, default) {best[1]:.2f} over "
-          f"{shapes})")
-    for s in sorted(shapes, key=lambda s: s[-1]):
-        tt, td, tr = table.get((s, "torch")), table[(s, "default")], table[(s, str(cand))]
-        print(f"#   {str(s):14s} torch {tt * 1e6 if tt else float('nan'):7.1f} us  default "
-              f"{td * 1e6:7.1f}  radix {tr * 1e6:7.1f}  radix x torch "
-              f"{(tt / tr) if tt else float('nan'):.2f}  default x torch "
-              f"{(tt / td) if tt else float('nan'):.2f}")
-    ns = sorted({s[-1] for s in shapes})
-    win = [n for n in ns if all(table[(s, str(cand))] < table[(s, "default")]
-                                for s in shapes if s[-1] == n)]
-    # ship the radix path on the contiguous run of swept row lengths it wins that ends at
-    # its longest winning length (radix_min_n = the losing length below it + 1)
-    max_n = max(win, default=0)
-    min_n = 0
-    for n in ns:
-        if n < max_n and n not in win:
-            min_n = n + 1
-    print(f"# radix: paste into kernels/sort.py CONFIG['cuda']: radix_min_n={min_n}, "
-          f"radix_max_n={max_n}, radix_bits={cand[1]}, radix_f4={cand[2]}, "
-          f"radix_warps={cand[3]}, radix_fuse={cand[4] if len(cand) > 4 else 0}"
-          + ("  (radix loses everywhere: keep radix_max_n=0)" if not max_n else ""))
-    rows.append({"sort_radix_best": str(cand), "gain_vs_default": best[1], "radix_min_n": min_n,
-                 "radix_max_n": max_n})
 
 
 def _fmt(r):

@@ -199,7 +199,6 @@ def _ml_config(monkeypatch, device, c):
     from nbxtensor.kernels import sort as S
     typ = nbx.device(device).type
     cfg = dict(S.CONFIG[typ])
-    cfg["radix_max_n"] = 0   # these rows must take the tile-sort paths
     if c == "v3":
         cfg["sort_algo"] = "v3"
     else:
@@ -276,86 +275,3 @@ def test_sort_model_shapes_shipped_config(device, shape):
         ab = xb.numpy()
         r = nbx.sort(xb, -1, descending=True)
         np.testing.assert_array_equal(r.indices.numpy(), ref_order(ab, -1, True))
-
-
-# ---------------------------------------------------------------- sort: radix path
-# kernels/sort.py _radix_row_kernel: one program a row, LSD passes of radix_bits-bit digits,
-# per-digit running counts in 16-bit fields of int64 (f4=1) or int32 (f4=0) words.
-# (bits, f4, fuse): one and several count words, both word widths, the fused two-word scan
-# (fuse, W == 2) on both widths; rows of 1, 2, 31 and 33 keys (NP = 32 + 1 overhang), narrow
-# dtypes on their own passes (bf16 / f16 skip low key bits).
-RADIX_CFGS = [(4, 1, 0), (3, 0, 0), (2, 1, 0), (3, 1, 1), (2, 0, 1)]
-
-
-def _radix_config(monkeypatch, device, bits, f4, fuse=0, max_n=4096):
-    from nbxtensor.kernels import sort as S
-    typ = nbx.device(device).type
-    cfg = dict(S.CONFIG[typ])
-    cfg.update(radix_min_n=0, radix_max_n=max_n, radix_bits=bits, radix_f4=f4, radix_fuse=fuse)
-    monkeypatch.setitem(S.CONFIG, typ, cfg)
-
-
-@pytest.mark.parametrize("cfg", RADIX_CFGS, ids=str)
-def test_sort_radix(device, monkeypatch, cfg):
-    if device == "cpu":
-        pytest.skip("the radix path is Triton")
-    if device == "cuda" and cfg != (3, 1, 1):
-        pytest.skip("cuda: one config keeps compiles few (the sweep checks the others)")
-    _radix_config(monkeypatch, device, *cfg)
-    g = rng()
-    x, a = _input((3, 33), nbx.float32, device)   # ties, NaN, inf, -0.0 in row 0
-    a[1] = g.standard_normal(33).astype(np.float32)
-    a[2] = np.sort(a[2])[::-1]                    # every key moves (ascending)
-    x = nbx.tensor(a, device=device)
-    for descending in (False, True):
-        _sort_check(x, a, -1, descending, device)
-    _sort_check(x.t(), a.T, 0, True, device)      # copy path, output along dim 0
-    _sort_check(x[:, ::2], a[:, ::2], -1, False, device)   # strided view, 17 keys
-    for n in (1, 2, 31):
-        xs, as_ = _input((2, n), nbx.float32, device)
-        _sort_check(xs, as_, -1, True, device)
-    for dt in (nbx.bfloat16, nbx.float16, nbx.int8, nbx.uint8, nbx.bool):
-        xd, ad = _input((2, 31), dt, device)
-        for descending in (False, True):
-            _sort_check(xd, ad, -1, descending, device)
-
-
-def test_sort_radix_int_extremes(device, monkeypatch):
-    # the key transform at its ends: INT32_MIN / MAX (the unsigned flip), int16 / int8 /
-    # uint8 extremes (v - min on their own width), equal to padding's key (all ones)
-    if device == "cpu":
-        pytest.skip("the radix path is Triton")
-    _radix_config(monkeypatch, device, 4, 0)
-    g = rng()  # (4, 0): 8 int32 words -- the longest chain of earlier-word totals
-    for dt in (np.int32, np.int16, np.int8, np.uint8):
-        info = np.iinfo(dt)
-        a = g.integers(max(info.min, -3), min(info.max, 3), (2, 19)).astype(dt)
-        a[0, [0, 5, 18]] = [info.max, info.min, info.max]
-        a[1, [2, 3]] = [info.min, info.min]
-        for descending in (False, True):
-            _sort_check(nbx.tensor(a, device=device), a, -1, descending, device)
-
-
-@pytest.mark.parametrize("shape", [(128, 4096), (3, 4097), (5, 1000), (2, 2048)], ids=str)
-def test_sort_radix_model_shapes(device, monkeypatch, shape):
-    # rows of up to 4096 keys in one program (4097: the tile-sort path), f32 with ties and
-    # NaN, both directions, NaN-poisoned outputs; bf16 descending. The shipped cuda radix
-    # CONFIG if it is on, else (3-bit digits, int64 words, fused, 16 warps); the other
-    # tuples are checked against torch by bench_reduction.py --sort-sweep2 --radix
-    if device != "cuda":
-        pytest.skip("model-sized rows: cuda only (interp is too slow)")
-    from nbxtensor.kernels import sort as S
-    c = S.CONFIG["cuda"]
-    if c["radix_max_n"] < 4096:
-        _radix_config(monkeypatch, device, 3, 1, 1)
-        S.CONFIG["cuda"]["radix_warps"] = 16
-    else:
-        _radix_config(monkeypatch, device, c["radix_bits"], c["radix_f4"], c["radix_fuse"])
-    a = rng().standard_normal(shape).astype(np.float32)
-    a[..., ::7] = np.round(a[..., ::7])
-    a.reshape(-1)[[3, 10, 11]] = [np.nan, -0.0, np.nan]
-    x = nbx.tensor(a, device=device)
-    for descending in (True, False):
-        _sort_check(x, a, -1, descending, device)
-    xb = x.to(nbx.bfloat16)
-    _sort_check(xb, xb.numpy(), -1, True, device)

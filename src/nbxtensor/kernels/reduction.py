@@ -353,11 +353,14 @@ SPLIT_MIN_BYTES = {"cuda": 256 << 10}   # interp: 0, so tests take the split pat
 # H200's (session 3, benchmarks/sweep_bandwidth.py over REDUCE_VARIANTS, sum bf16
 # (32768,4096)): dim=-1 persistent pipelined rows, 4 programs an SM, 75.8 -> 64.1 us
 # (0.93x -> 1.09x torch); dim=0 128-column 4-warp column programs, 84.6 -> 70.8 us (0.91x ->
-# 1.09x). f32 keeps CONFIG's tiles (already at torch). Eviction hints and a prefetching
+# 1.09x). f32 kept CONFIG's tiles until session 4 (PIPE_DEFAULT). Eviction hints and a prefetching
 # column loop were tried in the same sweep and lost (0.79-0.97x); they were removed.
 CONFIG16_DEFAULT = {"cuda": {"col_block_k": 128, "col_tile": 4096, "col_warps": 4},
                     "interp": {}}
-PIPE_DEFAULT: dict | None = {"per_sm": 4}
+# fp32 too since session 4 (`sweep_bandwidth.py --groups=red32`, H200): sum / amax f32
+# (16384,4096) dim=-1 68.9 / 70.1 us (0.99x / 0.98x torch) -> 62.9 / 63.1 us (1.08x / 1.09x,
+# 100% of copy) at 4 programs an SM; (2048,32000) unchanged (1.06x).
+PIPE_DEFAULT: dict | None = {"per_sm": 4, "only16": False}
 CONFIG16: dict = {k: dict(v) for k, v in CONFIG16_DEFAULT.items()}
 PIPE: dict | None = dict(PIPE_DEFAULT)
 NUM_SMS = {"cuda": 132, "interp": 2}

@@ -22,10 +22,6 @@ stable by itself) gives exactly torch's stable order: equal values keep index or
                    counts in the group's other runs; the last level writes values and
                    indices. Supersedes the two paths above for those values ("v3" keeps
                    them); docs/notes/sortperf.md.
-  sort, radix path (CONFIG radix_min_n <= N <= radix_max_n, off on cuda by default): one
-                   program a row, LSD passes of radix_bits-bit digits (CUB's block radix
-                   sort, torch's method for rows <= 4096): per-digit running counts by a
-                   one-hot cumsum, keys moved through an L2-resident scratch row; stable.
   topk:            chunks of a row are reduced to their best KP = next_pow2(k)
                    candidates with `tl.topk` (bitonic top-k); candidate lists are
                    reduced again until one chunk is left; a last pass decodes indices
@@ -302,112 +298,6 @@ def _rank_level_kernel(src_ptr, dst_ptr, x_ptr, v_ptr, i_ptr, N, I, L, TP: tl.co
 
 
 @triton.jit
-def _radix_add2(a0, a1, b0, b1):
-    return a0 + b0, a1 + b1
-
-
-@triton.jit
-def _radix_rank(packed, shift, NP: tl.constexpr, DB: tl.constexpr, W: tl.constexpr,
-                F4: tl.constexpr, FUSE2: tl.constexpr):
-    # the place of every key of the row after a stable sort by the DB-bit digit at `shift`.
-    # Per-digit running counts are 16-bit fields (<= 4096: no carry), 4 to an int64 word (F4)
-    # or 2 to an int32 word (half the registers a word, twice the words). One word at a time:
-    # only one [NP] running count is live (a [NP, W] scan spilled on sm_90 at 16 warps).
-    d = ((packed >> shift) & ((1 << DB) - 1)).to(tl.int32)
-    if F4:
-        fsh = ((d & 3) * 16).to(tl.int64)
-        one = tl.full([NP], 1, tl.int64) << fsh
-        wd = d >> 2
-    else:
-        fsh = (d & 1) * 16
-        one = tl.full([NP], 1, tl.int32) << fsh
-        wd = d >> 1
-    sel = -one                                     # inclusive -> exclusive count
-    base = 0                                       # keys in the words before
-    if FUSE2:
-        # W == 2: both words in one scan and one reduction (half the cross-warp rounds and
-        # barriers, two running counts live)
-        hot = wd == 0
-        o0 = tl.where(hot, one, 0)
-        o1 = tl.where(hot, 0, one)
-        c0, c1 = tl.associative_scan((o0, o1), 0, _radix_add2)
-        t0, t1 = tl.reduce((o0, o1), 0, _radix_add2)
-        if F4:
-            off0 = (t0 << 16) + (t0 << 32) + (t0 << 48)
-            b = (t0 + (t0 >> 16) + (t0 >> 32) + (t0 >> 48)) & 0xFFFF
-            off1 = (t1 << 16) + (t1 << 32) + (t1 << 48) + b + (b << 16) + (b << 32) + (b << 48)
-        else:
-            off0 = t0 << 16
-            b = (t0 + (t0 >> 16)) & 0xFFFF
-            off1 = (t1 << 16) + b + (b << 16)
-        sel += tl.where(hot, c0 + off0, c1 + off1)
-    else:
-        for j in tl.static_range(W):
-            hot = wd == j
-            o = tl.where(hot, one, 0)
-            c = tl.cumsum(o, axis=0)                   # running counts of this word's digits
-            t = tl.sum(o, axis=0)                      # their totals
-            if F4:
-                off = (t << 16) + (t << 32) + (t << 48)    # field f: totals of fields < f
-                if j > 0:
-                    off += base + (base << 16) + (base << 32) + (base << 48)   # no carry
-                base += (t + (t >> 16) + (t >> 32) + (t >> 48)) & 0xFFFF
-            else:
-                off = t << 16
-                if j > 0:
-                    off += base + (base << 16)
-                base += (t + (t >> 16)) & 0xFFFF
-            sel += tl.where(hot, c + off, 0)
-    return ((sel >> fsh) & 0xFFFF).to(tl.int64)
-
-
-@triton.jit
-def _radix_row_kernel(x_ptr, s_ptr, v_ptr, i_ptr, N, I, NP: tl.constexpr, LO: tl.constexpr,
-                      HI: tl.constexpr, DB: tl.constexpr, W: tl.constexpr, F4: tl.constexpr,
-                      FUSE2: tl.constexpr, NPASS: tl.constexpr,
-                      SMALL: tl.constexpr, KMIN: tl.constexpr, IS_FLOAT: tl.constexpr,
-                      DESC: tl.constexpr):
-    # One program sorts one row of N <= NP keys (CUB's block radix sort, torch's method for
-    # rows <= 4096): LSD passes of DB-bit digits over key bits [LO, HI). An element's place
-    # in a pass = (keys of smaller digits) + (keys of its digit before it): stable, so equal
-    # keys keep index order and the result is torch's stable sort. The per-digit counts
-    # are 16-bit fields of W one-hot words (_radix_rank; counts <= 16384 never carry; host:
-    # W = cdiv(2**DB, 4 if F4 else 2), NPASS = cdiv(HI - LO, DB)): an inclusive scan along
-    # the row gives every key its running count of each digit. Keys move between passes
-    # through a per-row scratch row
-    # (L2-resident, ping-pong halves: one barrier a pass), packed as (key << 32) | position.
-    row = tl.program_id(0).to(tl.int64)
-    p = tl.arange(0, NP)
-    m = p < N
-    v = tl.load(x_ptr + row * N + p, mask=m, other=0)
-    if SMALL:   # <= 16-bit ints: v - min in [0, 2**HI), so only HI bits need passes
-        u = v.to(tl.int32) - KMIN
-        if DESC:
-            u = ((1 << HI) - 1) - u
-        u = tl.where(m, u, (1 << HI) - 1).to(tl.int64)
-    else:       # the signed order key as an unsigned 32-bit number; padding is the largest
-        u = _key32(v, IS_FLOAT, DESC).to(tl.int64) + tl.full([NP], 2147483648, tl.int64)
-        u = tl.where(m, u, tl.full([NP], 4294967295, tl.int64))
-    packed = (u << 32) | p.to(tl.int64)   # padding sorts last: largest key, position >= N
-    sbase = s_ptr + row * (2 * NP)
-    # a runtime loop over the passes (not unrolled: fewer registers and a smaller kernel)
-    for it in range(NPASS - 1):
-        rank = _radix_rank(packed, 32 + LO + it * DB, NP, DB, W, F4, FUSE2)
-        buf = sbase + (it % 2) * NP
-        tl.store(buf + rank, packed)
-        tl.debug_barrier()   # all of this pass's stores visible to the whole CTA
-        packed = tl.load(buf + p)
-    # the last pass writes index and value (gathered from the input) at their place
-    rank = _radix_rank(packed, 32 + LO + (NPASS - 1) * DB, NP, DB, W, F4, FUSE2)
-    idx = packed & 0xFFFFFFFF
-    mo = idx < N
-    val = tl.load(x_ptr + row * N + idx, mask=mo, other=0)
-    obase = (row // I) * N * I + (row % I)
-    tl.store(i_ptr + obase + rank * I, idx, mask=mo)
-    tl.store(v_ptr + obase + rank * I, val, mask=mo)
-
-
-@triton.jit
 def _topk_chunk_kernel(src_ptr, dst_ptr, N, NC, KP: tl.constexpr, CHUNK: tl.constexpr,
                        FROM_KEYS: tl.constexpr, IS_FLOAT: tl.constexpr, DESC: tl.constexpr):
     # the best KP packed keys of one CHUNK of a row -> dst[row, chunk*KP : (chunk+1)*KP]
@@ -541,24 +431,14 @@ CONFIG = {"cuda": {"sort_tile": 4096, "topk_chunk": 4096, "topk_programs": 132 *
                    # (1,32000) 2.0x, (1,128256) 1.06x on ml_small; (4,128256) 1.00-1.03x,
                    # (32,32000) 1.02-1.03x on ml_big; v3 0.44x / 0.59x on the last two.
                    "sort_algo": _os.environ.get("NBX_SORT_ALGO", "ml"),
-                   "ml_small": (1024, 8, 32, 128, 0), "ml_big": (1024, 2, 2, 256, 0),
-                   # radix path (_radix_row_kernel, one program a row of radix_min_n <= N
-                   # <= radix_max_n keys (<= 4096: registers), radix_bits-bit digits,
-                   # per-digit counts in int64 (radix_f4=1) or int32 words, radix_warps
-                   # warps): radix_max_n 0 = off until the H200 sweep (--sort-sweep2
-                   # --radix) says where it wins
-                   "radix_min_n": 0, "radix_max_n": 0, "radix_bits": 4, "radix_warps": 16,
-                   "radix_f4": 1, "radix_fuse": 0},
+                   "ml_small": (1024, 8, 32, 128, 0), "ml_big": (1024, 2, 2, 256, 0)},
           "interp": {"sort_tile": 16, "topk_chunk": 32, "topk_programs": 8,
                      "topk_ept": 16, "merge_block": 32, "max_kp": 1024,
                      "filt_min_n": 64, "filt_max_kp": 8, "filt_chunk": 8, "filt_ratio": 4,
                      "filt_block": 16, "rank_tile": 16, "rank_max_tiles": 4, "rank_block": 16,
                      "rank_small_grid": 8,
                      "sort_algo": _os.environ.get("NBX_SORT_ALGO", "ml"),
-                     "ml_small": (16, 2, 4, 16, 1), "ml_big": (16, 4, 2, 16, 0),
-                     # rows of <= 40 keys take the radix path on interp (CI covers it)
-                     "radix_min_n": 0, "radix_max_n": 40, "radix_bits": 4, "radix_warps": 4,
-                     "radix_f4": 1, "radix_fuse": 0}}
+                     "ml_small": (16, 2, 4, 16, 1), "ml_big": (16, 4, 2, 16, 0)}}
 
 
 def _grid(rows, per_row):
@@ -666,51 +546,10 @@ def _sort_ml(xr, M, N, descending, values, indices, inner, cfg):
         runs = _cdiv(runs, tp)
 
 
-# Radix path (CONFIG radix_max_n): (LO, HI, SMALL, KMIN) per dtype. Floats skip the low key
-# bits that are the same in every key of a narrower float (bf16 -> f32: 16 zero bits; f16: 13)
-# -- distinct values differ above them and equal values have equal keys; <= 16-bit ints sort
-# v - min on their own width. Other dtypes (64-bit, unsigned 32) keep the other paths.
-def _radix_plan(dt):
-    if dt is _dt.float32 or dt is _dt.int32:
-        return 0, 32, False, 0
-    if dt is _dt.bfloat16:
-        return 16, 32, False, 0
-    if dt is _dt.float16:
-        return 13, 32, False, 0
-    if dt is _dt.int16:
-        return 0, 16, True, -32768
-    if dt is _dt.int8:
-        return 0, 8, True, -128
-    if dt is _dt.uint8:
-        return 0, 8, True, 0
-    if dt is _dt.bool:
-        return 0, 1, True, 0
-    return None
-
-
-def _sort_radix(xr, M, N, descending, values, indices, inner, cfg, plan):
-    lo, hi, small, kmin = plan
-    db, f4 = cfg["radix_bits"], cfg["radix_f4"]
-    np_ = max(_p2(N), 2)
-    fpw = 4 if f4 else 2
-    w = _cdiv(1 << db, fpw)
-    scratch = Tensor._empty((M, 2 * np_), _dt.int64, xr.device)
-    launch(_radix_row_kernel, (M,), xr, scratch, values, indices, N, inner, NP=np_,
-           LO=lo, HI=hi, DB=db, W=w, F4=bool(f4), FUSE2=w == 2 and bool(cfg["radix_fuse"]),
-           NPASS=_cdiv(hi - lo, db),
-           SMALL=small, KMIN=kmin, IS_FLOAT=xr.dtype.is_floating_point, DESC=descending,
-           num_warps=cfg["radix_warps"])
-
-
 @register("sort", "triton")
 def sort(x, dim, descending, values, indices):
     xr, M, N, inner = _rows(x, dim)
     cfg = CONFIG[xr.device.type]
-    if max(1, cfg["radix_min_n"]) <= N <= min(cfg["radix_max_n"], 16384):   # 16-bit counts
-        plan = _radix_plan(xr.dtype)
-        if plan is not None:   # one program a row, no tile sort (H200 A/B: --sort-sweep2)
-            _sort_radix(xr, M, N, descending, values, indices, inner, cfg, plan)
-            return
     if cfg["sort_algo"] == "ml" and xr.dtype.itemsize < 8 and 0 < N < 2**30:
         # N < 2**30: int32 offsets in the rank levels
         _sort_ml(xr, M, N, descending, values, indices, inner, cfg)
