@@ -251,11 +251,12 @@ def _device_info(index: int):
 def _compile(kernel, signature, constexprs, attrs, options, cc: int):
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
     if getattr(kernel, "is_gluon", lambda: False)():
         # a @gluon.jit kernel compiles from its own source class (Gluon's language)
-        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
-    src = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+        from triton.experimental.gluon._runtime import GluonASTSource as source
+    else:
+        from triton.compiler import ASTSource as source
+    src = source(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", cc, 32), options=options)
 
 
