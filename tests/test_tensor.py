@@ -307,6 +307,18 @@ def test_contiguous_clone(device):
     np.testing.assert_array_equal(k.numpy(), x.numpy())
 
 
+def test_empty_tensors_are_contiguous(device):
+    # torch: a tensor with no elements is contiguous whatever its strides, and contiguous()
+    # returns it as it is
+    for shape in ((7, 0), (2, 0, 3), (0,), (0, 5)):
+        e = nbx.empty(shape, device=device)
+        assert e.is_contiguous() and e.contiguous() is e, shape
+    x = randn((4, 6), nbx.float32, device)
+    v = x[:, :0].T                                  # a (0, 4) view with strides (1, 6)
+    assert v.stride() == (1, 6) and v.is_contiguous() and v.contiguous() is v
+    assert not x[:, :3].is_contiguous()             # a non-empty column slice still is not
+
+
 def test_to(device):
     x = randn((3, 4), nbx.float32, "cpu")
     assert x.to("cpu") is x and x.to(nbx.float32) is x
