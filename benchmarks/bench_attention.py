@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402  (the reference only)
 
 import nbxtensor as nbx  # noqa: E402
-from _common import compile_in_pool, copy_bw, out_dir, recorder, time_gpu, time_rotated  # noqa: E402
+from _common import copy_bw, out_dir, precompile, recorder, time_gpu, time_rotated  # noqa: E402
 from bench_matmul import rel_err, to_nbx  # noqa: E402
 
 PREFILL_ONLY = "--sweep-prefill" in sys.argv    # the prefill sweep alone (no decode, no copy)
@@ -95,38 +95,11 @@ def cfg_text(c):
 
 
 def warm_compile(jobs):
-    """Compile every (call, override) job in parallel processes so the timed loop below hits
-    Triton's on-disk cache. Each call runs once with the launcher's compile step replaced by
-    a recorder (nothing launches); the recorded compile arguments go to a process pool.
-    Best effort: any failure here only means the timed loop compiles serially."""
-    from nbxtensor.backends.cuda import launcher as L
-    recorded = []
-
-    class _Stop(Exception):
-        pass
-
-    def rec(kernel, signature, constexprs, attrs, options, cc):
-        recorded.append((kernel.fn.__module__, kernel.fn.__name__, signature, constexprs,
-                         attrs, options, cc))
-        raise _Stop
-
-    orig = L._compile
-    L._compile = rec
-    try:
-        for call, set_override in jobs:
-            set_override()
-            try:
-                call()
-            except _Stop:
-                pass
-            except Exception as e:  # noqa: BLE001
-                print(f"  warm-compile: skipped ({type(e).__name__}: {str(e)[:80]})")
-    finally:
-        L._compile = orig
+    """`_common.precompile` of (call, set_override) jobs, the overrides reset after."""
+    def reset():
         from nbxtensor.kernels import attention as ka, decode_attention as kd
         ka._OVERRIDE = kd._OVERRIDE = None
-    uniq = {repr(r): r for r in recorded}
-    compile_in_pool(uniq.values(), "  warm-compile")
+    precompile(jobs, "  warm-compile", reset)
 
 
 

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402  (the reference only)
 
 import nbxtensor as nbx  # noqa: E402
-from _common import out_dir, recorder, time_gpu  # noqa: E402
+from _common import out_dir, precompile, recorder, time_gpu  # noqa: E402
 from bench_matmul import to_nbx  # noqa: E402
 
 OUTDIR = out_dir()
@@ -65,7 +65,7 @@ def vname(c):
 
 
 def make_case(B, H, S, D, causal):
-    from nbxtensor.kernels import attention as ka, attention_gluon as ag
+    from nbxtensor.kernels import attention_gluon as ag
     F = torch.nn.functional
     tq, tk, tv = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
                   for _ in range(3))
@@ -74,14 +74,14 @@ def make_case(B, H, S, D, causal):
     shape = f"B{B} H{H} S{S} D{D}"
     rows = [("torch", shape, lambda: F.scaled_dot_product_attention(tq, tk, tv,
                                                                      is_causal=causal), None),
-            ("nbx-default", shape, lambda: nbx.scaled_dot_product_attention(
-                q, k, v, is_causal=causal), None)]
+            ("nbx-triton", shape, lambda: nbx.scaled_dot_product_attention(
+                q, k, v, is_causal=causal), False)]
     for c in VARIANTS[causal]:
         rows.append((vname(c), shape, lambda c=c: ag.sdpa_gluon(
             out, q, k, v, LOG2E / math.sqrt(D), causal=causal, **c), None))
     if causal:
         # the models' layout: one (B, S, 3, H, D) buffer, strided (B, H, S, D) views; the
-        # public op with the switch on (attention_gluon.DEFAULT's settings)
+        # public op with GLUON_CAUSAL off (the Triton kernels) and on (DEFAULT's settings)
         buf = torch.randn(B, S, 3, H, D, device="cuda", dtype=torch.bfloat16)
         bq, bk, bv = (buf[:, :, i].transpose(1, 2) for i in range(3))
         nb = to_nbx(buf)
@@ -89,10 +89,10 @@ def make_case(B, H, S, D, causal):
         sh = shape + " bshd"
         rows += [("torch", sh, lambda: F.scaled_dot_product_attention(bq, bk, bv,
                                                                        is_causal=True), None),
-                 ("nbx-default", sh, lambda: nbx.scaled_dot_product_attention(
-                     nq, nk, nv, is_causal=True), None),
+                 ("nbx-triton", sh, lambda: nbx.scaled_dot_product_attention(
+                     nq, nk, nv, is_causal=True), False),
                  ("nbx-GLUON_CAUSAL", sh, lambda: nbx.scaled_dot_product_attention(
-                     nq, nk, nv, is_causal=True), lambda on: setattr(ka, "GLUON_CAUSAL", on))]
+                     nq, nk, nv, is_causal=True), True)]
     flops = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
     return rows, flops
 
@@ -110,11 +110,15 @@ T0 = time.time()
 
 
 def time_rows(rows, flops, causal, failures):
+    """Time each row; a row's `gluon` (True/False/None) sets attention.GLUON_CAUSAL for it
+    alone (None: the row calls a kernel directly), the module's value is restored after."""
+    from nbxtensor.kernels import attention as ka
     ref = t_t = None
-    for name, shape, fn, switch in rows:
+    default = ka.GLUON_CAUSAL
+    for name, shape, fn, gluon in rows:
         try:
-            if switch:
-                switch(True)
+            if gluon is not None:
+                ka.GLUON_CAUSAL = gluon
             out = fn()
             torch.cuda.synchronize()
             t = time_gpu(fn, 5)
@@ -131,8 +135,7 @@ def time_rows(rows, flops, causal, failures):
             failures.append(f"{name} {shape} causal={causal}: {type(e).__name__}: {e}")
             record(case=name, shape=shape, causal=causal, error=f"{type(e).__name__}: {e}"[:200])
         finally:
-            if switch:
-                switch(False)
+            ka.GLUON_CAUSAL = default
             dump(failures, T0)
 
 
@@ -145,19 +148,20 @@ def main():
         cases.append((rows, flops, causal))
     # every kernel compiled in parallel processes first (bench_attention's recorder), so
     # the timed loop hits Triton's cache; a failure here only means serial compiles
+    from nbxtensor.kernels import attention as ka
+    default = ka.GLUON_CAUSAL
     try:
-        from bench_attention import warm_compile
         jobs = []
         for rows, _, _ in cases:
-            for name, _, fn, switch in rows:
+            for name, _, fn, gluon in rows:
                 if name != "torch":
-                    jobs.append((fn, (lambda sw=switch: sw(True)) if switch else (lambda: None)))
-        warm_compile(jobs)
+                    jobs.append((fn, lambda g=gluon: setattr(
+                        ka, "GLUON_CAUSAL", default if g is None else g)))
+        precompile(jobs, "warm-compile")
     except Exception:  # noqa: BLE001
         traceback.print_exc()
     finally:
-        from nbxtensor.kernels import attention as ka
-        ka.GLUON_CAUSAL = False
+        ka.GLUON_CAUSAL = default
     print(f"  compiled ({time.time() - t0:.0f} s)", flush=True)
     # today's kernels and torch are timed first (each row printed when done): a Gluon hang
     # then shows after them

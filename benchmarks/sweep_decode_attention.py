@@ -30,7 +30,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import compile_in_pool, out_dir, recorder, time_rotated  # noqa: E402
+from _common import out_dir, precompile, recorder, time_rotated  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -79,38 +79,6 @@ def to_nbx(t):
 def nbx_view(big, off):
     """[1, HK, CAP, D] view of the nbx buffer [1, HK, CTOT, D] starting at key `off`."""
     return big[:, :, off:off + CAP, :]
-
-
-def warm_compile(calls):
-    """Record every candidate's compile arguments (nothing launches) and compile them in a
-    process pool, so the timed loop reads Triton's cache. Best effort."""
-    from nbxtensor.backends.cuda import launcher as L
-    rec = []
-
-    class _Stop(Exception):
-        pass
-
-    def fake(kernel, signature, constexprs, attrs, options, cc):
-        rec.append((kernel.fn.__module__, kernel.fn.__name__, signature, constexprs, attrs,
-                    options, cc))
-        raise _Stop
-
-    orig, L._compile = L._compile, fake
-    try:
-        for name, call in calls:
-            kd._OVERRIDE = override(CANDS[name])
-            try:
-                call()
-            except _Stop:
-                pass
-            except Exception as e:  # noqa: BLE001
-                print(f"  warm-compile {name}: {type(e).__name__}: {str(e)[:100]}")
-    finally:
-        L._compile = orig
-        kd._OVERRIDE = None
-    uniq = list({repr(r): r for r in rec}.values())
-    compile_in_pool(uniq, "warm-compile")
-
 
 
 _FLUSH = None
@@ -179,7 +147,9 @@ def main():
             return F.scaled_dot_product_attention(tq, tkv[i][0], tkv[i][1], enable_gqa=True)
 
         if not compiled:
-            warm_compile([(name, lambda: fn(0)) for name in CANDS])
+            precompile([(lambda: fn(0), lambda n=name: setattr(kd, "_OVERRIDE",
+                                                                override(CANDS[n])))
+                        for name in CANDS], reset=lambda: setattr(kd, "_OVERRIDE", None))
             compiled = True
         iters = max(20, min(400, copies * 4))
         t_t = time_rotated(tfn, copies, iters)
