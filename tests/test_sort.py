@@ -238,6 +238,11 @@ def test_sort_rank_levels(device, monkeypatch, cfg):
     _sort_check(xb, ab, -1, False, device)
     xi, ai = _input((1, 200), nbx.int32, device)
     _sort_check(xi, ai, -1, True, device)
+    if cfg == "v3":     # v3's rank pass (2..rank_max_tiles sorted tiles, one placement launch)
+        for shape in ((2, 33), (1, 50)):
+            xr, ar = _input(shape, nbx.float32, device)
+            for descending in (False, True):
+                _sort_check(xr, ar, -1, descending, device)
 
 
 def test_sort_rank_levels_int_extremes(device, monkeypatch):

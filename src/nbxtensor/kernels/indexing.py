@@ -337,14 +337,10 @@ def _linearize_kernel(acc_ptr, idx_ptr, flag_ptr, tag,
     reading or writing outside the tensor when the range check is deferred (async, deferred)."""
     r0, r1, r2, cols, rmask, cmask = _tile(tl.program_id(0), n_cblocks, n_rows, R1, R2, C, BR, BC)
     mask = rmask[:, None] & cmask[None, :]
-    ioff = (r0 * i0 + r1 * i1 + r2 * i2)[:, None] + (cols * ic)[None, :]
-    idx = tl.load(idx_ptr + ioff, mask=mask, other=0).to(tl.int64)
-    bad = ((idx < lo) | (idx >= hi)) & mask
-    _flag_bad(flag_ptr, bad, idx, tag)
-    if WRAP:
-        idx = tl.where(idx < 0, idx + hi, idx)
+    v, ok = _tile_index(idx_ptr, flag_ptr, tag, r0, r1, r2, cols, i0, i1, i2, ic, rmask, mask,
+                        stride, lo, hi, False, WRAP)
+    bad = mask & ~ok
     aoff = (r0 * a0 + r1 * a1 + r2 * a2)[:, None] + (cols * ac)[None, :]
-    v = idx * stride
     if not INIT:
         prev = tl.load(acc_ptr + aoff, mask=mask, other=0)
         bad = bad | (prev == BAD_OFFSET)

@@ -198,18 +198,9 @@ def _rank_decode_kernel(k_ptr, x_ptr, v_ptr, i_ptr, N, I, TILE: tl.constexpr, TP
     t = tl.arange(0, TP)
     lo = tl.zeros([BLOCK, TP], dtype=tl.int32) + (t * TILE)[None, :]
     lo = tl.minimum(lo, N)
-    start = lo
     hi = tl.minimum(lo + TILE, N)
-    mm = m[:, None]
-    kk = key[:, None]
-    for _ in tl.static_range(STEPS):
-        active = lo < hi
-        mid = (lo + hi) // 2
-        km = tl.load(base + mid, mask=mm & active, other=0)
-        right = active & (km < kk)
-        lo = tl.where(right, mid + 1, lo)
-        hi = tl.where(active & ~right, mid, hi)
-    rank = tl.sum(lo - start, axis=1).to(tl.int64)
+    pos = _lower_bound(base, lo, hi, key[:, None], m[:, None], STEPS)
+    rank = tl.sum(pos - lo, axis=1).to(tl.int64)
     idx = key & 0xFFFFFFFF
     val = tl.load(x_ptr + row * N + idx, mask=m, other=0)
     obase = (row // I) * N * I + (row % I)
