@@ -620,6 +620,19 @@ def _bits_f64(v):
 
 
 @triton.jit
+def _scalars(sa, sb, sc, p0, p1, F64S: tl.constexpr):
+    """The kernels' scalar operands and parameters: float64 ones arrive as their int64 bit
+    patterns (F64S), the rest as they are."""
+    if F64S:
+        sa = _bits_f64(sa)
+        sb = _bits_f64(sb)
+        sc = _bits_f64(sc)
+        p0 = _bits_f64(p0)
+        p1 = _bits_f64(p1)
+    return sa, sb, sc, p0, p1
+
+
+@triton.jit
 def _dim(rem, d, so, sa, sb, sc, oo, ao, bo, co, LAST: tl.constexpr):
     if LAST:
         i = rem
@@ -652,12 +665,7 @@ def _ew_flat_kernel(out, a, b, c, sa, sb, sc, p0, p1, N,
                     F64S: tl.constexpr, IDX64: tl.constexpr, INTERP: tl.constexpr,
                     BLOCK: tl.constexpr):
     """out[i] = OP(a[i], b[i], c[i]) for contiguous operands: no index math, wide accesses."""
-    if F64S:
-        sa = _bits_f64(sa)
-        sb = _bits_f64(sb)
-        sc = _bits_f64(sc)
-        p0 = _bits_f64(p0)
-        p1 = _bits_f64(p1)
+    sa, sb, sc, p0, p1 = _scalars(sa, sb, sc, p0, p1, F64S)
     pid = tl.program_id(0)
     if IDX64:
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -717,12 +725,7 @@ def _ew_flat_v_kernel(out, a, b, c, sa, sb, sc, p0, p1, N, NFULL,
     PDL: launched with programmatic dependent launch; waits for the previous kernel before
     touching memory (the next launch's setup overlaps this kernel's tail).
     """
-    if F64S:
-        sa = _bits_f64(sa)
-        sb = _bits_f64(sb)
-        sc = _bits_f64(sc)
-        p0 = _bits_f64(p0)
-        p1 = _bits_f64(p1)
+    sa, sb, sc, p0, p1 = _scalars(sa, sb, sc, p0, p1, F64S)
     _pdl_wait(PDL)
     pid = tl.program_id(0)
     ar = tl.arange(0, BLOCK)
@@ -777,12 +780,7 @@ def _ew_2d_kernel(out, a, b, c, sa, sb, sc, p0, p1, M, N,
     an operand is contiguous along the other axis than the output, so a transposed
     operand is read coalesced as well.
     """
-    if F64S:
-        sa = _bits_f64(sa)
-        sb = _bits_f64(sb)
-        sc = _bits_f64(sc)
-        p0 = _bits_f64(p0)
-        p1 = _bits_f64(p1)
+    sa, sb, sc, p0, p1 = _scalars(sa, sb, sc, p0, p1, F64S)
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
     mask = (rm < M)[:, None] & (rn < N)[None, :]
@@ -814,12 +812,7 @@ def _ew_kernel(out, a, b, c, sa, sb, sc, p0, p1, N,
     NDIM >= 1 dims remain after collapsing: sizes d(6-NDIM)..d5 (d5 innermost) and
     per-operand strides, in elements.
     """
-    if F64S:     # float64 scalars arrive as their int64 bit patterns
-        sa = _bits_f64(sa)
-        sb = _bits_f64(sb)
-        sc = _bits_f64(sc)
-        p0 = _bits_f64(p0)
-        p1 = _bits_f64(p1)
+    sa, sb, sc, p0, p1 = _scalars(sa, sb, sc, p0, p1, F64S)
     pid = tl.program_id(0)
     if IDX64:
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
