@@ -383,7 +383,9 @@ def bench_gemv_sweep(copy_bw):
 # kernels/matmul.py TMA_BIG set to the config (the path the lead would ship).
 _TMA = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, GROUP_M=8)
 MM_CANDIDATES = [
-    ("rule (tiled 128x256 s3)", "rule", None),
+    ("rule (the default: TMA_BIG)", "rule", None),
+    ("tiled s3 (session 3's rule)", "tiled", dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
+                                                   num_warps=8, num_stages=3)),
     ("tiled s4", "tiled", dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=4)),
     ("tiled s3 G16", "tiled", dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8,
                                    num_stages=3, GROUP_M=16)),
