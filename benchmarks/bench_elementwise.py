@@ -204,17 +204,16 @@ def main():
               1e-6, 200 if quick else 1000)
 
     # --- contiguous-kernel configuration sweep (--sweep-flat): BLOCK x num_warps of the flat
-    # kernel on the 256 MiB rows; the winner goes into kernels/elementwise.py FLAT_BLOCK/WARPS
+    # kernel (through its variant switch) on the 256 MiB rows; sweep_bandwidth.py
+    # --groups=small is the fuller sweep (FLAT_VARIANTS, torch beside every row)
     if "--sweep-flat" in sys.argv:
         from nbxtensor.kernels import elementwise as ke
-        saved = ke.FLAT_BLOCK, ke.FLAT_WARPS
         print("flat-kernel sweep (ms; torch: neg %.4f copy %.4f add %.4f)" % (
             timeit(lambda: torch.neg(t32), iters), timeit(lambda: t32.clone(), iters),
             timeit(lambda: t32 + u32, iters)))
         for blk, w in [(1024, 4), (2048, 4), (2048, 8), (4096, 4), (4096, 8), (8192, 8),
                        (8192, 16), (16384, 16)]:
-            ke.FLAT_BLOCK, ke.FLAT_WARPS = blk, w
-            ke._PLANS.clear()
+            saved = ke.set_flat_variant({"BLOCK": blk, "num_warps": w})
             try:
                 r = [timeit(lambda: nbx.neg(x32), iters), timeit(lambda: x32.clone(), iters),
                      timeit(lambda: x32 + y32, iters)]
@@ -223,8 +222,8 @@ def main():
                              "neg_ms": r[0], "copy_ms": r[1], "add_ms": r[2]})
             except Exception as e:
                 print(f"  BLOCK={blk} warps={w}: {type(e).__name__}: {e}")
-        ke.FLAT_BLOCK, ke.FLAT_WARPS = saved
-        ke._PLANS.clear()
+            finally:
+                ke.set_flat_variant(saved)
 
     summary = {"copy_bw_Bps": copy_bw[0], "event": event_kind, "quick": quick,
                "device": torch.cuda.get_device_name(), "rows": rows}

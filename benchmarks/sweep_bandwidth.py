@@ -11,8 +11,8 @@
   norm kernels/norm.py tiles through _OVERRIDE (BLOCK_R x num_warps; "default" = the rule):
        layer_norm bf16 (16384,4096) weight+bias, rms_norm bf16 same shape.
   small  (session 4; not in the default groups) kernels/elementwise.py FLAT_VARIANTS
-       (set_flat_variant; "default" = the shipped FLAT_VARIANT, "old" = session 3's
-       4096-element 8-warp _ew_flat_kernel, "base" that block through the variant kernel): copy / neg / exp / add f32 and add bf16, 256 MiB
+       (set_flat_variant; "default" = the shipped _ew_flat_kernel rule, "old" = session 3's
+       4096-element 8-warp block, "v16w4" the default's block through the variant kernel): copy / neg / exp / add f32 and add bf16, 256 MiB
        tensors. The kernels are compiled first in a spawn process pool (Triton's disk cache);
        --variants= limits the list.
 Session 3 also swept the flat element-wise kernel (unmasked body, persistent grid, cache and
@@ -238,15 +238,10 @@ def _small_precompile_worker(jobs):
     return ok, errs
 
 
-_SHIPPED_FLAT = []     # the shipped FLAT_VARIANT, read before the sweep changes it
-
-
 def _set_flat(EW, v):
-    """A small-group variant name -> elementwise.set_flat_variant: "default" the shipped
-    FLAT_VARIANT, "old" session 3's _ew_flat_kernel (None), else a FLAT_VARIANTS name."""
-    if not _SHIPPED_FLAT:
-        _SHIPPED_FLAT.append(EW.FLAT_VARIANT)
-    EW.set_flat_variant(_SHIPPED_FLAT[0] if v == "default" else None if v == "old" else v)
+    """A small-group variant name -> elementwise.set_flat_variant ("default": None, the
+    shipped _ew_flat_kernel rule)."""
+    EW.set_flat_variant(None if v == "default" else v)
 
 
 def _small_precompile(jobs, timeout_s=60):
@@ -277,10 +272,10 @@ def _small_precompile(jobs, timeout_s=60):
 def sweep_small(bw):
     """kernels/elementwise.py FLAT_VARIANTS (session 4: torch's shape, many small 128-thread
     programs; 16-byte vectors; PEEL, PDL, PERSIST) on copy / neg / exp / add f32 and add bf16,
-    256 MiB tensors; "default" = the shipped FLAT_VARIANT, "old" = session 3's
-    _ew_flat_kernel 4096 x 8 warps, "base" = that block through the variant kernel."""
+    256 MiB tensors; "default" = the shipped _ew_flat_kernel rule, "old" = session 3's 4096 x
+    8 warps block, "v16w4" = the default's block through the variant kernel (a control)."""
     from nbxtensor.kernels import elementwise as EW
-    names = ["default", "old"] + [k for k in EW.FLAT_VARIANTS if k != "base"] + ["base"]
+    names = ["default"] + list(EW.FLAT_VARIANTS)
     if SMALL_ONLY:
         names = ["default"] + [k for k in SMALL_ONLY if k != "default"]
     cases = _small_cases()

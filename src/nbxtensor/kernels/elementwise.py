@@ -678,25 +678,6 @@ def _ew_flat_kernel(out, a, b, c, sa, sb, sc, p0, p1, N,
 # ---- bandwidth variants of the flat kernel (FLAT_VARIANT; benchmarks/sweep_bandwidth.py)
 
 @triton.jit
-def _ld_raw(ptr, off, mask, MODE: tl.constexpr):
-    """A tensor operand's raw storage (decoded later, so a prefetch does not wait on it)."""
-    if MODE == "t":
-        v = tl.load(ptr + off, mask=mask)
-    else:
-        v = tl.zeros(off.shape, tl.int8)        # placeholder: _val builds the value
-    return v
-
-
-@triton.jit
-def _val(raw, ptr, off, sval, MODE: tl.constexpr, ENC: tl.constexpr, CT: tl.constexpr):
-    if MODE == "t":
-        v = _decode(raw, ENC).to(CT)
-    else:
-        v = _operand(ptr, off, None, sval, MODE, ENC, CT)
-    return v
-
-
-@triton.jit
 def _ew_flat_v_block(out, a, b, c, sa, sb, sc, p0, p1, offs, mask,
                      OP: tl.constexpr, CT: tl.constexpr,
                      MA: tl.constexpr, MB: tl.constexpr, MC: tl.constexpr,
@@ -715,13 +696,10 @@ def _ew_flat_v_kernel(out, a, b, c, sa, sb, sc, p0, p1, N, NFULL,
                       MA: tl.constexpr, MB: tl.constexpr, MC: tl.constexpr,
                       EA: tl.constexpr, EB: tl.constexpr, EC: tl.constexpr, EO: tl.constexpr,
                       F64S: tl.constexpr, IDX64: tl.constexpr, INTERP: tl.constexpr,
-                      BLOCK: tl.constexpr, PEEL: tl.constexpr, PERSIST: tl.constexpr,
-                      PDL: tl.constexpr):
+                      BLOCK: tl.constexpr, PEEL: tl.constexpr, PDL: tl.constexpr):
     """_ew_flat_kernel's bandwidth variants (FLAT_VARIANT). NFULL = N // BLOCK.
 
     PEEL: full blocks unmasked, only the last (partial) block masked, in the same launch.
-    PERSIST: fewer programs than blocks walk them grid-stride, each issuing the next
-    block's loads (raw, undecoded) before it computes and stores the current one.
     PDL: launched with programmatic dependent launch; waits for the previous kernel before
     touching memory (the next launch's setup overlaps this kernel's tail).
     """
@@ -733,28 +711,7 @@ def _ew_flat_v_kernel(out, a, b, c, sa, sb, sc, p0, p1, N, NFULL,
         offs = pid.to(tl.int64) * BLOCK + ar
     else:
         offs = pid * BLOCK + ar
-    if PERSIST:
-        # the plan makes IDX64 cover N + grid * BLOCK, so the prefetch offsets cannot wrap
-        step = tl.num_programs(0) * BLOCK
-        if IDX64:
-            step = step.to(tl.int64)
-        mask = offs < N
-        ra = _ld_raw(a, offs, mask, MA)
-        rb = _ld_raw(b, offs, mask, MB)
-        rc = _ld_raw(c, offs, mask, MC)
-        for _blk in range(pid, tl.cdiv(N, BLOCK), tl.num_programs(0)):
-            offs_n = offs + step
-            mask_n = offs_n < N
-            na = _ld_raw(a, offs_n, mask_n, MA)
-            nb = _ld_raw(b, offs_n, mask_n, MB)
-            nc = _ld_raw(c, offs_n, mask_n, MC)
-            x = _val(ra, a, offs, sa, MA, EA, CT)
-            y = _val(rb, b, offs, sb, MB, EB, CT)
-            z = _val(rc, c, offs, sc, MC, EC, CT)
-            r = _apply(OP, x, y, z, p0, p1, INTERP)
-            tl.store(out + offs, _encode(r, EO, out.dtype.element_ty), mask=mask)
-            ra, rb, rc, offs, mask = na, nb, nc, offs_n, mask_n
-    elif PEEL:
+    if PEEL:
         if pid < NFULL:
             _ew_flat_v_block(out, a, b, c, sa, sb, sc, p0, p1, offs, None,
                              OP, CT, MA, MB, MC, EA, EB, EC, EO, INTERP)
@@ -844,7 +801,11 @@ def _ew_kernel(out, a, b, c, sa, sb, sc, p0, p1, N,
 
 # ----------------------------------------------------------------------------- launch plan
 
-FLAT_BLOCK, FLAT_WARPS = 4096, 8        # contiguous: 16 elements per thread, wide vector access
+# contiguous: 128-thread programs, one 16-byte vector a thread of the narrowest operand (f32 512
+# elements a program, bf16 1024): the H200 sweep's winner (session 4, `sweep_bandwidth.py
+# --groups=small`, torch time / ours): copy / neg / exp f32 256 MiB 0.999-1.005 at 98-100% of
+# copy, add f32 / bf16 1.000-1.004, against session 3's 4096 x 8 warps' 0.950-0.959 on unary
+FLAT_BYTES, FLAT_WARPS = 16, 4
 STRIDED_BLOCK, STRIDED_WARPS = 1024, 4  # 1 or 3+ dims after collapsing: index math per element
 TILE_M, TILE_N, TILE_WARPS = 64, 64, 4  # 2 dims after collapsing: 2-D tiles
 MAX_DIMS = 6
@@ -852,18 +813,16 @@ IDX64_LIMIT = 2**31                     # int64 offsets from here (tests lower i
 
 # Bandwidth variants of the contiguous (flat) kernel, for benchmarks/sweep_bandwidth.py
 # (`--groups=small`) and A/B runs of any benchmark (NBX_FLAT_VARIANT=<name> at import).
-# FLAT_VARIANT None: _ew_flat_kernel with FLAT_BLOCK x FLAT_WARPS (session 3's kernel); else a dict
-# of _ew_flat_v_kernel knobs:
+# FLAT_VARIANT None: _ew_flat_kernel with flat_block(itemsize) x FLAT_WARPS (the default); else
+# a dict of _ew_flat_v_kernel knobs:
 #   BYTES: bytes per thread of the narrowest operand (BLOCK = BYTES / itemsize * 32 *
 #     num_warps, so f32 and bf16 both get whole 16-byte vectors: BYTES=16 is one
 #     ld.global.v4 per thread and operand, 32 two independent ones issued before the
 #     stores); or BLOCK directly; num_warps;
-#   PEEL: only the last, partial block masked; PDL: programmatic dependent launch (cuda);
-#   PERSIST: k -> k * NUM_SMS programs walking the blocks grid-stride with the next
-#     block's loads in flight (k = the CTAs resident per SM makes the grid one full wave).
-# Session 3 lost with big blocks (2048-8192 elements on 4-16 warps), persistent 4096-element
-# blocks, .cg / evict_first / .cs hints (docs/notes/bandwidth.md); session 4 tries torch's
-# shape: many small 128-thread programs.
+#   PEEL: only the last, partial block masked; PDL: programmatic dependent launch (cuda).
+# Lost on the H200 and removed: session 3's big blocks (2048-8192 elements on 4-16 warps),
+# persistent grid-stride walks (session 4: 87-92% of copy), .cg / evict_first / .cs hints
+# (docs/notes/bandwidth.md).
 FLAT_VARIANTS = {
     "v16w4": {"BYTES": 16, "num_warps": 4},        # torch's: f32 512 elements a program
     "v32w4": {"BYTES": 32, "num_warps": 4},        # f32 1024: 2 x 16 B loads a thread
@@ -875,22 +834,20 @@ FLAT_VARIANTS = {
     "v32w4_peel": {"BYTES": 32, "num_warps": 4, "PEEL": True},
     "v16w4_pdl": {"BYTES": 16, "num_warps": 4, "PDL": True},
     "v32w4_pdl": {"BYTES": 32, "num_warps": 4, "PDL": True},
-    "pdl": {"PDL": True},                          # today's block, PDL only
-    "p16_v16w4": {"BYTES": 16, "num_warps": 4, "PERSIST": 16},
-    "p8_v32w4": {"BYTES": 32, "num_warps": 4, "PERSIST": 8},
-    "p32_v16w2": {"BYTES": 16, "num_warps": 2, "PERSIST": 32},
-    "base": {},        # today's block through the variant kernel (a control)
+    "pdl": {"PDL": True},                          # the default's block, PDL only
+    "old": {"BLOCK": 4096, "num_warps": 8},        # session 3's default (A/B)
 }
-# The H200 sweep (session 4, `sweep_bandwidth.py --groups=small`, torch time / ours) made
-# v16w4 the default: copy / neg / exp f32 256 MiB 0.999-1.005 (98% of copy), add f32 / bf16
-# 1.004 / 1.000, against the old 4096-element block's 0.950-0.959 on the unary rows.
-FLAT_VARIANT: dict | None = dict(FLAT_VARIANTS["v16w4"])
-NUM_SMS = {"cuda": 132, "interp": 2}   # for PERSIST grids (the H200 has 132 SMs)
-_FLAT_KNOBS = {"BYTES", "BLOCK", "num_warps", "PEEL", "PDL", "PERSIST"}
+FLAT_VARIANT: dict | None = None
+_FLAT_KNOBS = {"BYTES", "BLOCK", "num_warps", "PEEL", "PDL"}
+
+
+def flat_block(isz):
+    """The contiguous kernel's elements a program, isz the narrowest operand's itemsize."""
+    return max(1, FLAT_BYTES // isz) * 32 * FLAT_WARPS
 
 
 def set_flat_variant(v):
-    """FLAT_VARIANT = v (a FLAT_VARIANTS name, a dict of knobs, or None for session 3's
+    """FLAT_VARIANT = v (a FLAT_VARIANTS name, a dict of knobs, or None for the default
     _ew_flat_kernel); drops the cached launch plans. Returns the previous FLAT_VARIANT."""
     global FLAT_VARIANT
     if isinstance(v, str):
@@ -919,18 +876,12 @@ def _flat_variant_plan(n, isz, consts, devtype):
     v = FLAT_VARIANT
     warps = v.get("num_warps", FLAT_WARPS)
     block = v.get("BLOCK") or (max(1, v["BYTES"] // isz) * 32 * warps if "BYTES" in v
-                               else FLAT_BLOCK)
-    nblk = _cdiv(n, block)
-    k = v.get("PERSIST", 0)
-    grid = min(nblk, k * NUM_SMS.get(devtype, 132)) if k else nblk
-    if k and n + (grid + 1) * block >= IDX64_LIMIT:
-        consts["IDX64"] = True       # the prefetch runs one grid stride past N
+                               else flat_block(isz))
     pdl = bool(v.get("PDL")) and devtype == "cuda"
-    consts.update(BLOCK=block, num_warps=warps, PEEL=bool(v.get("PEEL")), PERSIST=bool(k),
-                  PDL=pdl)
+    consts.update(BLOCK=block, num_warps=warps, PEEL=bool(v.get("PEEL")), PDL=pdl)
     if pdl:
         consts["launch_pdl"] = True
-    return _ew_flat_v_kernel, (grid,), (n, n // block)
+    return _ew_flat_v_kernel, (_cdiv(n, block),), (n, n // block)
 
 # bf16, fp8 and bool move as raw integers of the same width (decoded in _decode/_encode)
 _RAW = {"bfloat16": (_dt.int16, "bf"), "float8_e4m3fn": (_dt.uint8, "e4"),
@@ -1040,12 +991,13 @@ def _plan(op, out, inputs, ct):
                   INTERP=_is_interp(out))
     plan = (ro[0] if ro else None), tuple(raws), conv
     if flat:
+        isz = min(t.dtype.itemsize for t in tensor_ops)
         if FLAT_VARIANT is not None:
-            isz = min(t.dtype.itemsize for t in tensor_ops)
             kern, grid, tail = _flat_variant_plan(n, isz, consts, out.device.type)
             return (kern, grid) + plan + (tail, consts)
-        consts.update(BLOCK=FLAT_BLOCK, num_warps=FLAT_WARPS)
-        return (_ew_flat_kernel, (_cdiv(n, FLAT_BLOCK),)) + plan + ((n,), consts)
+        block = flat_block(isz)
+        consts.update(BLOCK=block, num_warps=FLAT_WARPS)
+        return (_ew_flat_kernel, (_cdiv(n, block),)) + plan + ((n,), consts)
     if len(sizes) == 2:
         # square tiles for big dims (transposes); a short outer dim gets wide, flat tiles
         bm = min(TILE_M, _np2(sizes[0]))
