@@ -334,6 +334,37 @@ def test_cuda_launch_constant_one_and_wide_ints(fake_gpu):
     assert len(rec.calls[-1]["params"]) == 1 + 7 + 2
 
 
+@triton.jit
+def _times_c(x, out, n, C: tl.constexpr, BLOCK: tl.constexpr):
+    # C as an int32, fp32 or int1 constant: x * C has a different type in each compile
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(out + i, (tl.load(x + i, mask=m) * C).to(out.dtype.element_ty), mask=m)
+
+
+@pytest.mark.parametrize("how", ["keyword", "prepared", "positional"])
+def test_cuda_launch_constexprs_of_equal_value_and_other_type_compile_apart(fake_gpu, monkeypatch,
+                                                                            how):
+    # 2 == 2.0 == True... and hash alike, but they are different constants (int32, fp32; True
+    # == 1): each must get its own compile, including after the first one has a fast launcher
+    alloc, rec = fake_gpu
+    loads = []     # a new handle each load: one per prepared entry (True and 1 compile alike)
+    monkeypatch.setattr(L, "_load", lambda md, cubin, dev: loads.append(cubin) or 0xF00 + len(loads))
+    x, out = fake_cuda((100,), nbx.int32), fake_cuda((100,), nbx.int32, ptr=0x7F0000100000)
+    seen = {}
+    for c in (2, 2.0, 2, 1, True, 1.0, True, 2.0):
+        if how == "keyword":
+            nbx.launch(_times_c, (1,), x, out, 100, C=c, BLOCK=128)
+        elif how == "prepared":
+            L.prepare(_times_c, x, out, 100, C=c, BLOCK=128)((1,), x, out, 100)
+        else:
+            nbx.launch(_times_c, (1,), x, out, 100, c, BLOCK=128)
+        f = rec.calls[-1]["f"]
+        seen.setdefault((type(c), c), f)
+        assert seen[(type(c), c)] == f, (c, f, seen)
+    assert len(set(seen.values())) == 5, seen     # 2, 2.0, 1, True, 1.0: five kernels
+
+
 def test_cuda_launch_defaults_callable_grid_and_empty_grid(fake_gpu):
     alloc, rec = fake_gpu
     x = fake_cuda((100,))

@@ -540,12 +540,13 @@ def launch_public(kernel, grid, *args, **kwargs) -> None:
     # than building and hashing the key tuple)
     try:
         rec = _state.fast[id(kernel)]
-        if rec[0] == kwargs:
+        # values compare equal across types (2 == 2.0 == True), so the types are compared too
+        if rec[0] == kwargs and rec[5] == [*map(type, kwargs.values())]:
             fns = rec[1]
         else:
-            fns = rec[2].get(tuple(kwargs.items()), ())
+            fns = rec[2].get(_kw_key(kwargs), ())
             if fns:
-                rec[0], rec[1] = kwargs, fns
+                rec[0], rec[1], rec[5] = kwargs, fns, [*map(type, kwargs.values())]
     except Exception:   # no launchers yet (AttributeError, KeyError), unhashable or odd values
         fns = ()
     for fn in fns:
@@ -578,7 +579,7 @@ def launch_items(kernel, grid, args, items) -> None:
         if rec[3] is items:
             fns = rec[4]
         else:
-            fns = rec[2].get(items, ())
+            fns = rec[2].get((items, tuple([type(v) for _, v in items])), ())
             if fns:
                 rec[3], rec[4] = items, fns
     except Exception:   # no launchers yet (AttributeError, KeyError), unhashable or odd values
@@ -596,7 +597,7 @@ def launch_items(kernel, grid, args, items) -> None:
 def _lookup(kernel, args, kwargs, idx: int):
     """The prepared entry for these arguments' kinds (verified, compiled, loaded), and the
     values to pack (before `e.fix`)."""
-    key = [id(kernel), idx, tuple(kwargs.items()) if kwargs else None]
+    key = [id(kernel), idx, _kw_key(kwargs) if kwargs else None]
     vals = []
     ap = key.append
     vp = vals.append
@@ -739,12 +740,13 @@ def _install_fast(kernel, e: _Entry, args, kwargs, idx: int) -> None:
     except AttributeError:
         fast = _state.fast = {}
     rec = fast.get(id(kernel))
-    if rec is None:     # [keywords of the last launch, their launchers, by keywords,
-        # the items tuple of the last launch_items and its launchers]
-        rec = fast[id(kernel)] = [None, (), {}, None, ()]
+    if rec is None:     # [keywords of the last launch, their launchers, by keywords (typed:
+        # `_kw_key`), the items tuple of the last launch_items and its launchers, the types
+        # of the last launch's keyword values]
+        rec = fast[id(kernel)] = [None, (), {}, None, (), None]
     by_kw = rec[2]
     try:
-        key = tuple(kwargs.items())
+        key = _kw_key(kwargs)
         fl = by_kw.get(key)
     except TypeError:           # an unhashable constexpr value: no fast launcher
         return
@@ -753,7 +755,7 @@ def _install_fast(kernel, e: _Entry, args, kwargs, idx: int) -> None:
             by_kw.clear()       # bounded: a kernel swept over many configs starts afresh
             rec[3] = None       # (launch_items' list may be one of those just dropped)
         fl = by_kw[key] = []
-    rec[0], rec[1] = dict(kwargs), fl
+    rec[0], rec[1], rec[5] = dict(kwargs), fl, [*map(type, kwargs.values())]
     if fn in fl:
         k = fl.index(fn)
         if k:
@@ -1000,6 +1002,13 @@ def _thread_token():
     return t
 
 
+def _kw_key(kwargs) -> tuple:
+    """Constexprs and options as a cache key: the values and their types. 2, 2.0 and True
+    compare and hash equal but compile to different kernels (int32, fp32, int1), as Triton's
+    own cache tells them apart."""
+    return tuple(kwargs.items()), tuple(map(type, kwargs.values()))
+
+
 def _wide_int_key(a: int) -> str:
     if _I64_MIN <= a <= _I64_MAX:
         return "i64D" if not a & 15 else "i64"
@@ -1008,6 +1017,7 @@ def _wide_int_key(a: int) -> str:
 
 def _by_constexpr_values(e, kernel, args, kwargs, idx: int):
     vals = tuple([args[i] for i in e.cpos])
+    vals = (vals, tuple(map(type, vals)))     # 2, 2.0 and True are different constexprs
     sub = e.variants.get(vals)
     if sub is None:
         sub = e.variants[vals] = _prepare(kernel, args, kwargs, idx, variant=True)
@@ -1148,7 +1158,7 @@ def _fast_list(kernel, kwargs) -> list:
     """This thread's fast launchers of `kernel` for constexprs/options `kwargs`, newest first
     (the list itself: tests and the benchmark rearrange it)."""
     rec = getattr(_state, "fast", {}).get(id(kernel))
-    return rec[2].get(tuple(kwargs.items()), []) if rec is not None else []
+    return rec[2].get(_kw_key(kwargs), []) if rec is not None else []
 
 
 def clear_cache() -> None:
