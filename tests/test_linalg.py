@@ -797,3 +797,51 @@ def test_batch_stride_beyond_int32_not_divided():
     refb, scaleb = ref_mm(b.T, a)
     check(out_b, refb, scaleb, nbx.float16)
     del flat, raw, st, A, Bt
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", ["mm_a_transposed", "mm_b_row_major", "gemv_w_transposed",
+                                  "gemv_m4_w_transposed"])
+def test_k_stride_beyond_int32_offsets(case):
+    # a K stride S with 15 * S >= 2**31 elements: the K offsets (k * S for k < BLOCK_K, any
+    # BLOCK_K >= 16) and the K step of the tiled matmul and of the GEMV must be int64 (int32
+    # wrapped to a wrong or out-of-range address). The operands are small views into one
+    # 32 * S-element bf16 buffer (16 GiB), given back to the driver afterwards.
+    S = (1 << 28) + 8
+    K = 32
+    dt = nbx.bfloat16
+    try:
+        _k_stride_case(case, S, K, dt)
+    finally:
+        nbx.cuda.empty_cache()
+
+
+def _k_stride_case(case, S, K, dt):
+    base = nbx.empty((K * S,), dtype=dt, device="cuda")
+    rows = base.view(K, S)                       # rows[k, j] at k * S + j
+    g = rng()
+    M, N = (4 if case == "gemv_m4_w_transposed" else 1 if case.startswith("gemv") else 48), 40
+    if case == "mm_a_transposed":                # A (M, K) with strides (1, S)
+        a_np = arr((M, K), dt, g)
+        a = rows[:, :M].t()
+        a.copy_(T(a_np, dt, "cuda"))
+        b_np = arr((K, N), dt, g)
+        b = T(b_np, dt, "cuda")
+        out = nbx.matmul(a, b)
+    elif case == "mm_b_row_major":               # B (K, N) with strides (S, 1)
+        a_np = arr((M, K), dt, g)
+        a = T(a_np, dt, "cuda")
+        b_np = arr((K, N), dt, g)
+        b = rows[:, :N]
+        b.copy_(T(b_np, dt, "cuda"))
+        out = nbx.matmul(a, b)
+    else:                                        # linear with W (N, K) strides (1, S)
+        a_np = arr((M, K), dt, g)
+        a = T(a_np, dt, "cuda")
+        w_np = arr((N, K), dt, g)
+        w = rows[:, :N].t()
+        w.copy_(T(w_np, dt, "cuda"))
+        assert w.stride() == (1, S)
+        out = nbx.nn.functional.linear(a, w)
+        b_np = w_np.T
+    check(out, a_np @ b_np, np.abs(a_np) @ np.abs(b_np), dt)

@@ -46,16 +46,18 @@ def _gemv_kernel(x_ptr, w_ptr, o_ptr, bias_ptr, r_ptr, ws_ptr,
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_wn = tl.where(offs_n < N, offs_n, 0).to(tl.int64)   # tail rows re-read row 0
     offs_k = tl.arange(0, BLOCK_K)
+    # K offsets times a non-unit K stride in int64 (W^T views of wide weights exceed int32)
+    offs_k64 = (k_lo + offs_k).to(tl.int64)
     if K1:
         w_ptrs = w_ptr + offs_wn[:, None] * s_wn + (k_lo + offs_k)[None, :]
     else:
-        w_ptrs = w_ptr + offs_wn[:, None] * s_wn + (k_lo + offs_k)[None, :] * s_wk
+        w_ptrs = w_ptr + offs_wn[:, None] * s_wn + offs_k64[None, :] * s_wk
     offs_m = tl.arange(0, BLOCK_M)
     if BLOCK_M == 1:
         if K1:
             x_ptrs = x_ptr + k_lo + offs_k
         else:
-            x_ptrs = x_ptr + (k_lo + offs_k) * s_xk
+            x_ptrs = x_ptr + offs_k64 * s_xk
         acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         for kk in range(0, K_SPLIT, BLOCK_K):
             k = k_lo + kk
@@ -71,15 +73,15 @@ def _gemv_kernel(x_ptr, w_ptr, o_ptr, bias_ptr, r_ptr, ws_ptr,
                 w_ptrs += BLOCK_K
                 x_ptrs += BLOCK_K
             else:
-                w_ptrs += BLOCK_K * s_wk
-                x_ptrs += BLOCK_K * s_xk
+                w_ptrs += tl.full([], BLOCK_K, tl.int64) * s_wk
+                x_ptrs += tl.full([], BLOCK_K, tl.int64) * s_xk
         acc = tl.sum(acc2, axis=1)[None, :]
     else:
         offs_xm = tl.where(offs_m < M, offs_m, 0).to(tl.int64)
         if K1:
             x_ptrs = x_ptr + offs_xm[:, None] * s_xm + (k_lo + offs_k)[None, :]
         else:
-            x_ptrs = x_ptr + offs_xm[:, None] * s_xm + (k_lo + offs_k)[None, :] * s_xk
+            x_ptrs = x_ptr + offs_xm[:, None] * s_xm + offs_k64[None, :] * s_xk
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kk in range(0, K_SPLIT, BLOCK_K):
             k = k_lo + kk
@@ -95,8 +97,8 @@ def _gemv_kernel(x_ptr, w_ptr, o_ptr, bias_ptr, r_ptr, ws_ptr,
                 w_ptrs += BLOCK_K
                 x_ptrs += BLOCK_K
             else:
-                w_ptrs += BLOCK_K * s_wk
-                x_ptrs += BLOCK_K * s_xk
+                w_ptrs += tl.full([], BLOCK_K, tl.int64) * s_wk
+                x_ptrs += tl.full([], BLOCK_K, tl.int64) * s_xk
     omask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if PARTIAL:   # fp32 partial sums into workspace[pid_k]; contiguous [SPLIT, M, N]
         p_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]

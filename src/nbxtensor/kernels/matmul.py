@@ -142,20 +142,23 @@ def _mm_tile(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr, pid_m, pid_n, M, N, K, M_LD, 
     offs_am = offs_am.to(tl.int64)
     offs_bn = offs_bn.to(tl.int64)
     offs_k = tl.arange(0, BLOCK_K)
+    # K offsets times a non-unit K stride in int64: a transposed A of >= 2**31 / BLOCK_K rows
+    # (or a row-major B that wide) would overflow int32
+    offs_k64 = offs_k.to(tl.int64)
     if A_K1:  # a constexpr unit stride lets the compiler vectorise the loads
         a_ptrs = a_ptr + offs_am[:, None] * s_am + offs_k[None, :]
     elif A_M1:
-        a_ptrs = a_ptr + offs_am[:, None] + offs_k[None, :] * s_ak
+        a_ptrs = a_ptr + offs_am[:, None] + offs_k64[None, :] * s_ak
     else:
-        a_ptrs = a_ptr + offs_am[:, None] * s_am + offs_k[None, :] * s_ak
+        a_ptrs = a_ptr + offs_am[:, None] * s_am + offs_k64[None, :] * s_ak
     if B_N1:
-        b_ptrs = b_ptr + offs_k[:, None] * s_bk + offs_bn[None, :]
+        b_ptrs = b_ptr + offs_k64[:, None] * s_bk + offs_bn[None, :]
     elif B_K1:
         b_ptrs = b_ptr + offs_k[:, None] + offs_bn[None, :] * s_bn
     else:
-        b_ptrs = b_ptr + offs_k[:, None] * s_bk + offs_bn[None, :] * s_bn
-    a_step = BLOCK_K * s_ak
-    b_step = BLOCK_K * s_bk
+        b_ptrs = b_ptr + offs_k64[:, None] * s_bk + offs_bn[None, :] * s_bn
+    a_step = tl.full([], BLOCK_K, tl.int64) * s_ak
+    b_step = tl.full([], BLOCK_K, tl.int64) * s_bk
     if A_K1:
         a_step = BLOCK_K
     if B_K1:
@@ -219,8 +222,8 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr,
     if SPLIT_K:
         pid_k = tl.program_id(2)
         k_lo = pid_k * K_SPLIT
-        a_k = k_lo if A_K1 else k_lo * s_ak   # constexpr unit strides keep the alignment
-        b_k = k_lo if B_K1 else k_lo * s_bk
+        a_k = k_lo if A_K1 else k_lo.to(tl.int64) * s_ak   # constexpr unit strides keep
+        b_k = k_lo if B_K1 else k_lo.to(tl.int64) * s_bk   # the alignment
         _mm_tile(a_ptr + a_k, b_ptr + b_k, c_ptr + pid_k.to(tl.int64) * SPLIT_STRIDE,
                  bias_ptr, r_ptr, pid_m, pid_n, M, N, min(K_SPLIT, K - k_lo), M_LD, N_LD,
                  s_am, s_ak, s_bk, s_bn, s_cm, s_cn, s_rm, s_rn, s_bias,
