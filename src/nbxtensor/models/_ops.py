@@ -384,6 +384,10 @@ def fused_linear(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None, 
     x (M, K); the result (M, N) has x's dtype (or out_dtype); all sums in fp32, one rounding.
     cuda/interp: kernels/decode_fused.py (one kernel); cpu: the same in NumPy (fp32).
     w may be a Q8_0/Q4_1 QuantWeight: kernels/quant_fused.py (same semantics).
+    Contract on cuda with PDL on (kernels/_pdl.py, the default): the kernel starts reading w
+    before it waits for the kernel launched just before it, as the decode step's weights are
+    never written there. A w written by the immediately preceding kernel on the stream must
+    be synchronised first (or PDL turned off: NBX_PDL=0, `set_pdl(False)`).
     """
     # [quantfused] quantised weights: their own fused kernel (checks there too)
     if isinstance(w, QuantWeight):
