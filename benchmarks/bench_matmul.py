@@ -377,6 +377,78 @@ def bench_gemv_sweep(copy_bw):
         del ws
 
 
+# ------------------------------------------------------------------ --small-gemv (session 5)
+# Small M = 1 linears: the rule splits K to fill 4 waves of SMs (two launches: partials +
+# reduce); for small weights one launch may be as fast on the GPU and is half the host cost.
+SMALL_GEMV = "--small-gemv" in sys.argv
+SMALL_GEMVS = [(1024, 256), (576, 576), (576, 1536), (1536, 576), (1024, 1024), (2048, 512),
+               (2048, 2048), (2048, 8192)]
+
+
+def bench_small_gemv():
+    """Per (K, N), M = 1 bf16 linear: the rule vs no K split (gemv TARGET=1) -- GPU time per
+    call over weights rotated past L2, and wall time per call back to back (host-bound) --
+    and torch's, in the same run; each variant checked against torch first."""
+    import nbxtensor.kernels.gemv as kg
+    from _common import time_rotated
+    for K, N in SMALL_GEMVS:
+        copies = max(2, min(256, -(-(128 << 20) // (2 * N * K))))
+        tws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
+               for _ in range(copies)]
+        ws = [to_nbx(t) for t in tws]
+        tx = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
+        x = to_nbx(tx)
+        out = nbx.empty((1, N), dtype=nbx.bfloat16, device=DEV)
+        ref = torch.nn.functional.linear(tx, tws[0])
+        row = dict(section="small_gemv", K=K, N=N, MiB=2 * N * K / 2 ** 20)
+        row["torch_gpu_us"] = time_rotated(lambda i: torch.nn.functional.linear(tx, tws[i]),
+                                           copies, 4 * copies) * 1e3
+        row["torch_wall_us"] = _wall(lambda: torch.nn.functional.linear(tx, tws[0])) * 1e6
+        for name, cfg in (("rule", None), ("nosplit", dict(TARGET=1))):
+            old = kg._OVERRIDE
+            try:
+                kg._OVERRIDE = cfg
+                out.fill_(float("nan"))
+                nbx.linear(x, ws[0], out=out)
+                row[f"{name}_err"] = rel_err(out, ref)
+                row[f"{name}_split"] = -(-K // kg.gemv_config(1, N, K, nbx.bfloat16, x.device)["K_SPLIT"])
+                row[f"{name}_gpu_us"] = time_rotated(
+                    lambda i: nbx.linear(x, ws[i], out=out), copies, 4 * copies) * 1e3
+                row[f"{name}_wall_us"] = _wall(lambda: nbx.linear(x, ws[0], out=out)) * 1e6
+            except Exception as e:  # noqa: BLE001
+                row[f"{name}_error"] = f"{type(e).__name__}: {e}"[:200]
+            finally:
+                kg._OVERRIDE = old
+        record(**row)
+        del tws, ws
+    print("small gemv M=1 bf16: K N slices | gpu us torch / rule / nosplit | "
+          "wall us torch / rule / nosplit | err rule / nosplit")
+    for r in ROWS:
+        if r.get("section") == "small_gemv":
+            print(f"  {r['K']:5d} {r['N']:5d} {r.get('rule_split', -1):3d} | "
+                  f"{r['torch_gpu_us']:6.2f} {r.get('rule_gpu_us', -1):6.2f} "
+                  f"{r.get('nosplit_gpu_us', -1):6.2f} | {r['torch_wall_us']:6.1f} "
+                  f"{r.get('rule_wall_us', -1):6.1f} {r.get('nosplit_wall_us', -1):6.1f} | "
+                  f"{r.get('rule_err', -1):.1e} {r.get('nosplit_err', -1):.1e}")
+
+
+def _wall(fn, n=200):
+    """Seconds per call of fn called back to back (the host's cost when it is the bottleneck)."""
+    import statistics
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        nbx.cuda.synchronize()
+        ts.append((time.perf_counter() - t0) / n)
+    return statistics.median(ts)
+
+
 # ------------------------------------------------------------------ --mm-sweep (session 4)
 # Candidates for the big 16-bit products (name, kind, config). kind "rule": nbx.matmul as
 # it runs by default; "tiled": config_override on the tiled kernel; "tma": the A/B switch
@@ -565,6 +637,13 @@ def main():
     print(f"torch {torch.__version__}  device {torch.cuda.get_device_name()}  quick={QUICK}",
           flush=True)
     failures = []
+    if SMALL_GEMV:
+        try:
+            bench_small_gemv()
+        except Exception:
+            failures.append("small-gemv")
+            traceback.print_exc()
+        return _finish(t0, failures)
     if MM_SWEEP:
         for name, fn in [("mm-sweep", bench_mm_sweep),
                          ("gemv-launch", lambda: bench_gemv_launch(copy_bandwidth()))]:
@@ -601,7 +680,8 @@ def main():
 
 def _finish(t0, failures):
     os.makedirs(OUTDIR, exist_ok=True)
-    with open(os.path.join(OUTDIR, "matmul_mmsweep.json" if MM_SWEEP else "matmul.json"),
+    with open(os.path.join(OUTDIR, "matmul_mmsweep.json" if MM_SWEEP else
+                           "matmul_smallgemv.json" if SMALL_GEMV else "matmul.json"),
               "w") as f:
         json.dump({"quick": QUICK, "rows": ROWS, "failures": failures,
                    "seconds": time.time() - t0}, f, indent=1)
