@@ -202,6 +202,35 @@ def test_linear_bias_3d(device, M, dtype):
     check(out, x[0] @ w.T, np.abs(x[0]) @ np.abs(w.T), dtype)
 
 
+@pytest.mark.parametrize("M", [1, 17])                 # GEMV and tiled
+def test_linear_out(device, M):
+    # out= through the planned path (a second call with the same kinds hits the plan): a
+    # fresh poisoned buffer, a buffer at an offset into a bigger one, then outs the plan must
+    # not take (wrong strides, dtype, shape), which go to the full path and its checks
+    dt = nbx.float32
+    g = rng()
+    K, N = 70, 33
+    for _ in range(3):
+        x, w, b = arr((2, M, K), dt, g), arr((N, K), dt, g), arr((N,), dt, g)
+        xt, wt_, bt = T(x, dt, device), T(w, dt, device), T(b, dt, device)
+        ref, scale = x @ w.T + b, np.abs(x) @ np.abs(w.T) + np.abs(b)
+        out = poison((2, M, N), dt, device)
+        assert nbx.nn.functional.linear(xt, wt_, bt, out=out) is out
+        check(out, ref, scale, dt)
+        big = poison((2 * M * N + 5,), dt, device)
+        view = big[5:].view(2, M, N)
+        assert nbx.linear(xt, wt_, bt, out=view) is view
+        check(view, ref, scale, dt)
+        assert np.isnan(big[:5].numpy()).all()          # nothing written before the view
+        strided = poison((2, M, 2 * N), dt, device)[:, :, ::2]
+        nbx.linear(xt, wt_, bt, out=strided)             # a strided out: the full path
+        check(strided, ref, scale, dt)
+    with pytest.raises(TypeError, match="dtype"):
+        nbx.linear(xt, wt_, bt, out=poison((2, M, N), nbx.float16, device))
+    with pytest.raises(ValueError, match="shape"):
+        nbx.linear(xt, wt_, bt, out=poison((2, M, N + 1), dt, device))
+
+
 @pytest.mark.parametrize("M", [1, 4, 20])
 @pytest.mark.parametrize("act", [None, "gelu", "gelu_tanh", "silu", "relu"])
 def test_fused_linear_epilogue(device, M, act):
@@ -218,9 +247,11 @@ def test_fused_linear_epilogue(device, M, act):
 
 
 @pytest.mark.parametrize("M,K", [(1, 600), (5, 600), (2, 40)])
-def test_gemv_split_k_and_poison(device, M, K):
+def test_gemv_split_k_and_poison(device, M, K, monkeypatch):
     """K split over several programs (deterministic two-pass reduce) and a single slice;
     weight as a transposed view (stride along K != 1) too."""
+    import nbxtensor.kernels.gemv as kg
+    monkeypatch.setattr(kg, "NOSPLIT_ROW_BYTES", 0)    # rows this short split only so
     dtype = nbx.bfloat16
     g = rng()
     N = 70
@@ -243,6 +274,7 @@ def test_gemv_split_k_epilogue(device, monkeypatch, M):
         pytest.skip("kernel path")
     import nbxtensor.kernels.gemv as kg
     monkeypatch.setattr(kg, "_OVERRIDE", dict(BLOCK_K=64))
+    monkeypatch.setattr(kg, "NOSPLIT_ROW_BYTES", 0)
     dtype = nbx.bfloat16
     g = rng()
     K, N = 600, 70
@@ -253,6 +285,34 @@ def test_gemv_split_k_epilogue(device, monkeypatch, M):
                          activation="silu", residual=T(r, dtype, device))
         check(out, _act(x @ w.T + b, "silu") + r,
               np.abs(x) @ np.abs(w.T) + np.abs(b) + np.abs(r), dtype)
+
+
+def test_gemv_short_rows_are_not_split(device, monkeypatch):
+    """Rows of <= NOSPLIT_ROW_BYTES run in one launch (no partials, no reduce); longer rows
+    split as TARGET says; the autotune sweep counts launches with the same rule."""
+    if device == "cpu":
+        pytest.skip("kernel path")
+    import nbxtensor.kernels.gemv as kg
+    from nbxtensor.autotune.sweep import _launch_signature
+    seen = []
+    real = kg._launch_items
+    monkeypatch.setattr(kg, "_launch_items",
+                        lambda k, grid, args, items: seen.append(k.fn.__name__) or real(k, grid, args, items))
+    kg._PLANS.clear()
+    dtype = nbx.bfloat16
+    g = rng()
+    for K, want in ((1024, ["_gemv_kernel"]), (1032, ["_gemv_kernel", "_splitk_reduce_kernel"])):
+        x, w = arr((1, K), dtype, g), arr((40, K), dtype, g)
+        seen.clear()
+        out = nbx.linear(T(x, dtype, device), T(w, dtype, device))
+        assert seen == want, (K, seen)
+        check(out, x @ w.T, np.abs(x) @ np.abs(w.T), dtype)
+    cands = [dict(BLOCK_M=1, BLOCK_N=32, BLOCK_K=64, TARGET=t) for t in (264, 528)]
+    # N = 4000: 125 row blocks, so TARGET 264 / 528 ask for 3 / 5 slices where rows split
+    assert _launch_signature("gemv", (1, 4000, 1024), cands[0], "bfloat16") == \
+        _launch_signature("gemv", (1, 4000, 1024), cands[1], "bfloat16")
+    assert _launch_signature("gemv", (1, 4000, 1024), cands[0], "float32") != \
+        _launch_signature("gemv", (1, 4000, 1024), cands[1], "float32")
 
 
 def test_nan_inf_propagate(device):
@@ -807,6 +867,9 @@ def test_k_stride_beyond_int32_offsets(case):
     # BLOCK_K >= 16) and the K step of the tiled matmul and of the GEMV must be int64 (int32
     # wrapped to a wrong or out-of-range address). The operands are small views into one
     # 32 * S-element bf16 buffer (16 GiB), given back to the driver afterwards.
+    from conftest import DEVICES
+    if "cuda" not in DEVICES:
+        pytest.skip("needs a CUDA device")
     S = (1 << 28) + 8
     K = 32
     dt = nbx.bfloat16

@@ -568,17 +568,17 @@ def tune(kernel: str, key: tuple, *, dtype, device, timer=None, candidates=None,
     return entry
 
 
-def _launch_signature(kernel: str, key: tuple, cfg: dict):
+def _launch_signature(kernel: str, key: tuple, cfg: dict, dtype: str):
     """What a config launches, for configs that differ only in a derived knob: gemv's TARGET
     and decode attention's TARGET set a split count, and two TARGETs giving the same split
     launch the same kernel on the same grid (timing both would only time noise)."""
     from .space import canon
     if kernel == "gemv":
-        from ..kernels.gemv import _cdiv
+        from .. import dtypes as _dt
+        from ..kernels.gemv import _cdiv, k_slices
         M, N, K = (int(v) for v in key)
-        kb = _cdiv(K, cfg["BLOCK_K"])
-        split = max(1, min(kb, _cdiv(cfg["TARGET"], _cdiv(N, cfg["BLOCK_N"]))))
-        return canon({**cfg, "TARGET": _cdiv(kb, split)})
+        split = k_slices(N, K, cfg, _dt.as_dtype(dtype).itemsize)
+        return canon({**cfg, "TARGET": _cdiv(_cdiv(K, cfg["BLOCK_K"]), split)})
     if kernel == "decode_attention":
         from ..kernels.decode_attention import splits
         BH, C = int(key[0]), int(key[1])
@@ -600,7 +600,7 @@ def prune_for_key(kernel: str, key: tuple, cands: list[dict], default: dict | No
     kept, why = prune(kernel, key, cands, keep=dtype_ok)
     by_sig, order = {}, []
     for c in kept:
-        sig = _launch_signature(kernel, key, c)
+        sig = _launch_signature(kernel, key, c, dtype)
         if sig not in by_sig:
             by_sig[sig] = c
             order.append(sig)

@@ -135,9 +135,24 @@ def _splitk_reduce_kernel(ws_ptr, o_ptr, bias_ptr, r_ptr, M, N, SPLIT,
 # Rule: BLOCK_K = 256 for 16-bit weights (512 contiguous bytes per row per step), 128 for
 # fp32; BLOCK_N = 32 rows for M == 1 (a 32 x 256 tile = 64 fp32 accumulators a thread at
 # 4 warps) and 64 for the tl.dot path. The K split is chosen so that the grid has about
-# TARGET_PROGRAMS programs (4 waves of 132 SMs) and never more slices than K blocks.
+# TARGET_PROGRAMS programs (4 waves of 132 SMs) and never more slices than K blocks; rows of
+# at most NOSPLIT_ROW_BYTES are never split (`k_slices`).
 TARGET_PROGRAMS = 4 * 132
+# H200, bf16 M = 1 (session 5, `bench_matmul.py --small-gemv`, GPU time over rotated
+# weights): K = 576 and 1024 ran as fast or faster in one launch (576x576 4.4 us, 1024x1024
+# 5.3 vs 5.7 split), K = 1536 and 2048 were faster split (5.6 vs 6.6, 7.2 vs 8.6 us); and one
+# launch halves the host's cost of the call (eager decode is host-bound).
+NOSPLIT_ROW_BYTES = 2048
 _OVERRIDE: dict | None = None
+
+
+def k_slices(N, K, cfg, itemsize) -> int:
+    """How many K slices a GEMV config launches: enough programs for cfg TARGET, at most
+    one per K block, and one (no split, no reduce launch) for rows of <= NOSPLIT_ROW_BYTES.
+    The autotune sweep uses it to tell configs that launch the same apart."""
+    if K * itemsize <= NOSPLIT_ROW_BYTES:
+        return 1
+    return max(1, min(_cdiv(K, cfg["BLOCK_K"]), _cdiv(cfg["TARGET"], _cdiv(N, cfg["BLOCK_N"]))))
 def gemv_config(M, N, K, dtype, device=None) -> dict:
     bk = 256 if dtype.itemsize == 2 else 128
     bk = min(bk, max(16, _np2(K)))
@@ -151,17 +166,14 @@ def gemv_config(M, N, K, dtype, device=None) -> dict:
         # autotune seam: a screened config from the user cache / shipped table, else the rule
         cfg = _autotune.pick("gemv", (M, N, K), cfg, dtype=dtype.name, device=device)
     bk = cfg["BLOCK_K"]
-    n_blocks = _cdiv(N, cfg["BLOCK_N"])
-    k_blocks = _cdiv(K, bk)
-    split = max(1, min(k_blocks, _cdiv(cfg["TARGET"], n_blocks)))
-    cfg["K_SPLIT"] = _cdiv(k_blocks, split) * bk
+    cfg["K_SPLIT"] = _cdiv(_cdiv(K, bk), k_slices(N, K, cfg, dtype.itemsize)) * bk
     return cfg
 
 
 # Launch plans of `gemv` by everything it derives a launch from: the views' dtypes, shapes
 # and strides (bias and residual too), alpha != 1, act, precision, the device, and the
-# switch TARGET_PROGRAMS; the autotune pick by autotune.generation (bumped by
-# reload()) and autotune._off (disabled()). Sweeps (_OVERRIDE set) never use or record one.
+# switches TARGET_PROGRAMS and NOSPLIT_ROW_BYTES; the autotune pick by autotune.generation
+# (bumped by reload()) and autotune._off (disabled()). Sweeps (_OVERRIDE set) never use or record one.
 # A plan holds no tensors: each call builds its views on its own storages and offsets.
 _PLANS: dict = {}
 _PLANS_MAX = 4096
@@ -191,7 +203,7 @@ def _key(out, a, b, bias, residual, alpha, act, precision):
             None if bias is None else (bias._dtype, bias._shape, bias._stride),
             None if residual is None else (residual._dtype, residual._shape, residual._stride),
             alpha != 1, act, precision, dev.type, dev.index, TARGET_PROGRAMS,
-            _autotune._off, _autotune.generation)
+            NOSPLIT_ROW_BYTES, _autotune._off, _autotune.generation)
 
 
 def _plan(out, a, b, bias, residual, alpha, act, precision):

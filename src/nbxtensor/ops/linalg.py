@@ -290,10 +290,11 @@ def _addmm_like(input, m1, m2, beta, alpha, out, op):
 
 
 # Plans of the common linear call (input of >= 2 dims whose batch folds into M, a 2-D weight,
-# bias None or 1-D, no residual, no out=): everything the full path derives -- the checks'
-# verdict, the output's shape and the 4-D views handed to the matmul impl -- depends only on
-# the key (dtypes, shapes, strides, devices, activation, fp32 precision), so a hit allocates,
-# builds the views and dispatches. The values passed on (tensors, offsets) are per call.
+# bias None or 1-D, no residual): everything the full path derives -- the checks' verdict,
+# the output's shape and the 4-D views handed to the matmul impl -- depends only on the key
+# (dtypes, shapes, strides, devices, activation, fp32 precision), so a hit allocates (or takes
+# an `out=` of exactly the planned shape, contiguous strides, dtype and device), builds the
+# views and dispatches. The values passed on (tensors, offsets) are per call.
 _LIN_PLANS: dict = {}
 _LIN_MAX = 4096
 _S11 = (1, 1)
@@ -338,21 +339,27 @@ def fused_linear(input, weight, bias=None, *, activation=None, residual=None, ou
     activation: None, 'gelu' (erf), 'gelu_tanh', 'silu' or 'relu'. residual broadcasts to
     the output shape and is added after the activation.
     """
-    if (residual is None and out is None and input.__class__ is Tensor
+    if (residual is None and input.__class__ is Tensor
             and weight.__class__ is Tensor and (activation is None or activation.__class__ is str)):
         key = _lin_key(input, weight, bias, activation)
         if key is not None:
             plan = _LIN_PLANS.get(key)
             if plan is None:
-                o = _fused_linear(input, weight, bias, activation, None, None)
+                o = _fused_linear(input, weight, bias, activation, None, out)
                 _lin_plan(key, input, weight, bias, o)
                 return o
             final, fstride, nbytes, a4, b4, o4, prec = plan
             dt = input._dtype
             dev = input._storage.device
-            o = new_contiguous(final, fstride, dt, dev, nbytes)
+            if out is None:
+                o = new_contiguous(final, fstride, dt, dev, nbytes)
+            elif (out.__class__ is Tensor and out._shape == final and out._stride == fstride
+                    and out._dtype is dt and out._storage.device == dev):
+                o = out     # what check_out accepts, laid out as the plan's output view
+            else:
+                return _fused_linear(input, weight, bias, activation, None, out)
             _make = Tensor._make
-            impl("matmul", dev)(_make(o._storage, o4[0], o4[1], 0, dt),
+            impl("matmul", dev)(_make(o._storage, o4[0], o4[1], o._offset, dt),
                                 _make(input._storage, a4[0], a4[1], input._offset, dt),
                                 _make(weight._storage, b4[0], b4[1], weight._offset, dt),
                                 bias=bias, residual=None, alpha=1.0, beta=1.0,
