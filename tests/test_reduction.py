@@ -210,6 +210,44 @@ def test_out_poisoned(device):
         nbx.sum(x, 1, out=poisoned((5,), nbx.float32, device))
 
 
+@pytest.mark.parametrize("op", ["sum", "mean", "amax", "amin", "prod", "var", "std",
+                                "logsumexp", "vector_norm", "any"])
+def test_out_direct_offset_overlap_and_strided(device, op):
+    # out= as a contiguous view at an offset (the kernel writes it directly), a strided out
+    # (computed aside, then copied in), and an out that overlaps the input (must see the
+    # input as it was before the call), each against float64 NumPy
+    fn = {"vector_norm": nbx.linalg.vector_norm}.get(op) or getattr(nbx, op)
+    ref = {"sum": np.sum, "mean": np.mean, "amax": np.max, "amin": np.min, "prod": np.prod,
+           "var": lambda a, axis: a.var(axis, ddof=1), "std": lambda a, axis: a.std(axis, ddof=1),
+           "logsumexp": lambda a, axis: np.log(np.exp(a).sum(axis)),
+           "vector_norm": lambda a, axis: np.sqrt((a * a).sum(axis)),
+           "any": lambda a, axis: (a != 0).any(axis)}[op]
+    dt = nbx.bool if op == "any" else nbx.float32
+    for _ in range(2):
+        x = randn((5, 67), nbx.float32, device) * 0.5 + 1.0
+        a = x.numpy().astype(np.float64)
+        want = ref(a, axis=1)
+        tol = dict(rtol=2e-5, atol=1e-5)
+        check = (lambda got: np.testing.assert_array_equal(got.numpy(), want)) if op == "any" \
+            else (lambda got: assert_close(got, want, **tol))
+        big = poisoned((9,), dt, device)
+        before = big.numpy().copy()
+        view = big[3:8]
+        assert fn(x, dim=1, out=view) is view
+        check(view)
+        after = big.numpy()      # nothing written outside the view (NaN == NaN here)
+        np.testing.assert_array_equal(after[:3], before[:3])
+        np.testing.assert_array_equal(after[8:], before[8:])
+        strided = poisoned((10,), dt, device)[::2]
+        assert fn(x, dim=1, out=strided) is strided
+        check(strided)
+        if op != "any":
+            y = nbx.tensor(a.astype(np.float32), device=device)
+            col = y[:, 0]                  # out overlapping the rows it reduces
+            assert fn(y, dim=1, out=col) is col
+            check(col)
+
+
 def test_errors(device):
     x = randn((3, 4), nbx.float32, device)
     with pytest.raises(IndexError, match="dim"):

@@ -23,7 +23,7 @@ from collections import namedtuple
 
 from .. import dtypes as _dt
 from ..dispatch import impl, register
-from ..tensor import _CONTIG, Size, Tensor, cached_contiguous_strides, normalize_dim
+from ..tensor import _CONTIG, Size, Tensor, _overlaps, cached_contiguous_strides, normalize_dim
 from . import _methods
 from ._common import check_tensor
 
@@ -96,6 +96,8 @@ def _cast_input(x: Tensor, dtype, fname):
 
 
 def _finish(res: Tensor, final_shape, out, fname, argname="out"):
+    if out is not None and res._storage is getattr(out, "_storage", None):
+        return out      # the kernel wrote into out itself (`_run`'s direct view)
     if out is None and res._offset == 0 and res._stride == _CONTIG.get(res._shape):
         # a fresh contiguous result: its final shape only drops (or keeps) size-1 dims
         return Tensor._make(res._storage, final_shape, cached_contiguous_strides(final_shape), 0,
@@ -119,14 +121,33 @@ def _finish(res: Tensor, final_shape, out, fname, argname="out"):
     return out
 
 
-def _run(kind, x, dims, keep_shape, vdtype, idx=False, vals=True, **params):
-    """Allocate keepdim-shaped outputs and dispatch the reduction."""
+def _run(kind, x, dims, keep_shape, vdtype, idx=False, vals=True, out=None, final=None,
+         **params):
+    """Allocate keepdim-shaped outputs and dispatch the reduction. With `out` (and the
+    `final` shape) the values go straight into out where `_direct` allows it."""
     dev = x._storage.device
-    v = Tensor._empty(keep_shape, vdtype, dev) if vals else None
+    v = None
+    if out is not None and vals:
+        v = _direct(out, x, keep_shape, final, vdtype)
+    if v is None and vals:
+        v = Tensor._empty(keep_shape, vdtype, dev)
     i = Tensor._empty(keep_shape, _dt.int64, dev) if idx else None
     if math.prod(keep_shape) and math.prod(x._shape):
         impl("reduce", dev)(kind, x, dims, v, i, **params)
     return v, i
+
+
+def _direct(out, x, keep_shape, final, vdtype):
+    """A keepdim-shaped view of `out` for the kernel to write into (no temporary, no copy
+    launch): out a plain Tensor with exactly the result's final shape, dtype and device,
+    contiguous, not sharing bytes with x. Else None: the result is computed into a fresh
+    buffer and `_finish` checks out and copies it in (torch's semantics either way)."""
+    if (out.__class__ is not Tensor or out._dtype is not vdtype
+            or out._storage.device != x._storage.device or tuple(out._shape) != tuple(final)
+            or out._stride != cached_contiguous_strides(out._shape) or _overlaps(out, x)):
+        return None
+    keep = Size(keep_shape)
+    return Tensor._make(out._storage, keep, cached_contiguous_strides(keep), out._offset, vdtype)
 
 
 def _sum_dtype(d: _dt.DType) -> _dt.DType:
@@ -201,7 +222,7 @@ def _identity_reduce(op, x, dim, keepdim, out, dtype, identity):
     # sum, prod, any, all: a reduction over an empty dim gives the op's identity
     dims = _norm_dims(x, dim, op)
     keep, final = _out_shape(x, dims, keepdim)
-    v, _ = _run(op, x, dims, keep, dtype)
+    v, _ = _run(op, x, dims, keep, dtype, out=out, final=final)
     if math.prod(keep) and x.numel() == 0:
         v.fill_(identity)
     return _finish(v, final, out, op)
@@ -255,7 +276,8 @@ def _mean(input, dim, keepdim, dtype, out):
     dims = _norm_dims(x, dim, "mean")
     keep, final = _out_shape(x, dims, keepdim)
     n = _reduced_numel(x, dims)
-    v, _ = _run("mean", x, dims, keep, x.dtype, scale=(1.0 / n) if n else float("nan"))
+    v, _ = _run("mean", x, dims, keep, x.dtype, out=out, final=final,
+                scale=(1.0 / n) if n else float("nan"))
     if math.prod(keep) and x.numel() == 0:
         v.fill_(float("nan"))
     return _finish(v, final, out, "mean")
@@ -277,7 +299,7 @@ def _var_std(kind, input, dim, correction, keepdim, out, unbiased):
     n = _reduced_numel(x, dims)
     denom = n - correction
     scale = 1.0 / denom if denom > 0 else (float("inf") if n else float("nan"))
-    v, _ = _run(kind, x, dims, keep, x.dtype, scale=scale, count=n)
+    v, _ = _run(kind, x, dims, keep, x.dtype, out=out, final=final, scale=scale, count=n)
     if math.prod(keep) and x.numel() == 0:
         v.fill_(float("nan"))
     return _finish(v, final, out, kind)
@@ -310,7 +332,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):  # 
         if x.numel() == 0:
             raise IndexError(f"vector_norm: cannot compute the {ord} norm of an empty tensor, "
                              f"because the operation does not have an identity")
-    v, _ = _run("norm", x, dims, keep, x.dtype, ord=ord)
+    v, _ = _run("norm", x, dims, keep, x.dtype, out=out, final=final, ord=ord)
     if math.prod(keep) and x.numel() == 0:
         v.fill_(0)
     return _finish(v, final, out, "vector_norm")
@@ -429,7 +451,7 @@ def logsumexp(input, dim, keepdim=False, *, out=None):
     x = input if input.dtype.is_floating_point else input.to(_dt.get_default_dtype())
     dims = _norm_dims(x, dim, "logsumexp")
     keep, final = _out_shape(x, dims, keepdim)
-    v, _ = _run("lse", x, dims, keep, x.dtype)
+    v, _ = _run("lse", x, dims, keep, x.dtype, out=out, final=final)
     if math.prod(keep) and x.numel() == 0:
         v.fill_(float("-inf"))
     return _finish(v, final, out, "logsumexp")
@@ -474,7 +496,7 @@ def _amax_amin(op, input, dim, keepdim, out):
     dims = _norm_dims(input, dim, op)
     _nonempty(input, dims, op)
     keep, final = _out_shape(input, dims, keepdim)
-    v, _ = _run(op, input, dims, keep, input.dtype)
+    v, _ = _run(op, input, dims, keep, input.dtype, out=out, final=final)
     res = _finish(v, final, out, op)
     _fast_record(key, input, dim, keepdim, op, res)
     return res
