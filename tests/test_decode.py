@@ -689,7 +689,10 @@ def _sm90(fn, ptrs, constexprs, floats=(), num_warps=4):
     import triton
     from triton.backends.compiler import GPUTarget
     sig = {}
+    defaults = {p.name for p in fn.params if p.has_default}   # e.g. L2PF: left at default
     for n in fn.arg_names:
+        if n in defaults and n not in constexprs:
+            continue
         sig[n] = "constexpr" if n in constexprs else ptrs.get(n) or \
             ("fp32" if n in floats else "i32")
     pdl = bool(constexprs.get("PDL"))

@@ -1,0 +1,339 @@
+"""Decode GEMV chains on the H200: L2 bulk prefetch of the weight slab (issue 5) on / off.
+
+    PYTHONPATH=src python3 benchmarks/sweep_gemv_chain.py [--quick] [OUTDIR]
+
+For decode shapes (K, N) -- (576,576), (576,1536) [SmolLM2], (2048,2048), (2048,3072),
+(2048,8192), (8192,2048), (2048,16384) [gate+up as the model runs it: GLU, 8192 outputs],
+(4096,4096), (4096,14336), (14336,4096), (2048,128256) -- bf16, M = 1, a CUDA graph (nbx's
+graphs API) of C back-to-back `models._ops.fused_linear` GEMVs (the kernel the decode step
+launches for a plain linear; glu=True for the gate/up row) over R rotated weight copies, so
+one replay touches >= 128 MiB (> 2x the 50 MiB L2; R >= 2, C a multiple of R). Square shapes
+chain (each GEMV's input is the previous one's output); the others use one fixed x (a
+chain is impossible). PDL as the policy says (on for cuda unless NBX_PDL=0).
+Rows per shape:
+  off         L2PF off (today's kernels)
+  bulk        L2PF on: `cp.async.bulk.prefetch.L2` of the whole slab, >= 4 KiB a thread
+  bulk-auto   the same, capped where the resident programs' slabs exceed 24 MiB
+              (_pdl.L2PF_CAP = -1: L2PF_BUDGET / min(programs, 4 x 132), a power of two)
+  line        `prefetch.global.L2::evict_last` per 128-byte line
+  off-fat, bulk-fat  off / bulk with half the programs (fat_config: BLOCK_N x 2): room on the
+              SMs for the next kernel's programs to be resident and prefetch early
+  (full run also: bulk-cap32k = capped to 32 KiB per slab (row-wise prefixes), bulk-lanes = chunks spread over all threads (>= 16 B),
+   pdl-off = PDL and L2PF off)
+  torch       torch.nn.functional.linear chain in a torch.cuda.CUDAGraph, same shapes and
+              rotation (the GLU row: the 2N-row linear alone, no SiLU*up kernels)
+  floor       an empty Triton kernel chain (C launches in a graph): launch floor per kernel
+Before timing, each variant's single GEMV is checked against torch (float32 math on the same
+bf16 data, max |d| / max |ref| < 2e-2), and each prefetch variant's chain output must be
+bit-identical to `off` (`off-fat` for the -fat rows): prefetch must not change a value. Timing: CUDA events around n
+replays, median of 5 rounds -> us per GEMV; fraction of copy = weight bytes / 4.19e12 / t
+(the measured d2d copy rate, read + write). All kernels are compiled first in a spawn pool
+(Triton's disk cache). JSON to OUTDIR/sweep_gemv_chain.json; the table is printed last.
+--quick (~50-70 s, most of it the ~50 compiles): 6 variants, C >= 32; full: 9, C >= 64.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "src"))
+sys.path.insert(0, HERE)
+from _common import out_dir, precompile, recorder  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+QUICK = "--quick" in sys.argv
+COPY_BPS = 4.19e12
+ROT_BYTES = 128 << 20
+MIN_CHAIN = 32 if QUICK else 64
+SHAPES = [(576, 576), (576, 1536), (2048, 2048), (2048, 3072), (2048, 8192), (8192, 2048),
+          (2048, 16384), (4096, 4096), (4096, 14336), (14336, 4096), (2048, 128256)]
+GLU_SHAPES = {(2048, 16384)}
+# name -> (L2PF mode, PF cap bytes, PF min chunk bytes, PDL on)
+VARIANTS = {"off": (0, 0, 4096, True), "bulk": (1, 0, 4096, True),
+            "bulk-auto": (1, -1, 4096, True), "line": (2, 0, 4096, True),
+            "off-fat": (0, 0, 4096, True), "bulk-fat": (1, 0, 4096, True)}
+if not QUICK:
+    VARIANTS.update({"bulk-cap32k": (1, 32768, 4096, True), "bulk-lanes": (1, 0, 16, True),
+                     "pdl-off": (0, 0, 4096, False)})
+
+ROWS: list = []
+record = recorder(ROWS)
+
+
+def fat_config(K, N):
+    """The rule's config with half the programs (BLOCK_N x 2, BLOCK_K / 2 down to 256): with
+    fewer resident programs per SM the next kernel's programs can become resident (PDL) and
+    prefetch while this one runs."""
+    from nbxtensor.kernels import decode_fused as F
+    glu = (K, N) in GLU_SHAPES
+    c = F.fused_gemv_config(1, N // 2 if glu else N, K, 2, "cuda", "glu" if glu else "plain")
+    return dict(BLOCK_N=min(32, 2 * c["BLOCK_N"]), BLOCK_K=max(256, c["BLOCK_K"] // 2),
+                num_warps=c["num_warps"])
+
+
+def set_variant(name, K=None, N=None):
+    """Apply a variant to the policy (kernels/_pdl.py; the "-fat" ones also force
+    fat_config(K, N) through decode_fused._OVERRIDE); returns a restore()."""
+    from nbxtensor.kernels import _pdl as P
+    from nbxtensor.kernels import decode_fused as F
+    mode, cap, mn, pdl = VARIANTS[name]
+    saved = (P._L2PF_MODE, P.L2PF_CAP, P.L2PF_MIN_CHUNK, P._PDL_ON, F._OVERRIDE)
+    P.set_l2_prefetch_mode(mode)
+    P.L2PF_CAP, P.L2PF_MIN_CHUNK = cap, mn
+    P.set_pdl(pdl)
+    F._OVERRIDE = fat_config(K, N) if name.endswith("-fat") else None
+
+    def restore():
+        P._L2PF_MODE, P.L2PF_CAP, P.L2PF_MIN_CHUNK, P._PDL_ON, F._OVERRIDE = saved
+    return restore
+
+
+def plan(K, N):
+    wbytes = N * K * 2
+    R = max(2, -(-ROT_BYTES // wbytes))
+    C = R * max(1, -(-MIN_CHAIN // R))
+    return R, C, wbytes
+
+
+def bf16_host(rng, shape, scale):
+    import ml_dtypes
+    n = int(np.prod(shape))
+    pool = (rng.standard_normal(1 << 22, dtype=np.float32) * scale).astype(ml_dtypes.bfloat16)
+    pool = np.concatenate([pool, pool])
+    out = np.empty(n, ml_dtypes.bfloat16)
+    done = 0
+    while done < n:                      # random windows of one pool: fast for 500 MiB
+        k = min(1 << 22, n - done)
+        o = int(rng.integers(0, 1 << 22))
+        out[done:done + k] = pool[o:o + k]
+        done += k
+    return out.reshape(shape)
+
+
+def to_torch(a, torch):
+    return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).cuda()
+
+
+def time_graph(replay, event_cls, sync, n_rep, rounds=5):
+    """ms per replay: median of `rounds` runs of n_rep replays between two events."""
+    replay()
+    sync()
+    ts = []
+    for _ in range(rounds):
+        e0, e1 = event_cls(enable_timing=True), event_cls(enable_timing=True)
+        e0.record()
+        for _ in range(n_rep):
+            replay()
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1) / n_rep)
+    return statistics.median(ts)
+
+
+def precompile_all():
+    import nbxtensor as nbx
+    from nbxtensor.models import _ops as O
+    jobs = []
+    for K, N in SHAPES:
+        glu = (K, N) in GLU_SHAPES
+        for v in VARIANTS:
+            def call(K=K, N=N, glu=glu):
+                w = nbx.empty((N, K), dtype=nbx.bfloat16, device="cuda")
+                x = nbx.empty((1, K), dtype=nbx.bfloat16, device="cuda")
+                O.fused_linear(x, w, glu=glu)
+            jobs.append((call, lambda v=v, K=K, N=N: set_variant(v, K, N)))
+    saved = set_variant("off")
+    precompile(jobs, "precompile", reset=saved)
+
+
+def run_shape(K, N, torch, n_rep):
+    import nbxtensor as nbx
+    from nbxtensor.models import _ops as O
+    glu = (K, N) in GLU_SHAPES
+    n_out = N // 2 if glu else N
+    chain = n_out == K
+    R, C, wbytes = plan(K, N)
+    rng = np.random.default_rng(K * 7 + N)
+    wh = bf16_host(rng, (N, K), 1.0 / K ** 0.5)
+    xh = bf16_host(rng, (1, K), 1.0)
+    w0 = nbx.tensor(wh, device="cuda")
+    ws = [w0] + [w0.clone() for _ in range(R - 1)]
+    x = nbx.tensor(xh, device="cuda")
+    tw = to_torch(wh, torch)
+    tws = [tw] + [tw.clone() for _ in range(R - 1)]
+    tx = to_torch(xh, torch)
+    del wh
+    base = dict(K=K, N=N, glu=glu, chain=chain, R=R, C=C, MiB=wbytes / 2 ** 20)
+
+    # float32 reference of one GEMV on the same bf16 data
+    ref = (tx.float() @ tw.float().t())
+    if glu:
+        ref = torch.nn.functional.silu(ref[:, :n_out]) * ref[:, n_out:]
+    ref = ref.cpu().numpy().astype(np.float64)
+
+    def one_err(y):
+        got = y.to(nbx.float32).numpy().astype(np.float64)
+        return float(np.max(np.abs(got - ref)) / max(np.max(np.abs(ref)), 1e-30))
+
+    results, final = {}, {}
+    for v in VARIANTS:
+        restore = set_variant(v, K, N)
+        try:
+            y = O.fused_linear(x, ws[0], glu=glu)
+            nbx.cuda.synchronize()
+            err = one_err(y)
+            g = nbx.cuda.CUDAGraph()
+            with nbx.cuda.graph(g):
+                h = x
+                for i in range(C):
+                    out = O.fused_linear(h if chain else x, ws[i % R], glu=glu)
+                    h = out
+            restore()
+            restore = None
+            ms = time_graph(g.replay, nbx.cuda.Event, nbx.cuda.synchronize, n_rep)
+            g.replay()
+            nbx.cuda.synchronize()
+            final[v] = out.numpy().tobytes()
+            us = ms * 1e3 / C
+            base_v = "off-fat" if v.endswith("-fat") else "off"
+            same = final[v] == final[base_v] if base_v in final else None
+            results[v] = us
+            record(section="chain", variant=v, us=us, frac_copy=wbytes / COPY_BPS / (us * 1e-6),
+                   err_vs_torch=err, bit_equal_off=same, **base)
+            del g, out, h
+        except Exception as e:  # noqa: BLE001 - one failing variant does not stop the sweep
+            record(section="chain", variant=v, error=f"{type(e).__name__}: {e}"[:300], **base)
+            traceback.print_exc()
+        finally:
+            if restore is not None:
+                restore()
+    # torch: the F.linear chain in a torch graph, same rotation
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            torch.nn.functional.linear(tx, tws[0])
+        torch.cuda.current_stream().wait_stream(s)
+        tg = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(tg):
+            h = tx
+            for i in range(C):
+                h = torch.nn.functional.linear(h if chain else tx, tws[i % R])
+        ms = time_graph(tg.replay, torch.cuda.Event, torch.cuda.synchronize, n_rep)
+        us = ms * 1e3 / C
+        results["torch"] = us
+        record(section="chain", variant="torch", us=us, frac_copy=wbytes / COPY_BPS / (us * 1e-6),
+               **base)
+        del tg, h
+    except Exception as e:  # noqa: BLE001
+        record(section="chain", variant="torch", error=f"{type(e).__name__}: {e}"[:300], **base)
+    del ws, tws, w0, tw
+    nbx.cuda.empty_cache()
+    torch.cuda.empty_cache()
+    return results
+
+
+def floor_row(ek):
+    import nbxtensor as nbx
+    from nbxtensor.backends.launch import launch
+    buf = nbx.empty((16,), dtype=nbx.float32, device="cuda")
+    launch(ek, (1,), buf)
+    g = nbx.cuda.CUDAGraph()
+    with nbx.cuda.graph(g):
+        for _ in range(64):
+            launch(ek, (1,), buf)
+    ms = time_graph(g.replay, nbx.cuda.Event, nbx.cuda.synchronize, 20)
+    record(section="floor", variant="empty kernel", us=ms * 1e3 / 64)
+
+
+def main():
+    t0 = time.time()
+    import torch
+    import nbxtensor as nbx
+    from nbxtensor.kernels import _pdl as P
+    import triton
+
+    @triton.jit
+    def _empty_kernel(p):
+        pass
+
+    print(f"device {nbx.cuda.get_device_name(0)}  torch {torch.__version__}  quick={QUICK}  "
+          f"PDL default {P.pdl_enabled('cuda')}  L2PF default {P.l2_prefetch_mode('cuda')}",
+          flush=True)
+    failures = []
+    try:
+        precompile_all()
+    except Exception:  # noqa: BLE001 - the run compiles as it goes
+        traceback.print_exc()
+    print(f"[{time.time() - t0:.0f} s] precompiled", flush=True)
+    try:
+        floor_row(_empty_kernel)
+    except Exception as e:  # noqa: BLE001
+        record(section="floor", variant="empty kernel", error=f"{type(e).__name__}: {e}"[:300])
+    for K, N in SHAPES:
+        R, C, wbytes = plan(K, N)
+        # ~3 ms of GPU work per timed run at the copy rate
+        n_rep = max(2, min(50, int(3e-3 / (C * max(wbytes / COPY_BPS, 1.5e-6)))))
+        try:
+            run_shape(K, N, torch, n_rep)
+        except Exception:  # noqa: BLE001
+            failures.append(f"{K}x{N}")
+            traceback.print_exc()
+        print(f"[{time.time() - t0:.0f} s] {K}x{N} done", flush=True)
+    return finish(t0, failures)
+
+
+def finish(t0, failures):
+    od = out_dir()
+    os.makedirs(od, exist_ok=True)
+    path = os.path.join(od, "sweep_gemv_chain.json")
+    with open(path, "w") as f:
+        json.dump({"quick": QUICK, "copy_Bps": COPY_BPS, "variants": VARIANTS, "rows": ROWS,
+                   "failures": failures, "seconds": time.time() - t0}, f, indent=1)
+    errs = [r for r in ROWS if "error" in r]
+    bad = [r for r in ROWS if r.get("bit_equal_off") is False or r.get("err_vs_torch", 0) > 2e-2]
+    for r in errs:
+        print(f"ERROR {r.get('K')}x{r.get('N')} {r['variant']}: {r['error'][:160]}")
+    for r in bad:
+        print(f"MISMATCH {r['K']}x{r['N']} {r['variant']}: err {r.get('err_vs_torch'):.2e} "
+              f"bit_equal_off {r.get('bit_equal_off')}")
+    fl = next((r["us"] for r in ROWS if r["section"] == "floor" and "us" in r), None)
+    print(f"\n== GEMV chain (M=1 bf16, CUDA graph, rotated weights; % = bytes/4.19TB/s/t)"
+          f"  floor (empty kernel in a graph): {fl if fl is None else round(fl, 2)} us")
+    others = [v for v in VARIANTS if v not in ("off", "bulk")]
+    print(f"{'K x N':>13} {'MiB':>6} {'off us':>7} {'%':>4} {'bulk us':>7} {'%':>4} "
+          + " ".join(f"{v[:11]:>11}" for v in others)
+          + f" {'torch us':>8} {'t/off':>5} {'t/bulk':>6}")
+    keys = [(K, N) for K, N in SHAPES]
+    for K, N in keys:
+        rs = {r["variant"]: r for r in ROWS if r.get("K") == K and r.get("N") == N
+              and "us" in r}
+        if not rs:
+            continue
+
+        def us(v):
+            return rs[v]["us"] if v in rs else float("nan")
+
+        def pc(v):
+            return 100 * rs[v]["frac_copy"] if v in rs else float("nan")
+        mib = next(iter(rs.values()))["MiB"]
+        tag = " glu" if (K, N) in GLU_SHAPES else ""
+        print(f"{K:>6}x{N:<6} {mib:6.1f} {us('off'):7.2f} {pc('off'):4.0f} {us('bulk'):7.2f} "
+              f"{pc('bulk'):4.0f} "
+              + " ".join(f"{us(v):6.2f}/{pc(v):3.0f}%" for v in others)
+              + f" {us('torch'):8.2f} {us('torch') / us('off'):5.2f} "
+              f"{us('torch') / us('bulk'):6.2f}{tag}")
+    if failures:
+        print(f"FAILED shapes: {failures}")
+    print(f"JSON: {path}  ({time.time() - t0:.0f} s)")
+    return 1 if failures or errs or bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
