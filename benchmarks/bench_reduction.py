@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python3 benchmarks/bench_reduction.py [--quick] [--tune | --tune-only] [OUTDIR]
     PYTHONPATH=src python3 benchmarks/bench_reduction.py --quick --sort-sweep2 [OUTDIR]
+    PYTHONPATH=src python3 benchmarks/bench_reduction.py --quick --sort-sweep2 --gluon-only [OUTDIR]
 
 Prints a table and writes bench_reduction.json to OUTDIR (or $OUT). Each row is checked
 against torch's result before it is timed. Two times per op, both from CUDA events:
@@ -306,7 +307,8 @@ def _tune(nbx, both, randn, timeit, gputime, rows):
 # program, NARROW) tuples of the "ml" path, each timed on every shape with CONFIG ml_small =
 # ml_big = the tuple (so the rows x tiles rule does not pick); the winners are printed per
 # regime. SORT_CANDS='[[1024, 2, 2, 256, 1], "v3"]' (JSON) replaces the list.
-SORT_SHAPES = [(1, 32000), (1, 128256), (4, 128256), (32, 32000), (128, 4096), (1, 1048576)]
+SORT_SHAPES = [(1, 32000), (1, 128256), (4, 128256), (32, 32000), (128, 4096), (1, 1048576),
+               (64, 2048), (512, 1024), (4, 4096)]
 SORT_SMALL = [(1, 32000), (1, 128256)]   # rows x 1024-key tiles < 132 SMs: CONFIG ml_small
 SORT_CANDS = ["default", "v3",
               # few-rows candidates (latency: few levels)
@@ -318,15 +320,44 @@ SORT_CANDS = ["default", "v3",
               (1024, 4, 4, 256, 0), (1024, 4, 4, 256, 1), (1024, 2, 4, 256, 1),
               (512, 2, 2, 256, 1), (2048, 2, 2, 256, 1), (4096, 2, 2, 256, 0),
               (256, 4, 4, 256, 1), (512, 4, 16, 256, 1)]
+# session 5: the Gluon block sort (kernels/sort_gluon.py). ("gluon", R, warps, S): rows of
+# <= 8192 keys one program a row (CONFIG block_sort_max_n = 8192, block_sort_rws = (R, warps,
+# S); S = bitonic steps a shared-memory round); longer rows are not timed for it (the rule does
+# not apply). ("gluon-ml", R, warps, S, tile): the "ml" path with the Gluon tile sort (ml_gluon
+# = (R, warps, S)) and both regimes' tile = `tile` (block_sort_max_n = 0), on every shape.
+# `--gluon-only`: "default" + these only, on every shape (~55-75 s on the H200); the plain
+# --sort-sweep2 keeps session 4's candidates (the new shapes: "default" only).
+# The ("gluon", ...) variants are kernels/sort_gluon.py SWEEP (tests/test_sort_gluon.py compiles
+# each for sm_90).
+from nbxtensor.kernels.sort_gluon import SWEEP as _GLUON_SWEEP  # noqa: E402
+
+GLUON_CANDS = [("gluon",) + v for v in _GLUON_SWEEP] + [
+    ("gluon-ml", 8, 4, 2, 1024), ("gluon-ml", 8, 8, 2, 2048), ("gluon-ml", 8, 8, 2, 4096),
+    ("gluon-ml", 16, 8, 3, 4096)]
+# the rows added in session 5: the plain sweep times only "default" there (time budget)
+SORT_NEW_SHAPES = [(64, 2048), (512, 1024), (4, 4096)]
+if "--gluon-only" in sys.argv:
+    SORT_CANDS = ["default"] + GLUON_CANDS
 if os.environ.get("SORT_CANDS"):
     SORT_CANDS = [c if isinstance(c, str) else tuple(c) for c in json.loads(os.environ["SORT_CANDS"])]
+
+
+def _gluon_kind(cand):
+    return cand[0] if isinstance(cand, tuple) and cand and isinstance(cand[0], str) else None
 
 
 def _sort_set(S, cand):
     cfg = S.CONFIG["cuda"]
     if cand == "default":       # the shipped CONFIG (its rows x tiles rule included)
         return
-    if cand == "v3":
+    if _gluon_kind(cand) == "gluon":
+        cfg.update(block_sort_min_n=1, block_sort_max_n=8192, block_sort_rws=tuple(cand[1:4]))
+    elif _gluon_kind(cand) == "gluon-ml":
+        t = cand[4]
+        cfg.update(sort_algo="ml", block_sort_max_n=0, ml_gluon=tuple(cand[1:4]),
+                   ml_small=(t,) + tuple(cfg["ml_small"][1:]),
+                   ml_big=(t,) + tuple(cfg["ml_big"][1:]))
+    elif cand == "v3":
         cfg["sort_algo"] = "v3"
     else:
         cfg.update(sort_algo="ml", ml_small=tuple(cand), ml_big=tuple(cand))
@@ -337,15 +368,16 @@ def _sort_precompile(nbx, S, calls):
     (nothing runs on the GPU), then compile the recorded kernels in a spawn process pool so
     the timed loop reads Triton's on-disk cache. Best effort."""
     from nbxtensor.backends.cuda import launcher as L
+    from nbxtensor.kernels import sort_gluon as SG
     jobs = {}
-    real = S.launch
+    real, real_g = S.launch, SG.launch
 
     def rec(kernel, grid, *args, **kwargs):
         sig, cx, attrs, opts, _ = L.bind(kernel, args, kwargs)
         cc = L._device_info(0)[0]
         jobs[repr((kernel.fn.__name__, sig, cx, attrs, opts, cc))] = (
             kernel.fn.__module__, kernel.fn.__name__, sig, cx, attrs, opts, cc)
-    S.launch = rec
+    S.launch = SG.launch = rec
     saved = dict(S.CONFIG["cuda"])
     try:
         for cand in SORT_CANDS:
@@ -356,7 +388,7 @@ def _sort_precompile(nbx, S, calls):
                 except Exception as e:  # noqa: BLE001
                     print(f"  precompile {cand}: {type(e).__name__}: {str(e)[:80]}")
     finally:
-        S.launch = real
+        S.launch, SG.launch = real, real_g
         S.CONFIG["cuda"].clear()
         S.CONFIG["cuda"].update(saved)
     compile_in_pool(jobs.values(), "precompiled")
@@ -370,6 +402,11 @@ def _sort_sweep2(nbx, torch, both, randn, timeit, gputime, rows, quick):
     data = {}
     for shape in SORT_SHAPES:
         data[shape] = both(shape, np.float32, None, randn)
+    # a tie-heavy copy of every shape: candidates must also keep torch's stable tie order
+    ties = {}
+    for shape, (x, t) in data.items():
+        tt_ = (t * 4).round() / 4
+        ties[shape] = (nbx.tensor(tt_.cpu().numpy(), device="cuda"), tt_)
     calls = [(lambda x=x: nbx.sort(x, -1, descending=True)) for x, _ in data.values()]
     _sort_precompile(nbx, S, calls)
     saved = dict(S.CONFIG["cuda"])
@@ -383,13 +420,24 @@ def _sort_sweep2(nbx, torch, both, randn, timeit, gputime, rows, quick):
         rv, ri = ref.values.cpu().numpy(), ref.indices.cpu().numpy()
         print(f"sort desc f32 {shape}: torch {tt * 1e6:8.1f} us", flush=True)
         rows.append({"sort_sweep2": str(shape), "cand": "torch", "us": tt * 1e6})
+        table[(shape, "torch")] = tt
+        xt, tt_ref = ties[shape]
+        tref = torch.sort(tt_ref, dim=-1, descending=True, stable=True)
+        tv, ti = tref.values.cpu().numpy(), tref.indices.cpu().numpy()
         for cand in SORT_CANDS:
+            if _gluon_kind(cand) == "gluon" and shape[1] > 8192:
+                continue        # the one-program-a-row rule does not take these rows
+            if shape in SORT_NEW_SHAPES and not (cand == "default" or _gluon_kind(cand)):
+                continue
             _sort_set(S, cand)
             row = {"sort_sweep2": str(shape), "cand": str(cand)}
             try:
                 r = nbx.sort(x, -1, descending=True)
                 ok = (np.array_equal(r.indices.numpy(), ri)
                       and np.array_equal(r.values.numpy(), rv, equal_nan=True))
+                r = nbx.sort(xt, -1, descending=True)
+                ok = ok and (np.array_equal(r.indices.numpy(), ti)
+                             and np.array_equal(r.values.numpy(), tv, equal_nan=True))
                 f2 = lambda x=x: nbx.sort(x, -1, descending=True)  # noqa: E731
                 w2 = timeit(f2, iters)
                 t2 = gputime(f2, iters, w2)
@@ -405,11 +453,12 @@ def _sort_sweep2(nbx, torch, both, randn, timeit, gputime, rows, quick):
             S.CONFIG["cuda"].clear()
             S.CONFIG["cuda"].update(saved)
     for name, shapes in (("ml_small", SORT_SMALL),
-                         ("ml_big", [s for s in SORT_SHAPES if s not in SORT_SMALL])):
+                         ("ml_big", [s for s in SORT_SHAPES
+                                     if s not in SORT_SMALL and s not in SORT_NEW_SHAPES])):
         best = None
         for cand in SORT_CANDS:
             ts = [table.get((s, str(cand))) for s in shapes]
-            if isinstance(cand, str) or None in ts:
+            if isinstance(cand, str) or _gluon_kind(cand) or None in ts:
                 continue
             g = float(np.exp(np.mean(np.log(ts))))
             if best is None or g < best[1]:
@@ -418,6 +467,74 @@ def _sort_sweep2(nbx, torch, both, randn, timeit, gputime, rows, quick):
             print(f"# {name}: best {best[0]} (geomean {best[1] * 1e6:.1f} us over {shapes}); "
                   f"kernels/sort.py CONFIG['cuda'][{name!r}] = {tuple(best[0])}")
             rows.append({"sort_sweep2_best": name, "cand": str(best[0]), "geomean_us": best[1] * 1e6})
+    _gluon_report(table, rows)
+
+
+def _gluon_report(table, rows):
+    """The Gluon candidates against "default" and torch: the best ("gluon", R, warps) by its
+    worst x torch over the short rows (the >= 0.8x goal), the rows it should take, and the best
+    ("gluon-ml", ...) by geomean time / default over the long rows; lines to paste."""
+    short = [s for s in SORT_SHAPES if s[1] <= 8192]
+    long_ = [s for s in SORT_SHAPES if s[1] > 8192]
+    ok = lambda c, ss: all((s, str(c)) in table for s in ss)  # noqa: E731
+    best = None
+    for c in SORT_CANDS:
+        if _gluon_kind(c) == "gluon" and ok(c, short):
+            worst = min(table[(s, "torch")] / table[(s, str(c))] for s in short)
+            g = float(np.exp(np.mean([np.log(table[(s, str(c))]) for s in short])))
+            print(f"# gluon {c}: worst {worst:.2f}x torch, geomean {g * 1e6:.1f} us over {short}")
+            if best is None or worst > best[1]:
+                best = (c, worst)
+    if best is not None and ok("default", short):
+        c = best[0]
+        print(f"# gluon: best {c} (worst {best[1]:.2f}x torch); per shape torch / default / "
+              f"gluon us (x torch):")
+        wins = []
+        for s in sorted(short, key=lambda s: s[1]):
+            tt, td, tg = (table[(s, k)] for k in ("torch", "default", str(c)))
+            wins.append((s[1], tg < td))
+            print(f"#   {s}: {tt * 1e6:.1f} / {td * 1e6:.1f} ({tt / td:.2f}x) / {tg * 1e6:.1f} "
+                  f"({tt / tg:.2f}x)")
+        # the longest run of swept row lengths on which it wins every shape -> [min_n, max_n]
+        lens = sorted({n for n, _ in wins})
+        won = [all(w for m, w in wins if m == n) for n in lens]
+        for n in lens:
+            if len({w for m, w in wins if m == n}) > 1:
+                print(f"# gluon note: at N={n} it wins on some shapes and loses on others "
+                      f"(see the table): the paste line below leaves N={n} out")
+        best_run, run = (0, 0), None
+        for i, w in enumerate(won + [False]):
+            if w and run is None:
+                run = i
+            elif not w and run is not None:
+                if i - run >= best_run[1] - best_run[0]:
+                    best_run = (run, i)
+                run = None
+        if best_run[1] > best_run[0]:
+            min_n = 1 if best_run[0] == 0 else lens[best_run[0] - 1] + 1
+            max_n = lens[best_run[1] - 1]
+        else:
+            min_n, max_n = 1, 0
+        print(f"# gluon paste: kernels/sort.py CONFIG['cuda'] block_sort_min_n={min_n}, "
+              f"block_sort_max_n={max_n}, block_sort_rws={tuple(c[1:4])}   (max_n 0 = it loses; "
+              f"lengths above {lens[-1]} are not swept)")
+        rows.append({"sort_sweep2_best": "gluon", "cand": str(c), "worst_x_torch": best[1],
+                     "block_sort_min_n": min_n, "block_sort_max_n": max_n})
+    bestml = None
+    for c in SORT_CANDS:
+        if _gluon_kind(c) == "gluon-ml" and ok(c, long_) and ok("default", long_):
+            rel = [table[(s, str(c))] / table[(s, "default")] for s in long_]
+            g = float(np.exp(np.mean(np.log(rel))))
+            print(f"# gluon-ml {c}: time / default geomean {g:.3f} over {long_}; per shape "
+                  + " ".join(f"{r:.2f}" for r in rel))
+            if bestml is None or g < bestml[1]:
+                bestml = (c, g)
+    if bestml is not None:
+        c, g = bestml
+        line = (f"ml_gluon={tuple(c[1:4])} with tile {c[4]} in ml_small/ml_big" if g < 1
+                else "ml_gluon=0 (keep: no gluon-ml candidate beats default)")
+        print(f"# gluon-ml: best {c} ({g:.3f} x default's time); paste: {line}")
+        rows.append({"sort_sweep2_best": "gluon-ml", "cand": str(c), "rel_default": g})
 
 
 def _fmt(r):

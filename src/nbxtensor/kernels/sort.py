@@ -422,7 +422,15 @@ CONFIG = {"cuda": {"sort_tile": 4096, "topk_chunk": 4096, "topk_programs": 132 *
                    # (1,32000) 2.0x, (1,128256) 1.06x on ml_small; (4,128256) 1.00-1.03x,
                    # (32,32000) 1.02-1.03x on ml_big; v3 0.44x / 0.59x on the last two.
                    "sort_algo": _os.environ.get("NBX_SORT_ALGO", "ml"),
-                   "ml_small": (1024, 8, 32, 128, 0), "ml_big": (1024, 2, 2, 256, 0)},
+                   "ml_small": (1024, 8, 32, 128, 0), "ml_big": (1024, 2, 2, 256, 0),
+                   # Gluon block sort (kernels/sort_gluon.py; session 5), off until the H200
+                   # decides: rows of block_sort_min_n..block_sort_max_n keys (32-bit or
+                   # narrower) sorted by one program a row, (keys a thread, warps) =
+                   # block_sort_rws, S = steps a shared-memory round; ml_gluon = (R, warps, S)
+                   # makes it the "ml" path's tile sort (0 = off).
+                   # NBX_GLUON_SORT=0 (read at import) turns both off.
+                   "block_sort_min_n": 1, "block_sort_max_n": 0, "block_sort_rws": (8, 8, 2),
+                   "ml_gluon": 0},
           "interp": {"sort_tile": 16, "topk_chunk": 32, "topk_programs": 8,
                      "topk_ept": 16, "merge_block": 32, "max_kp": 1024,
                      "filt_min_n": 64, "filt_max_kp": 8, "filt_chunk": 8, "filt_ratio": 4,
@@ -512,9 +520,10 @@ def _sort_ml(xr, M, N, descending, values, indices, inner, cfg):
         tile = max(min(_p2(N), tile), 2)
     runs = _cdiv(N, tile)
     keys = Tensor._empty((M, N), _dt.int64, xr.device)
-    launch(_sort_tile_kernel, _grid(M, runs), xr, keys, N, TILE=tile,
-           IS_FLOAT=xr.dtype.is_floating_point, DESC=descending,
-           num_warps=16 if tile >= 8192 else (8 if tile >= 2048 else 4))
+    if not _gluon_tiles(xr, M, N, tile, descending, keys, cfg):
+        launch(_sort_tile_kernel, _grid(M, runs), xr, keys, N, TILE=tile,
+               IS_FLOAT=xr.dtype.is_floating_point, DESC=descending,
+               num_warps=16 if tile >= 8192 else (8 if tile >= 2048 else 4))
     if runs == 1:
         _decode((keys, None), xr, values, indices, N, N, N, inner, False)
         return
@@ -537,10 +546,37 @@ def _sort_ml(xr, M, N, descending, values, indices, inner, cfg):
         runs = _cdiv(runs, tp)
 
 
+# the Gluon block sort (kernels/sort_gluon.py): cuda only (Gluon has no interpreter)
+GLUON_SORT = _os.environ.get("NBX_GLUON_SORT", "1") != "0"
+
+
+def _gluon_rows(xr, N, cfg):
+    """Whether sort sends these rows to the Gluon block sort (one program a row)."""
+    return (GLUON_SORT and xr.device.type == "cuda" and xr.dtype.itemsize < 8
+            and max(1, cfg.get("block_sort_min_n", 1)) <= N <= cfg.get("block_sort_max_n", 0))
+
+
+def _gluon_tiles(xr, M, N, tile, descending, keys, cfg):
+    """The "ml" path's tile sort by the Gluon kernel when CONFIG ml_gluon = (R, warps, S) is set
+    (and the tile fits: 32 * R <= tile <= 8192); False: the caller sorts with tl.sort."""
+    rw = cfg.get("ml_gluon", 0)
+    if not (GLUON_SORT and rw and xr.device.type == "cuda"):
+        return False
+    from . import sort_gluon as G
+    if not 32 * rw[0] <= tile <= G.MAX_NP:
+        return False
+    G.sort_rows(xr, M, N, descending, None, None, 1, rw, keys=keys, tile=tile)
+    return True
+
+
 @register("sort", "triton")
 def sort(x, dim, descending, values, indices):
     xr, M, N, inner = _rows(x, dim)
     cfg = CONFIG[xr.device.type]
+    if _gluon_rows(xr, N, cfg):
+        from . import sort_gluon as G
+        G.sort_rows(xr, M, N, descending, values, indices, inner, cfg["block_sort_rws"])
+        return
     if cfg["sort_algo"] == "ml" and xr.dtype.itemsize < 8 and 0 < N < 2**30:
         # N < 2**30: int32 offsets in the rank levels
         _sort_ml(xr, M, N, descending, values, indices, inner, cfg)
