@@ -180,21 +180,27 @@ class _X:
 
 
 def test_routing_rule(monkeypatch):
-    cfg = dict(S.CONFIG["cuda"], block_sort_max_n=4096)
-    assert S._gluon_rows(_X(), 4096, cfg)
-    assert S._gluon_rows(_X(dtype=nbx.bfloat16), 1, cfg)
-    assert S._gluon_rows(_X(dtype=nbx.bool), 33, cfg)
-    assert not S._gluon_rows(_X(), 4097, cfg)                 # (3, 4097): the ml path
-    assert not S._gluon_rows(_X(dtype=nbx.int64), 64, cfg)    # 64-bit: the pair path
-    assert not S._gluon_rows(_X(dtype=nbx.float64), 64, cfg)
-    assert not S._gluon_rows(_X("interp"), 64, cfg)           # no Gluon interpreter
-    assert not S._gluon_rows(_X(), 64, dict(cfg, block_sort_max_n=0))   # shipped: off
-    assert not S._gluon_rows(_X(), 2048, dict(cfg, block_sort_min_n=2049))
-    assert S._gluon_rows(_X(), 2049, dict(cfg, block_sort_min_n=2049))
-    assert S.CONFIG["cuda"]["block_sort_max_n"] == 0 and S.CONFIG["cuda"]["ml_gluon"] == 0
+    cfg = dict(S.CONFIG["cuda"], block_sort_max_n=4096, block_sort_few_max_n=2048,
+               rank_tile=1024, rank_small_grid=132)
+    assert S._gluon_rows(_X(), 128, 4096, cfg)                # the GPU full: whole rows
+    assert not S._gluon_rows(_X(), 4, 4096, cfg)              # 16 tiles: the ml path
+    assert not S._gluon_rows(_X(), 32, 4096, cfg)             # 128 tiles < 132
+    assert S._gluon_rows(_X(), 33, 4096, cfg)
+    assert S._gluon_rows(_X(), 1, 2048, cfg)                  # short rows: always
+    assert S._gluon_rows(_X(dtype=nbx.bfloat16), 1, 1, cfg)
+    assert S._gluon_rows(_X(dtype=nbx.bool), 3, 33, cfg)
+    assert not S._gluon_rows(_X(), 500, 4097, cfg)            # (.., 4097): the ml path
+    assert not S._gluon_rows(_X(dtype=nbx.int64), 3, 64, cfg)    # 64-bit: the pair path
+    assert not S._gluon_rows(_X(dtype=nbx.float64), 3, 64, cfg)
+    assert not S._gluon_rows(_X("interp"), 3, 64, cfg)        # no Gluon interpreter
+    assert not S._gluon_rows(_X(), 3, 64, dict(cfg, block_sort_max_n=0))   # switched off
+    assert not S._gluon_rows(_X(), 3, 2048, dict(cfg, block_sort_min_n=2049))
+    assert S._gluon_rows(_X(), 500, 2049, dict(cfg, block_sort_min_n=2049))
+    # shipped (session 5's H200 sweep): whole rows <= 4096, Gluon tiles in the ml path
+    assert S.CONFIG["cuda"]["block_sort_max_n"] == 4096 and S.CONFIG["cuda"]["ml_gluon"]
     assert "block_sort_max_n" not in S.CONFIG["interp"]
     monkeypatch.setattr(S, "GLUON_SORT", False)               # NBX_GLUON_SORT=0
-    assert not S._gluon_rows(_X(), 64, cfg)
+    assert not S._gluon_rows(_X(), 3, 64, cfg)
 
     # the ml path's tile stage: only with ml_gluon set, on cuda, tiles of 32*R .. 8192
     calls = []
@@ -206,7 +212,7 @@ def test_routing_rule(monkeypatch):
     assert not S._gluon_tiles(_X(), 2, 5000, 128, True, "keys", mcfg)     # tile < 32 * R
     assert not S._gluon_tiles(_X(), 2, 50000, 16384, True, "keys", mcfg)  # > MAX_NP
     assert not S._gluon_tiles(_X("interp"), 2, 5000, 1024, True, "keys", mcfg)
-    assert not S._gluon_tiles(_X(), 2, 5000, 1024, True, "keys", S.CONFIG["cuda"])
+    assert not S._gluon_tiles(_X(), 2, 5000, 1024, True, "keys", dict(S.CONFIG["cuda"], ml_gluon=0))
     assert len(calls) == 1
 
 
@@ -219,9 +225,9 @@ def test_sort_dispatch_calls_gluon(monkeypatch):
     monkeypatch.setitem(S.CONFIG, "cuda", dict(S.CONFIG["cuda"], block_sort_max_n=4096,
                                                block_sort_rws=(16, 4, 3)))
     x = _X()
-    monkeypatch.setattr(S, "_rows", lambda x_, dim: (x, 6, 4096, 3))
+    monkeypatch.setattr(S, "_rows", lambda x_, dim: (x, 200, 4096, 3))   # 800 tiles: full
     S.sort(x, 0, True, "v", "i")
-    assert calls == [(x, 6, 4096, True, "v", "i", 3, (16, 4, 3))]
+    assert calls == [(x, 200, 4096, True, "v", "i", 3, (16, 4, 3))]
 
 
 def test_interp_never_gluon(monkeypatch):
@@ -269,7 +275,7 @@ def gluon_on(monkeypatch):
 def _check(x, a, dim, desc):
     from nbxtensor.dispatch import impl
     v, i = poisoned(a.shape, x.dtype, "cuda"), poisoned(a.shape, nbx.int64, "cuda")
-    impl("sort", "cuda")(x, dim, desc, v, i)     # the kernel writes these: poison shows gaps
+    impl("sort", x.device)(x, dim, desc, v, i)     # the kernel writes these: poison shows gaps
     o = ref_order(a, dim, desc)
     np.testing.assert_array_equal(i.numpy(), o)
     _same(v, np.take_along_axis(a, o, dim))

@@ -422,15 +422,22 @@ CONFIG = {"cuda": {"sort_tile": 4096, "topk_chunk": 4096, "topk_programs": 132 *
                    # (1,32000) 2.0x, (1,128256) 1.06x on ml_small; (4,128256) 1.00-1.03x,
                    # (32,32000) 1.02-1.03x on ml_big; v3 0.44x / 0.59x on the last two.
                    "sort_algo": _os.environ.get("NBX_SORT_ALGO", "ml"),
-                   "ml_small": (1024, 8, 32, 128, 0), "ml_big": (1024, 2, 2, 256, 0),
-                   # Gluon block sort (kernels/sort_gluon.py; session 5), off until the H200
-                   # decides: rows of block_sort_min_n..block_sort_max_n keys (32-bit or
-                   # narrower) sorted by one program a row, (keys a thread, warps) =
-                   # block_sort_rws, S = steps a shared-memory round; ml_gluon = (R, warps, S)
-                   # makes it the "ml" path's tile sort (0 = off).
-                   # NBX_GLUON_SORT=0 (read at import) turns both off.
-                   "block_sort_min_n": 1, "block_sort_max_n": 0, "block_sort_rws": (8, 8, 2),
-                   "ml_gluon": 0},
+                   # session 5: tiles of 2048 sorted by the Gluon kernel (ml_gluon below)
+                   "ml_small": (2048, 8, 32, 128, 0), "ml_big": (2048, 2, 2, 256, 0),
+                   # Gluon block sort (kernels/sort_gluon.py; session 5): rows of
+                   # block_sort_min_n..block_sort_max_n keys (32-bit or narrower) sorted by one
+                   # program a row, (keys a thread, warps, S steps a shared-memory round) =
+                   # block_sort_rws -- rows longer than block_sort_few_max_n only when the GPU
+                   # is full (rows x rank_tile tiles >= rank_small_grid; few long rows sort
+                   # faster as more, shorter tiles); ml_gluon = (R, warps, S) makes it the
+                   # "ml" path's tile sort (0 = tl.sort). NBX_GLUON_SORT=0 (read at import)
+                   # turns both off. H200 (run 3 of session 5, bench_reduction.py --quick
+                   # --sort-sweep2 --gluon-only, torch time / ours): whole rows (16, 8, 2)
+                   # (128,4096) 1.26x (was 0.62x), (512,1024) 1.89x, (64,2048) 2.21x; ml with
+                   # Gluon 2048-key tiles (8, 8, 2): (4,4096) 1.81x, (1,32000) 2.58x, (1,128256)
+                   # 1.36x, (4,128256) 1.31x, (32,32000) 1.48x, (1,1048576) 0.53x (was 0.44x).
+                   "block_sort_min_n": 1, "block_sort_max_n": 4096, "block_sort_few_max_n": 2048,
+                   "block_sort_rws": (16, 8, 2), "ml_gluon": (8, 8, 2)},
           "interp": {"sort_tile": 16, "topk_chunk": 32, "topk_programs": 8,
                      "topk_ept": 16, "merge_block": 32, "max_kp": 1024,
                      "filt_min_n": 64, "filt_max_kp": 8, "filt_chunk": 8, "filt_ratio": 4,
@@ -550,10 +557,16 @@ def _sort_ml(xr, M, N, descending, values, indices, inner, cfg):
 GLUON_SORT = _os.environ.get("NBX_GLUON_SORT", "1") != "0"
 
 
-def _gluon_rows(xr, N, cfg):
-    """Whether sort sends these rows to the Gluon block sort (one program a row)."""
-    return (GLUON_SORT and xr.device.type == "cuda" and xr.dtype.itemsize < 8
-            and max(1, cfg.get("block_sort_min_n", 1)) <= N <= cfg.get("block_sort_max_n", 0))
+def _gluon_rows(xr, M, N, cfg):
+    """Whether sort sends these M rows of N keys to the Gluon block sort (one program a row):
+    N in block_sort_min_n..block_sort_max_n, and beyond block_sort_few_max_n only when the
+    rows fill the GPU (M x tiles of rank_tile >= rank_small_grid, the "ml" path's regime
+    test); fewer long rows sort faster on the ml path (more, shorter tiles)."""
+    if not (GLUON_SORT and xr.device.type == "cuda" and xr.dtype.itemsize < 8
+            and max(1, cfg.get("block_sort_min_n", 1)) <= N <= cfg.get("block_sort_max_n", 0)):
+        return False
+    return (N <= cfg.get("block_sort_few_max_n", N)
+            or M * _cdiv(N, cfg["rank_tile"]) >= cfg["rank_small_grid"])
 
 
 def _gluon_tiles(xr, M, N, tile, descending, keys, cfg):
@@ -573,7 +586,7 @@ def _gluon_tiles(xr, M, N, tile, descending, keys, cfg):
 def sort(x, dim, descending, values, indices):
     xr, M, N, inner = _rows(x, dim)
     cfg = CONFIG[xr.device.type]
-    if _gluon_rows(xr, N, cfg):
+    if _gluon_rows(xr, M, N, cfg):
         from . import sort_gluon as G
         G.sort_rows(xr, M, N, descending, values, indices, inner, cfg["block_sort_rws"])
         return
