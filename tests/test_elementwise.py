@@ -442,6 +442,46 @@ def test_clamp_and_nan_to_num(device):
     assert_close(y, np.clip(x64, -1, 1), nbx.float32)
 
 
+def test_binary_out_repeated_calls(device):
+    # the second and later calls with the same operand kinds take the cached path into out:
+    # an out at an offset into a bigger buffer, out aliasing an operand in the same layout,
+    # in another layout (a temporary), a scalar operand, and the refusals that must stay
+    g = rng()
+    for _ in range(3):
+        a, b = randn((5, 33), nbx.float32, device, g), randn((5, 33), nbx.float32, device, g)
+        a64, b64 = to64(a), to64(b)
+        big = poisoned((5 * 33 + 7,), nbx.float32, device)
+        before = big.numpy().copy()
+        view = big[7:].view(5, 33)
+        assert nbx.mul(a, b, out=view) is view
+        assert_close(view, a64 * b64, nbx.float32)
+        np.testing.assert_array_equal(big.numpy()[:7], before[:7])
+        assert nbx.sub(a, 2.5, out=view) is view
+        assert_close(view, a64 - 2.5, nbx.float32)
+        c = a.clone()
+        assert nbx.add(c, b, out=c) is c                 # same layout: in place
+        assert_close(c, a64 + b64, nbx.float32)
+        sq = randn((130, 130), nbx.float32, device, g)  # several programs: a race shows
+        s64 = to64(sq)
+        nbx.add(sq, sq.T, out=sq)                        # another layout: via a temporary
+        assert_close(sq, s64 + s64.T, nbx.float32)
+        with pytest.raises(TypeError, match="can't be cast"):
+            nbx.mul(a, b, out=nbx.empty((5, 33), dtype=nbx.int32, device=device))
+        with pytest.raises(ValueError, match="shape"):
+            nbx.mul(a, b, out=nbx.empty((5, 34), device=device))
+        with pytest.raises(ValueError, match="overlapping"):
+            nbx.mul(a, b, out=nbx.empty((33,), device=device).expand(5, 33))
+        i8 = nbx.tensor(np.arange(1, 11, dtype=np.int8), device=device)
+        o8 = nbx.empty((10,), dtype=nbx.int8, device=device)
+        nbx.add(i8, 3, out=o8)
+        np.testing.assert_array_equal(o8.numpy(), np.arange(1, 11) + 3)
+        with pytest.raises(OverflowError):
+            nbx.add(i8, 300, out=o8)
+        w = poisoned((5, 33), nbx.float64, device)       # a wider out: the full path casts
+        nbx.mul(a, b, out=w)
+        assert_close(w, a64 * b64, nbx.float32)
+
+
 def test_inplace_out_and_operators(device):
     g = rng()
     a = randn((5, 7), nbx.float32, device, g)

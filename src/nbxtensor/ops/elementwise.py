@@ -509,8 +509,18 @@ def _binary_fast_key(name, kind, a, b):
 def _binary(name, fname, a, b, out=None, inplace=False, params=(0, 0), kind="arith"):
     """kind: arith (result_type), truediv (ints -> default float), cmp (bool result),
     logical (bool result), int (integer/bool only), float (ints -> default float)."""
-    key = None
-    if out is None:
+    key = out_key = None
+    if out is not None:
+        if not inplace and out.__class__ is Tensor:
+            # the cached operand kinds write into out when it fits (`_binary_into`); else the
+            # full path, whose verdict on these kinds is recorded for the next call
+            out_key = _binary_fast_key(name, kind, a, b)
+            hit = _BINARY_FAST.get(out_key) if out_key is not None else None
+            if hit is not None:
+                if _binary_into(name, fname, a, b, out, hit, params):
+                    return out
+                out_key = None
+    else:
         if not inplace:
             key = _binary_fast_key(name, kind, a, b)
         elif a.__class__ is Tensor and kind != "cmp" and kind != "logical":
@@ -567,12 +577,45 @@ def _binary(name, fname, a, b, out=None, inplace=False, params=(0, 0), kind="ari
                     out_dtype=_dt.bool, inplace=a)
     r = _run(name, fname, [a, b], ["input", "other"], res, out=out, params=params,
              compute_dtype=ct, out_dtype=out_dtype, inplace=a if inplace else None)
+    key = key if key is not None else out_key
     if key is not None and len(_BINARY_FAST) < 4096:
         # accepted: later calls with these operand kinds skip to _fresh
         _BINARY_FAST[key] = (out_dtype or res, ct or _compute_dtype(res),
                              r._shape if isinstance(b, Tensor) and isinstance(a, Tensor)
                              and not inplace else None)
     return r
+
+
+def _binary_into(name, fname, a, b, out, hit, params) -> bool:
+    """The cached binary call (`hit` from _BINARY_FAST) written into `out`: True when done.
+    Only for an out of exactly the result's shape and dtype on the operands' device, with
+    one element per address, that shares memory with an operand only in the same layout
+    (an in-place style call); False leaves everything (casts, checks, temporaries) to the
+    full path."""
+    out_dtype, ct, shape = hit
+    if shape is None:                        # a tensor and a Python number
+        t, sc = (a, b) if a.__class__ is Tensor else (b, a)
+        shape = t._shape
+    else:
+        t, sc = a, None
+    if (out._dtype is not out_dtype or out._shape != shape
+            or (out._storage.device is not t._storage.device
+                and out._storage.device != t._storage.device)):
+        return False
+    for n, st in zip(shape, out._stride):
+        if st == 0 and n > 1:
+            return False
+    ops = [_expanded(a, shape) if a.__class__ is Tensor else a,
+           _expanded(b, shape) if b.__class__ is Tensor else b]
+    for x in ops:
+        if (x.__class__ is Tensor and x._storage is out._storage
+                and (x._offset != out._offset or x._stride != out._stride)):
+            return False
+    if sc.__class__ is int and ct.kind in "ui":
+        _check_int_scalar(sc, ct, fname, "other" if sc is b else "input")
+    if math.prod(shape):
+        impl(name, t._storage.device)(out, ops, params, ct)
+    return True
 
 
 def _alpha_op(base, fname, input, other, alpha, out=None, inplace=False):  # noqa: A002
