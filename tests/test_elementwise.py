@@ -480,6 +480,20 @@ def test_binary_out_repeated_calls(device):
         w = poisoned((5, 33), nbx.float64, device)       # a wider out: the full path casts
         nbx.mul(a, b, out=w)
         assert_close(w, a64 * b64, nbx.float32)
+        # unary out= (the same-shape path of _run): at an offset, in place, another layout
+        assert nbx.exp(a, out=view) is view
+        assert_close(view, np.exp(a64), nbx.float32)
+        c = a.clone()
+        assert nbx.neg(c, out=c) is c
+        assert_close(c, -a64, nbx.float32)
+        t = randn((130, 130), nbx.float32, device, g)
+        t64 = to64(t)
+        nbx.neg(t.T, out=t)                              # another layout: via a temporary
+        assert_close(t, -t64.T, nbx.float32)
+        isn = nbx.empty((5, 33), dtype=nbx.bool, device=device)
+        assert nbx.isnan(a, out=isn) is isn and not isn.numpy().any()
+        with pytest.raises(TypeError, match="can't be cast"):
+            nbx.exp(a, out=nbx.empty((5, 33), dtype=nbx.int32, device=device))
 
 
 def test_inplace_out_and_operators(device):

@@ -110,6 +110,31 @@ def _fresh(name, shape, out_dtype, ct, dev, prepared, params):
     return result
 
 
+def _into_same_shape(name, inputs, out, out_dtype, ct, params) -> bool:
+    """out= for tensors of one shape on one device (unary ops, same-shape binaries): done
+    (True) when out has exactly that shape and the result's dtype, one element per address,
+    and shares memory with an input only in the same layout and dtype; else False and `_run`'s
+    full path decides (casts, checks, a temporary for an overlap in another layout)."""
+    x0 = inputs[0]
+    shape, dev = x0._shape, x0._storage.device
+    if (out._shape != shape or out._dtype is not out_dtype
+            or (out._storage.device is not dev and out._storage.device != dev)):
+        return False
+    for x in inputs:
+        if x.__class__ is not Tensor or x._shape != shape or (
+                x._storage.device is not dev and x._storage.device != dev):
+            return False
+        if x._storage is out._storage and (x._offset != out._offset or x._stride != out._stride
+                                           or x._dtype is not out._dtype):
+            return False
+    for n, st in zip(shape, out._stride):
+        if st == 0 and n > 1:
+            return False
+    if math.prod(shape):
+        impl(name, dev)(out, inputs, params, ct)
+    return True
+
+
 def _run(name, fname, inputs, argnames, result_dtype, *, out=None, params=(0, 0),
          compute_dtype=None, out_dtype=None, inplace=None):
     """Validate, broadcast, allocate and dispatch one element-wise op.
@@ -129,6 +154,12 @@ def _run(name, fname, inputs, argnames, result_dtype, *, out=None, params=(0, 0)
         else:
             return _fresh(name, shape, out_dtype or result_dtype,
                           compute_dtype or _compute_dtype(result_dtype), dev, inputs, params)
+    elif (out is not None and inplace is None and out.__class__ is Tensor
+            and inputs[0].__class__ is Tensor and _into_same_shape(name, inputs, out,
+                                                                  out_dtype or result_dtype,
+                                                                  compute_dtype or _compute_dtype(result_dtype),
+                                                                  params)):
+        return out
     tensors = [x for x in inputs if isinstance(x, Tensor)]
     if not tensors:
         raise TypeError(f"{fname}: expected at least one Tensor operand")
