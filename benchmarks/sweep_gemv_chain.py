@@ -62,6 +62,22 @@ if not QUICK:
     VARIANTS.update({"bulk-cap32k": (1, 32768, 4096, True), "bulk-lanes": (1, 0, 16, True),
                      "pdl-off": (0, 0, 4096, False)})
 
+# --cfg-sweep: fused GEMV configs (decode_fused._OVERRIDE) in the same chains, L2PF off, on
+# GEMV_CHAIN_SHAPES (JSON [[K, N], ...]; default the mid shapes below 80 %) -- whether another
+# tile/warp choice closes the gap the prefetch did not. GEMV_CHAIN_CFGS (JSON list of config
+# dicts) replaces the grid.
+CFG_SWEEP = "--cfg-sweep" in sys.argv
+if CFG_SWEEP:
+    SHAPES = [tuple(s) for s in json.loads(os.environ.get(
+        "GEMV_CHAIN_SHAPES", "[[2048, 2048], [2048, 3072], [4096, 4096], [2048, 8192]]"))]
+    _grid = [dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=w) for bn in (2, 4, 8, 16)
+             for bk in (256, 512, 1024) for w in (4, 8) if bn * bk <= 8192]
+    _cfgs = json.loads(os.environ["GEMV_CHAIN_CFGS"]) if os.environ.get("GEMV_CHAIN_CFGS") \
+        else _grid
+    VARIANTS = {"off": VARIANTS["off"]}
+    for _c in _cfgs:
+        VARIANTS["cfg " + json.dumps(_c, sort_keys=True)] = (0, 0, 4096, True)
+
 ROWS: list = []
 record = recorder(ROWS)
 
@@ -87,7 +103,8 @@ def set_variant(name, K=None, N=None):
     P.set_l2_prefetch_mode(mode)
     P.L2PF_CAP, P.L2PF_MIN_CHUNK = cap, mn
     P.set_pdl(pdl)
-    F._OVERRIDE = fat_config(K, N) if name.endswith("-fat") else None
+    F._OVERRIDE = (fat_config(K, N) if name.endswith("-fat")
+                   else json.loads(name[4:]) if name.startswith("cfg ") else None)
 
     def restore():
         P._L2PF_MODE, P.L2PF_CAP, P.L2PF_MIN_CHUNK, P._PDL_ON, F._OVERRIDE = saved
@@ -329,6 +346,17 @@ def finish(t0, failures):
               + " ".join(f"{us(v):6.2f}/{pc(v):3.0f}%" for v in others)
               + f" {us('torch'):8.2f} {us('torch') / us('off'):5.2f} "
               f"{us('torch') / us('bulk'):6.2f}{tag}")
+    if CFG_SWEEP:      # per shape: the rule ("off") and the three best configs
+        print("\n== config sweep (us per GEMV / % of copy; rule = the shipped config)")
+        for K, N in keys:
+            rs = sorted(((r["us"], r["variant"], r["frac_copy"]) for r in ROWS
+                         if r.get("K") == K and r.get("N") == N and "us" in r
+                         and r["variant"] != "torch" and r.get("err_vs_torch", 1) < 2e-2))
+            rule = next((x for x in rs if x[1] == "off"), None)
+            print(f"{K}x{N}: rule {rule[0]:.2f} us {100 * rule[2]:.0f}%" if rule else f"{K}x{N}:")
+            for us_, v, f in rs[:3]:
+                print(f"   {us_:6.2f} us {100 * f:4.0f}%  {v}")
+        bad = [r for r in bad if r.get("bit_equal_off") is not False]   # other tiles round apart
     if failures:
         print(f"FAILED shapes: {failures}")
     print(f"JSON: {path}  ({time.time() - t0:.0f} s)")
