@@ -376,6 +376,12 @@ GEMV_TABLE: dict = {
     # H200 sweep (session 3, `bench_decode.py --quick --sweep-model 1B`): gate/up+SiLU of the
     # Llama-3.2-1B shape 20.5 -> 17.7 us alone; the batch-1 step 1194 -> 1254 tok/s
     ("glu", 8192, 2048): {"BLOCK_N": 4, "BLOCK_K": 256, "num_warps": 4},
+    # H200 (session 5, `sweep_gemv_chain.py --quick --cfg-sweep`: per GEMV in a graph chain on
+    # rotated weights, % of the 4.19 TB/s copy): 4096x4096 78 -> 85 %, N 8192 x K 2048 83 ->
+    # 89 %, N 3072 x K 2048 59 -> 67 % (N 2048 x K 2048: no config beat the rule's 64 %)
+    ("plain", 4096, 4096): {"BLOCK_N": 8, "BLOCK_K": 512, "num_warps": 8},
+    ("plain", 8192, 2048): {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 8},
+    ("plain", 3072, 2048): {"BLOCK_N": 2, "BLOCK_K": 512, "num_warps": 4},
 }
 _TUNED = True      # set_tuned(False): the rule only, epilogue loads late (session 2's kernels)
 
