@@ -507,6 +507,34 @@ def test_gemv_table_and_set_tuned(monkeypatch):
         F.set_tuned(1)
 
 
+def test_gemv_table_entries_compute_right_on_cuda():
+    """Every shipped GEMV_TABLE entry (plain / glu; rope is covered by the decode step tests)
+    on its own (N, K), bf16, M = 1 and 3, against float64: the measured configs are only
+    reached at those exact shapes. Outputs poisoned with NaN first."""
+    from conftest import DEVICES
+    if "cuda" not in DEVICES:
+        pytest.skip("needs a CUDA device")
+    from nbxtensor.kernels import decode_fused as F
+    g = rng()
+    for (kind, N, K), c in F.GEMV_TABLE.items():
+        if kind == "rope":
+            continue
+        rows = 2 * N if kind == "glu" else N
+        for M in (1, 3):
+            x = nbx.tensor(g.standard_normal((M, K)).astype(np.float32), device="cuda")
+            x = x.to(nbx.bfloat16)
+            w = nbx.tensor((g.standard_normal((rows, K)) / np.sqrt(K)).astype(np.float32),
+                           device="cuda").to(nbx.bfloat16)
+            r = nbx.tensor(g.standard_normal((M, N)).astype(np.float32), device="cuda")
+            r = r.to(nbx.bfloat16)
+            out = poisoned((M, N), nbx.bfloat16, "cuda")
+            assert F.fused_gemv_config(M, N, K, 2, "cuda", kind) == c
+            F.fused_gemv(x, w, glu=kind == "glu", residual=r if kind == "plain" else None,
+                         out=out)
+            ref = _ref(x, w, glu=kind == "glu", res=r if kind == "plain" else None)
+            assert_close(out, ref, **_tol(nbx.bfloat16))
+
+
 def test_gemv_table_entries_are_valid_and_compile_for_sm90():
     """Every shipped GEMV_TABLE entry is a legal config of its kernel (powers of two, RoPE
     pairs inside a 64-wide head, 16-byte loads) and compiles for sm_90 without spills."""
