@@ -3,7 +3,6 @@
     PYTHONPATH=src python3 benchmarks/bench_reduction.py [--quick] [--tune | --tune-only] [OUTDIR]
     PYTHONPATH=src python3 benchmarks/bench_reduction.py --quick --sort-sweep2 [OUTDIR]
     PYTHONPATH=src python3 benchmarks/bench_reduction.py --quick --sort-sweep2 --gluon-only [OUTDIR]
-    PYTHONPATH=src python3 benchmarks/bench_reduction.py --quick --sort-sweep2 --radix-big [OUTDIR]
 
 Prints a table and writes bench_reduction.json to OUTDIR (or $OUT). Each row is checked
 against torch's result before it is timed. Two times per op, both from CUDA events:
@@ -339,19 +338,6 @@ GLUON_CANDS = [("gluon",) + v for v in _GLUON_SWEEP] + [
 SORT_NEW_SHAPES = [(64, 2048), (512, 1024), (4, 4096)]
 if "--gluon-only" in sys.argv:
     SORT_CANDS = ["default"] + GLUON_CANDS
-# session 5: the device-wide LSD radix sort (kernels/sort_radix.py) for few long rows.
-# ("radixbig", digit bits, keys a tile, warps, look-back window, keys a row, coalesced load):
-# CONFIG radix_rc = those, radix_min_n = 1 and no row limit, so every shape takes it.
-# `--radix-big`: "default" + these only, on the long-row shapes below (~40-60 s on the
-# H200); the variants are kernels/sort_radix.py SWEEP (tests/test_sort_radix.py compiles
-# each for sm_90).
-from nbxtensor.kernels.sort_radix import SWEEP as _RADIX_SWEEP  # noqa: E402
-
-RADIX_BIG_CANDS = [("radixbig",) + v for v in _RADIX_SWEEP]
-RADIX_BIG_SHAPES = [(1, 1048576), (1, 128256), (4, 128256), (1, 32000), (32, 32000)]
-if "--radix-big" in sys.argv:
-    SORT_CANDS = ["default"] + RADIX_BIG_CANDS
-    SORT_SHAPES = RADIX_BIG_SHAPES
 if os.environ.get("SORT_CANDS"):
     SORT_CANDS = [c if isinstance(c, str) else tuple(c) for c in json.loads(os.environ["SORT_CANDS"])]
 
@@ -371,8 +357,6 @@ def _sort_set(S, cand):
         cfg.update(sort_algo="ml", block_sort_max_n=0, ml_gluon=tuple(cand[1:4]),
                    ml_small=(t,) + tuple(cfg["ml_small"][1:]),
                    ml_big=(t,) + tuple(cfg["ml_big"][1:]))
-    elif _gluon_kind(cand) == "radixbig":
-        cfg.update(radix_min_n=1, radix_max_rows=1 << 30, radix_rc=tuple(cand[1:7]))
     elif cand == "v3":
         cfg["sort_algo"] = "v3"
     else:
@@ -385,16 +369,15 @@ def _sort_precompile(nbx, S, calls):
     the timed loop reads Triton's on-disk cache. Best effort."""
     from nbxtensor.backends.cuda import launcher as L
     from nbxtensor.kernels import sort_gluon as SG
-    from nbxtensor.kernels import sort_radix as SR
     jobs = {}
-    real, real_g, real_r = S.launch, SG.launch, SR.launch
+    real, real_g = S.launch, SG.launch
 
     def rec(kernel, grid, *args, **kwargs):
         sig, cx, attrs, opts, _ = L.bind(kernel, args, kwargs)
         cc = L._device_info(0)[0]
         jobs[repr((kernel.fn.__name__, sig, cx, attrs, opts, cc))] = (
             kernel.fn.__module__, kernel.fn.__name__, sig, cx, attrs, opts, cc)
-    S.launch = SG.launch = SR.launch = rec
+    S.launch = SG.launch = rec
     saved = dict(S.CONFIG["cuda"])
     try:
         for cand in SORT_CANDS:
@@ -405,7 +388,7 @@ def _sort_precompile(nbx, S, calls):
                 except Exception as e:  # noqa: BLE001
                     print(f"  precompile {cand}: {type(e).__name__}: {str(e)[:80]}")
     finally:
-        S.launch, SG.launch, SR.launch = real, real_g, real_r
+        S.launch, SG.launch = real, real_g
         S.CONFIG["cuda"].clear()
         S.CONFIG["cuda"].update(saved)
     compile_in_pool(jobs.values(), "precompiled")
@@ -485,48 +468,6 @@ def _sort_sweep2(nbx, torch, both, randn, timeit, gputime, rows, quick):
                   f"kernels/sort.py CONFIG['cuda'][{name!r}] = {tuple(best[0])}")
             rows.append({"sort_sweep2_best": name, "cand": str(best[0]), "geomean_us": best[1] * 1e6})
     _gluon_report(table, rows)
-    _radix_report(table, rows)
-
-
-def _radix_report(table, rows):
-    """The ("radixbig", ...) candidates: x torch per shape, the best variant on (1, 1048576)
-    (the target), the shapes it beats "default" on, and the CONFIG line to paste
-    (radix_min_n / radix_max_rows: the widest rule that takes only shapes it wins)."""
-    cands = [c for c in SORT_CANDS if _gluon_kind(c) == "radixbig"]
-    shapes = [s for s in SORT_SHAPES if (s, "torch") in table and (s, "default") in table]
-    if not cands or not shapes:
-        return
-    for c in cands:
-        r = [f"{s}: {table[(s, 'torch')] / table[(s, str(c))]:.2f}x" if (s, str(c)) in table
-             else f"{s}: -" for s in shapes]
-        print(f"# radix {c}: x torch " + ", ".join(r))
-    tgt = (1, 1048576) if (1, 1048576) in shapes else shapes[0]
-    ok = [c for c in cands if (tgt, str(c)) in table]
-    if not ok:
-        print("# radix: no correct candidate on the target shape; keep radix_min_n = 0")
-        return
-    best = min(ok, key=lambda c: table[(tgt, str(c))])
-    print(f"# radix: best on {tgt}: {best}; per shape torch / default / radix us (x torch):")
-    won = {}
-    for s in shapes:
-        tt, td = table[(s, "torch")], table[(s, "default")]
-        tr = table.get((s, str(best)))
-        won[s] = tr is not None and tr < td
-        print(f"#   {s}: {tt * 1e6:.1f} / {td * 1e6:.1f} ({tt / td:.2f}x) / "
-              + (f"{tr * 1e6:.1f} ({tt / tr:.2f}x)" if tr else "WRONG/ERROR"))
-    # the rule N >= min_n and M <= max_rows taking the most won shapes and no lost one
-    pick = (0, 0, 0)
-    for mn in sorted({s[1] for s in shapes}):
-        for mr in sorted({s[0] for s in shapes}):
-            took = [s for s in shapes if s[1] >= mn and s[0] <= mr]
-            if took and all(won[s] for s in took) and len(took) > pick[2]:
-                pick = (mn, mr, len(took))
-    mn, mr, _ = pick
-    print(f"# radix paste: kernels/sort.py CONFIG['cuda'] radix_min_n={mn}, radix_max_rows="
-          f"{mr or 4}, radix_rc={tuple(best[1:7])}   (radix_min_n 0 = it loses: keep it off; "
-          f"min_n is the shortest swept row it takes -- rows between swept lengths are a guess)")
-    rows.append({"sort_sweep2_best": "radixbig", "cand": str(best), "radix_min_n": mn,
-                 "radix_max_rows": mr})
 
 
 def _gluon_report(table, rows):

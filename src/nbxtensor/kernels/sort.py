@@ -437,23 +437,14 @@ CONFIG = {"cuda": {"sort_tile": 4096, "topk_chunk": 4096, "topk_programs": 132 *
                    # Gluon 2048-key tiles (8, 8, 2): (4,4096) 1.81x, (1,32000) 2.58x, (1,128256)
                    # 1.36x, (4,128256) 1.31x, (32,32000) 1.48x, (1,1048576) 0.53x (was 0.44x).
                    "block_sort_min_n": 1, "block_sort_max_n": 4096, "block_sort_few_max_n": 2048,
-                   "block_sort_rws": (16, 8, 2), "ml_gluon": (8, 8, 2),
-                   # device-wide LSD radix sort (kernels/sort_radix.py; session 5): rows of
-                   # N >= radix_min_n keys (32-bit or narrower), at most radix_max_rows rows;
-                   # radix_rc = (digit bits, keys a tile, warps, look-back window, keys a
-                   # row of the in-tile count, coalesced load). radix_min_n 0 = OFF until the
-                   # H200 sweep (bench_reduction.py --sort-sweep2 --radix-big)
-                   "radix_min_n": 0, "radix_max_rows": 4, "radix_rc": (4, 4096, 8, 32, 16, 1),
-                   "radix_hist_block": 4096},
+                   "block_sort_rws": (16, 8, 2), "ml_gluon": (8, 8, 2)},
           "interp": {"sort_tile": 16, "topk_chunk": 32, "topk_programs": 8,
                      "topk_ept": 16, "merge_block": 32, "max_kp": 1024,
                      "filt_min_n": 64, "filt_max_kp": 8, "filt_chunk": 8, "filt_ratio": 4,
                      "filt_block": 16, "rank_tile": 16, "rank_max_tiles": 4, "rank_block": 16,
                      "rank_small_grid": 8,
                      "sort_algo": _os.environ.get("NBX_SORT_ALGO", "ml"),
-                     "ml_small": (16, 2, 4, 16, 1), "ml_big": (16, 4, 2, 16, 0),
-                     "radix_min_n": 0, "radix_max_rows": 4, "radix_rc": (4, 16, 1, 4, 4, 1),
-                     "radix_hist_block": 32}}
+                     "ml_small": (16, 2, 4, 16, 1), "ml_big": (16, 4, 2, 16, 0)}}
 
 
 def _grid(rows, per_row):
@@ -591,23 +582,10 @@ def _gluon_tiles(xr, M, N, tile, descending, keys, cfg):
     return True
 
 
-def _radix_rows(xr, M, N, cfg):
-    """Whether sort sends these rows to the device-wide radix sort (kernels/sort_radix.py):
-    values of <= 32 bits, N >= radix_min_n (0 = off), at most radix_max_rows rows."""
-    mn = cfg.get("radix_min_n", 0)
-    return (0 < mn <= N < 2**30 and M <= cfg.get("radix_max_rows", 0)
-            and xr.dtype.itemsize < 8)
-
-
 @register("sort", "triton")
 def sort(x, dim, descending, values, indices):
     xr, M, N, inner = _rows(x, dim)
     cfg = CONFIG[xr.device.type]
-    if _radix_rows(xr, M, N, cfg):
-        from . import sort_radix as SR
-        SR.radix_sort(xr, M, N, descending, values, indices, inner, cfg["radix_rc"],
-                      cfg["radix_hist_block"])
-        return
     if _gluon_rows(xr, M, N, cfg):
         from . import sort_gluon as G
         G.sort_rows(xr, M, N, descending, values, indices, inner, cfg["block_sort_rws"])
