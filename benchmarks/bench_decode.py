@@ -3,7 +3,7 @@ nbxtensor and hand-written torch decode loops (eager, and captured with torch.cu
 all with random bf16 weights of the same shapes (nothing is downloaded).
 
     PYTHONPATH=src python3 benchmarks/bench_decode.py [--quick] [--steps N] [--sweep]
-        [--sweep-model NAME] [--no-pdl-ab] [--no-tuned-ab] [--l2pf-ab] [--unfused] [OUTDIR]
+        [--sweep-model NAME] [--no-pdl-ab] [--no-tuned-ab] [--unfused] [OUTDIR]
 
 Models: SmolLM2-135M architecture and a Llama-3.2-1B-shaped model (hidden 2048, 16 layers,
 32/8 heads, FFN 8192, vocab 128256). For each model x batch (1, 4, 16) x cache length
@@ -34,9 +34,6 @@ PDL A/B: at batch 1 the graph-replayed step is captured twice more, with Program
 Dependent Launch on and off (kernels/decode_fused.set_pdl; NBX_PDL=0 sets the default for
 everything else), timed interleaved (best of 3 rounds each): tok/s on/off and whether the
 first step's logits are bit-identical (`--no-pdl-ab` skips it).
-L2 prefetch A/B (`--l2pf-ab`, batch 1): the step captured with the GEMVs' L2 bulk prefetch of
-their weight slabs on and off (kernels/_pdl.set_l2_prefetch_mode; NBX_L2_PREFETCH sets the
-default for everything else), timed interleaved, best of 3; logits must be bit-identical.
 --quick: batch 1, cache 128 only (both models), 128 steps, no unfused comparison (add
 `--unfused` for it); aims at < 150 s with a warm Triton cache. Prints elapsed seconds per
 stage, a table last; JSON to $OUT/bench_decode.json (or OUTDIR). Each configuration runs on
@@ -509,23 +506,6 @@ def pdl_ab(m, B, L, cap, toks, steps, row, rounds=3):
     row["pdl_on_off_same_first_step"] = r[True]["logits"].tobytes() == r[False]["logits"].tobytes()
 
 
-def l2pf_ab(m, B, L, cap, toks, steps, row, rounds=3):
-    """Graph replay with the GEMVs' L2 bulk prefetch on and off (captured separately)."""
-    from nbxtensor.kernels import _pdl as P
-
-    def mode(on):
-        def setup():
-            prev = P.set_l2_prefetch_mode(P.L2PF_BULK if on else P.L2PF_OFF)
-            return lambda: P.set_l2_prefetch_mode(prev)
-        return setup
-    r = graph_ab(m, B, L, cap, toks, steps, {True: mode(True), False: mode(False)}, rounds)
-    row["nbx_graph_tok_s_l2pf_on"] = r[True]["tok_s"]
-    row["nbx_graph_tok_s_l2pf_off"] = r[False]["tok_s"]
-    row["l2pf_speedup"] = r[True]["tok_s"] / r[False]["tok_s"] if r[False]["tok_s"] else None
-    row["l2pf_on_off_same_first_step"] = (r[True]["logits"].tobytes()
-                                          == r[False]["logits"].tobytes())
-
-
 def tuned_ab(m, B, L, cap, toks, steps, row, winners=None, rounds=3):
     """The GEMV configs A/B (this session): "session2" = set_tuned(False) (the old rule, RoPE
     loads late); "tuned" = the shipped GEMV_TABLE + rule (RoPE pairs 4 x 512, early loads);
@@ -559,7 +539,7 @@ def tuned_ab(m, B, L, cap, toks, steps, row, winners=None, rounds=3):
 
 
 def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res, unfused=True,
-               ab=True, tuned=True, winners=None, l2ab=False):
+               ab=True, tuned=True, winners=None):
     import nbxtensor as nbx
     from nbxtensor.models.graph_decode import GraphDecoder
     cap = L + steps + 8
@@ -605,11 +585,6 @@ def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res, unfused=Tr
         t0 = time.perf_counter()
         pdl_ab(m, B, L, cap, toks, steps, row)
         row["pdl_ab_s"] = round(time.perf_counter() - t0, 2)
-
-    if B == 1 and l2ab:
-        t0 = time.perf_counter()
-        l2pf_ab(m, B, L, cap, toks, steps, row)
-        row["l2pf_ab_s"] = round(time.perf_counter() - t0, 2)
 
     if B == 1 and tuned:
         t0 = time.perf_counter()
@@ -682,7 +657,6 @@ def main(argv):
     steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else (128 if quick else 256)
     unfused = "--unfused" in argv or not quick
     ab = "--no-pdl-ab" not in argv
-    l2ab = "--l2pf-ab" in argv
     t_start = time.perf_counter()
 
     def stage(what):
@@ -745,7 +719,7 @@ def main(argv):
                 try:
                     row = run_config(name, cfg, w, m, torch, B, L, steps, eager_steps,
                                      report["rows"], unfused=unfused, ab=ab, tuned=tuned,
-                                     winners=winners, l2ab=l2ab)
+                                     winners=winners)
                     row["weight_bytes"] = wb
                     row["weight_bw_limit_steps_s"] = limit
                     row["nbx_graph_frac_of_limit"] = row["nbx_graph_tok_s"] / B / limit
@@ -807,16 +781,6 @@ def main(argv):
                   f"tok/s, off {r['nbx_graph_tok_s_pdl_off']:.0f} tok/s "
                   f"(x{r['pdl_speedup'] or 0:.3f}), kernels {r['pdl_kernels_per_step']}, "
                   f"same logits {r['pdl_on_off_same_first_step']}")
-    l2_rows = [r for r in report["rows"] if "nbx_graph_tok_s_l2pf_on" in r]
-    if l2_rows:
-        print("\nL2 prefetch A/B (batch 1, graph replay, best of 3)")
-        for r in l2_rows:
-            lim = r.get("weight_bw_limit_steps_s") or 0
-            on, off = r["nbx_graph_tok_s_l2pf_on"], r["nbx_graph_tok_s_l2pf_off"]
-            frac = (f" ({on / lim:.1%} / {off / lim:.1%} of the limit)" if lim else "")
-            print(f"{r['model']:20} L={r['cache_len']:>5}: on {on:.0f} tok/s, off {off:.0f} "
-                  f"tok/s (x{r['l2pf_speedup'] or 0:.3f}){frac}, "
-                  f"same logits {r['l2pf_on_off_same_first_step']}")
     t_rows = [r for r in report["rows"] if "tuned_ab" in r]
     if t_rows:
         print("\nGEMV configs A/B (batch 1, graph replay, best of 3): session2 = old rule, "

@@ -1,6 +1,6 @@
-"""Decode GEMV chains on the H200: L2 bulk prefetch of the weight slab (issue 5) on / off.
+"""Decode GEMV chains on the H200 (issue 5: bf16 GEMV at decode shapes vs the copy bandwidth).
 
-    PYTHONPATH=src python3 benchmarks/sweep_gemv_chain.py [--quick] [OUTDIR]
+    PYTHONPATH=src python3 benchmarks/sweep_gemv_chain.py [--quick] [--cfg-sweep] [OUTDIR]
 
 For decode shapes (K, N) -- (576,576), (576,1536) [SmolLM2], (2048,2048), (2048,3072),
 (2048,8192), (8192,2048), (2048,16384) [gate+up as the model runs it: GLU, 8192 outputs],
@@ -11,25 +11,19 @@ one replay touches >= 128 MiB (> 2x the 50 MiB L2; R >= 2, C a multiple of R). S
 chain (each GEMV's input is the previous one's output); the others use one fixed x (a
 chain is impossible). PDL as the policy says (on for cuda unless NBX_PDL=0).
 Rows per shape:
-  off         L2PF off (today's kernels)
-  bulk        L2PF on: `cp.async.bulk.prefetch.L2` of the whole slab, >= 4 KiB a thread
-  bulk-auto   the same, capped where the resident programs' slabs exceed 24 MiB
-              (_pdl.L2PF_CAP = -1: L2PF_BUDGET / min(programs, 4 x 132), a power of two)
-  line        `prefetch.global.L2::evict_last` per 128-byte line
-  off-fat, bulk-fat  off / bulk with half the programs (fat_config: BLOCK_N x 2): room on the
-              SMs for the next kernel's programs to be resident and prefetch early
-  (full run also: bulk-cap32k = capped to 32 KiB per slab (row-wise prefixes), bulk-lanes = chunks spread over all threads (>= 16 B),
-   pdl-off = PDL and L2PF off)
+  off         the shipped kernels and configs ("off": session 5 also timed an L2 bulk
+              prefetch of the weight slab before the PDL wait here -- slower, removed;
+              docs/notes/decode.md)
+  pdl-off     the same with PDL off (full run only)
   torch       torch.nn.functional.linear chain in a torch.cuda.CUDAGraph, same shapes and
               rotation (the GLU row: the 2N-row linear alone, no SiLU*up kernels)
   floor       an empty Triton kernel chain (C launches in a graph): launch floor per kernel
+--cfg-sweep: tile/warp configs (decode_fused._OVERRIDE) on the mid shapes instead (below).
 Before timing, each variant's single GEMV is checked against torch (float32 math on the same
-bf16 data, max |d| / max |ref| < 2e-2), and each prefetch variant's chain output must be
-bit-identical to `off` (`off-fat` for the -fat rows): prefetch must not change a value. Timing: CUDA events around n
-replays, median of 5 rounds -> us per GEMV; fraction of copy = weight bytes / 4.19e12 / t
-(the measured d2d copy rate, read + write). All kernels are compiled first in a spawn pool
-(Triton's disk cache). JSON to OUTDIR/sweep_gemv_chain.json; the table is printed last.
---quick (~50-70 s, most of it the ~50 compiles): 6 variants, C >= 32; full: 9, C >= 64.
+bf16 data, max |d| / max |ref| < 2e-2). Timing: CUDA events around n replays, median of 5
+rounds -> us per GEMV; fraction of copy = weight bytes / 4.19e12 / t (the measured d2d copy
+rate, read + write). All kernels are compiled first in a spawn pool (Triton's disk cache).
+JSON to OUTDIR/sweep_gemv_chain.json; the table is printed last. --quick: C >= 32; full: 64.
 """
 from __future__ import annotations
 
@@ -54,15 +48,12 @@ MIN_CHAIN = 32 if QUICK else 64
 SHAPES = [(576, 576), (576, 1536), (2048, 2048), (2048, 3072), (2048, 8192), (8192, 2048),
           (2048, 16384), (4096, 4096), (4096, 14336), (14336, 4096), (2048, 128256)]
 GLU_SHAPES = {(2048, 16384)}
-# name -> (L2PF mode, PF cap bytes, PF min chunk bytes, PDL on)
-VARIANTS = {"off": (0, 0, 4096, True), "bulk": (1, 0, 4096, True),
-            "bulk-auto": (1, -1, 4096, True), "line": (2, 0, 4096, True),
-            "off-fat": (0, 0, 4096, True), "bulk-fat": (1, 0, 4096, True)}
+# name -> (config override or None, PDL on)
+VARIANTS = {"off": (None, True)}
 if not QUICK:
-    VARIANTS.update({"bulk-cap32k": (1, 32768, 4096, True), "bulk-lanes": (1, 0, 16, True),
-                     "pdl-off": (0, 0, 4096, False)})
+    VARIANTS["pdl-off"] = (None, False)
 
-# --cfg-sweep: fused GEMV configs (decode_fused._OVERRIDE) in the same chains, L2PF off, on
+# --cfg-sweep: fused GEMV configs (decode_fused._OVERRIDE) in the same chains, on
 # GEMV_CHAIN_SHAPES (JSON [[K, N], ...]; default the mid shapes below 80 %) -- whether another
 # tile/warp choice closes the gap the prefetch did not. GEMV_CHAIN_CFGS (JSON list of config
 # dicts) replaces the grid.
@@ -76,38 +67,24 @@ if CFG_SWEEP:
         else _grid
     VARIANTS = {"off": VARIANTS["off"]}
     for _c in _cfgs:
-        VARIANTS["cfg " + json.dumps(_c, sort_keys=True)] = (0, 0, 4096, True)
+        VARIANTS["cfg " + json.dumps(_c, sort_keys=True)] = (_c, True)
 
 ROWS: list = []
 record = recorder(ROWS)
 
 
-def fat_config(K, N):
-    """The rule's config with half the programs (BLOCK_N x 2, BLOCK_K / 2 down to 256): with
-    fewer resident programs per SM the next kernel's programs can become resident (PDL) and
-    prefetch while this one runs."""
-    from nbxtensor.kernels import decode_fused as F
-    glu = (K, N) in GLU_SHAPES
-    c = F.fused_gemv_config(1, N // 2 if glu else N, K, 2, "cuda", "glu" if glu else "plain")
-    return dict(BLOCK_N=min(32, 2 * c["BLOCK_N"]), BLOCK_K=max(256, c["BLOCK_K"] // 2),
-                num_warps=c["num_warps"])
-
-
 def set_variant(name, K=None, N=None):
-    """Apply a variant to the policy (kernels/_pdl.py; the "-fat" ones also force
-    fat_config(K, N) through decode_fused._OVERRIDE); returns a restore()."""
+    """Apply a variant (PDL policy in kernels/_pdl.py, a config through
+    decode_fused._OVERRIDE); returns a restore()."""
     from nbxtensor.kernels import _pdl as P
     from nbxtensor.kernels import decode_fused as F
-    mode, cap, mn, pdl = VARIANTS[name]
-    saved = (P._L2PF_MODE, P.L2PF_CAP, P.L2PF_MIN_CHUNK, P._PDL_ON, F._OVERRIDE)
-    P.set_l2_prefetch_mode(mode)
-    P.L2PF_CAP, P.L2PF_MIN_CHUNK = cap, mn
+    cfg, pdl = VARIANTS[name]
+    saved = (P._PDL_ON, F._OVERRIDE)
     P.set_pdl(pdl)
-    F._OVERRIDE = (fat_config(K, N) if name.endswith("-fat")
-                   else json.loads(name[4:]) if name.startswith("cfg ") else None)
+    F._OVERRIDE = dict(cfg) if cfg else None
 
     def restore():
-        P._L2PF_MODE, P.L2PF_CAP, P.L2PF_MIN_CHUNK, P._PDL_ON, F._OVERRIDE = saved
+        P._PDL_ON, F._OVERRIDE = saved
     return restore
 
 
@@ -218,8 +195,8 @@ def run_shape(K, N, torch, n_rep):
             nbx.cuda.synchronize()
             final[v] = out.numpy().tobytes()
             us = ms * 1e3 / C
-            base_v = "off-fat" if v.endswith("-fat") else "off"
-            same = final[v] == final[base_v] if base_v in final else None
+            # pdl-off must give the same bits (a config sweep's tiles round apart: None)
+            same = (final[v] == final["off"] if v == "pdl-off" and "off" in final else None)
             results[v] = us
             record(section="chain", variant=v, us=us, frac_copy=wbytes / COPY_BPS / (us * 1e-6),
                    err_vs_torch=err, bit_equal_off=same, **base)
@@ -281,7 +258,7 @@ def main():
         pass
 
     print(f"device {nbx.cuda.get_device_name(0)}  torch {torch.__version__}  quick={QUICK}  "
-          f"PDL default {P.pdl_enabled('cuda')}  L2PF default {P.l2_prefetch_mode('cuda')}",
+          f"PDL default {P.pdl_enabled('cuda')}",
           flush=True)
     failures = []
     try:
@@ -323,10 +300,10 @@ def finish(t0, failures):
     fl = next((r["us"] for r in ROWS if r["section"] == "floor" and "us" in r), None)
     print(f"\n== GEMV chain (M=1 bf16, CUDA graph, rotated weights; % = bytes/4.19TB/s/t)"
           f"  floor (empty kernel in a graph): {fl if fl is None else round(fl, 2)} us")
-    others = [v for v in VARIANTS if v not in ("off", "bulk")]
-    print(f"{'K x N':>13} {'MiB':>6} {'off us':>7} {'%':>4} {'bulk us':>7} {'%':>4} "
+    others = [] if CFG_SWEEP else [v for v in VARIANTS if v != "off"]
+    print(f"{'K x N':>13} {'MiB':>6} {'nbx us':>7} {'%':>4} "
           + " ".join(f"{v[:11]:>11}" for v in others)
-          + f" {'torch us':>8} {'t/off':>5} {'t/bulk':>6}")
+          + f" {'torch us':>8} {'%':>4} {'t/nbx':>5}")
     keys = [(K, N) for K, N in SHAPES]
     for K, N in keys:
         rs = {r["variant"]: r for r in ROWS if r.get("K") == K and r.get("N") == N
@@ -341,11 +318,9 @@ def finish(t0, failures):
             return 100 * rs[v]["frac_copy"] if v in rs else float("nan")
         mib = next(iter(rs.values()))["MiB"]
         tag = " glu" if (K, N) in GLU_SHAPES else ""
-        print(f"{K:>6}x{N:<6} {mib:6.1f} {us('off'):7.2f} {pc('off'):4.0f} {us('bulk'):7.2f} "
-              f"{pc('bulk'):4.0f} "
+        print(f"{K:>6}x{N:<6} {mib:6.1f} {us('off'):7.2f} {pc('off'):4.0f} "
               + " ".join(f"{us(v):6.2f}/{pc(v):3.0f}%" for v in others)
-              + f" {us('torch'):8.2f} {us('torch') / us('off'):5.2f} "
-              f"{us('torch') / us('bulk'):6.2f}{tag}")
+              + f" {us('torch'):8.2f} {pc('torch'):4.0f} {us('torch') / us('off'):5.2f}{tag}")
     if CFG_SWEEP:      # per shape: the rule ("off") and the three best configs
         print("\n== config sweep (us per GEMV / % of copy; rule = the shipped config)")
         for K, N in keys:
@@ -356,7 +331,6 @@ def finish(t0, failures):
             print(f"{K}x{N}: rule {rule[0]:.2f} us {100 * rule[2]:.0f}%" if rule else f"{K}x{N}:")
             for us_, v, f in rs[:3]:
                 print(f"   {us_:6.2f} us {100 * f:4.0f}%  {v}")
-        bad = [r for r in bad if r.get("bit_equal_off") is not False]   # other tiles round apart
     if failures:
         print(f"FAILED shapes: {failures}")
     print(f"JSON: {path}  ({time.time() - t0:.0f} s)")

@@ -33,9 +33,6 @@ from ._host import cdiv as _cdiv, next_pow2 as _np2
 
 # PDL policy and helpers: kernels/_pdl.py (re-exported: callers use decode_fused's names)
 from ._pdl import _pdl_wait, pdl_enabled, pdl_opts, set_pdl  # noqa: F401
-# L2 bulk prefetch of each program's weight slab before the PDL wait (kernels/_pdl.py)
-from ._pdl import (_l2_prefetch, l2_prefetch_enabled, l2pf_opts,  # noqa: F401
-                   set_l2_prefetch, set_l2_prefetch_mode)
 from .rope import _cos_sin
 
 
@@ -124,10 +121,7 @@ def _fused_gemv1_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, N, K, eps,
                         s_xm, s_wn, s_om, s_rm,
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
                         NORM: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr,
-                        HAS_RES: tl.constexpr, EARLY: tl.constexpr, PDL: tl.constexpr,
-                        L2PF: tl.constexpr = 0, PF_LANES: tl.constexpr = 128,
-                        PF_ROWWISE: tl.constexpr = False, PF_CAP: tl.constexpr = 0,
-                        PF_MIN: tl.constexpr = 4096):
+                        HAS_RES: tl.constexpr, EARLY: tl.constexpr, PDL: tl.constexpr):
     # one x row against BLOCK_N weight rows; element-wise fp32 accumulation. The row index is
     # grid axis 0 (fastest): the M programs sharing a weight block run back to back, so for
     # M > 1 the block comes from HBM once and from L2 for the other rows.
@@ -136,8 +130,6 @@ def _fused_gemv1_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, N, K, eps,
     # so it streams while the previous kernel finishes.
     # EARLY: the residual (written by an earlier kernel) is loaded right after the wait, so
     # its latency hides behind the K loop instead of following it (same values, same sums).
-    # L2PF: the whole slab (all of K for the program's rows, gate and up) is asked into L2
-    # before the wait too; the K loop is unchanged (it then mostly hits L2).
     m = tl.program_id(0).to(tl.int64)
     pid_n = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -150,14 +142,6 @@ def _fused_gemv1_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, N, K, eps,
     wu = w
     if GLU:
         wu = _wtile(w_rows + N * s_wn, offs_k, K, EVEN_K)
-    if L2PF:
-        row0 = (pid_n * BLOCK_N).to(tl.int64)
-        nrows = tl.minimum(N - pid_n * BLOCK_N, BLOCK_N)
-        _l2_prefetch(w_ptr + row0 * s_wn, nrows, s_wn, K, BLOCK_N, L2PF, PF_LANES,
-                     PF_ROWWISE, PF_CAP, PF_MIN)
-        if GLU:
-            _l2_prefetch(w_ptr + (row0 + N) * s_wn, nrows, s_wn, K, BLOCK_N, L2PF, PF_LANES,
-                         PF_ROWWISE, PF_CAP, PF_MIN)
     _pdl_wait(PDL)
     if EARLY and HAS_RES:
         res = tl.load(r_ptr + m * s_rm + offs_n, mask=nmask, other=0.0)
@@ -240,10 +224,7 @@ def _fused_qkv_rope_kernel(x_ptr, w_ptr, q_ptr, nw_ptr, b_ptr, pos_ptr, inv_ptr,
                            s_cb, s_ch, s_cn, s_cd, s_vb, s_vh, s_vn, s_vd,
                            HALF: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                            EVEN_K: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr,
-                           EARLY: tl.constexpr, PDL: tl.constexpr,
-                           L2PF: tl.constexpr = 0, PF_LANES: tl.constexpr = 128,
-                           PF_ROWWISE: tl.constexpr = False, PF_CAP: tl.constexpr = 0,
-                           PF_MIN: tl.constexpr = 4096):
+                           EARLY: tl.constexpr, PDL: tl.constexpr):
     # The decode step's RMSNorm + QKV GEMV + RoPE + KV-cache append in one kernel. A program
     # owns BLOCK_N rotation pairs of ONE head (BLOCK_N divides HALF = D/2): weight rows
     # r1 = head*D + i and r2 = r1 + HALF (rotate_half pairs), accumulated as the GLU pair.
@@ -260,13 +241,6 @@ def _fused_qkv_rope_kernel(x_ptr, w_ptr, q_ptr, nw_ptr, b_ptr, pos_ptr, inv_ptr,
     w2_rows = w_rows + HALF * s_wn
     w = _wtile(w_rows, offs_k, K, EVEN_K)
     wu = _wtile(w2_rows, offs_k, K, EVEN_K)
-    if L2PF:     # the two slabs of the program's pairs (BLOCK_N rows each) into L2
-        i0 = (tl.program_id(1) * BLOCK_N) % HALF
-        p0 = w_ptr + (head * 2 * HALF + i0).to(tl.int64) * s_wn
-        _l2_prefetch(p0, BLOCK_N, s_wn, K, BLOCK_N, L2PF, PF_LANES, PF_ROWWISE, PF_CAP,
-                     PF_MIN)
-        _l2_prefetch(p0 + HALF * s_wn, BLOCK_N, s_wn, K, BLOCK_N, L2PF, PF_LANES,
-                     PF_ROWWISE, PF_CAP, PF_MIN)
     if EARLY:
         invf = tl.load(inv_ptr + i)
         b1 = invf
@@ -300,22 +274,10 @@ def _fused_gemvm_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, M, N, K, eps,
                         s_xm, s_wn, s_om, s_rm,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         NORM: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr,
-                        HAS_RES: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
-                        L2PF: tl.constexpr = 0, PF_LANES: tl.constexpr = 128,
-                        PF_ROWWISE: tl.constexpr = False, PF_CAP: tl.constexpr = 0,
-                        PF_MIN: tl.constexpr = 4096):
-    # BLOCK_M x rows at once through tl.dot: the weight tile is read once for the batch.
-    # L2PF: the program's weight slab is asked into L2 before the wait (read-only).
-    pid_n = tl.program_id(0)
-    if L2PF:
-        row0 = (pid_n * BLOCK_N).to(tl.int64)
-        nrows = tl.minimum(N - pid_n * BLOCK_N, BLOCK_N)
-        _l2_prefetch(w_ptr + row0 * s_wn, nrows, s_wn, K, BLOCK_N, L2PF, PF_LANES,
-                     PF_ROWWISE, PF_CAP, PF_MIN)
-        if GLU:
-            _l2_prefetch(w_ptr + (row0 + N) * s_wn, nrows, s_wn, K, BLOCK_N, L2PF, PF_LANES,
-                         PF_ROWWISE, PF_CAP, PF_MIN)
+                        HAS_RES: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
+    # BLOCK_M x rows at once through tl.dot: the weight tile is read once for the batch
     _pdl_wait(PDL)
+    pid_n = tl.program_id(0)
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     mmask = offs_m < M
     xrows = tl.where(mmask, offs_m, 0).to(tl.int64)
@@ -464,9 +426,6 @@ def fused_gemv(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None, gl
     s_rm = residual.stride(0) if residual is not None else 0
     opts = {k: v for k, v in cfg.items() if k in ("num_warps", "num_stages")}
     pdl = pdl_opts(x.device)
-    bn = cfg["BLOCK_N"]
-    pdl.update(l2pf_opts(x.device, w, opts.get("num_warps", 4), _cdiv(N, bn),
-                         bn * K * w.dtype.itemsize, 2 if glu else 1))
     if "BLOCK_M" not in cfg:
         launch(_fused_gemv1_kernel, (M, _cdiv(N, cfg["BLOCK_N"])), x, w, out, nw, b, r,
                N, K, float(eps), x.stride(0), w.stride(0), out.stride(0), s_rm,
@@ -503,7 +462,5 @@ def fused_qkv_rope(x, w, q_out, ck, cv, lengths, positions, inv, *, num_heads, n
            ck.shape[2], x.stride(0), w.stride(0), q_out.stride(0), positions.stride(0),
            *ck.stride(), *cv.stride(), HALF=half, BLOCK_N=bn, BLOCK_K=bk,
            EVEN_K=K % bk == 0, NORM=norm_weight is not None, HAS_BIAS=bias is not None,
-           EARLY=_TUNED, num_warps=cfg.get("num_warps", 4), **pdl_opts(x.device),
-           **l2pf_opts(x.device, w, cfg.get("num_warps", 4), npairs // bn,
-                       bn * K * w.dtype.itemsize, 2))
+           EARLY=_TUNED, num_warps=cfg.get("num_warps", 4), **pdl_opts(x.device))
     return q_out
