@@ -273,11 +273,19 @@ def test_quant_linear_strided_bias(device):
     raw, w = _random_weight(g, "Q8_0", N, K, device)
     W = Q.dequantize(raw, "Q8_0", (N, K)).astype(np.float64)
     xs = g.standard_normal((1, K)).astype(np.float32)
-    bs = g.standard_normal(2 * N).astype(np.float32)
+    # random fp16 block scales make terms of up to ~1e6 whose fp32 sum may cancel: the
+    # tolerance follows the terms (|x| @ |W|), and the bias follows each row's magnitude so a
+    # misread one shows -- the skipped (odd) elements are 10x the row's magnitude
+    rows = (np.abs(xs.astype(np.float64)) @ np.abs(W.T))[0]
+    bs = np.empty(2 * N, np.float32)
+    bs[0::2] = g.standard_normal(N) * (rows * 1e-2 + 1)
+    bs[1::2] = 10 * rows + 100
     b = nbx.tensor(bs, device=device)[::2]
     y = quant_linear(nbx.tensor(xs, device=device), w, b)
-    np.testing.assert_allclose(y.numpy(), xs.astype(np.float64) @ W.T + bs[::2],
-                               rtol=1e-5, atol=1e-5)
+    ref = xs.astype(np.float64) @ W.T + bs[::2]
+    err = np.abs(y.numpy().astype(np.float64) - ref)
+    assert (err <= 1e-5 * (rows + np.abs(bs[::2])) + 1e-5).all(), \
+        float((err / (rows + 1e-30)).max())
 
 
 # ----------------------------------------------------------------------------- the GGUF loader
