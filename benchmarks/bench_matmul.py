@@ -453,6 +453,77 @@ def _wall(fn, n=200):
     return statistics.median(ts)
 
 
+# ------------------------------------------------------------------ --m16-sweep (session 5)
+# linear at M = 16 (batched decode): kernels/gemv.py's tl.dot path (x padded to 16 rows),
+# 0.46-0.64x torch on the 1B linears in run 43. A grid of its configs (gemv._OVERRIDE: tile,
+# warps, stages, TARGET programs -> the K split), the tiled matmul with its rule's tile, and
+# the decode step's fused kernel (decode_fused.fused_gemv, the batch path) on the same shapes.
+M16_SHAPES = [(2048, 2048), (2048, 512), (2048, 8192), (8192, 2048), (2048, 128256)]
+M16_CFGS = [dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=st, TARGET=t)
+            for bn in (32, 64, 128) for bk in (64, 128, 256) for w in (4, 8) for st in (3, 4)
+            for t in (132, 264, 528) if bn * bk <= 16384]
+
+
+def bench_m16_sweep():
+    import nbxtensor.kernels.gemv as kg
+    from nbxtensor.kernels import decode_fused as F
+    from nbxtensor.kernels import matmul as km
+    from _common import precompile, time_rotated
+    M = 16
+    jobs = []
+    for K, N in M16_SHAPES:
+        def call(K=K, N=N):
+            w = nbx.empty((N, K), dtype=nbx.bfloat16, device=DEV)
+            x = nbx.empty((M, K), dtype=nbx.bfloat16, device=DEV)
+            nbx.linear(x, w)
+        for c in M16_CFGS:
+            jobs.append((call, lambda c=c: setattr(kg, "_OVERRIDE", c)))
+    precompile(jobs, "m16 precompile", reset=lambda: setattr(kg, "_OVERRIDE", None))
+    for K, N in M16_SHAPES:
+        copies = max(2, min(64, -(-(128 << 20) // (2 * N * K))))
+        tws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
+               for _ in range(copies)]
+        ws = [to_nbx(t) for t in tws]
+        tx = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        x = to_nbx(tx)
+        out = nbx.empty((M, N), dtype=nbx.bfloat16, device=DEV)
+        ref = torch.nn.functional.linear(tx, tws[0])
+        t_t = time_rotated(lambda i: torch.nn.functional.linear(tx, tws[i]), copies, 4 * copies)
+        res = []
+
+        def run(name, fn):
+            try:
+                out.fill_(float("nan"))
+                fn(0)
+                err = rel_err(out, ref)
+                if not err < 2e-2:
+                    record(section="m16", K=K, N=N, cfg=name, error=f"wrong: err {err:.2e}")
+                    return
+                t = time_rotated(fn, copies, 4 * copies)
+                res.append((t, name))
+                record(section="m16", K=K, N=N, cfg=name, us=t * 1e3, torch_us=t_t * 1e3,
+                       ratio=t_t / t, err=err)
+            except Exception as e:  # noqa: BLE001
+                record(section="m16", K=K, N=N, cfg=name, error=f"{type(e).__name__}: {e}"[:160])
+        run("rule", lambda i: nbx.linear(x, ws[i], out=out))
+        for c in M16_CFGS:
+            kg._OVERRIDE = c
+            try:
+                run(json.dumps({k: v for k, v in c.items() if k != "BLOCK_M"}),
+                    lambda i: nbx.linear(x, ws[i], out=out))
+            finally:
+                kg._OVERRIDE = None
+        with km.config_override(**km.matmul_config(M, N, K, nbx.bfloat16)):   # the tiled path
+            run("tiled", lambda i: nbx.linear(x, ws[i], out=out))
+        run("fused", lambda i: F.fused_gemv(x, ws[i], out=out))
+        res.sort()
+        print(f"m16 K={K} N={N}: torch {t_t * 1e6:.1f} us; "
+              + "; ".join(f"{n} {t * 1e6:.1f} ({t_t / t:.2f}x)" for t, n in res[:4])
+              + f"; rule {next((t * 1e6 for t, n in res if n == 'rule'), float('nan')):.1f}",
+              flush=True)
+        del tws, ws
+
+
 # ------------------------------------------------------------------ --mm-sweep (session 4)
 # Candidates for the big 16-bit products (name, kind, config). kind "rule": nbx.matmul as
 # it runs by default; "tiled": config_override on the tiled kernel; "tma": the A/B switch
@@ -646,6 +717,13 @@ def main():
             bench_small_gemv()
         except Exception:
             failures.append("small-gemv")
+            traceback.print_exc()
+        return _finish(t0, failures)
+    if "--m16-sweep" in sys.argv:
+        try:
+            bench_m16_sweep()
+        except Exception:
+            failures.append("m16-sweep")
             traceback.print_exc()
         return _finish(t0, failures)
     if MM_SWEEP:
