@@ -568,7 +568,10 @@ def test_gemv_plans_follow_every_key(device, poisoned_allocs, monkeypatch):
                                  f32, **tol)
                 assert_close(nbx.linear(xb, wb), lin(xb, wb), nbx.bfloat16, rtol=2e-2,
                              atol=2e-2)
-                # an f32 plan would still compute bf16 right: its 16-bit K block shows it
+                assert_close(nbx.linear(xb[:1], wb), lin(xb[:1], wb), nbx.bfloat16,
+                             rtol=2e-2, atol=2e-2)
+                # an f32 plan would still compute bf16 right: the M = 1 rule's 16-bit K
+                # block (256; f32 128) shows which plan ran
                 assert [kw for k, kw in seen if k == "_gemv_kernel"][-1]["BLOCK_K"] == 256
                 for alpha, beta in ((1, 1), (2.0, 1), (1, -0.5), (0.5, 3.0)):
                     o = poisoned((3, 33), f32, device)

@@ -110,7 +110,7 @@ def _gemv_space(dtype: str) -> list[dict]:
     one = _grid(BLOCK_M=[1], BLOCK_N=[16, 32, 64], BLOCK_K=bks, num_warps=[4, 8],
                 num_stages=[4], TARGET=[264, 528, 1056])
     many = _grid(BLOCK_M=[16], BLOCK_N=[32, 64, 128], BLOCK_K=[64, 128, 256], num_warps=[4, 8],
-                 num_stages=[4], TARGET=[264, 528, 1056])
+                 num_stages=[4], TARGET=[132, 264, 528, 1056])
     return one + many
 
 

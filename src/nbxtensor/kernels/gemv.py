@@ -155,11 +155,17 @@ def k_slices(N, K, cfg, itemsize) -> int:
     return max(1, min(_cdiv(K, cfg["BLOCK_K"]), _cdiv(cfg["TARGET"], _cdiv(N, cfg["BLOCK_N"]))))
 def gemv_config(M, N, K, dtype, device=None) -> dict:
     bk = 256 if dtype.itemsize == 2 else 128
-    bk = min(bk, max(16, _np2(K)))
-    # 2..16 rows: 8 warps (every M = 16 winner of the shipped sm90 table used 8; twice the
-    # loads in flight for the same 64 x 256 weight tile)
-    cfg = dict(BLOCK_M=1 if M == 1 else 16, BLOCK_N=32 if M == 1 else 64, BLOCK_K=bk,
-               num_warps=4 if M == 1 else 8, num_stages=4, TARGET=TARGET_PROGRAMS)
+    if M == 1:
+        cfg = dict(BLOCK_M=1, BLOCK_N=32, BLOCK_K=min(bk, max(16, _np2(K))), num_warps=4,
+                   num_stages=4, TARGET=TARGET_PROGRAMS)
+    else:
+        # 2..16 rows through tl.dot: 32 x 128 weight tiles, 4 warps and one wave of programs
+        # (TARGET_PROGRAMS // 4 = 132: fewer K slices, longer pipelined K loops). H200,
+        # session 5 (`bench_matmul.py --m16-sweep`, M = 16 bf16, the 1B linears, torch time /
+        # ours): 0.71-1.02x against 0.54-0.99x for session 4's 64 x 256 / 8 warps / 528
+        # (2048x8192 0.56 -> 0.99x, 8192x2048 0.54 -> 0.84x, 2048x2048 0.54 -> 0.71x)
+        cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=min(128, max(16, _np2(K))), num_warps=4,
+                   num_stages=4, TARGET=max(1, TARGET_PROGRAMS // 4))
     if _OVERRIDE:   # for sweeps: any of the keys above (K_SPLIT is always derived)
         cfg.update(_OVERRIDE)
     elif device is not None:
