@@ -3,7 +3,8 @@ nbxtensor and hand-written torch decode loops (eager, and captured with torch.cu
 all with random bf16 weights of the same shapes (nothing is downloaded).
 
     PYTHONPATH=src python3 benchmarks/bench_decode.py [--quick] [--steps N] [--sweep]
-        [--sweep-model NAME] [--no-pdl-ab] [--no-tuned-ab] [--unfused] [OUTDIR]
+        [--sweep-model NAME] [--no-pdl-ab] [--no-tuned-ab] [--unfused]
+        [--batches 1,4,16] [--lens 128,4096] [--models 1B] [OUTDIR]
 
 Models: SmolLM2-135M architecture and a Llama-3.2-1B-shaped model (hidden 2048, 16 layers,
 32/8 heads, FFN 8192, vocab 128256). For each model x batch (1, 4, 16) x cache length
@@ -662,7 +663,8 @@ def main(argv):
     def stage(what):
         print(f"[{time.perf_counter() - t_start:6.1f} s] {what}", flush=True)
     args = [a for i, a in enumerate(argv) if not a.startswith("--")
-            and (i == 0 or argv[i - 1] not in ("--steps", "--sweep-model"))]
+            and (i == 0 or argv[i - 1] not in ("--steps", "--sweep-model", "--batches",
+                                                "--lens", "--models"))]
     out_dir = args[0] if args else os.environ.get("OUT", ".")
     os.makedirs(out_dir, exist_ok=True)
     import nbxtensor as nbx
@@ -686,8 +688,17 @@ def main(argv):
     print(f"device {report['device']}, copy bandwidth {bw / 1e9:.0f} GB/s (read+write)", flush=True)
     batches = [1] if quick else [1, 4, 16]
     lens = [128] if quick else [128, 4096]
+    # --batches 16 / --lens 128 / --models 1B (comma lists; a model by a part of its name):
+    # one configuration for an A/B between two snapshots
+    if "--batches" in argv:
+        batches = [int(v) for v in argv[argv.index("--batches") + 1].split(",")]
+    if "--lens" in argv:
+        lens = [int(v) for v in argv[argv.index("--lens") + 1].split(",")]
+    only = argv[argv.index("--models") + 1].lower().split(",") if "--models" in argv else None
     eager_steps = 16 if quick else 32
     for name, cfg in MODELS.items():
+        if only and not any(o in name.lower() for o in only):
+            continue
         t0 = time.perf_counter()
         w = make_weights(cfg)
         wb = weight_bytes(w)

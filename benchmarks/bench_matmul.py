@@ -517,10 +517,105 @@ def bench_m16_sweep():
             run("tiled", lambda i: nbx.linear(x, ws[i], out=out))
         run("fused", lambda i: F.fused_gemv(x, ws[i], out=out))
         res.sort()
-        print(f"m16 K={K} N={N}: torch {t_t * 1e6:.1f} us; "
-              + "; ".join(f"{n} {t * 1e6:.1f} ({t_t / t:.2f}x)" for t, n in res[:4])
-              + f"; rule {next((t * 1e6 for t, n in res if n == 'rule'), float('nan')):.1f}",
+        print(f"m16 K={K} N={N}: torch {t_t * 1e3:.1f} us; "
+              + "; ".join(f"{n} {t * 1e3:.1f} ({t_t / t:.2f}x)" for t, n in res[:4])
+              + f"; rule {next((t * 1e3 for t, n in res if n == 'rule'), float('nan')):.1f}",
               flush=True)
+        del tws, ws
+
+
+# --m16-fused: the decode step's batch kernel (decode_fused._fused_gemvm_kernel, M > SMALL_M)
+# over a grid of its configs (decode_fused._OVERRIDE) on the 1B decode projections as the step
+# runs them (o: + residual, gate/up: norm + GLU, down: + residual, lm_head: norm), M = 16.
+M16_FUSED = [("o+res", 2048, 2048, dict(residual=True)),
+             ("gateup+norm+glu", 2048, 8192, dict(norm=True, glu=True)),
+             ("down+res", 8192, 2048, dict(residual=True)),
+             ("lm_head+norm", 2048, 128256, dict(norm=True))]
+M16_FUSED_CFGS = [dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=st)
+                  for bn in (16, 32, 64) for bk in (64, 128, 256, 512) for w in (4, 8)
+                  for st in (3, 4) if bn * bk <= 16384]
+
+
+def bench_m16_fused():
+    from nbxtensor.kernels import decode_fused as F
+    from _common import precompile, time_rotated
+    M = 16
+    jobs = []
+    for name, K, N, kw in M16_FUSED:
+        def call(K=K, N=N, kw=kw):
+            rows = 2 * N if kw.get("glu") else N
+            w = nbx.empty((rows, K), dtype=nbx.bfloat16, device=DEV)
+            x = nbx.empty((M, K), dtype=nbx.bfloat16, device=DEV)
+            F.fused_gemv(x, w, glu=bool(kw.get("glu")),
+                         norm_weight=x[0] if kw.get("norm") else None,
+                         residual=nbx.empty((M, N), dtype=nbx.bfloat16, device=DEV)
+                         if kw.get("residual") else None)
+        for c in M16_FUSED_CFGS:
+            jobs.append((call, lambda c=c: setattr(F, "_OVERRIDE", c)))
+    precompile(jobs, "m16-fused precompile", reset=lambda: setattr(F, "_OVERRIDE", None))
+    for name, K, N, kw in M16_FUSED:
+        glu = bool(kw.get("glu"))
+        rows = 2 * N if glu else N
+        copies = max(2, min(64, -(-(128 << 20) // (2 * rows * K))))
+        tws = [torch.randn(rows, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
+               for _ in range(copies)]
+        ws = [to_nbx(t) for t in tws]
+        tx = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        x = to_nbx(tx)
+        tnw = (1 + 0.1 * torch.randn(K, device="cuda")).to(torch.bfloat16)
+        tr = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+        nw = to_nbx(tnw) if kw.get("norm") else None
+        r = to_nbx(tr) if kw.get("residual") else None
+        out = nbx.empty((M, N), dtype=nbx.bfloat16, device=DEV)
+        h = tx.float()
+        if kw.get("norm"):
+            h = h * torch.rsqrt((h * h).mean(-1, keepdim=True) + 1e-6) * tnw.float()
+        y = h @ tws[0].float().t()
+        if glu:
+            y = torch.nn.functional.silu(y[:, :N]) * y[:, N:]
+        if r is not None:
+            y = y + tr.float()
+        ref = y
+
+        def ours(i):
+            F.fused_gemv(x, ws[i], norm_weight=nw, residual=r, glu=glu, out=out)
+
+        def theirs(i):      # torch's own ops for the same projection (no fusion)
+            hh = tx
+            if kw.get("norm"):
+                hh = torch.nn.functional.rms_norm(tx, (K,), tnw, 1e-6)
+            yy = torch.nn.functional.linear(hh, tws[i])
+            if glu:
+                yy = torch.nn.functional.silu(yy[:, :N]) * yy[:, N:]
+            if r is not None:
+                yy = yy + tr
+            return yy
+        t_t = time_rotated(theirs, copies, 4 * copies)
+        res = []
+        for c in [None] + M16_FUSED_CFGS:
+            label = "rule" if c is None else json.dumps({k: v for k, v in c.items()
+                                                           if k != "BLOCK_M"})
+            F._OVERRIDE = c
+            try:
+                out.fill_(float("nan"))
+                ours(0)
+                err = rel_err(out, ref.to(torch.bfloat16))
+                if not err < 2e-2:
+                    record(section="m16fused", name=name, cfg=label, error=f"wrong: {err:.2e}")
+                    continue
+                t = time_rotated(ours, copies, 4 * copies)
+                res.append((t, label))
+                record(section="m16fused", name=name, K=K, N=N, cfg=label, us=t * 1e3,
+                       torch_us=t_t * 1e3, ratio=t_t / t, err=err)
+            except Exception as e:  # noqa: BLE001
+                record(section="m16fused", name=name, cfg=label,
+                       error=f"{type(e).__name__}: {e}"[:160])
+            finally:
+                F._OVERRIDE = None
+        res.sort()
+        rule = next((t for t, n in res if n == "rule"), float("nan"))
+        print(f"m16fused {name} K={K} N={N}: torch ops {t_t * 1e3:.1f} us; rule {rule * 1e3:.1f}; "
+              + "; ".join(f"{n} {t * 1e3:.1f} ({t_t / t:.2f}x)" for t, n in res[:3]), flush=True)
         del tws, ws
 
 
@@ -717,6 +812,13 @@ def main():
             bench_small_gemv()
         except Exception:
             failures.append("small-gemv")
+            traceback.print_exc()
+        return _finish(t0, failures)
+    if "--m16-fused" in sys.argv:
+        try:
+            bench_m16_fused()
+        except Exception:
+            failures.append("m16-fused")
             traceback.print_exc()
         return _finish(t0, failures)
     if "--m16-sweep" in sys.argv:
