@@ -316,7 +316,9 @@ def _fused_gemvm_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, M, N, K, eps,
 # of two <= 16 that still leaves >= 2 programs per
 # SM (264 on the H200's 132 SMs); the tile holds 4096 weight elements (16-bit) or 2048 (fp32)
 # so each of 128 threads issues 16-byte loads and keeps 32 (64 with GLU) fp32 accumulators.
-# cuda, M > SMALL_M: 16 x rows, BLOCK_N 32 (16 when that gives too few programs), BLOCK_K 64.
+# cuda, M > SMALL_M: 16 x rows, BLOCK_N 32 (16 when that gives too few programs), BLOCK_K 64;
+# weights above SMALL_W_BYTES (16-bit): 16 x 512 (GLU 16 x 256) for <= 264 row blocks, else
+# 64 x 256 (session 5's M = 16 sweep).
 # interp: few, large programs (the interpreter pays per program).
 # cuda, small weights (<= SMALL_W_BYTES, SmolLM2's 576-wide layers): latency-bound, so fewer,
 # fatter programs win. The H200 sweep (bench_decode.py --sweep, session 2) picked, against
@@ -391,6 +393,17 @@ def fused_gemv_config(M, N, K, itemsize, device_type, kind="plain") -> dict:
             # waves); 4 x 512 takes 110 (4/SM, one wave), as the plain QKV GEMV's 8 x 512
             tile //= 2
         return dict(BLOCK_N=bn, BLOCK_K=min(tile // bn, kp), num_warps=4)
+    if (_TUNED and kind != "rope" and itemsize == 2
+            and N * rows * K * itemsize > SMALL_W_BYTES):
+        # batches of > SMALL_M rows on big 16-bit weights (H200, session 5, `bench_matmul.py
+        # --m16-fused`, M = 16, the 1B projections): few outputs -> 16-row tiles with long
+        # 512-wide K steps (o+res 2048x2048 12.1 -> 5.6 us, down+res 8192->2048 44.3 ->
+        # 13.1); many -> 64 x 256 (gate/up+GLU 31.1 -> 21.7, lm_head+norm 378 -> 220); the
+        # GLU pair's two tiles at 16 x 512 x 4 stages would not fit shared memory: 256 wide
+        if _cdiv(N, 16) <= MIN_PROGRAMS:
+            return dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=min(512 if rows == 1 else 256, kp),
+                        num_warps=4, num_stages=4 if rows == 1 else 3)
+        return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=min(256, kp), num_warps=4, num_stages=3)
     bn = 32 if _cdiv(N, 32) >= MIN_PROGRAMS // 2 else 16
     return dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=min(64, kp), num_warps=4, num_stages=3)
 
