@@ -380,7 +380,6 @@ def bench_gemv_sweep(copy_bw):
 # ------------------------------------------------------------------ --small-gemv (session 5)
 # Small M = 1 linears: the rule splits K to fill 4 waves of SMs (two launches: partials +
 # reduce); for small weights one launch may be as fast on the GPU and is half the host cost.
-SMALL_GEMV = "--small-gemv" in sys.argv
 SMALL_GEMVS = [(1024, 256), (576, 576), (576, 1536), (1536, 576), (1024, 1024), (2048, 512),
                (2048, 2048), (2048, 8192)]
 
@@ -807,27 +806,16 @@ def main():
     print(f"torch {torch.__version__}  device {torch.cuda.get_device_name()}  quick={QUICK}",
           flush=True)
     failures = []
-    if SMALL_GEMV:
-        try:
-            bench_small_gemv()
-        except Exception:
-            failures.append("small-gemv")
-            traceback.print_exc()
-        return _finish(t0, failures)
-    if "--m16-fused" in sys.argv:
-        try:
-            bench_m16_fused()
-        except Exception:
-            failures.append("m16-fused")
-            traceback.print_exc()
-        return _finish(t0, failures)
-    if "--m16-sweep" in sys.argv:
-        try:
-            bench_m16_sweep()
-        except Exception:
-            failures.append("m16-sweep")
-            traceback.print_exc()
-        return _finish(t0, failures)
+    # the session 5 sweeps: each runs alone
+    for flag, fn in (("--small-gemv", bench_small_gemv), ("--m16-fused", bench_m16_fused),
+                     ("--m16-sweep", bench_m16_sweep)):
+        if flag in sys.argv:
+            try:
+                fn()
+            except Exception:
+                failures.append(flag[2:])
+                traceback.print_exc()
+            return _finish(t0, failures)
     if MM_SWEEP:
         for name, fn in [("mm-sweep", bench_mm_sweep),
                          ("gemv-launch", lambda: bench_gemv_launch(copy_bandwidth()))]:
@@ -864,8 +852,9 @@ def main():
 
 def _finish(t0, failures):
     os.makedirs(OUTDIR, exist_ok=True)
-    with open(os.path.join(OUTDIR, "matmul_mmsweep.json" if MM_SWEEP else
-                           "matmul_smallgemv.json" if SMALL_GEMV else "matmul.json"),
+    sweep = next((f[2:].replace("-", "") for f in ("--small-gemv", "--m16-fused", "--m16-sweep")
+                  if f in sys.argv), "mmsweep" if MM_SWEEP else None)
+    with open(os.path.join(OUTDIR, f"matmul_{sweep}.json" if sweep else "matmul.json"),
               "w") as f:
         json.dump({"quick": QUICK, "rows": ROWS, "failures": failures,
                    "seconds": time.time() - t0}, f, indent=1)

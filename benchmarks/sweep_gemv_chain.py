@@ -37,7 +37,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 sys.path.insert(0, HERE)
-from _common import out_dir, precompile, recorder  # noqa: E402
+from _common import event_times_ms, out_dir, precompile, recorder  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -118,16 +118,7 @@ def time_graph(replay, event_cls, sync, n_rep, rounds=5):
     """ms per replay: median of `rounds` runs of n_rep replays between two events."""
     replay()
     sync()
-    ts = []
-    for _ in range(rounds):
-        e0, e1 = event_cls(enable_timing=True), event_cls(enable_timing=True)
-        e0.record()
-        for _ in range(n_rep):
-            replay()
-        e1.record()
-        e1.synchronize()
-        ts.append(e0.elapsed_time(e1) / n_rep)
-    return statistics.median(ts)
+    return statistics.median(event_times_ms(replay, n_rep, event_cls, repeats=rounds))
 
 
 def precompile_all():
