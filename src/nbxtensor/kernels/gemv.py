@@ -138,10 +138,10 @@ def _splitk_reduce_kernel(ws_ptr, o_ptr, bias_ptr, r_ptr, M, N, SPLIT,
 # TARGET_PROGRAMS programs (4 waves of 132 SMs) and never more slices than K blocks; rows of
 # at most NOSPLIT_ROW_BYTES are never split (`k_slices`).
 TARGET_PROGRAMS = 4 * 132
-# H200, bf16 M = 1 (session 5, `bench_matmul.py --small-gemv`, GPU time over rotated
-# weights): K = 576 and 1024 ran as fast or faster in one launch (576x576 4.4 us, 1024x1024
-# 5.3 vs 5.7 split), K = 1536 and 2048 were faster split (5.6 vs 6.6, 7.2 vs 8.6 us); and one
-# launch halves the host's cost of the call (eager decode is host-bound).
+# H200, bf16 M = 1 (session 5 run 35, `bench_matmul.py --small-gemv`, GPU time over rotated
+# weights): K = 576 and 1024 ran as fast or faster in one launch (576x576 3.9 vs 10.0 us
+# split, 1024x1024 5.2 vs 5.5), K = 1536 and 2048 were faster split (1536x576 5.35 vs 5.70,
+# 2048x2048 7.0 vs 7.5 us); and one launch halves the host's cost of the call.
 NOSPLIT_ROW_BYTES = 2048
 _OVERRIDE: dict | None = None
 
@@ -153,6 +153,8 @@ def k_slices(N, K, cfg, itemsize) -> int:
     if K * itemsize <= NOSPLIT_ROW_BYTES:
         return 1
     return max(1, min(_cdiv(K, cfg["BLOCK_K"]), _cdiv(cfg["TARGET"], _cdiv(N, cfg["BLOCK_N"]))))
+
+
 def gemv_config(M, N, K, dtype, device=None) -> dict:
     bk = 256 if dtype.itemsize == 2 else 128
     if M == 1:
@@ -179,7 +181,8 @@ def gemv_config(M, N, K, dtype, device=None) -> dict:
 # Launch plans of `gemv` by everything it derives a launch from: the views' dtypes, shapes
 # and strides (bias and residual too), alpha != 1, act, precision, the device, and the
 # switches TARGET_PROGRAMS and NOSPLIT_ROW_BYTES; the autotune pick by autotune.generation
-# (bumped by reload()) and autotune._off (disabled()). Sweeps (_OVERRIDE set) never use or record one.
+# (bumped by reload()) and autotune._off (disabled()). Sweeps (_OVERRIDE set) never use or
+# record one.
 # A plan holds no tensors: each call builds its views on its own storages and offsets.
 _PLANS: dict = {}
 _PLANS_MAX = 4096

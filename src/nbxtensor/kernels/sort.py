@@ -431,7 +431,7 @@ CONFIG = {"cuda": {"sort_tile": 4096, "topk_chunk": 4096, "topk_programs": 132 *
                    # is full (rows x rank_tile tiles >= rank_small_grid; few long rows sort
                    # faster as more, shorter tiles); ml_gluon = (R, warps, S) makes it the
                    # "ml" path's tile sort (0 = tl.sort). NBX_GLUON_SORT=0 (read at import)
-                   # turns both off. H200 (run 3 of session 5, bench_reduction.py --quick
+                   # turns both off. H200 (runs 36-37, bench_reduction.py --quick
                    # --sort-sweep2 --gluon-only, torch time / ours): whole rows (16, 8, 2)
                    # (128,4096) 1.26x (was 0.62x), (512,1024) 1.89x, (64,2048) 2.21x; ml with
                    # Gluon 2048-key tiles (8, 8, 2): (4,4096) 1.81x, (1,32000) 2.58x, (1,128256)

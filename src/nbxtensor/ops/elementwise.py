@@ -154,12 +154,11 @@ def _run(name, fname, inputs, argnames, result_dtype, *, out=None, params=(0, 0)
         else:
             return _fresh(name, shape, out_dtype or result_dtype,
                           compute_dtype or _compute_dtype(result_dtype), dev, inputs, params)
-    elif (out is not None and inplace is None and out.__class__ is Tensor
-            and inputs[0].__class__ is Tensor and _into_same_shape(name, inputs, out,
-                                                                  out_dtype or result_dtype,
-                                                                  compute_dtype or _compute_dtype(result_dtype),
-                                                                  params)):
-        return out
+    elif out is not None and inplace is None and out.__class__ is Tensor \
+            and inputs[0].__class__ is Tensor:
+        ct = compute_dtype or _compute_dtype(result_dtype)
+        if _into_same_shape(name, inputs, out, out_dtype or result_dtype, ct, params):
+            return out
     tensors = [x for x in inputs if isinstance(x, Tensor)]
     if not tensors:
         raise TypeError(f"{fname}: expected at least one Tensor operand")
