@@ -147,6 +147,16 @@ ROWS: list[dict] = []
 record = recorder(ROWS)
 
 
+def rotated_weights(rows, K, lo=1, hi=256):
+    """(torch weights, the same as nbx tensors, count): enough bf16 [rows, K] copies (lo..hi)
+    that cycling through them reads >= 128 MiB, so small weights come from HBM, not the
+    50 MB L2 -- the steady state of a model step."""
+    copies = max(lo, min(hi, -(-(128 << 20) // (2 * rows * K))))
+    tws = [torch.randn(rows, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
+           for _ in range(copies)]
+    return tws, [to_nbx(t) for t in tws], copies
+
+
 # ------------------------------------------------------------------ sections
 def bench_big():
     for dt in (nbx.bfloat16, nbx.float16):
@@ -232,11 +242,7 @@ def bench_gemv(copy_bw):
     shapes = [(2048, 2048), (4096, 14336), (2048, 128256)] if QUICK else GEMVS
     for K, N in shapes:
         wbytes = 2 * N * K
-        # small weights fit in L2 (50 MB): rotate through enough copies to defeat it
-        n_copies = max(1, min(256, -(-(128 << 20) // wbytes)))
-        tws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
-               for _ in range(n_copies)]
-        ws = [to_nbx(t) for t in tws]
+        tws, ws, n_copies = rotated_weights(N, K)
         tx = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
         x = to_nbx(tx)
         out = nbx.empty((1, N), dtype=nbx.bfloat16, device=DEV)
@@ -346,9 +352,7 @@ def bench_gemv_sweep(copy_bw):
                     dict(TARGET=1), dict(BLOCK_N=32, TARGET=1), "tiled"]}
     # TARGET=1: no K split (one launch, no reduce) -- whether that wins for small weights
     for K, N in [(2048, 2048), (2048, 8192), (4096, 14336), (2048, 128256)]:
-        n_copies = max(1, min(256, -(-(128 << 20) // (2 * N * K))))
-        ws = [to_nbx(torch.randn(N, K, device="cuda", dtype=torch.bfloat16))
-              for _ in range(n_copies)]
+        _, ws, n_copies = rotated_weights(N, K)
         for M in (1, 16):
             x = to_nbx(torch.randn(M, K, device="cuda", dtype=torch.bfloat16))
             out = nbx.empty((M, N), dtype=nbx.bfloat16, device=DEV)
@@ -391,10 +395,7 @@ def bench_small_gemv():
     import nbxtensor.kernels.gemv as kg
     from _common import time_rotated
     for K, N in SMALL_GEMVS:
-        copies = max(2, min(256, -(-(128 << 20) // (2 * N * K))))
-        tws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
-               for _ in range(copies)]
-        ws = [to_nbx(t) for t in tws]
+        tws, ws, copies = rotated_weights(N, K, lo=2)
         tx = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
         x = to_nbx(tx)
         out = nbx.empty((1, N), dtype=nbx.bfloat16, device=DEV)
@@ -479,10 +480,7 @@ def bench_m16_sweep():
             jobs.append((call, lambda c=c: setattr(kg, "_OVERRIDE", c)))
     precompile(jobs, "m16 precompile", reset=lambda: setattr(kg, "_OVERRIDE", None))
     for K, N in M16_SHAPES:
-        copies = max(2, min(64, -(-(128 << 20) // (2 * N * K))))
-        tws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
-               for _ in range(copies)]
-        ws = [to_nbx(t) for t in tws]
+        tws, ws, copies = rotated_weights(N, K, lo=2, hi=64)
         tx = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         x = to_nbx(tx)
         out = nbx.empty((M, N), dtype=nbx.bfloat16, device=DEV)
@@ -555,10 +553,7 @@ def bench_m16_fused():
     for name, K, N, kw in M16_FUSED:
         glu = bool(kw.get("glu"))
         rows = 2 * N if glu else N
-        copies = max(2, min(64, -(-(128 << 20) // (2 * rows * K))))
-        tws = [torch.randn(rows, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
-               for _ in range(copies)]
-        ws = [to_nbx(t) for t in tws]
+        tws, ws, copies = rotated_weights(rows, K, lo=2, hi=64)
         tx = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         x = to_nbx(tx)
         tnw = (1 + 0.1 * torch.randn(K, device="cuda")).to(torch.bfloat16)

@@ -325,15 +325,16 @@ def poisoned_allocs(monkeypatch):
     poison_allocations(monkeypatch)
 
 
-def _items_spy(monkeypatch, mod):
-    """Record (kernel name, dict of constexprs) of every launch_items call in module mod."""
+def _items_spy(monkeypatch, mod, attr="launch_items"):
+    """Record (kernel name, dict of constexprs) of every launch_items call that module mod
+    makes through its attribute `attr`."""
     seen = []
-    real = mod.launch_items
+    real = getattr(mod, attr)
 
     def spy(kernel, grid, args, items):
         seen.append((kernel.fn.__name__, dict(items)))
         return real(kernel, grid, args, items)
-    monkeypatch.setattr(mod, "launch_items", spy)
+    monkeypatch.setattr(mod, attr, spy)
     return seen
 
 
@@ -527,13 +528,7 @@ def test_gemv_plans_follow_every_key(device, poisoned_allocs, monkeypatch):
     from nbxtensor.kernels import gemv as kg
     kg._PLANS.clear()
     monkeypatch.setattr(kg, "NOSPLIT_ROW_BYTES", 0)     # these short rows may split too
-    seen = []
-    real = kg._launch_items
-
-    def spy(kernel, grid, args, items):
-        seen.append((kernel.fn.__name__, dict(items)))
-        return real(kernel, grid, args, items)
-    monkeypatch.setattr(kg, "_launch_items", spy)
+    seen = _items_spy(monkeypatch, kg, "_launch_items")
     g = rng()
     f32 = nbx.float32
 
