@@ -110,26 +110,35 @@ def _fresh(name, shape, out_dtype, ct, dev, prepared, params):
     return result
 
 
-def _into_same_shape(name, inputs, out, out_dtype, ct, params) -> bool:
-    """out= for tensors of one shape on one device (unary ops, same-shape binaries): done
-    (True) when out has exactly that shape and the result's dtype, one element per address,
-    and shares memory with an input only in the same layout and dtype; else False and `_run`'s
-    full path decides (casts, checks, a temporary for an overlap in another layout)."""
-    x0 = inputs[0]
-    shape, dev = x0._shape, x0._storage.device
+def _out_fits(out, shape, out_dtype, dev, operands) -> bool:
+    """Whether a kernel may write the result straight into `out=`: exactly the result's shape
+    and dtype on the operands' device, one element per address, and memory shared with an
+    operand only in the same layout and dtype (an in-place style call). Anything else (casts,
+    broadcast outs, an overlap in another layout, the checks' errors) is `_run`'s full path."""
     if (out._shape != shape or out._dtype is not out_dtype
             or (out._storage.device is not dev and out._storage.device != dev)):
         return False
+    for n, st in zip(shape, out._stride):
+        if st == 0 and n > 1:
+            return False
+    for x in operands:
+        if x.__class__ is Tensor and x._storage is out._storage and (
+                x._offset != out._offset or x._stride != out._stride or x._dtype is not out._dtype):
+            return False
+    return True
+
+
+def _into_same_shape(name, inputs, out, out_dtype, ct, params) -> bool:
+    """out= for tensors of one shape on one device (unary ops, same-shape binaries): dispatched
+    into out (True) when `_out_fits`; else False."""
+    x0 = inputs[0]
+    shape, dev = x0._shape, x0._storage.device
     for x in inputs:
         if x.__class__ is not Tensor or x._shape != shape or (
                 x._storage.device is not dev and x._storage.device != dev):
             return False
-        if x._storage is out._storage and (x._offset != out._offset or x._stride != out._stride
-                                           or x._dtype is not out._dtype):
-            return False
-    for n, st in zip(shape, out._stride):
-        if st == 0 and n > 1:
-            return False
+    if not _out_fits(out, shape, out_dtype, dev, inputs):
+        return False
     if math.prod(shape):
         impl(name, dev)(out, inputs, params, ct)
     return True
@@ -617,30 +626,18 @@ def _binary(name, fname, a, b, out=None, inplace=False, params=(0, 0), kind="ari
 
 
 def _binary_into(name, fname, a, b, out, hit, params) -> bool:
-    """The cached binary call (`hit` from _BINARY_FAST) written into `out`: True when done.
-    Only for an out of exactly the result's shape and dtype on the operands' device, with
-    one element per address, that shares memory with an operand only in the same layout
-    (an in-place style call); False leaves everything (casts, checks, temporaries) to the
-    full path."""
+    """The cached binary call (`hit` from _BINARY_FAST) written into `out` when `_out_fits`:
+    True when done, else False (the full path)."""
     out_dtype, ct, shape = hit
     if shape is None:                        # a tensor and a Python number
         t, sc = (a, b) if a.__class__ is Tensor else (b, a)
         shape = t._shape
     else:
         t, sc = a, None
-    if (out._dtype is not out_dtype or out._shape != shape
-            or (out._storage.device is not t._storage.device
-                and out._storage.device != t._storage.device)):
-        return False
-    for n, st in zip(shape, out._stride):
-        if st == 0 and n > 1:
-            return False
     ops = [_expanded(a, shape) if a.__class__ is Tensor else a,
            _expanded(b, shape) if b.__class__ is Tensor else b]
-    for x in ops:
-        if (x.__class__ is Tensor and x._storage is out._storage
-                and (x._offset != out._offset or x._stride != out._stride)):
-            return False
+    if not _out_fits(out, shape, out_dtype, t._storage.device, ops):
+        return False
     if sc.__class__ is int and ct.kind in "ui":
         _check_int_scalar(sc, ct, fname, "other" if sc is b else "input")
     if math.prod(shape):
