@@ -18,11 +18,23 @@ Rows per shape:
   torch       torch.nn.functional.linear chain in a torch.cuda.CUDAGraph, same shapes and
               rotation (the GLU row: the 2N-row linear alone, no SiLU*up kernels)
   floor       an empty Triton kernel chain (C launches in a graph): launch floor per kernel
---cfg-sweep: tile/warp configs (decode_fused._OVERRIDE) on the mid shapes instead (below).
+  copy ...    the copy bandwidth AT THE SAME SIZE: a chain of C device-to-device copies that
+              move as many bytes as the GEMV reads (wbytes / 2 copied = wbytes read + written),
+              rotated past L2 the same way, in a graph: "copy memcpy" (driver memcpy nodes),
+              "copy nbx" (Tensor.copy_), "copy pdl1k/4k" (a Triton copy kernel launched with
+              PDL as the GEMVs are: the source read before the wait, 1024- or 4096-element
+              tiles), "copy pdl4k-early" (the same, the next kernel let go BEFORE the wait, so
+              three copies overlap), "copy torch" (torch copy_ in a torch graph). The fastest
+              is the reference of the "% size" column (best copy time / GEMV time): below
+              ~10 MiB no kernel reaches the 4.19 TB/s, a copy included.
+  copy dep    pdl4k plus, after the wait, one read of an element the previous copy wrote
+              (the dependent read a GEMV makes of its input): not a reference, a measure of
+              what that read costs.
 Before timing, each variant's single GEMV is checked against torch (float32 math on the same
 bf16 data, max |d| / max |ref| < 2e-2). Timing: CUDA events around n replays, median of 5
 rounds -> us per GEMV; fraction of copy = weight bytes / 4.19e12 / t (the measured d2d copy
-rate, read + write). All kernels are compiled first in a spawn pool (Triton's disk cache).
+rate, read + write, of large copies); "% size" = best same-traffic copy time / GEMV time.
+All kernels are compiled first in a spawn pool (Triton's disk cache).
 JSON to OUTDIR/sweep_gemv_chain.json; the table is printed last. --quick: C >= 32; full: 64.
 """
 from __future__ import annotations
@@ -40,6 +52,8 @@ sys.path.insert(0, HERE)
 from _common import event_times_ms, out_dir, precompile, recorder  # noqa: E402
 
 import numpy as np  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 COPY_BPS = 4.19e12
@@ -224,6 +238,124 @@ def run_shape(K, N, torch, n_rep):
     return results
 
 
+@triton.jit
+def _copy_pdl_kernel(src, dst, dep, z, n, BLOCK: tl.constexpr, ITERS: tl.constexpr,
+                     EARLY: tl.constexpr, DEP: tl.constexpr):
+    # the reference copy, launched with PDL as the GEMVs are: the source is read-only, so its
+    # first tile is loaded before the wait, the stores follow it. EARLY: the next kernel is
+    # let go before the wait instead of after it (it may then overlap the previous two).
+    # DEP: after the wait, one element that the previous copy wrote is read and added times
+    # z (= 0 at run time) -- the one dependent read a GEMV makes (its input vector).
+    pid = tl.program_id(0)
+    step = tl.num_programs(0) * BLOCK
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    v = tl.load(src + offs, mask=offs < n)
+    if EARLY:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+    else:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    if DEP:
+        v = (v.to(tl.float32) + tl.load(dep).to(tl.float32) * z).to(v.dtype)
+    tl.store(dst + offs, v, mask=offs < n)
+    for _ in range(1, ITERS):
+        offs += step
+        v = tl.load(src + offs, mask=offs < n)
+        tl.store(dst + offs, v, mask=offs < n)
+
+
+# copy pdl variants: (elements a tile, warps, trigger before the wait, dependent read);
+# programs capped at 8 a SM (132 SMs). "copy dep" is not a candidate for the reference (it
+# is not a plain copy): it shows what the GEMV's dependent input read costs a copy.
+COPY_PDL = {"copy pdl1k": (1024, 4, False, False), "copy pdl4k": (4096, 4, False, False),
+            "copy pdl4k-early": (4096, 4, True, False), "copy dep": (4096, 4, False, True)}
+
+
+def _torch_view(t, torch):
+    """A torch int16 view of an nbx cuda tensor's memory (no copy; keep t alive)."""
+    class _CAI:
+        __cuda_array_interface__ = {"shape": tuple(t.shape), "typestr": "<i2",
+                                    "data": (t.data_ptr(), False), "version": 2,
+                                    "strides": tuple(x * 2 for x in t.stride())}
+    return torch.as_tensor(_CAI(), device="cuda")
+
+
+def copy_rows(K, N, torch, n_rep):
+    """The same-traffic copy chains of one shape (see the module docstring); {variant: us}."""
+    import nbxtensor as nbx
+    from nbxtensor import cuda as ncuda
+    from nbxtensor.backends.cuda import driver as drv
+    from nbxtensor.backends.launch import launch
+    wbytes = N * K * 2
+    n = wbytes // 4                       # bf16 elements copied: wbytes / 2 bytes
+    R = max(2, -(-ROT_BYTES // wbytes))   # each copy touches wbytes (read + write)
+    C = R * max(1, -(-MIN_CHAIN // R))
+    src = nbx.empty((R, n), dtype=nbx.bfloat16, device="cuda")
+    dst = nbx.empty((R, n), dtype=nbx.bfloat16, device="cuda")
+    _torch_view(src, torch).view(torch.bfloat16).normal_()   # finite: "copy dep" adds 0 * x
+    tsrc = _torch_view(src, torch).clone()
+    tdst = torch.empty_like(tsrc)
+    torch.cuda.synchronize()
+    base = dict(K=K, N=N, R=R, C=C, MiB=wbytes / 2 ** 20, copied_MiB=n * 2 / 2 ** 20)
+    ops = {
+        "copy memcpy": lambda i: drv.memcpy_dtod(dst[i].data_ptr(), src[i].data_ptr(), n * 2,
+                                                 stream=ncuda.current_stream().handle),
+        "copy nbx": lambda i: dst[i].copy_(src[i]),
+    }
+    for name, (block, warps, early, dep) in COPY_PDL.items():
+        progs = min(-(-n // block), 132 * 8)
+        iters = -(-n // (block * progs))
+        ops[name] = (lambda i, block=block, warps=warps, progs=progs, iters=iters, early=early,
+                     dep=dep: launch(_copy_pdl_kernel, (progs,), src[i], dst[i],
+                                     dst[(i - 1) % R], 0.0, n, BLOCK=block, ITERS=iters,
+                                     EARLY=early, DEP=dep, num_warps=warps, launch_pdl=True))
+    results = {}
+    for v, op in ops.items():
+        try:
+            _torch_view(dst, torch).fill_(7)
+            op(0)
+            op(1)
+            nbx.cuda.synchronize()
+            ok = bool(torch.equal(_torch_view(dst, torch)[:2], tsrc[:2]))
+            g = nbx.cuda.CUDAGraph()
+            with nbx.cuda.graph(g):
+                for i in range(C):
+                    op(i % R)
+            ms = time_graph(g.replay, nbx.cuda.Event, nbx.cuda.synchronize, n_rep)
+            us = ms * 1e3 / C
+            if ok and v != "copy dep":
+                results[v] = us
+            record(section="copy", variant=v, us=us, frac_copy=wbytes / COPY_BPS / (us * 1e-6),
+                   correct=ok, **base)
+            del g
+        except Exception as e:  # noqa: BLE001 - one failing variant does not stop the sweep
+            record(section="copy", variant=v, error=f"{type(e).__name__}: {e}"[:300], **base)
+            traceback.print_exc()
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            tdst[0].copy_(tsrc[0])
+        torch.cuda.current_stream().wait_stream(s)
+        tg = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(tg):
+            for i in range(C):
+                tdst[i % R].copy_(tsrc[i % R])
+        ms = time_graph(tg.replay, torch.cuda.Event, torch.cuda.synchronize, n_rep)
+        us = ms * 1e3 / C
+        ok = bool(torch.equal(tdst, tsrc))
+        if ok:
+            results["copy torch"] = us
+        record(section="copy", variant="copy torch", us=us,
+               frac_copy=wbytes / COPY_BPS / (us * 1e-6), correct=ok, **base)
+        del tg
+    except Exception as e:  # noqa: BLE001
+        record(section="copy", variant="copy torch", error=f"{type(e).__name__}: {e}"[:300],
+               **base)
+    return results       # the buffers go with this frame; main() empties both caches
+
+
 def floor_row(ek):
     import nbxtensor as nbx
     from nbxtensor.backends.launch import launch
@@ -267,6 +399,10 @@ def main():
         n_rep = max(2, min(50, int(3e-3 / (C * max(wbytes / COPY_BPS, 1.5e-6)))))
         try:
             run_shape(K, N, torch, n_rep)
+            if not CFG_SWEEP:
+                copy_rows(K, N, torch, n_rep)
+                nbx.cuda.empty_cache()
+                torch.cuda.empty_cache()
         except Exception:  # noqa: BLE001
             failures.append(f"{K}x{N}")
             traceback.print_exc()
@@ -282,25 +418,32 @@ def finish(t0, failures):
         json.dump({"quick": QUICK, "copy_Bps": COPY_BPS, "variants": VARIANTS, "rows": ROWS,
                    "failures": failures, "seconds": time.time() - t0}, f, indent=1)
     errs = [r for r in ROWS if "error" in r]
-    bad = [r for r in ROWS if r.get("bit_equal_off") is False or r.get("err_vs_torch", 0) > 2e-2]
+    bad = [r for r in ROWS if r.get("bit_equal_off") is False or r.get("err_vs_torch", 0) > 2e-2
+           or r.get("correct") is False]
     for r in errs:
         print(f"ERROR {r.get('K')}x{r.get('N')} {r['variant']}: {r['error'][:160]}")
     for r in bad:
-        print(f"MISMATCH {r['K']}x{r['N']} {r['variant']}: err {r.get('err_vs_torch'):.2e} "
-              f"bit_equal_off {r.get('bit_equal_off')}")
+        print(f"MISMATCH {r['K']}x{r['N']} {r['variant']}: err {r.get('err_vs_torch')} "
+              f"bit_equal_off {r.get('bit_equal_off')} copy correct {r.get('correct')}")
     fl = next((r["us"] for r in ROWS if r["section"] == "floor" and "us" in r), None)
     print(f"\n== GEMV chain (M=1 bf16, CUDA graph, rotated weights; % = bytes/4.19TB/s/t)"
           f"  floor (empty kernel in a graph): {fl if fl is None else round(fl, 2)} us")
     others = [] if CFG_SWEEP else [v for v in VARIANTS if v != "off"]
     print(f"{'K x N':>13} {'MiB':>6} {'nbx us':>7} {'%':>4} "
           + " ".join(f"{v[:11]:>11}" for v in others)
-          + f" {'torch us':>8} {'%':>4} {'t/nbx':>5}")
+          + f" {'torch us':>8} {'%':>4} {'t/nbx':>5} {'copy us':>7} {'best copy':>11}"
+          f" {'% size':>6} {'dep us':>6}")
     keys = [(K, N) for K, N in SHAPES]
     for K, N in keys:
         rs = {r["variant"]: r for r in ROWS if r.get("K") == K and r.get("N") == N
-              and "us" in r}
+              and "us" in r and r["section"] == "chain"}
         if not rs:
             continue
+        cp = min(((r["us"], r["variant"]) for r in ROWS if r.get("K") == K and r.get("N") == N
+                  and r["section"] == "copy" and r.get("correct")
+                  and r["variant"] != "copy dep"), default=(float("nan"), "-"))
+        dep = next((r["us"] for r in ROWS if r.get("K") == K and r.get("N") == N
+                    and r.get("variant") == "copy dep" and r.get("correct")), float("nan"))
 
         def us(v):
             return rs[v]["us"] if v in rs else float("nan")
@@ -311,7 +454,8 @@ def finish(t0, failures):
         tag = " glu" if (K, N) in GLU_SHAPES else ""
         print(f"{K:>6}x{N:<6} {mib:6.1f} {us('off'):7.2f} {pc('off'):4.0f} "
               + " ".join(f"{us(v):6.2f}/{pc(v):3.0f}%" for v in others)
-              + f" {us('torch'):8.2f} {pc('torch'):4.0f} {us('torch') / us('off'):5.2f}{tag}")
+              + f" {us('torch'):8.2f} {pc('torch'):4.0f} {us('torch') / us('off'):5.2f}"
+              f" {cp[0]:7.2f} {cp[1][5:]:>11} {100 * cp[0] / us('off'):6.0f} {dep:6.2f}{tag}")
     if CFG_SWEEP:      # per shape: the rule ("off") and the three best configs
         print("\n== config sweep (us per GEMV / % of copy; rule = the shipped config)")
         for K, N in keys:
