@@ -61,7 +61,9 @@ ROT_BYTES = 128 << 20
 MIN_CHAIN = 32 if QUICK else 64
 SHAPES = [(576, 576), (576, 1536), (2048, 2048), (2048, 3072), (2048, 8192), (8192, 2048),
           (2048, 16384), (4096, 4096), (4096, 14336), (14336, 4096), (2048, 128256)]
-GLU_SHAPES = {(2048, 16384)}
+# (K, N) rows run as gate/up + SiLU (N weight rows, N / 2 outputs); GEMV_CHAIN_GLU (JSON
+# [[K, N], ...]) replaces the set, e.g. for a --cfg-sweep of SmolLM2's [[576, 3072]]
+GLU_SHAPES = {tuple(s) for s in json.loads(os.environ.get("GEMV_CHAIN_GLU", "[[2048, 16384]]"))}
 # name -> (config override or None, PDL on)
 VARIANTS = {"off": (None, True)}
 if not QUICK:

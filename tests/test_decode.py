@@ -507,6 +507,7 @@ def test_gemv_table_and_set_tuned(monkeypatch):
         F.set_tuned(1)
 
 
+@pytest.mark.cuda   # a cuda-only test without a device parameter: gpu-check selects -m cuda
 def test_gemv_table_entries_compute_right_on_cuda():
     """Every shipped GEMV_TABLE entry (plain / glu; rope is covered by the decode step tests)
     on its own (N, K), bf16, M = 1 and 3, against float64: the measured configs are only

@@ -356,6 +356,11 @@ GEMV_TABLE: dict = {
     ("plain", 2048, 8192): {"BLOCK_N": 4, "BLOCK_K": 1024, "num_warps": 8},
     ("plain", 4096, 14336): {"BLOCK_N": 8, "BLOCK_K": 512, "num_warps": 8},
     ("plain", 14336, 4096): {"BLOCK_N": 2, "BLOCK_K": 1024, "num_warps": 4},
+    # SmolLM2's down (N 576 x K 1536) and gate/up (GLU, 1536 x 576), same sweep: the whole
+    # row in one tile, loaded before the PDL wait, beats the rule's K steps (1.82 -> 1.49
+    # us, 2.70 -> 2.29)
+    ("plain", 576, 1536): {"BLOCK_N": 2, "BLOCK_K": 2048, "num_warps": 8},
+    ("glu", 1536, 576): {"BLOCK_N": 4, "BLOCK_K": 1024, "num_warps": 4},
 }
 _TUNED = True      # set_tuned(False): the rule only, epilogue loads late (session 2's kernels)
 
