@@ -176,15 +176,24 @@ def test_fused_gemv_config_fills_the_gpu():
 
 
 def test_fused_gemv_config_small_weights_take_the_measured_winners():
-    """SmolLM2's latency-bound GEMVs: the H200 sweep's winners (see decode_fused.py)."""
-    from nbxtensor.kernels.decode_fused import fused_gemv_config as cfg
+    """SmolLM2's latency-bound GEMVs: the H200 sweeps' winners (see decode_fused.py): the
+    small-weight rule (session 2), and GEMV_TABLE's whole-row tiles for down and gate/up
+    (session 6) unless set_tuned(False)."""
+    from nbxtensor.kernels import decode_fused as F
+    cfg = F.fused_gemv_config
     pick = lambda c: (c["BLOCK_N"], c["BLOCK_K"])   # noqa: E731
     assert pick(cfg(1, 960, 576, 2, "cuda")) == (8, 1024)            # qkv
     assert pick(cfg(1, 576, 576, 2, "cuda")) == (8, 1024)            # o
-    assert pick(cfg(1, 576, 1536, 2, "cuda")) == (4, 1024)           # down
-    assert pick(cfg(1, 1536, 576, 2, "cuda", "glu")) == (4, 256)     # gate/up
+    assert pick(cfg(1, 576, 1536, 2, "cuda")) == (2, 2048)           # down (table)
+    assert pick(cfg(1, 1536, 576, 2, "cuda", "glu")) == (4, 1024)    # gate/up (table)
     assert pick(cfg(1, 480, 576, 2, "cuda", "rope")) == (2, 1024)    # qkv + RoPE pairs
     assert pick(cfg(1, 3072, 2048, 2, "cuda")) == pick(cfg(1, 3072, 2048, 2, "cuda", "plain"))
+    prev = F.set_tuned(False)
+    try:                                                             # the rule alone
+        assert pick(cfg(1, 576, 1536, 2, "cuda")) == (4, 1024)
+        assert pick(cfg(1, 1536, 576, 2, "cuda", "glu")) == (4, 256)
+    finally:
+        F.set_tuned(prev)
 
 
 # ----------------------------------------------------------------------------- decode_step

@@ -330,6 +330,8 @@ def _fused_gemvm_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, M, N, K, eps,
 # 1.69), down 576x1536 BLOCK_N 4 BLOCK_K 1024 (1.88 vs 2.14), gate/up 2x1536x576 BLOCK_N 4
 # BLOCK_K 256 (2.29 vs 3.77), qkv+RoPE 480 pairs x 576 BLOCK_N 2 (2.22 vs 2.42): about
 # 6144 weight elements a program (3072 for RoPE pairs), one 1024-wide K step (256 with GLU).
+# Since session 6's K loop, down and gate/up do better with the whole row in one tile
+# (GEMV_TABLE below; measured only at SmolLM2's shapes, so the rule is unchanged).
 MIN_PROGRAMS = 2 * 132
 SMALL_M = 4        # cuda: up to this many rows use the row-per-program kernel (L2 reuse)
 SMALL_W_BYTES = 4 << 20
