@@ -17,7 +17,7 @@ Switches:
   G2D      the shipped 2-D grid (row axis 1)
   I64      the shipped int64 row offsets (rows clamped with tl.where, unmasked loads)
   ACC      the shipped fp32 accumulator tile (zeros, then +=)
-  XROW     the shipped x row pointer (x + program_id(0) * stride)
+  XROW     the shipped x row pointer (x + m * stride, m the x row's program id)
 This is a measurement, not a kernel of the package; the valid rows (no XPRE / NOLOADW /
 MAX) compute the same chain and are checked against the shipped one's output (max |d| /
 max |ref| <= 2e-2, sweep_gemv_chain's bound).
@@ -67,8 +67,12 @@ def _gemv_probe(x, w, o, xs, K, N, s_x, BN: tl.constexpr, BK: tl.constexpr,
     tl.extra.cuda.gdc_wait()
     tl.extra.cuda.gdc_launch_dependents()
     if not XPRE:
-        if XROW:
-            xv = tl.load(x + tl.program_id(0).to(tl.int64) * s_x + offs_k, mask=km, other=0.0)
+        if XROW:    # the x row: grid axis 0 with G2D (as shipped), else axis 1 (always 0)
+            if G2D:
+                m = tl.program_id(0).to(tl.int64)
+            else:
+                m = tl.program_id(1).to(tl.int64)
+            xv = tl.load(x + m * s_x + offs_k, mask=km, other=0.0)
         else:
             xv = tl.load(x + offs_k, mask=km, other=0.0)
     p = wt.to(tl.float32) * xv.to(tl.float32)[None, :]
