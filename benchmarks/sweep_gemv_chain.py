@@ -289,10 +289,8 @@ def copy_rows(K, N, torch, n_rep):
     from nbxtensor import cuda as ncuda
     from nbxtensor.backends.cuda import driver as drv
     from nbxtensor.backends.launch import launch
-    wbytes = N * K * 2
+    R, C, wbytes = plan(K, N)             # each copy touches wbytes too (read + write)
     n = wbytes // 4                       # bf16 elements copied: wbytes / 2 bytes
-    R = max(2, -(-ROT_BYTES // wbytes))   # each copy touches wbytes (read + write)
-    C = R * max(1, -(-MIN_CHAIN // R))
     src = nbx.empty((R, n), dtype=nbx.bfloat16, device="cuda")
     dst = nbx.empty((R, n), dtype=nbx.bfloat16, device="cuda")
     _torch_view(src, torch).view(torch.bfloat16).normal_()   # finite: "copy dep" adds 0 * x
