@@ -4,7 +4,8 @@ all with random bf16 weights of the same shapes (nothing is downloaded).
 
     PYTHONPATH=src python3 benchmarks/bench_decode.py [--quick] [--steps N] [--sweep]
         [--sweep-model NAME] [--no-pdl-ab] [--no-tuned-ab] [--unfused]
-        [--batches 1,4,16] [--lens 128,4096] [--models 1B] [OUTDIR]
+        [--attn-ab 256,1024] [--breakdown] [--batches 1,4,16] [--lens 128,4096]
+        [--models 1B] [OUTDIR]
 
 Models: SmolLM2-135M architecture and a Llama-3.2-1B-shaped model (hidden 2048, 16 layers,
 32/8 heads, FFN 8192, vocab 128256). For each model x batch (1, 4, 16) x cache length
@@ -31,6 +32,10 @@ GEMV configs A/B (batch 1, unless --no-tuned-ab): the step captured as "session2
 (decode_fused.set_tuned(False): the old rule, RoPE loads after the K loop), "tuned" (this
 session's rule + the shipped GEMV_TABLE, RoPE loads early) and, after a sweep, "swept"
 (tuned + this run's winners), timed interleaved: tok/s, fraction of the limit, |dlogits|.
+--attn-ab 256,1024,...: decode attention's MIN_PER (kernels/decode_attention.py: the fewest
+keys a split range takes) A/B in the captured step at batch 1, against the shipped value.
+--breakdown: GPU time per step by kernel name (torch.profiler over graph replays, PDL off
+and on; needs torch).
 PDL A/B: at batch 1 the graph-replayed step is captured twice more, with Programmatic
 Dependent Launch on and off (kernels/decode_fused.set_pdl; NBX_PDL=0 sets the default for
 everything else), timed interleaved (best of 3 rounds each): tok/s on/off and whether the
@@ -539,8 +544,74 @@ def tuned_ab(m, B, L, cap, toks, steps, row, winners=None, rounds=3):
                        for k, v in r.items()}
 
 
+def attn_ab(m, B, L, cap, toks, steps, row, min_pers, rounds=3):
+    """Decode attention's MIN_PER (the fewest keys a split range takes; "rule" = the
+    shipped value) A/B in the captured step: graph replay, timed interleaved, best of
+    `rounds`; tok/s, speed-up over the rule, |dlogits| against the rule."""
+    from nbxtensor.kernels import decode_attention as DA
+
+    def with_min_per(v):
+        def setup():
+            prev = DA.MIN_PER
+            DA.MIN_PER = v
+
+            def restore():
+                DA.MIN_PER = prev
+            return restore
+        return setup
+    variants = {"rule": with_min_per(DA.MIN_PER)}
+    variants.update({f"min_per {v}": with_min_per(v) for v in min_pers})
+    r = graph_ab(m, B, L, cap, toks, steps, variants, rounds)
+    ref = r["rule"]["logits"].astype(np.float64)
+    row["attn_ab"] = {k: dict(tok_s=v["tok_s"], speedup_vs_rule=v["tok_s"] / r["rule"]["tok_s"],
+                              logits_max_abs_diff_vs_rule=float(np.max(np.abs(
+                                  v["logits"].astype(np.float64) - ref))))
+                      for k, v in r.items()}
+
+
+def breakdown(m, B, L, cap, toks, steps, row, torch):
+    """Where the step's GPU time goes: torch.profiler (CUPTI sees every kernel of the
+    process, ours included) over `steps` graph replays, captured with PDL off (kernels run
+    one after another, so each duration is its own) and on (a duration then also counts the
+    wait for the previous kernel). Per kernel name: launches and us per step."""
+    import nbxtensor as nbx
+    from nbxtensor.models import _ops as O
+    from nbxtensor.models.graph_decode import GraphDecoder
+    from torch.profiler import ProfilerActivity, profile
+    out = {}
+    for pdl in (False, True):
+        prev = O.set_pdl(pdl)
+        try:
+            d = GraphDecoder(m, batch=B, capacity=cap, use_graph=True)
+            d.start_at(L, toks)
+            d.capture()
+        finally:
+            O.set_pdl(prev)
+        d.start_at(L, toks)
+        d.step()
+        nbx.cuda.synchronize()
+        d.start_at(L, toks)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                d.step()
+            nbx.cuda.synchronize()
+        agg = {}
+        for ev in prof.events():
+            if ev.device_type != torch.autograd.DeviceType.CUDA:
+                continue
+            a = agg.setdefault(ev.name, [0, 0.0])
+            a[0] += 1
+            a[1] += ev.time_range.elapsed_us()
+        out["pdl_on" if pdl else "pdl_off"] = {
+            k: dict(per_step=n / steps, us_per_step=t / steps)
+            for k, (n, t) in sorted(agg.items(), key=lambda kv: -kv[1][1])}
+        del d
+        nbx.cuda.empty_cache()
+    row["breakdown"] = out
+
+
 def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res, unfused=True,
-               ab=True, tuned=True, winners=None):
+               ab=True, tuned=True, winners=None, min_pers=None, prof=False):
     import nbxtensor as nbx
     from nbxtensor.models.graph_decode import GraphDecoder
     cap = L + steps + 8
@@ -591,6 +662,19 @@ def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res, unfused=Tr
         t0 = time.perf_counter()
         tuned_ab(m, B, L, cap, toks, steps, row, winners)
         row["tuned_ab_s"] = round(time.perf_counter() - t0, 2)
+
+    if B == 1 and min_pers:
+        t0 = time.perf_counter()
+        attn_ab(m, B, L, cap, toks, steps, row, min_pers)
+        row["attn_ab_s"] = round(time.perf_counter() - t0, 2)
+
+    if prof and torch is not None:
+        t0 = time.perf_counter()
+        try:
+            breakdown(m, B, L, cap, toks, min(steps, 32), row, torch)
+        except Exception as e:  # noqa: BLE001 - the profiler is optional
+            row["breakdown_error"] = f"{type(e).__name__}: {e}"
+        row["breakdown_s"] = round(time.perf_counter() - t0, 2)
 
     if B == 1 and unfused:   # before the fusion: the same step with the unfused ops, replayed
         u = GraphDecoder(m, batch=B, capacity=cap, use_graph=True, fused=False)
@@ -658,13 +742,17 @@ def main(argv):
     steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else (128 if quick else 256)
     unfused = "--unfused" in argv or not quick
     ab = "--no-pdl-ab" not in argv
+    # --attn-ab 256,512,1024: decode attention's MIN_PER values against the shipped one
+    min_pers = ([int(v) for v in argv[argv.index("--attn-ab") + 1].split(",")]
+                if "--attn-ab" in argv else None)
+    prof = "--breakdown" in argv
     t_start = time.perf_counter()
 
     def stage(what):
         print(f"[{time.perf_counter() - t_start:6.1f} s] {what}", flush=True)
     args = [a for i, a in enumerate(argv) if not a.startswith("--")
             and (i == 0 or argv[i - 1] not in ("--steps", "--sweep-model", "--batches",
-                                                "--lens", "--models"))]
+                                                "--lens", "--models", "--attn-ab"))]
     out_dir = args[0] if args else os.environ.get("OUT", ".")
     os.makedirs(out_dir, exist_ok=True)
     import nbxtensor as nbx
@@ -730,7 +818,7 @@ def main(argv):
                 try:
                     row = run_config(name, cfg, w, m, torch, B, L, steps, eager_steps,
                                      report["rows"], unfused=unfused, ab=ab, tuned=tuned,
-                                     winners=winners)
+                                     winners=winners, min_pers=min_pers, prof=prof)
                     row["weight_bytes"] = wb
                     row["weight_bw_limit_steps_s"] = limit
                     row["nbx_graph_frac_of_limit"] = row["nbx_graph_tok_s"] / B / limit
@@ -806,6 +894,25 @@ def main(argv):
                              f"|dlogit| {v['logits_max_abs_diff_vs_session2']:.2g}, "
                              f"argmax same {v['same_argmax']})")
             print(f"{r['model']:20} L={r['cache_len']:>5}: " + "; ".join(parts))
+    a_rows = [r for r in report["rows"] if "attn_ab" in r]
+    if a_rows:
+        print("\ndecode attention MIN_PER A/B (batch 1, graph replay, best of 3; rule = "
+              "the shipped MIN_PER)")
+        for r in a_rows:
+            parts = [f"{k} {v['tok_s']:.0f} (x{v['speedup_vs_rule']:.3f}, |dlogit| "
+                     f"{v['logits_max_abs_diff_vs_rule']:.2g})" for k, v in r["attn_ab"].items()]
+            print(f"{r['model']:20} L={r['cache_len']:>5}: " + "; ".join(parts))
+    for r in report["rows"]:
+        if "breakdown_error" in r:
+            print(f"\nbreakdown {r['model']} L={r['cache_len']}: {r['breakdown_error']}")
+        for mode, ks in r.get("breakdown", {}).items():
+            tot = sum(v["us_per_step"] for v in ks.values())
+            print(f"\nGPU time per step by kernel ({r['model']}, B={r['batch']}, "
+                  f"L={r['cache_len']}, {mode}; sum {tot:.1f} us, step "
+                  f"{r.get('nbx_graph_step_us', 0):.1f} us)")
+            for k, v in list(ks.items())[:12]:
+                print(f"  {k[:60]:60} {v['per_step']:6.1f}/step {v['us_per_step']:8.1f} us "
+                      f"{v['us_per_step'] / v['per_step']:6.2f} us each")
     for name, line in report.get("gemv_table_winners", {}).items():
         print(f"\nsweep winners ({name}), paste into kernels/decode_fused.py:\n  {line}")
     for e in report["errors"]:

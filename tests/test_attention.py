@@ -294,6 +294,9 @@ def test_decode_same_launch_new_length(device, small_blocks):
     {"P": 4, "BLOCK_N": 16, "COMBINE": 1, "CHUNK_P": 1},   # fused merge, one split a step
     {"P": 5, "BLOCK_N": 16, "COMBINE": 0, "CHUNK_P": 2},   # merge in a second kernel
     {"P": 2, "BLOCK_N": 32, "COMBINE": 1},                 # default chunk
+    # MIN_PER 40 -> 48 keys a range: length 37 one range, 89 two of the four
+    {"P": 4, "BLOCK_N": 16, "COMBINE": 1, "MIN_PER": 40},
+    {"P": 5, "BLOCK_N": 16, "COMBINE": 0, "MIN_PER": 1 << 20},   # one range at every length
 ])
 def test_decode_merge_variants(device, override):
     """Every tuning knob of the decode kernel: lengths 0, 1 (one busy range, no merge), a
