@@ -32,8 +32,9 @@ GEMV configs A/B (batch 1, unless --no-tuned-ab): the step captured as "session2
 (decode_fused.set_tuned(False): the old rule, RoPE loads after the K loop), "tuned" (this
 session's rule + the shipped GEMV_TABLE, RoPE loads early) and, after a sweep, "swept"
 (tuned + this run's winners), timed interleaved: tok/s, fraction of the limit, |dlogits|.
---attn-ab 256,1024,...: decode attention's MIN_PER (kernels/decode_attention.py: the fewest
-keys a split range takes) A/B in the captured step at batch 1, against the shipped value.
+--attn-ab 256,1024,... (MIN_PER values: kernels/decode_attention.py, the fewest keys a split
+range takes) or '{"name": {override}}' (JSON, decode_attention._OVERRIDE dicts): decode
+attention configs A/B in the captured step at batch 1, against the shipped rule.
 --breakdown: GPU time per step by kernel name (torch.profiler over graph replays, PDL off
 and on; needs torch).
 PDL A/B: at batch 1 the graph-replayed step is captured twice more, with Programmatic
@@ -240,7 +241,10 @@ def gemv_shapes(cfg):
             "qkv+norm+rope+kv": (nq + 2 * nkv, H, dict(norm=True, rope=True)),
             "o+res": (H, nq, dict(res=True)),
             "gateup+norm+glu": (2 * FF, H, dict(norm=True, glu=True)),
-            "down+res": (H, FF, dict(res=True)), "lm_head+norm": (V, H, dict(norm=True))}
+            "down+res": (H, FF, dict(res=True)), "lm_head+norm": (V, H, dict(norm=True)),
+            # what the fused RMSNorm costs: the same weights without it (not in the step)
+            "qkv (no norm)": (nq + 2 * nkv, H, {}),
+            "gateup+glu (no norm)": (2 * FF, H, dict(glu=True))}
 
 
 def gemv_kind(f):
@@ -372,7 +376,8 @@ def gemv_table(cfg, bw, sweep=False, reps=20, model=None, stage=print):
         n_cfg = N // 2 if kind != "plain" else N
         rule = F.fused_gemv_config(1, n_cfg, K, 2, "cuda", kind)
         cands = [None]
-        if sweep and name != "qkv+norm":        # the step runs qkv+norm+rope+kv
+        # the step runs qkv+norm+rope+kv; the "(no norm)" rows are comparisons only
+        if sweep and name != "qkv+norm" and "no norm" not in name:
             cands += sweep_candidates(kind, n_cfg, K, rule)
         plan[name] = (rule, cands)
     if sweep and model is not None:
@@ -544,23 +549,24 @@ def tuned_ab(m, B, L, cap, toks, steps, row, winners=None, rounds=3):
                        for k, v in r.items()}
 
 
-def attn_ab(m, B, L, cap, toks, steps, row, min_pers, rounds=3):
-    """Decode attention's MIN_PER (the fewest keys a split range takes; "rule" = the
-    shipped value) A/B in the captured step: graph replay, timed interleaved, best of
-    `rounds`; tok/s, speed-up over the rule, |dlogits| against the rule."""
+def attn_ab(m, B, L, cap, toks, steps, row, overrides, rounds=3):
+    """Decode attention configs A/B in the captured step: "rule" (the shipped choice)
+    against `overrides` {name: decode_attention override, e.g. {"MIN_PER": 512} (the
+    fewest keys a split range takes) or {"num_warps": 2}}. Graph replay, timed interleaved,
+    best of `rounds`; tok/s, speed-up over the rule, |dlogits| against the rule."""
     from nbxtensor.kernels import decode_attention as DA
 
-    def with_min_per(v):
+    def with_override(o):
         def setup():
-            prev = DA.MIN_PER
-            DA.MIN_PER = v
+            prev = DA._OVERRIDE
+            DA._OVERRIDE = dict(o) if o else None
 
             def restore():
-                DA.MIN_PER = prev
+                DA._OVERRIDE = prev
             return restore
         return setup
-    variants = {"rule": with_min_per(DA.MIN_PER)}
-    variants.update({f"min_per {v}": with_min_per(v) for v in min_pers})
+    variants = {"rule": with_override(None)}
+    variants.update({k: with_override(o) for k, o in overrides.items()})
     r = graph_ab(m, B, L, cap, toks, steps, variants, rounds)
     ref = r["rule"]["logits"].astype(np.float64)
     row["attn_ab"] = {k: dict(tok_s=v["tok_s"], speedup_vs_rule=v["tok_s"] / r["rule"]["tok_s"],
@@ -611,7 +617,7 @@ def breakdown(m, B, L, cap, toks, steps, row, torch):
 
 
 def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res, unfused=True,
-               ab=True, tuned=True, winners=None, min_pers=None, prof=False):
+               ab=True, tuned=True, winners=None, attn=None, prof=False):
     import nbxtensor as nbx
     from nbxtensor.models.graph_decode import GraphDecoder
     cap = L + steps + 8
@@ -663,9 +669,9 @@ def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res, unfused=Tr
         tuned_ab(m, B, L, cap, toks, steps, row, winners)
         row["tuned_ab_s"] = round(time.perf_counter() - t0, 2)
 
-    if B == 1 and min_pers:
+    if B == 1 and attn:
         t0 = time.perf_counter()
-        attn_ab(m, B, L, cap, toks, steps, row, min_pers)
+        attn_ab(m, B, L, cap, toks, steps, row, attn)
         row["attn_ab_s"] = round(time.perf_counter() - t0, 2)
 
     if prof and torch is not None:
@@ -742,9 +748,13 @@ def main(argv):
     steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else (128 if quick else 256)
     unfused = "--unfused" in argv or not quick
     ab = "--no-pdl-ab" not in argv
-    # --attn-ab 256,512,1024: decode attention's MIN_PER values against the shipped one
-    min_pers = ([int(v) for v in argv[argv.index("--attn-ab") + 1].split(",")]
-                if "--attn-ab" in argv else None)
+    # --attn-ab 256,512,1024 (MIN_PER values) or '{"name": {override}, ...}' (JSON):
+    # decode attention configs against the shipped rule
+    attn = argv[argv.index("--attn-ab") + 1] if "--attn-ab" in argv else None
+    if attn and attn.lstrip().startswith("{"):
+        attn = json.loads(attn)
+    elif attn:
+        attn = {f"min_per {v}": {"MIN_PER": int(v)} for v in attn.split(",")}
     prof = "--breakdown" in argv
     t_start = time.perf_counter()
 
@@ -818,7 +828,7 @@ def main(argv):
                 try:
                     row = run_config(name, cfg, w, m, torch, B, L, steps, eager_steps,
                                      report["rows"], unfused=unfused, ab=ab, tuned=tuned,
-                                     winners=winners, min_pers=min_pers, prof=prof)
+                                     winners=winners, attn=attn, prof=prof)
                     row["weight_bytes"] = wb
                     row["weight_bw_limit_steps_s"] = limit
                     row["nbx_graph_frac_of_limit"] = row["nbx_graph_tok_s"] / B / limit
@@ -896,8 +906,8 @@ def main(argv):
             print(f"{r['model']:20} L={r['cache_len']:>5}: " + "; ".join(parts))
     a_rows = [r for r in report["rows"] if "attn_ab" in r]
     if a_rows:
-        print("\ndecode attention MIN_PER A/B (batch 1, graph replay, best of 3; rule = "
-              "the shipped MIN_PER)")
+        print("\ndecode attention A/B (batch 1, graph replay, best of 3; rule = the "
+              "shipped configuration)")
         for r in a_rows:
             parts = [f"{k} {v['tok_s']:.0f} (x{v['speedup_vs_rule']:.3f}, |dlogit| "
                      f"{v['logits_max_abs_diff_vs_rule']:.2g})" for k, v in r["attn_ab"].items()]
