@@ -289,17 +289,29 @@ def gemv_case(cfg, name, copies=1, fill=True, seed=0):
     return call, (gemv_kind(f), n_out, K), N * K * 2
 
 
+def one_wave_maxnreg(programs, num_warps, sms=132):
+    """The register cap (a multiple of 8, <= 255) at which `programs` CTAs of `num_warps`
+    warps are all resident at once on `sms` SMs of 64 K registers, or None when that needs
+    fewer than 96 a thread (spills would cost more than the second wave)."""
+    per_sm = -(-programs // sms)
+    cap = min(255, 65536 // (per_sm * 32 * num_warps)) // 8 * 8
+    return cap if cap >= 96 else None
+
+
 def sweep_candidates(kind, N, K, rule):
     """Configs around the rule for one GEMV (pruned for one H200 call): BLOCK_N x BLOCK_K
-    from 1024 to 8192 weight elements a step (both tiles of a pair), >= 132 programs, 4 or
-    8 warps; RoPE pairs stay inside a head (BLOCK_N divides 32)."""
+    from 1024 to 8192 weight elements a step (both tiles of a pair; BLOCK_K up to the whole
+    row), >= 132 programs, 4 or 8 warps; RoPE pairs stay inside a head (BLOCK_N divides 32).
+    Each also with the register cap that makes its grid one wave (`one_wave_maxnreg`): a
+    fused RMSNorm can push a tile past the registers that fit its programs at once."""
     rows = 1 if kind == "plain" else 2
     out = []
+    kp = 1 << max(0, K - 1).bit_length()
     for bn in (1, 2, 4, 8, 16, 32):
         for bk in (256, 512, 1024, 2048):
             for nw in (4, 8):
                 el = rows * bn * bk
-                if not 1024 <= el <= 8192 or bk > max(256, K) or -(-N // bn) < 132:
+                if not 1024 <= el <= 8192 or bk > max(256, kp) or -(-N // bn) < 132:
                     continue
                 if kind == "rope" and 32 % bn:
                     continue
@@ -308,6 +320,9 @@ def sweep_candidates(kind, N, K, rule):
                 c = dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=nw)
                 if c != rule:
                     out.append(c)
+                cap = one_wave_maxnreg(-(-N // bn), nw)
+                if cap is not None and cap <= 200:     # a higher cap rarely binds
+                    out.append(dict(c, maxnreg=cap))
     return out
 
 

@@ -454,7 +454,7 @@ def fused_gemv(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None, gl
     b = bias if bias is not None else w
     r = residual if residual is not None else out
     s_rm = residual.stride(0) if residual is not None else 0
-    opts = {k: v for k, v in cfg.items() if k in ("num_warps", "num_stages")}
+    opts = {k: v for k, v in cfg.items() if k in ("num_warps", "num_stages", "maxnreg")}
     pdl = pdl_opts(x.device)
     if "BLOCK_M" not in cfg:
         launch(_fused_gemv1_kernel, (M, _cdiv(N, cfg["BLOCK_N"])), x, w, out, nw, b, r,
@@ -492,5 +492,6 @@ def fused_qkv_rope(x, w, q_out, ck, cv, lengths, positions, inv, *, num_heads, n
            ck.shape[2], x.stride(0), w.stride(0), q_out.stride(0), positions.stride(0),
            *ck.stride(), *cv.stride(), HALF=half, BLOCK_N=bn, BLOCK_K=bk,
            EVEN_K=K % bk == 0, NORM=norm_weight is not None, HAS_BIAS=bias is not None,
-           EARLY=_TUNED, num_warps=cfg.get("num_warps", 4), **pdl_opts(x.device))
+           EARLY=_TUNED, num_warps=cfg.get("num_warps", 4),
+           **{k: cfg[k] for k in ("maxnreg",) if k in cfg}, **pdl_opts(x.device))
     return q_out
