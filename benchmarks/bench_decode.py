@@ -443,6 +443,8 @@ def gemv_table(cfg, bw, sweep=False, reps=20, model=None, stage=print):
             if c is None:
                 rows.append(rec)
                 base = rec
+            else:
+                rows.append(dict(rec, candidate=True))     # every swept point, for the JSON
             if best is None or us < best["us"]:
                 best = rec
         if len(cands) > 1 and best is not None:
@@ -891,6 +893,8 @@ def main(argv):
                 continue
             if r["gemv"] == "precompile":
                 print(f"  precompile: {r}")
+                continue
+            if r.get("candidate"):     # every swept point is in the JSON; the best is below
                 continue
             tag = (f" (best of sweep, x{r.get('speedup_vs_rule') or 0:.3f} vs rule)"
                    if r.get("best_of_sweep") else "")
