@@ -32,8 +32,8 @@ GEMV configs A/B (batch 1, unless --no-tuned-ab): the step captured as "session2
 (decode_fused.set_tuned(False): the old rule, RoPE loads after the K loop), "tuned" (this
 session's rule + the shipped GEMV_TABLE, RoPE loads early) and, after a sweep, "swept"
 (tuned + this run's winners), timed interleaved: tok/s, fraction of the limit, |dlogits|.
---attn-ab 256,1024,... (MIN_PER values: kernels/decode_attention.py, the fewest keys a split
-range takes) or '{"name": {override}}' (JSON, decode_attention._OVERRIDE dicts): decode
+--attn-ab 0,512,... (ONE_MAX values: kernels/decode_attention.py, the longest cache one
+program takes whole) or '{"name": {override}}' (JSON, decode_attention._OVERRIDE dicts): decode
 attention configs A/B in the captured step at batch 1, against the shipped rule.
 --breakdown: GPU time per step by kernel name (torch.profiler over graph replays, PDL off
 and on; needs torch).
@@ -568,8 +568,8 @@ def tuned_ab(m, B, L, cap, toks, steps, row, winners=None, rounds=3):
 
 def attn_ab(m, B, L, cap, toks, steps, row, overrides, rounds=3):
     """Decode attention configs A/B in the captured step: "rule" (the shipped choice)
-    against `overrides` {name: decode_attention override, e.g. {"MIN_PER": 512} (the
-    fewest keys a split range takes) or {"num_warps": 2}}. Graph replay, timed interleaved,
+    against `overrides` {name: decode_attention override, e.g. {"ONE_MAX": 0} (the
+    longest cache one program takes whole) or {"num_warps": 2}}. Graph replay, timed interleaved,
     best of `rounds`; tok/s, speed-up over the rule, |dlogits| against the rule."""
     from nbxtensor.kernels import decode_attention as DA
 
@@ -765,13 +765,13 @@ def main(argv):
     steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else (128 if quick else 256)
     unfused = "--unfused" in argv or not quick
     ab = "--no-pdl-ab" not in argv
-    # --attn-ab 256,512,1024 (MIN_PER values) or '{"name": {override}, ...}' (JSON):
+    # --attn-ab 0,512 (ONE_MAX values) or '{"name": {override}, ...}' (JSON):
     # decode attention configs against the shipped rule
     attn = argv[argv.index("--attn-ab") + 1] if "--attn-ab" in argv else None
     if attn and attn.lstrip().startswith("{"):
         attn = json.loads(attn)
     elif attn:
-        attn = {f"min_per {v}": {"MIN_PER": int(v)} for v in attn.split(",")}
+        attn = {f"one_max {v}": {"ONE_MAX": int(v)} for v in attn.split(",")}
     prof = "--breakdown" in argv
     t_start = time.perf_counter()
 

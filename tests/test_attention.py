@@ -30,10 +30,11 @@ def ref_sdpa(q, k, v, mask=None, causal=False, scale=None):
 
 @pytest.fixture
 def small_blocks():
-    """Blocks of 16 on interp so shapes of 17..40 exercise tails and several KV blocks."""
+    """Blocks of 16 on interp so shapes of 17..40 exercise tails and several KV blocks (and
+    decode attention splits every cache longer than one block: ONE_MAX 0)."""
     from nbxtensor.kernels import attention as ka, decode_attention as kd
     ka._OVERRIDE = {"BLOCK_M": 16, "BLOCK_N": 16}
-    kd._OVERRIDE = {"P": 3, "BLOCK_N": 16}
+    kd._OVERRIDE = {"P": 3, "BLOCK_N": 16, "ONE_MAX": 0}
     yield
     ka._OVERRIDE = None
     kd._OVERRIDE = None
@@ -291,12 +292,13 @@ def test_decode_same_launch_new_length(device, small_blocks):
 
 
 @pytest.mark.parametrize("override", [
-    {"P": 4, "BLOCK_N": 16, "COMBINE": 1, "CHUNK_P": 1},   # fused merge, one split a step
-    {"P": 5, "BLOCK_N": 16, "COMBINE": 0, "CHUNK_P": 2},   # merge in a second kernel
-    {"P": 2, "BLOCK_N": 32, "COMBINE": 1},                 # default chunk
-    # MIN_PER 40 -> 48 keys a range: length 37 one range, 89 two of the four
-    {"P": 4, "BLOCK_N": 16, "COMBINE": 1, "MIN_PER": 40},
-    {"P": 5, "BLOCK_N": 16, "COMBINE": 0, "MIN_PER": 1 << 20},   # one range at every length
+    {"P": 4, "BLOCK_N": 16, "COMBINE": 1, "CHUNK_P": 1, "ONE_MAX": 0},   # fused merge
+    {"P": 5, "BLOCK_N": 16, "COMBINE": 0, "CHUNK_P": 2, "ONE_MAX": 0},   # second kernel
+    {"P": 2, "BLOCK_N": 32, "COMBINE": 1, "ONE_MAX": 0},                 # default chunk
+    # ONE_MAX 37: lengths up to 37 one range, 89 split over the four
+    {"P": 4, "BLOCK_N": 16, "COMBINE": 1, "ONE_MAX": 37},
+    {"P": 5, "BLOCK_N": 16, "COMBINE": 0, "ONE_MAX": 37},
+    {"P": 5, "BLOCK_N": 16, "COMBINE": 0},                               # the shipped ONE_MAX
 ])
 def test_decode_merge_variants(device, override):
     """Every tuning knob of the decode kernel: lengths 0, 1 (one busy range, no merge), a

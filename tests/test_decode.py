@@ -3,6 +3,7 @@ LlamaModel.decode_step / prefill against the model's original forward, device-si
 in GraphDecoder, kernels per step, and (cuda) graph replay == eager step bit for bit."""
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -166,31 +167,41 @@ def test_fused_gemv_compiles_for_sm90():
 
 
 def test_fused_gemv_config_fills_the_gpu():
-    from nbxtensor.kernels.decode_fused import MIN_PROGRAMS, fused_gemv_config
-    for N, K in [(3072, 2048), (2048, 8192), (49152, 576)]:     # large weights: fill the GPU
-        c = fused_gemv_config(1, N, K, 2, "cuda")
-        assert -(-N // c["BLOCK_N"]) >= MIN_PROGRAMS or c["BLOCK_N"] == 1
-        assert c["BLOCK_N"] * c["BLOCK_K"] <= 4096
-        # 16-byte loads: each thread's contiguous run along K is >= 8 bf16 elements
-        assert c["BLOCK_K"] >= 8 * 32 or c["BLOCK_K"] >= K
+    """Large weights fill the GPU, with the rule (its tiles <= 4096 elements) and with the
+    measured GEMV_TABLE entries (SmolLM2's lm_head: 32 x 256)."""
+    from nbxtensor.kernels import decode_fused as F
+    for tuned in (False, True):
+        prev = F.set_tuned(tuned)
+        try:
+            for N, K in [(3072, 2048), (2048, 8192), (49152, 576)]:
+                c = F.fused_gemv_config(1, N, K, 2, "cuda")
+                assert -(-N // c["BLOCK_N"]) >= F.MIN_PROGRAMS or c["BLOCK_N"] == 1
+                assert c["BLOCK_N"] * c["BLOCK_K"] <= (8192 if tuned else 4096)
+                # 16-byte loads: each thread's contiguous run along K is >= 8 bf16 elements
+                assert c["BLOCK_K"] >= 8 * 32 or c["BLOCK_K"] >= K
+        finally:
+            F.set_tuned(prev)
 
 
 def test_fused_gemv_config_small_weights_take_the_measured_winners():
     """SmolLM2's latency-bound GEMVs: the H200 sweeps' winners (see decode_fused.py): the
-    small-weight rule (session 2), and GEMV_TABLE's whole-row tiles for down and gate/up
-    (session 6) unless set_tuned(False)."""
+    small-weight rule (session 2), and GEMV_TABLE's whole-row tiles for o, down and gate/up
+    (session 7; gate/up with a register cap) unless set_tuned(False)."""
     from nbxtensor.kernels import decode_fused as F
     cfg = F.fused_gemv_config
     pick = lambda c: (c["BLOCK_N"], c["BLOCK_K"])   # noqa: E731
     assert pick(cfg(1, 960, 576, 2, "cuda")) == (8, 1024)            # qkv
-    assert pick(cfg(1, 576, 576, 2, "cuda")) == (8, 1024)            # o
-    assert pick(cfg(1, 576, 1536, 2, "cuda")) == (2, 2048)           # down (table)
-    assert pick(cfg(1, 1536, 576, 2, "cuda", "glu")) == (4, 1024)    # gate/up (table)
+    assert pick(cfg(1, 576, 576, 2, "cuda")) == (4, 1024)            # o (table)
+    assert pick(cfg(1, 576, 1536, 2, "cuda")) == (4, 2048)           # down (table)
+    glu = cfg(1, 1536, 576, 2, "cuda", "glu")                        # gate/up (table)
+    assert pick(glu) == (4, 1024) and glu["maxnreg"] == 168          # one wave with the norm
     assert pick(cfg(1, 480, 576, 2, "cuda", "rope")) == (2, 1024)    # qkv + RoPE pairs
     assert pick(cfg(1, 3072, 2048, 2, "cuda")) == pick(cfg(1, 3072, 2048, 2, "cuda", "plain"))
     prev = F.set_tuned(False)
     try:                                                             # the rule alone
+        assert pick(cfg(1, 576, 576, 2, "cuda")) == (8, 1024)
         assert pick(cfg(1, 576, 1536, 2, "cuda")) == (4, 1024)
+        assert "maxnreg" not in cfg(1, 1536, 576, 2, "cuda", "glu")
         assert pick(cfg(1, 1536, 576, 2, "cuda", "glu")) == (4, 256)
     finally:
         F.set_tuned(prev)
@@ -551,21 +562,30 @@ def test_gemv_table_entries_are_valid_and_compile_for_sm90():
     pytest.importorskip("triton")
     from nbxtensor.kernels import decode_fused as F
     for (kind, N, K), c in F.GEMV_TABLE.items():
-        assert kind in ("plain", "glu", "rope") and set(c) == {"BLOCK_N", "BLOCK_K", "num_warps"}
+        assert kind in ("plain", "glu", "rope")
+        assert {"BLOCK_N", "BLOCK_K", "num_warps"} <= set(c) <= {"BLOCK_N", "BLOCK_K",
+                                                               "num_warps", "maxnreg"}
         bn, bk = c["BLOCK_N"], c["BLOCK_K"]
         assert bn & (bn - 1) == 0 and bk & (bk - 1) == 0 and bk >= 256
         assert c["num_warps"] in (2, 4, 8) and (kind != "rope" or 32 % bn == 0)
+        opts = {k: c[k] for k in ("maxnreg",) if k in c}
+        assert opts.get("maxnreg", 8) % 8 == 0 and 96 <= opts.get("maxnreg", 255) <= 255
+        div = ("N", "K", "s_xm", "s_wn", "s_om") if N % 16 == 0 and K % 16 == 0 else ()
         if kind == "rope":
             ptx = _sm90(F._fused_qkv_rope_kernel, _ROPE_PTRS,
                         dict(HALF=32, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=K % bk == 0, NORM=True,
                              HAS_BIAS=False, EARLY=True, PDL=True), ("eps",),
-                        num_warps=c["num_warps"])
+                        num_warps=c["num_warps"], div16=div, **opts)
         else:
             ptx = _sm90(F._fused_gemv1_kernel, _G1_PTRS,
                         dict(BLOCK_N=bn, BLOCK_K=bk, EVEN_K=K % bk == 0, NORM=True,
                              GLU=kind == "glu", HAS_BIAS=False, HAS_RES=kind == "plain",
-                             EARLY=True, PDL=True), ("eps",), num_warps=c["num_warps"])
+                             EARLY=True, PDL=True), ("eps",), num_warps=c["num_warps"],
+                        div16=div, **opts)
         assert "ld.global" in ptx
+        regs, spill = _ptxas_usage(ptx)
+        # a register cap may cost a few spilled bytes (16 for SmolLM2's gate/up), no more
+        assert regs <= opts.get("maxnreg", 255) and spill <= 64, ((kind, N, K), regs, spill)
 
 
 def test_fused_qkv_rope_refusals():
@@ -722,8 +742,10 @@ _ROPE_PTRS = dict(x_ptr="*bf16", w_ptr="*bf16", q_ptr="*bf16", nw_ptr="*bf16", b
                   len_ptr="*i32")
 
 
-def _sm90(fn, ptrs, constexprs, floats=(), num_warps=4):
-    """Compile `fn` for sm_90 (types from names: ptrs {name: type}, floats fp32, else i32)."""
+def _sm90(fn, ptrs, constexprs, floats=(), num_warps=4, div16=(), **options):
+    """Compile `fn` for sm_90 (types from names: ptrs {name: type}, floats fp32, else i32).
+    div16: the integer arguments the launcher would mark divisible by 16 (the pointers
+    always are, as the allocator's are); options: more compile options (maxnreg)."""
     import triton
     from triton.backends.compiler import GPUTarget
     sig = {}
@@ -733,11 +755,33 @@ def _sm90(fn, ptrs, constexprs, floats=(), num_warps=4):
             continue
         sig[n] = "constexpr" if n in constexprs else ptrs.get(n) or \
             ("fp32" if n in floats else "i32")
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
+             if n in ptrs or n in div16} if div16 else None
     pdl = bool(constexprs.get("PDL"))
-    return triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs),
+    return triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs,
+                                                    attrs=attrs),
                           target=GPUTarget("cuda", 90, 64),
-                          options=dict(num_warps=num_warps, **(dict(launch_pdl=True) if pdl
-                                                               else {}))).asm["ptx"]
+                          options=dict(num_warps=num_warps, **options,
+                                       **(dict(launch_pdl=True) if pdl else {}))).asm["ptx"]
+
+
+def _ptxas_usage(ptx):
+    """(registers, spill store bytes) of a kernel's PTX, from the ptxas that Triton ships."""
+    import re
+    import subprocess
+    import tempfile
+    from triton.backends.nvidia.compiler import get_ptxas
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        out = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", src, "-o",
+                              os.path.join(d, "k.cubin")], capture_output=True, text=True,
+                             timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    regs = int(re.search(r"Used (\d+) registers", out.stderr).group(1))
+    spill = int(re.search(r"(\d+) bytes spill stores", out.stderr).group(1))
+    return regs, spill
 
 
 def _decode_kernels():

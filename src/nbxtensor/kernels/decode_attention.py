@@ -35,11 +35,12 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _ranges(len_ptr, b, s_len, P, min_per, BLOCK_N: tl.constexpr):
-    """The cache length, the keys per range (a multiple of BLOCK_N, >= min_per, itself a
-    multiple of BLOCK_N) and the number of busy ranges (>= 1)."""
+def _ranges(len_ptr, b, s_len, P, one_max, BLOCK_N: tl.constexpr):
+    """The cache length, the keys per range (a multiple of BLOCK_N) and the number of busy
+    ranges (>= 1): one range for lengths up to one_max, else up to P."""
     length = tl.load(len_ptr + b * s_len).to(tl.int32)
-    per = tl.maximum(tl.maximum(tl.cdiv(tl.cdiv(length, P), BLOCK_N), 1) * BLOCK_N, min_per)
+    per = tl.maximum(tl.cdiv(tl.cdiv(length, tl.where(length <= one_max, 1, P)), BLOCK_N),
+                     1) * BLOCK_N
     n_act = tl.maximum(tl.cdiv(length, per), 1)
     return length, per, n_act
 
@@ -90,7 +91,7 @@ def _merge(po_ptr, pml_ptr, o_ptr, pid_bg, n_act, P, R, T, GROUP_HQ, DV,
 def _decode_split(q_ptr, k_ptr, v_ptr, len_ptr, o_ptr, po_ptr, pml_ptr, cnt_ptr,
                   s_qb, s_qh, s_qt, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd,
                   s_ob, s_oh, s_ot, s_od, s_len,
-                  Hk, T, D, DV, P, min_per, qk_scale,
+                  Hk, T, D, DV, P, one_max, qk_scale,
                   GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
                   PREC: tl.constexpr, COMBINE: tl.constexpr, CHUNK_P: tl.constexpr,
@@ -110,7 +111,7 @@ def _decode_split(q_ptr, k_ptr, v_ptr, len_ptr, o_ptr, po_ptr, pml_ptr, cnt_ptr,
     # q does not depend on the length: its load overlaps the length's
     q = tl.load(q_ptr + b.to(tl.int64) * s_qb + head[:, None] * s_qh + t[:, None] * s_qt
                 + offs_d[None, :] * s_qd, mask=rmask[:, None] & (offs_d[None, :] < D), other=0.0)
-    length, per, n_act = _ranges(len_ptr, b, s_len, P, min_per, BLOCK_N)
+    length, per, n_act = _ranges(len_ptr, b, s_len, P, one_max, BLOCK_N)
     if pid_s < n_act:
         start = pid_s * per
         end = tl.minimum(start + per, length)
@@ -167,14 +168,14 @@ def _decode_split(q_ptr, k_ptr, v_ptr, len_ptr, o_ptr, po_ptr, pml_ptr, cnt_ptr,
 
 @triton.jit
 def _decode_combine(po_ptr, pml_ptr, o_ptr, len_ptr, s_ob, s_oh, s_ot, s_od, s_len,
-                    Hk, T, DV, P, min_per, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
+                    Hk, T, DV, P, one_max, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_R: tl.constexpr, CHUNK_P: tl.constexpr, BLOCK_P: tl.constexpr,
                     BLOCK_DV: tl.constexpr, PDL: tl.constexpr):
     _pdl_wait(PDL)
     pid_bg = tl.program_id(0)
     b = pid_bg // Hk
     g = pid_bg % Hk
-    length, per, n_act = _ranges(len_ptr, b, s_len, P, min_per, BLOCK_N)
+    length, per, n_act = _ranges(len_ptr, b, s_len, P, one_max, BLOCK_N)
     if n_act > 1:      # otherwise the split kernel wrote the output
         _merge(po_ptr, pml_ptr, o_ptr, pid_bg, n_act, P, GROUP * T, T, GROUP, DV,
                b.to(tl.int64), g * GROUP, s_ob, s_oh, s_ot, s_od,
@@ -195,10 +196,13 @@ MAX_SPLITS = 256
 # (Session 2's sweep timed one call after a memset L2 flush, whose dirty lines' write-back
 # added ~8 us to every candidate and hid the difference.)
 TUNED = dict(TARGET=132, BLOCK_N=128, num_warps=4, num_stages=3, COMBINE=1)
-# MIN_PER: the fewest keys a busy range takes (rounded up to BLOCK_N at launch). Splitting a
-# short cache over several programs adds a partial store, a ticket and a merge to the
-# critical path of every decode step; below MIN_PER keys per range one program is faster.
-MIN_PER = 0
+# ONE_MAX: caches up to this length take one range (one program per (batch, kv head), no
+# merge). Splitting adds a partial store, a ticket and a merge to the critical path of every
+# decode step, which costs more than a second 128-key tile in the same program. H200 (session
+# 7, `bench_decode.py --attn-ab`, the captured step): SmolLM2 at lengths 128-256 x1.02-1.05,
+# the 1B shape x1.01-1.02; at 1024 keys fewer, longer ranges lose (one range x0.79, >= 256
+# keys a range x0.97), so the split rule stays above ONE_MAX.
+ONE_MAX = 256
 
 
 def decode_config(B, Hk, C, bd=128, bdv=128, itemsize=2, interp=False):
@@ -215,7 +219,7 @@ def decode_config(B, Hk, C, bd=128, bdv=128, itemsize=2, interp=False):
     while bn > 16 and bn * (bd + bdv) * itemsize * stages > 200_000:
         bn //= 2
     return dict(P=splits(B * Hk, C, target, bn), BLOCK_N=bn, num_warps=nw, num_stages=stages,
-                COMBINE=combine, MIN_PER=MIN_PER)
+                COMBINE=combine, ONE_MAX=ONE_MAX)
 
 
 def splits(BHk, C, target, bn):
@@ -232,7 +236,7 @@ def _tuned(cfg, BHk, C, R, D, q):
                        device=q.device)
     if t == d:
         return cfg
-    return dict(t, P=splits(BHk, C, t["TARGET"], t["BLOCK_N"]), MIN_PER=cfg["MIN_PER"])
+    return dict(t, P=splits(BHk, C, t["TARGET"], t["BLOCK_N"]), ONE_MAX=cfg["ONE_MAX"])
 
 
 _OVERRIDE: dict | None = None   # tests: {"P": 3, "BLOCK_N": 16}; also COMBINE 0/1, CHUNK_P
@@ -278,7 +282,7 @@ def decode_attention(out, q, kc, vc, lengths, *, scale):
     else:
         cfg = _tuned(cfg, B * Hk, C, R, D, q)
     P, combine = cfg["P"], int(cfg["COMBINE"])
-    min_per = _cdiv(int(cfg.get("MIN_PER", 0)), cfg["BLOCK_N"]) * cfg["BLOCK_N"]
+    one_max = int(cfg.get("ONE_MAX", 0))
     bp = max(2, _np2(P))
     chunk = cfg.get("CHUNK_P") or max(1, min(bp, 32 // br))
     # workspace: size known on the host (P from shapes), so capture-safe
@@ -289,13 +293,13 @@ def decode_attention(out, q, kc, vc, lengths, *, scale):
     pdl = pdl_opts(q.device)
     launch(_decode_split, (P, B * Hk), q, kc, vc, lengths, out, po, pml, cnt,
            *q.stride(), *kc.stride(), *vc.stride(), *out.stride(), s_len, Hk, T, D, DV, P,
-           min_per, scale * LOG2E,
+           one_max, scale * LOG2E,
            GROUP=group, BLOCK_H=bh, BLOCK_R=br, BLOCK_N=cfg["BLOCK_N"], BLOCK_D=bd,
            BLOCK_DV=bdv, PREC="ieee" if q.dtype.itemsize >= 4 else "tf32", COMBINE=combine,
            CHUNK_P=chunk, BLOCK_P=bp, num_warps=cfg["num_warps"],
            num_stages=cfg["num_stages"], **pdl)
     if not combine:
         launch(_decode_combine, (B * Hk,), po, pml, out, lengths, *out.stride(), s_len,
-               Hk, T, DV, P, min_per, GROUP=group, BLOCK_N=cfg["BLOCK_N"], BLOCK_R=br,
+               Hk, T, DV, P, one_max, GROUP=group, BLOCK_N=cfg["BLOCK_N"], BLOCK_R=br,
                CHUNK_P=chunk, BLOCK_P=bp, BLOCK_DV=bdv, num_warps=4, **pdl)
     return out

@@ -331,7 +331,9 @@ def _fused_gemvm_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, M, N, K, eps,
 # BLOCK_K 256 (2.29 vs 3.77), qkv+RoPE 480 pairs x 576 BLOCK_N 2 (2.22 vs 2.42): about
 # 6144 weight elements a program (3072 for RoPE pairs), one 1024-wide K step (256 with GLU).
 # Since session 6's K loop, down and gate/up do better with the whole row in one tile
-# (GEMV_TABLE below; measured only at SmolLM2's shapes, so the rule is unchanged).
+# (GEMV_TABLE below; measured only at SmolLM2's shapes, so the rule is unchanged). Sweep a
+# table entry with the flags the step uses: a fused RMSNorm adds registers, and a tile that
+# no longer fits its grid in one wave loses more than any tile choice gains (session 7).
 MIN_PROGRAMS = 2 * 132
 SMALL_M = 4        # cuda: up to this many rows use the row-per-program kernel (L2 reuse)
 SMALL_W_BYTES = 4 << 20
@@ -358,11 +360,17 @@ GEMV_TABLE: dict = {
     ("plain", 2048, 8192): {"BLOCK_N": 4, "BLOCK_K": 1024, "num_warps": 8},
     ("plain", 4096, 14336): {"BLOCK_N": 8, "BLOCK_K": 512, "num_warps": 8},
     ("plain", 14336, 4096): {"BLOCK_N": 2, "BLOCK_K": 1024, "num_warps": 4},
-    # SmolLM2's down (N 576 x K 1536) and gate/up (GLU, 1536 x 576), same sweep: the whole
-    # row in one tile, loaded before the PDL wait, beats the rule's K steps (1.82 -> 1.49
-    # us, 2.70 -> 2.29)
-    ("plain", 576, 1536): {"BLOCK_N": 2, "BLOCK_K": 2048, "num_warps": 8},
-    ("glu", 1536, 576): {"BLOCK_N": 4, "BLOCK_K": 1024, "num_warps": 4},
+    # SmolLM2 (session 7, `bench_decode.py --quick --sweep-model SmolLM2`: each GEMV with
+    # the step's own flags; session 6 had swept the chain without the fused RMSNorm): the
+    # whole row in one tile, loaded before the PDL wait. gate/up + norm: 4 x 1024 takes 231
+    # registers with the norm (164 without), so its 384 programs ran in two waves of 2 a
+    # SM; capped at 168 (16 bytes spilled) they fit 3 a SM, one wave: 3.80 -> 2.67 us.
+    # down+res 1.67 -> 1.50, o+res 1.24 -> 1.19, lm_head+norm 18.6 -> 17.9; the step
+    # 2261 -> 2458 tok/s
+    ("glu", 1536, 576): {"BLOCK_N": 4, "BLOCK_K": 1024, "num_warps": 4, "maxnreg": 168},
+    ("plain", 576, 576): {"BLOCK_N": 4, "BLOCK_K": 1024, "num_warps": 4},
+    ("plain", 576, 1536): {"BLOCK_N": 4, "BLOCK_K": 2048, "num_warps": 4},
+    ("plain", 49152, 576): {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4},
 }
 _TUNED = True      # set_tuned(False): the rule only, epilogue loads late (session 2's kernels)
 
