@@ -19,12 +19,11 @@ padded) so weights are read once for the whole batch (interp: tl.dot from M = 2,
 Requirements (checked by the entry): x (M, K) and W (rows, K) with unit stride along K.
 QKV + RoPE + KV-cache append (`fused_qkv_rope`): the same GEMV over rotation pairs (rows r and
 r + D/2 of one head), RoPE in the epilogue, k and v stored straight into the cache.
-PDL (kernels/_pdl.py): the first weight tile (and the norm weight's first chunk) is loaded
-before `gdc_wait`; the K loop keeps one tile in flight ahead. Loads the epilogue needs
-(residual; RoPE position, inv_freq, bias) are issued before the K loop, not after it
-(EARLY; `set_tuned(False)` restores session 2's late loads and rule for A/B runs).
-Configs: `fused_gemv_config` (a rule, plus GEMV_TABLE's measured entries for the shapes
-swept on the H200).
+PDL (kernels/_pdl.py): the first weight tile is loaded before `gdc_wait`; the K loop keeps
+one tile in flight ahead. Loads the epilogue needs (residual; RoPE position, inv_freq, bias)
+are issued before the K loop, not after it (EARLY; `set_tuned(False)` restores session 2's
+late loads and rule for A/B runs). Configs: `fused_gemv_config` (a rule, plus GEMV_TABLE's
+measured entries for the shapes swept on the H200).
 """
 from __future__ import annotations
 
@@ -55,29 +54,19 @@ def _epilogue(y, u, inv, offs_n, nmask, m, b_ptr, r_ptr, s_rm,
 
 
 @triton.jit
-def _nwtile(nw_ptr, kk, K, EVEN_K: tl.constexpr):
-    """The RMSNorm weight's K chunk kk."""
-    if EVEN_K:
-        return tl.load(nw_ptr + kk)
-    return tl.load(nw_ptr + kk, mask=kk < K, other=0.0)
-
-
-@triton.jit
-def _accum(acc, acc_u, ss, w, wu, x_row, nwv, nw_ptr, kk, K,
-           EVEN_K: tl.constexpr, NORM: tl.constexpr, GLU: tl.constexpr,
-           NW_EARLY: tl.constexpr):
-    """One K chunk: acc += w * (x [* nw]), the sum of squares of x for NORM. NW_EARLY: the
-    norm weight's chunk nwv was loaded ahead (with the weight tile); else it is loaded here."""
+def _accum(acc, acc_u, ss, w, wu, x_row, nw_ptr, kk, K,
+           EVEN_K: tl.constexpr, NORM: tl.constexpr, GLU: tl.constexpr):
+    """One K chunk: acc += w * (x [* nw]), the sum of squares of x for NORM."""
     if EVEN_K:
         xv = tl.load(x_row + kk).to(tl.float32)
     else:
         xv = tl.load(x_row + kk, mask=kk < K, other=0.0).to(tl.float32)
     if NORM:
         ss += xv * xv
-        if NW_EARLY:
-            xv = xv * nwv.to(tl.float32)
+        if EVEN_K:
+            xv = xv * tl.load(nw_ptr + kk).to(tl.float32)
         else:
-            xv = xv * _nwtile(nw_ptr, kk, K, EVEN_K).to(tl.float32)
+            xv = xv * tl.load(nw_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
     acc += w.to(tl.float32) * xv[None, :]
     if GLU:
         acc_u += wu.to(tl.float32) * xv[None, :]
@@ -92,13 +81,12 @@ def _wtile(w_rows, kk, K, EVEN_K: tl.constexpr):
 
 
 @triton.jit
-def _pair_loop(w, wu, nwv, w_rows, wu_rows, x_row, nw_ptr, offs_k, K, BLOCK_N: tl.constexpr,
+def _pair_loop(w, wu, w_rows, wu_rows, x_row, nw_ptr, offs_k, K, BLOCK_N: tl.constexpr,
                BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, NORM: tl.constexpr,
-               GLU: tl.constexpr, NW_EARLY: tl.constexpr):
+               GLU: tl.constexpr):
     """The K loop of the row-per-program kernels, after their first tiles (w, and wu of rows
-    wu_rows when GLU; nwv, the norm weight's, when NORM and NW_EARLY) were issued at offs_k:
-    each step loads the next tiles before it accumulates the current ones (one tile in
-    flight ahead). (acc, acc_u, ss) as _accum."""
+    wu_rows when GLU) were issued at offs_k: each step loads the next tiles before it
+    accumulates the current ones (one tile in flight ahead). (acc, acc_u, ss) as _accum."""
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
@@ -112,17 +100,12 @@ def _pair_loop(w, wu, nwv, w_rows, wu_rows, x_row, nw_ptr, offs_k, K, BLOCK_N: t
         wu_next = w_next
         if GLU:
             wu_next = _wtile(wu_rows, kn, K, EVEN_K)
-        nw_next = nwv
-        if NORM and NW_EARLY:
-            nw_next = _nwtile(nw_ptr, kn, K, EVEN_K)
-        acc, acc_u, ss = _accum(acc, acc_u, ss, w, wu, x_row, nwv, nw_ptr, k_cur + offs_k, K,
-                                EVEN_K, NORM, GLU, NW_EARLY)
+        acc, acc_u, ss = _accum(acc, acc_u, ss, w, wu, x_row, nw_ptr, k_cur + offs_k, K,
+                                EVEN_K, NORM, GLU)
         w = w_next
         wu = wu_next
-        nwv = nw_next
         k_cur = k0
-    return _accum(acc, acc_u, ss, w, wu, x_row, nwv, nw_ptr, k_cur + offs_k, K, EVEN_K, NORM,
-                  GLU, NW_EARLY)
+    return _accum(acc, acc_u, ss, w, wu, x_row, nw_ptr, k_cur + offs_k, K, EVEN_K, NORM, GLU)
 
 
 @triton.jit
@@ -150,9 +133,7 @@ def _fused_gemv1_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, N, K, eps,
     # ahead); the first is loaded before the PDL wait (weights are read-only in the step),
     # so it streams while the previous kernel finishes.
     # EARLY: the residual (written by an earlier kernel) is loaded right after the wait, so
-    # its latency hides behind the K loop instead of following it, and the norm weight's
-    # chunks travel with the weight tiles (the first before the wait) instead of after the
-    # x load (same values, same sums).
+    # its latency hides behind the K loop instead of following it (same values, same sums).
     m = tl.program_id(0).to(tl.int64)
     pid_n = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -165,14 +146,11 @@ def _fused_gemv1_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, N, K, eps,
     wu = w
     if GLU:
         wu = _wtile(w_rows + N * s_wn, offs_k, K, EVEN_K)
-    nwv = offs_k
-    if EARLY and NORM:     # the norm weight is read-only too: before the wait, as w
-        nwv = _nwtile(nw_ptr, offs_k, K, EVEN_K)
     _pdl_wait(PDL)
     if EARLY and HAS_RES:
         res = tl.load(r_ptr + m * s_rm + offs_n, mask=nmask, other=0.0)
-    acc, acc_u, ss = _pair_loop(w, wu, nwv, w_rows, w_rows + N * s_wn, x_row, nw_ptr, offs_k,
-                                K, BLOCK_N, BLOCK_K, EVEN_K, NORM, GLU, EARLY)
+    acc, acc_u, ss = _pair_loop(w, wu, w_rows, w_rows + N * s_wn, x_row, nw_ptr, offs_k, K,
+                                BLOCK_N, BLOCK_K, EVEN_K, NORM, GLU)
     y = tl.sum(acc, axis=1)
     u = tl.sum(acc_u, axis=1)
     inv = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / K + eps)
@@ -257,10 +235,9 @@ def _fused_qkv_rope_kernel(x_ptr, w_ptr, q_ptr, nw_ptr, b_ptr, pos_ptr, inv_ptr,
     # Heads [0, Hq) are q (rotated, stored to q), [Hq, Hq+Hkv) k (rotated, into the cache at
     # the position read on the device), the rest v (into the cache). Values are rounded to
     # the activations' dtype before the rotation, exactly as GEMV -> kv_append would.
-    # EARLY: the epilogue's loads are issued up front (read-only inv_freq, bias and the norm
-    # weight's first chunk before the PDL wait, the position right after it) so their
-    # latency hides behind the K loop instead of following it; the values and the
-    # arithmetic are the same (bit-identical results).
+    # EARLY: the epilogue's loads are issued up front (read-only inv_freq and bias before the
+    # PDL wait, the position right after it) so their latency hides behind the K loop instead
+    # of following it; the values and the arithmetic are the same (bit-identical results).
     m, head, i, r1 = _rope_program(HALF, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     x_row = x_ptr + m * s_xm
@@ -268,7 +245,6 @@ def _fused_qkv_rope_kernel(x_ptr, w_ptr, q_ptr, nw_ptr, b_ptr, pos_ptr, inv_ptr,
     w2_rows = w_rows + HALF * s_wn
     w = _wtile(w_rows, offs_k, K, EVEN_K)
     wu = _wtile(w2_rows, offs_k, K, EVEN_K)
-    nwv = offs_k
     if EARLY:
         invf = tl.load(inv_ptr + i)
         b1 = invf
@@ -276,13 +252,11 @@ def _fused_qkv_rope_kernel(x_ptr, w_ptr, q_ptr, nw_ptr, b_ptr, pos_ptr, inv_ptr,
         if HAS_BIAS:
             b1 = tl.load(b_ptr + r1)
             b2 = tl.load(b_ptr + r1 + HALF)
-        if NORM:
-            nwv = _nwtile(nw_ptr, offs_k, K, EVEN_K)
     _pdl_wait(PDL)
     if EARLY:
         pos = tl.load(pos_ptr + m * s_pb).to(tl.int64)
-    acc, acc_u, ss = _pair_loop(w, wu, nwv, w_rows, w2_rows, x_row, nw_ptr, offs_k, K, BLOCK_N,
-                                BLOCK_K, EVEN_K, NORM, True, EARLY)
+    acc, acc_u, ss = _pair_loop(w, wu, w_rows, w2_rows, x_row, nw_ptr, offs_k, K, BLOCK_N,
+                                BLOCK_K, EVEN_K, NORM, True)
     y1 = tl.sum(acc, axis=1)
     y2 = tl.sum(acc_u, axis=1)
     if NORM:
