@@ -33,7 +33,9 @@ Rows per shape:
 Before timing, each variant's single GEMV is checked against torch (float32 math on the same
 bf16 data, max |d| / max |ref| < 2e-2). Timing: CUDA events around n replays, median of 5
 rounds -> us per GEMV; fraction of copy = weight bytes / 4.19e12 / t (the measured d2d copy
-rate, read + write, of large copies); "% size" = best same-traffic copy time / GEMV time.
+rate, read + write, of large copies); "% size" = best same-traffic copy time / GEMV time;
+"% mcpy" = the driver memcpy node's time / GEMV time (a device-to-device memcpy is how the
+4.19 TB/s was measured, on 1 GiB); "% dep" = "copy dep" time / GEMV time.
 All kernels are compiled first in a spawn pool (Triton's disk cache).
 JSON to OUTDIR/sweep_gemv_chain.json; the table is printed last. --quick: C >= 32; full: 64.
 """
@@ -432,7 +434,7 @@ def finish(t0, failures):
     print(f"{'K x N':>13} {'MiB':>6} {'nbx us':>7} {'%':>4} "
           + " ".join(f"{v[:11]:>11}" for v in others)
           + f" {'torch us':>8} {'%':>4} {'t/nbx':>5} {'copy us':>7} {'best copy':>11}"
-          f" {'% size':>6} {'dep us':>6}")
+          f" {'% size':>6} {'% mcpy':>6} {'dep us':>6} {'% dep':>5}")
     keys = [(K, N) for K, N in SHAPES]
     for K, N in keys:
         rs = {r["variant"]: r for r in ROWS if r.get("K") == K and r.get("N") == N
@@ -442,8 +444,9 @@ def finish(t0, failures):
         cp = min(((r["us"], r["variant"]) for r in ROWS if r.get("K") == K and r.get("N") == N
                   and r["section"] == "copy" and r.get("correct")
                   and r["variant"] != "copy dep"), default=(float("nan"), "-"))
-        dep = next((r["us"] for r in ROWS if r.get("K") == K and r.get("N") == N
-                    and r.get("variant") == "copy dep" and r.get("correct")), float("nan"))
+        dep, mcpy = (next((r["us"] for r in ROWS if r.get("K") == K and r.get("N") == N
+                           and r.get("variant") == v and r.get("correct")), float("nan"))
+                     for v in ("copy dep", "copy memcpy"))
 
         def us(v):
             return rs[v]["us"] if v in rs else float("nan")
@@ -455,7 +458,8 @@ def finish(t0, failures):
         print(f"{K:>6}x{N:<6} {mib:6.1f} {us('off'):7.2f} {pc('off'):4.0f} "
               + " ".join(f"{us(v):6.2f}/{pc(v):3.0f}%" for v in others)
               + f" {us('torch'):8.2f} {pc('torch'):4.0f} {us('torch') / us('off'):5.2f}"
-              f" {cp[0]:7.2f} {cp[1][5:]:>11} {100 * cp[0] / us('off'):6.0f} {dep:6.2f}{tag}")
+              f" {cp[0]:7.2f} {cp[1][5:]:>11} {100 * cp[0] / us('off'):6.0f}"
+              f" {100 * mcpy / us('off'):6.0f} {dep:6.2f} {100 * dep / us('off'):5.0f}{tag}")
     if CFG_SWEEP:      # per shape: the rule ("off") and the three best configs
         print("\n== config sweep (us per GEMV / % of copy; rule = the shipped config)")
         for K, N in keys:
