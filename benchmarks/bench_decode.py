@@ -4,7 +4,7 @@ all with random bf16 weights of the same shapes (nothing is downloaded).
 
     PYTHONPATH=src python3 benchmarks/bench_decode.py [--quick] [--steps N] [--sweep]
         [--sweep-model NAME] [--no-pdl-ab] [--no-tuned-ab] [--unfused]
-        [--attn-ab 256,1024] [--breakdown] [--batches 1,4,16] [--lens 128,4096]
+        [--attn-ab 0,512] [--gemv-ab JSON] [--breakdown] [--batches 1,4,16] [--lens 128,4096]
         [--models 1B] [OUTDIR]
 
 Models: SmolLM2-135M architecture and a Llama-3.2-1B-shaped model (hidden 2048, 16 layers,
@@ -35,6 +35,8 @@ session's rule + the shipped GEMV_TABLE, RoPE loads early) and, after a sweep, "
 --attn-ab 0,512,... (ONE_MAX values: kernels/decode_attention.py, the longest cache one
 program takes whole) or '{"name": {override}}' (JSON, decode_attention._OVERRIDE dicts): decode
 attention configs A/B in the captured step at batch 1, against the shipped rule.
+--gemv-ab '{"name": {"ROWS_M": 1}}': kernels/decode_fused.py module settings A/B in the
+captured step, at every batch size (JSON: name -> {attribute: value}).
 --breakdown: GPU time per step by kernel name (torch.profiler over graph replays, PDL off
 and on; needs torch).
 PDL A/B: at batch 1 the graph-replayed step is captured twice more, with Programmatic
@@ -592,6 +594,32 @@ def attn_ab(m, B, L, cap, toks, steps, row, overrides, rounds=3):
                       for k, v in r.items()}
 
 
+def module_ab(m, B, L, cap, toks, steps, row, variants, rounds=3):
+    """kernels/decode_fused.py's module settings A/B in the captured step: "default" against
+    `variants` {name: {attribute: value}} (e.g. {"ROWS_M": 1}: the few-rows kernel off).
+    Graph replay, timed interleaved, best of `rounds`; tok/s, speed-up, |dlogits|."""
+    from nbxtensor.kernels import decode_fused as F
+
+    def with_attrs(a):
+        def setup():
+            saved = {k: getattr(F, k) for k in a}
+            for k, v in a.items():
+                if not hasattr(F, k):
+                    raise AttributeError(f"--gemv-ab: decode_fused has no {k!r}")
+                setattr(F, k, v)
+            return lambda: [setattr(F, k, v) for k, v in saved.items()]
+        return setup
+    r = graph_ab(m, B, L, cap, toks, steps,
+                 {"default": with_attrs({}), **{k: with_attrs(a) for k, a in variants.items()}},
+                 rounds)
+    ref = r["default"]["logits"].astype(np.float64)
+    row["gemv_ab"] = {k: dict(tok_s=v["tok_s"], kernels=v["kernels"],
+                              speedup_vs_default=v["tok_s"] / r["default"]["tok_s"],
+                              logits_max_abs_diff_vs_default=float(np.max(np.abs(
+                                  v["logits"].astype(np.float64) - ref))))
+                      for k, v in r.items()}
+
+
 def breakdown(m, B, L, cap, toks, steps, row, torch):
     """Where the step's GPU time goes: torch.profiler (CUPTI sees every kernel of the
     process, ours included) over `steps` graph replays, captured with PDL off (kernels run
@@ -634,7 +662,8 @@ def breakdown(m, B, L, cap, toks, steps, row, torch):
 
 
 def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res, unfused=True,
-               ab=True, tuned=True, winners=None, attn=None, prof=False):
+               ab=True, tuned=True, winners=None, attn=None, prof=False,
+               gemv_ab=None):
     import nbxtensor as nbx
     from nbxtensor.models.graph_decode import GraphDecoder
     cap = L + steps + 8
@@ -690,6 +719,11 @@ def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res, unfused=Tr
         t0 = time.perf_counter()
         attn_ab(m, B, L, cap, toks, steps, row, attn)
         row["attn_ab_s"] = round(time.perf_counter() - t0, 2)
+
+    if gemv_ab:
+        t0 = time.perf_counter()
+        module_ab(m, B, L, cap, toks, steps, row, gemv_ab)
+        row["gemv_ab_s"] = round(time.perf_counter() - t0, 2)
 
     if prof and torch is not None:
         t0 = time.perf_counter()
@@ -773,13 +807,16 @@ def main(argv):
     elif attn:
         attn = {f"one_max {v}": {"ONE_MAX": int(v)} for v in attn.split(",")}
     prof = "--breakdown" in argv
+    # --gemv-ab '{"rows off": {"ROWS_M": 1}}': decode_fused module settings, every batch
+    gemv_ab = json.loads(argv[argv.index("--gemv-ab") + 1]) if "--gemv-ab" in argv else None
     t_start = time.perf_counter()
 
     def stage(what):
         print(f"[{time.perf_counter() - t_start:6.1f} s] {what}", flush=True)
     args = [a for i, a in enumerate(argv) if not a.startswith("--")
             and (i == 0 or argv[i - 1] not in ("--steps", "--sweep-model", "--batches",
-                                                "--lens", "--models", "--attn-ab"))]
+                                                "--lens", "--models", "--attn-ab",
+                                                "--gemv-ab"))]
     out_dir = args[0] if args else os.environ.get("OUT", ".")
     os.makedirs(out_dir, exist_ok=True)
     import nbxtensor as nbx
@@ -845,7 +882,8 @@ def main(argv):
                 try:
                     row = run_config(name, cfg, w, m, torch, B, L, steps, eager_steps,
                                      report["rows"], unfused=unfused, ab=ab, tuned=tuned,
-                                     winners=winners, attn=attn, prof=prof)
+                                     winners=winners, attn=attn, prof=prof,
+                                     gemv_ab=gemv_ab)
                     row["weight_bytes"] = wb
                     row["weight_bw_limit_steps_s"] = limit
                     row["nbx_graph_frac_of_limit"] = row["nbx_graph_tok_s"] / B / limit
@@ -923,6 +961,13 @@ def main(argv):
                              f"|dlogit| {v['logits_max_abs_diff_vs_session2']:.2g}, "
                              f"argmax same {v['same_argmax']})")
             print(f"{r['model']:20} L={r['cache_len']:>5}: " + "; ".join(parts))
+    g_rows = [r for r in report["rows"] if "gemv_ab" in r]
+    if g_rows:
+        print("\ndecode_fused settings A/B (graph replay, best of 3; default = as shipped)")
+        for r in g_rows:
+            parts = [f"{k} {v['tok_s']:.0f} (x{v['speedup_vs_default']:.3f}, |dlogit| "
+                     f"{v['logits_max_abs_diff_vs_default']:.2g})" for k, v in r["gemv_ab"].items()]
+            print(f"{r['model']:20} B={r['batch']:>2} L={r['cache_len']:>5}: " + "; ".join(parts))
     a_rows = [r for r in report["rows"] if "attn_ab" in r]
     if a_rows:
         print("\ndecode attention A/B (batch 1, graph replay, best of 3; rule = the "

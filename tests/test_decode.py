@@ -499,8 +499,9 @@ def test_fused_gemv_early_residual_bit_identical(M, glu, monkeypatch):
 
 
 def test_gemv_table_and_set_tuned(monkeypatch):
-    """GEMV_TABLE entries override the rule for (kind, N, K) on cuda at M <= SMALL_M with
-    16-bit weights only; set_tuned(False) restores session 2's rule (RoPE pairs 4 x 1024 at
+    """GEMV_TABLE entries override the rule for (kind, N, K) on cuda for the row-per-program
+    kernel (M = 1, or up to SMALL_M rows when the few-rows kernel is off) with 16-bit
+    weights only; set_tuned(False) restores session 2's rule (RoPE pairs 4 x 1024 at
     the 1B shape; tuned: 4 x 512, one wave of 110-register programs)."""
     from nbxtensor.kernels import decode_fused as F
     cfg = F.fused_gemv_config
@@ -509,6 +510,8 @@ def test_gemv_table_and_set_tuned(monkeypatch):
     entry = dict(BLOCK_N=2, BLOCK_K=1024, num_warps=8)
     monkeypatch.setitem(F.GEMV_TABLE, ("glu", 8192, 2048), entry)
     assert cfg(1, 8192, 2048, 2, "cuda", "glu") == entry
+    assert "ROWS_M" in cfg(4, 8192, 2048, 2, "cuda", "glu")          # the few-rows kernel
+    monkeypatch.setattr(F, "ROWS_M", 1)                                # ... off: per row
     assert cfg(4, 8192, 2048, 2, "cuda", "glu") == entry
     assert cfg(1, 8192, 2048, 2, "cuda", "plain") != entry            # another kind
     assert cfg(5, 8192, 2048, 2, "cuda", "glu") != entry              # tl.dot kernel
