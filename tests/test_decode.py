@@ -533,8 +533,9 @@ def test_gemv_table_and_set_tuned(monkeypatch):
 @pytest.mark.cuda   # a cuda-only test without a device parameter: gpu-check selects -m cuda
 def test_gemv_table_entries_compute_right_on_cuda():
     """Every shipped GEMV_TABLE entry (plain / glu; rope is covered by the decode step tests)
-    on its own (N, K), bf16, M = 1 and 3, against float64: the measured configs are only
-    reached at those exact shapes. Outputs poisoned with NaN first."""
+    on its own (N, K), bf16, M = 1 (the entry) and 3 (the few-rows kernel on the same shape),
+    against float64: the measured configs are only reached at those exact shapes. Outputs
+    poisoned with NaN first."""
     from conftest import DEVICES
     if "cuda" not in DEVICES:
         pytest.skip("needs a CUDA device")
@@ -552,7 +553,8 @@ def test_gemv_table_entries_compute_right_on_cuda():
             r = nbx.tensor(g.standard_normal((M, N)).astype(np.float32), device="cuda")
             r = r.to(nbx.bfloat16)
             out = poisoned((M, N), nbx.bfloat16, "cuda")
-            assert F.fused_gemv_config(M, N, K, 2, "cuda", kind) == c
+            # M = 1 takes the entry; M = 3 the few-rows kernel, checked on the same shapes
+            assert (F.fused_gemv_config(M, N, K, 2, "cuda", kind) == c) == (M == 1)
             F.fused_gemv(x, w, glu=kind == "glu", residual=r if kind == "plain" else None,
                          out=out)
             ref = _ref(x, w, glu=kind == "glu", res=r if kind == "plain" else None)

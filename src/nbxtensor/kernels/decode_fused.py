@@ -173,20 +173,27 @@ def _fused_gemv1_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, N, K, eps,
 
 
 @triton.jit
+def _tile3(ptrs, kk, K, EVEN_K: tl.constexpr):
+    """A [.., .., BLOCK_K] tile at K offsets kk ([1, 1, BLOCK_K]), zero past K."""
+    if EVEN_K:
+        return tl.load(ptrs + kk)
+    return tl.load(ptrs + kk, mask=kk < K, other=0.0)
+
+
+@triton.jit
 def _accum_rows(acc, acc_u, ss, w, wu, x_rows, nw_ptr, kk, K,
                 EVEN_K: tl.constexpr, NORM: tl.constexpr, GLU: tl.constexpr):
-    """One K chunk for BLOCK_M x rows at once: acc [BLOCK_M, BLOCK_N] += x_rows' chunk (times
-    nw for NORM) dotted with each weight row; ss [BLOCK_M] += the chunk's sum of squares."""
-    if EVEN_K:
-        xv = tl.load(x_rows + kk[None, :]).to(tl.float32)
-    else:
-        xv = tl.load(x_rows + kk[None, :], mask=(kk < K)[None, :], other=0.0).to(tl.float32)
+    """One K chunk for BLOCK_M x rows at once, element-wise (no reduction in the loop, as
+    _accum): acc [BLOCK_M, BLOCK_N, BLOCK_K] += w [1, BLOCK_N, BLOCK_K] * x [BLOCK_M, 1,
+    BLOCK_K] (times nw for NORM); ss [BLOCK_M, 1, BLOCK_K] += x * x. Every operand is loaded
+    in its 3-D shape, so the products broadcast without a layout conversion."""
+    xv = _tile3(x_rows, kk, K, EVEN_K).to(tl.float32)
     if NORM:
-        ss += tl.sum(xv * xv, axis=1)
-        xv = xv * _nwtile(nw_ptr, kk, K, EVEN_K).to(tl.float32)[None, :]
-    acc += tl.sum(w.to(tl.float32)[None, :, :] * xv[:, None, :], axis=2)
+        ss += xv * xv
+        xv = xv * _tile3(nw_ptr, kk, K, EVEN_K).to(tl.float32)
+    acc += w.to(tl.float32) * xv
     if GLU:
-        acc_u += tl.sum(wu.to(tl.float32)[None, :, :] * xv[:, None, :], axis=2)
+        acc_u += wu.to(tl.float32) * xv
     return acc, acc_u, ss
 
 
@@ -199,10 +206,12 @@ def _fused_gemv_rows_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, M, N, K, 
                             PDL: tl.constexpr):
     # A few x rows (M <= BLOCK_M, all of them) against BLOCK_N weight rows: each weight tile
     # is loaded once for every row, so the step reads W once whatever the batch (the
-    # row-per-program kernel re-reads it from L2 per row). Per K chunk, each row's products
-    # are summed over the chunk at once (a [BLOCK_M, BLOCK_N, BLOCK_K] product would not fit
-    # the registers as an accumulator). Same pipeline as _fused_gemv1_kernel: the first
-    # weight tile before the PDL wait, one tile in flight ahead, the residual right after.
+    # row-per-program kernel re-reads it from L2 per row). Element-wise fp32 accumulation
+    # into [BLOCK_M, BLOCK_N, BLOCK_K], operands loaded as 3-D tiles (summing each chunk in
+    # the loop, or broadcasting 2-D tiles, put cross-warp shuffles through shared memory and
+    # barriers on every K step: slower than re-reading W, H200 session 7).
+    # Same pipeline as _fused_gemv1_kernel: the first weight tile before the PDL wait, one
+    # tile in flight ahead, the residual right after the wait.
     pid_n = tl.program_id(0)
     offs_m = tl.arange(0, BLOCK_M)
     mmask = offs_m < M
@@ -210,38 +219,39 @@ def _fused_gemv_rows_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, M, N, K, 
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = offs_n < N
     rows = tl.where(nmask, offs_n, 0).to(tl.int64)
-    offs_k = tl.arange(0, BLOCK_K)
-    x_rows = x_ptr + xr[:, None] * s_xm
-    w_rows = w_ptr + rows[:, None] * s_wn
+    k3 = tl.arange(0, BLOCK_K)[None, None, :]
+    x_rows = x_ptr + xr[:, None, None] * s_xm             # [BLOCK_M, 1, 1]
+    w_rows = w_ptr + rows[None, :, None] * s_wn           # [1, BLOCK_N, 1]
     wu_rows = w_rows + N * s_wn
-    w = _wtile(w_rows, offs_k, K, EVEN_K)
+    nw3 = nw_ptr + tl.zeros((1, 1, 1), dtype=tl.int32)
+    w = _tile3(w_rows, k3, K, EVEN_K)
     wu = w
     if GLU:
-        wu = _wtile(wu_rows, offs_k, K, EVEN_K)
+        wu = _tile3(wu_rows, k3, K, EVEN_K)
     _pdl_wait(PDL)
     omask = mmask[:, None] & nmask[None, :]
     if HAS_RES:
         res = tl.load(r_ptr + xr[:, None] * s_rm + offs_n[None, :], mask=omask, other=0.0)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    ss = tl.zeros((BLOCK_M, 1, BLOCK_K), dtype=tl.float32)
     k_cur = 0                                            # a scalar offset (see _pair_loop)
     for k0 in range(BLOCK_K, K, BLOCK_K):
-        kn = k0 + offs_k
-        w_next = _wtile(w_rows, kn, K, EVEN_K)
+        kn = k0 + k3
+        w_next = _tile3(w_rows, kn, K, EVEN_K)
         wu_next = w_next
         if GLU:
-            wu_next = _wtile(wu_rows, kn, K, EVEN_K)
-        acc, acc_u, ss = _accum_rows(acc, acc_u, ss, w, wu, x_rows, nw_ptr, k_cur + offs_k,
-                                     K, EVEN_K, NORM, GLU)
+            wu_next = _tile3(wu_rows, kn, K, EVEN_K)
+        acc, acc_u, ss = _accum_rows(acc, acc_u, ss, w, wu, x_rows, nw3, k_cur + k3, K,
+                                     EVEN_K, NORM, GLU)
         w = w_next
         wu = wu_next
         k_cur = k0
-    acc, acc_u, ss = _accum_rows(acc, acc_u, ss, w, wu, x_rows, nw_ptr, k_cur + offs_k, K,
-                                 EVEN_K, NORM, GLU)
-    inv = (1.0 / tl.sqrt(ss / K + eps))[:, None]
-    y = _epilogue(acc, acc_u, inv, offs_n[None, :], nmask[None, :], xr[:, None], b_ptr, r_ptr,
-                  s_rm, NORM, GLU, HAS_BIAS, False)
+    acc, acc_u, ss = _accum_rows(acc, acc_u, ss, w, wu, x_rows, nw3, k_cur + k3, K, EVEN_K,
+                                 NORM, GLU)
+    inv = 1.0 / tl.sqrt(tl.sum(tl.sum(ss, axis=2), axis=1) / K + eps)
+    y = _epilogue(tl.sum(acc, axis=2), tl.sum(acc_u, axis=2), inv[:, None], offs_n[None, :],
+                  nmask[None, :], xr[:, None], b_ptr, r_ptr, s_rm, NORM, GLU, HAS_BIAS, False)
     if HAS_RES:          # the residual last, as the other kernels add it
         y += res.to(tl.float32)
     tl.store(o_ptr + xr[:, None] * s_om + offs_n[None, :], y.to(o_ptr.dtype.element_ty),
@@ -420,14 +430,15 @@ def _fused_gemvm_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, M, N, K, eps,
 # no longer fits its grid in one wave loses more than any tile choice gains (session 7).
 # 2 <= M <= ROWS_M (cuda and interp): the few-rows kernel, all rows in one program per
 # weight block (each weight tile read once): BLOCK_M = M rounded up to a power of two and
-# ROWS_ELEMS // BLOCK_M weight elements a tile (the per-chunk product [BLOCK_M, BLOCK_N,
-# BLOCK_K] stays at ROWS_ELEMS fp32 values, 64 registers a thread at 4 warps), K steps of
-# up to 512, BLOCK_N halved down to >= 2 programs per SM. ROWS_M = 1 turns it off (A/B).
+# ROWS_ELEMS // BLOCK_M weight elements a tile, both of a GLU pair's (the accumulators
+# [BLOCK_M, BLOCK_N, BLOCK_K] hold ROWS_ELEMS fp32 values, 64 registers a thread at 4
+# warps), K steps of up to
+# ROWS_BK, BLOCK_N halved down to >= 2 programs per SM. ROWS_M = 1 turns it off (A/B).
 MIN_PROGRAMS = 2 * 132
 SMALL_M = 4        # cuda: up to this many rows use the row-per-program kernels (L2 reuse)
 ROWS_M = 4
 ROWS_ELEMS = 8192
-ROWS_BK = 512
+ROWS_BK = 1024
 SMALL_W_BYTES = 4 << 20
 _SMALL_RULE = {"plain": (6144, 1024), "glu": (6144, 256), "rope": (3072, 1024)}
 _OVERRIDE: dict | None = None     # tests: force a config (keys as returned below)
@@ -489,7 +500,7 @@ def fused_gemv_config(M, N, K, itemsize, device_type, kind="plain") -> dict:
         if device_type != "cuda":
             return dict(ROWS_M=bm, BLOCK_N=min(16, _np2(N)), BLOCK_K=min(64, kp), num_warps=4)
         bk = min(ROWS_BK, kp)
-        bn = max(1, min(16, ROWS_ELEMS // bm // bk))
+        bn = max(1, min(16, ROWS_ELEMS // bm // (2 if kind == "glu" else 1) // bk))
         while bn > 1 and _cdiv(N, bn) < MIN_PROGRAMS:
             bn //= 2
         return dict(ROWS_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=4)
