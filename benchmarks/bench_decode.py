@@ -35,7 +35,7 @@ session's rule + the shipped GEMV_TABLE, RoPE loads early) and, after a sweep, "
 --attn-ab 0,512,... (ONE_MAX values: kernels/decode_attention.py, the longest cache one
 program takes whole) or '{"name": {override}}' (JSON, decode_attention._OVERRIDE dicts): decode
 attention configs A/B in the captured step at batch 1, against the shipped rule.
---gemv-ab '{"name": {"ROWS_M": 1}}': kernels/decode_fused.py module settings A/B in the
+--gemv-ab '{"name": {"SMALL_W_BYTES": 0}}': kernels/decode_fused.py module settings A/B in the
 captured step, at every batch size (JSON: name -> {attribute: value}).
 --breakdown: GPU time per step by kernel name (torch.profiler over graph replays, PDL off
 and on; needs torch).
@@ -596,7 +596,7 @@ def attn_ab(m, B, L, cap, toks, steps, row, overrides, rounds=3):
 
 def module_ab(m, B, L, cap, toks, steps, row, variants, rounds=3):
     """kernels/decode_fused.py's module settings A/B in the captured step: "default" against
-    `variants` {name: {attribute: value}} (e.g. {"ROWS_M": 1}: the few-rows kernel off).
+    `variants` {name: {attribute: value}} (e.g. {"SMALL_W_BYTES": 0}: no small-weight rule).
     Graph replay, timed interleaved, best of `rounds`; tok/s, speed-up, |dlogits|."""
     from nbxtensor.kernels import decode_fused as F
 
@@ -807,7 +807,7 @@ def main(argv):
     elif attn:
         attn = {f"one_max {v}": {"ONE_MAX": int(v)} for v in attn.split(",")}
     prof = "--breakdown" in argv
-    # --gemv-ab '{"rows off": {"ROWS_M": 1}}': decode_fused module settings, every batch
+    # --gemv-ab '{"no small rule": {"SMALL_W_BYTES": 0}}': decode_fused settings, every batch
     gemv_ab = json.loads(argv[argv.index("--gemv-ab") + 1]) if "--gemv-ab" in argv else None
     t_start = time.perf_counter()
 

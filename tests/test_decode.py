@@ -499,9 +499,8 @@ def test_fused_gemv_early_residual_bit_identical(M, glu, monkeypatch):
 
 
 def test_gemv_table_and_set_tuned(monkeypatch):
-    """GEMV_TABLE entries override the rule for (kind, N, K) on cuda for the row-per-program
-    kernel (M = 1, or up to SMALL_M rows when the few-rows kernel is off) with 16-bit
-    weights only; set_tuned(False) restores session 2's rule (RoPE pairs 4 x 1024 at
+    """GEMV_TABLE entries override the rule for (kind, N, K) on cuda at M <= SMALL_M with
+    16-bit weights only; set_tuned(False) restores session 2's rule (RoPE pairs 4 x 1024 at
     the 1B shape; tuned: 4 x 512, one wave of 110-register programs)."""
     from nbxtensor.kernels import decode_fused as F
     cfg = F.fused_gemv_config
@@ -510,8 +509,6 @@ def test_gemv_table_and_set_tuned(monkeypatch):
     entry = dict(BLOCK_N=2, BLOCK_K=1024, num_warps=8)
     monkeypatch.setitem(F.GEMV_TABLE, ("glu", 8192, 2048), entry)
     assert cfg(1, 8192, 2048, 2, "cuda", "glu") == entry
-    assert "ROWS_M" in cfg(4, 8192, 2048, 2, "cuda", "glu")          # the few-rows kernel
-    monkeypatch.setattr(F, "ROWS_M", 1)                                # ... off: per row
     assert cfg(4, 8192, 2048, 2, "cuda", "glu") == entry
     assert cfg(1, 8192, 2048, 2, "cuda", "plain") != entry            # another kind
     assert cfg(5, 8192, 2048, 2, "cuda", "glu") != entry              # tl.dot kernel
@@ -533,9 +530,8 @@ def test_gemv_table_and_set_tuned(monkeypatch):
 @pytest.mark.cuda   # a cuda-only test without a device parameter: gpu-check selects -m cuda
 def test_gemv_table_entries_compute_right_on_cuda():
     """Every shipped GEMV_TABLE entry (plain / glu; rope is covered by the decode step tests)
-    on its own (N, K), bf16, M = 1 (the entry) and 3 (the few-rows kernel on the same shape),
-    against float64: the measured configs are only reached at those exact shapes. Outputs
-    poisoned with NaN first."""
+    on its own (N, K), bf16, M = 1 and 3, against float64: the measured configs are only
+    reached at those exact shapes. Outputs poisoned with NaN first."""
     from conftest import DEVICES
     if "cuda" not in DEVICES:
         pytest.skip("needs a CUDA device")
@@ -553,8 +549,7 @@ def test_gemv_table_entries_compute_right_on_cuda():
             r = nbx.tensor(g.standard_normal((M, N)).astype(np.float32), device="cuda")
             r = r.to(nbx.bfloat16)
             out = poisoned((M, N), nbx.bfloat16, "cuda")
-            # M = 1 takes the entry; M = 3 the few-rows kernel, checked on the same shapes
-            assert (F.fused_gemv_config(M, N, K, 2, "cuda", kind) == c) == (M == 1)
+            assert F.fused_gemv_config(M, N, K, 2, "cuda", kind) == c
             F.fused_gemv(x, w, glu=kind == "glu", residual=r if kind == "plain" else None,
                          out=out)
             ref = _ref(x, w, glu=kind == "glu", res=r if kind == "plain" else None)

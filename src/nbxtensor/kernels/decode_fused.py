@@ -81,14 +81,6 @@ def _wtile(w_rows, kk, K, EVEN_K: tl.constexpr):
 
 
 @triton.jit
-def _nwtile(nw_ptr, kk, K, EVEN_K: tl.constexpr):
-    """The RMSNorm weight's K chunk kk."""
-    if EVEN_K:
-        return tl.load(nw_ptr + kk)
-    return tl.load(nw_ptr + kk, mask=kk < K, other=0.0)
-
-
-@triton.jit
 def _pair_loop(w, wu, w_rows, wu_rows, x_row, nw_ptr, offs_k, K, BLOCK_N: tl.constexpr,
                BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, NORM: tl.constexpr,
                GLU: tl.constexpr):
@@ -170,92 +162,6 @@ def _fused_gemv1_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, N, K, eps,
         y = _epilogue(y, u, inv, offs_n, nmask, m, b_ptr, r_ptr, s_rm, NORM, GLU, HAS_BIAS,
                       HAS_RES)
     tl.store(o_ptr + m * s_om + offs_n, y.to(o_ptr.dtype.element_ty), mask=nmask)
-
-
-@triton.jit
-def _tile3(ptrs, kk, K, EVEN_K: tl.constexpr):
-    """A [.., .., BLOCK_K] tile at K offsets kk ([1, 1, BLOCK_K]), zero past K."""
-    if EVEN_K:
-        return tl.load(ptrs + kk)
-    return tl.load(ptrs + kk, mask=kk < K, other=0.0)
-
-
-@triton.jit
-def _accum_rows(acc, acc_u, ss, w, wu, x_rows, nw_ptr, kk, K,
-                EVEN_K: tl.constexpr, NORM: tl.constexpr, GLU: tl.constexpr):
-    """One K chunk for BLOCK_M x rows at once, element-wise (no reduction in the loop, as
-    _accum): acc [BLOCK_M, BLOCK_N, BLOCK_K] += w [1, BLOCK_N, BLOCK_K] * x [BLOCK_M, 1,
-    BLOCK_K] (times nw for NORM); ss [BLOCK_M, 1, BLOCK_K] += x * x. Every operand is loaded
-    in its 3-D shape, so the products broadcast without a layout conversion."""
-    xv = _tile3(x_rows, kk, K, EVEN_K).to(tl.float32)
-    if NORM:
-        ss += xv * xv
-        xv = xv * _tile3(nw_ptr, kk, K, EVEN_K).to(tl.float32)
-    acc += w.to(tl.float32) * xv
-    if GLU:
-        acc_u += wu.to(tl.float32) * xv
-    return acc, acc_u, ss
-
-
-@triton.jit
-def _fused_gemv_rows_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, M, N, K, eps,
-                            s_xm, s_wn, s_om, s_rm,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                            BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, NORM: tl.constexpr,
-                            GLU: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
-                            PDL: tl.constexpr):
-    # A few x rows (M <= BLOCK_M, all of them) against BLOCK_N weight rows: each weight tile
-    # is loaded once for every row, so the step reads W once whatever the batch (the
-    # row-per-program kernel re-reads it from L2 per row). Element-wise fp32 accumulation
-    # into [BLOCK_M, BLOCK_N, BLOCK_K], operands loaded as 3-D tiles (summing each chunk in
-    # the loop, or broadcasting 2-D tiles, put cross-warp shuffles through shared memory and
-    # barriers on every K step: slower than re-reading W, H200 session 7).
-    # Same pipeline as _fused_gemv1_kernel: the first weight tile before the PDL wait, one
-    # tile in flight ahead, the residual right after the wait.
-    pid_n = tl.program_id(0)
-    offs_m = tl.arange(0, BLOCK_M)
-    mmask = offs_m < M
-    xr = tl.where(mmask, offs_m, 0).to(tl.int64)         # padding rows re-read row 0
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    nmask = offs_n < N
-    rows = tl.where(nmask, offs_n, 0).to(tl.int64)
-    k3 = tl.arange(0, BLOCK_K)[None, None, :]
-    x_rows = x_ptr + xr[:, None, None] * s_xm             # [BLOCK_M, 1, 1]
-    w_rows = w_ptr + rows[None, :, None] * s_wn           # [1, BLOCK_N, 1]
-    wu_rows = w_rows + N * s_wn
-    nw3 = nw_ptr + tl.zeros((1, 1, 1), dtype=tl.int32)
-    w = _tile3(w_rows, k3, K, EVEN_K)
-    wu = w
-    if GLU:
-        wu = _tile3(wu_rows, k3, K, EVEN_K)
-    _pdl_wait(PDL)
-    omask = mmask[:, None] & nmask[None, :]
-    if HAS_RES:
-        res = tl.load(r_ptr + xr[:, None] * s_rm + offs_n[None, :], mask=omask, other=0.0)
-    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
-    acc_u = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
-    ss = tl.zeros((BLOCK_M, 1, BLOCK_K), dtype=tl.float32)
-    k_cur = 0                                            # a scalar offset (see _pair_loop)
-    for k0 in range(BLOCK_K, K, BLOCK_K):
-        kn = k0 + k3
-        w_next = _tile3(w_rows, kn, K, EVEN_K)
-        wu_next = w_next
-        if GLU:
-            wu_next = _tile3(wu_rows, kn, K, EVEN_K)
-        acc, acc_u, ss = _accum_rows(acc, acc_u, ss, w, wu, x_rows, nw3, k_cur + k3, K,
-                                     EVEN_K, NORM, GLU)
-        w = w_next
-        wu = wu_next
-        k_cur = k0
-    acc, acc_u, ss = _accum_rows(acc, acc_u, ss, w, wu, x_rows, nw3, k_cur + k3, K, EVEN_K,
-                                 NORM, GLU)
-    inv = 1.0 / tl.sqrt(tl.sum(tl.sum(ss, axis=2), axis=1) / K + eps)
-    y = _epilogue(tl.sum(acc, axis=2), tl.sum(acc_u, axis=2), inv[:, None], offs_n[None, :],
-                  nmask[None, :], xr[:, None], b_ptr, r_ptr, s_rm, NORM, GLU, HAS_BIAS, False)
-    if HAS_RES:          # the residual last, as the other kernels add it
-        y += res.to(tl.float32)
-    tl.store(o_ptr + xr[:, None] * s_om + offs_n[None, :], y.to(o_ptr.dtype.element_ty),
-             mask=omask)
 
 
 @triton.jit
@@ -428,23 +334,13 @@ def _fused_gemvm_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, M, N, K, eps,
 # (GEMV_TABLE below; measured only at SmolLM2's shapes, so the rule is unchanged). Sweep a
 # table entry with the flags the step uses: a fused RMSNorm adds registers, and a tile that
 # no longer fits its grid in one wave loses more than any tile choice gains (session 7).
-# 2 <= M <= ROWS_M (cuda and interp): the few-rows kernel, all rows in one program per
-# weight block (each weight tile read once): BLOCK_M = M rounded up to a power of two and
-# ROWS_ELEMS // BLOCK_M weight elements a tile, both of a GLU pair's (the accumulators
-# [BLOCK_M, BLOCK_N, BLOCK_K] hold ROWS_ELEMS fp32 values, 64 registers a thread at 4
-# warps), K steps of up to
-# ROWS_BK, BLOCK_N halved down to >= 2 programs per SM. ROWS_M = 1 turns it off (A/B).
 MIN_PROGRAMS = 2 * 132
-SMALL_M = 4        # cuda: up to this many rows use the row-per-program kernels (L2 reuse)
-ROWS_M = 4
-ROWS_ELEMS = 8192
-ROWS_BK = 1024
+SMALL_M = 4        # cuda: up to this many rows use the row-per-program kernel (L2 reuse)
 SMALL_W_BYTES = 4 << 20
 _SMALL_RULE = {"plain": (6144, 1024), "glu": (6144, 256), "rope": (3072, 1024)}
 _OVERRIDE: dict | None = None     # tests: force a config (keys as returned below)
 
-# Measured configs for the row-per-program kernels (cuda, M = 1 -- or M <= SMALL_M where
-# the few-rows kernel does not take the shape -- 16-bit weights),
+# Measured configs for the row-per-program kernels (cuda, M <= SMALL_M, 16-bit weights),
 # keyed by fused_gemv_config's (kind, N, K): N = outputs ("glu": of the 2N weight rows;
 # "rope": rotation pairs). Filled from `bench_decode.py --sweep --sweep-model 1B` on the
 # H200 (it prints the winners as a line to paste here); shapes not listed take the rule.
@@ -495,15 +391,6 @@ def fused_gemv_config(M, N, K, itemsize, device_type, kind="plain") -> dict:
     kp = max(16, _np2(K))
     if _OVERRIDE:
         return dict(_OVERRIDE)
-    if 2 <= M <= ROWS_M and kind != "rope":
-        bm = _np2(M)
-        if device_type != "cuda":
-            return dict(ROWS_M=bm, BLOCK_N=min(16, _np2(N)), BLOCK_K=min(64, kp), num_warps=4)
-        bk = min(ROWS_BK, kp)
-        bn = max(1, min(16, ROWS_ELEMS // bm // (2 if kind == "glu" else 1) // bk))
-        while bn > 1 and _cdiv(N, bn) < MIN_PROGRAMS:
-            bn //= 2
-        return dict(ROWS_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=4)
     if device_type != "cuda":
         if M == 1:
             return dict(BLOCK_N=min(32, _np2(N)), BLOCK_K=min(128, kp),
@@ -577,15 +464,7 @@ def fused_gemv(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None, gl
     s_rm = residual.stride(0) if residual is not None else 0
     opts = {k: v for k, v in cfg.items() if k in ("num_warps", "num_stages", "maxnreg")}
     pdl = pdl_opts(x.device)
-    if "ROWS_M" in cfg:
-        if M > cfg["ROWS_M"]:
-            raise ValueError(f"fused_gemv: config ROWS_M={cfg['ROWS_M']} is for up to that many "
-                             f"rows, got M={M}")
-        launch(_fused_gemv_rows_kernel, (_cdiv(N, cfg["BLOCK_N"]),), x, w, out, nw, b, r,
-               M, N, K, float(eps), x.stride(0), w.stride(0), out.stride(0), s_rm,
-               BLOCK_M=cfg["ROWS_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-               EVEN_K=K % cfg["BLOCK_K"] == 0, **flags, **opts, **pdl)
-    elif "BLOCK_M" not in cfg:
+    if "BLOCK_M" not in cfg:
         launch(_fused_gemv1_kernel, (M, _cdiv(N, cfg["BLOCK_N"])), x, w, out, nw, b, r,
                N, K, float(eps), x.stride(0), w.stride(0), out.stride(0), s_rm,
                BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], EVEN_K=K % cfg["BLOCK_K"] == 0,
