@@ -571,8 +571,8 @@ def tuned_ab(m, B, L, cap, toks, steps, row, winners=None, rounds=3):
 def attn_ab(m, B, L, cap, toks, steps, row, overrides, rounds=3):
     """Decode attention configs A/B in the captured step: "rule" (the shipped choice)
     against `overrides` {name: decode_attention override, e.g. {"ONE_MAX": 0} (the
-    longest cache one program takes whole) or {"num_warps": 2}}. Graph replay, timed interleaved,
-    best of `rounds`; tok/s, speed-up over the rule, |dlogits| against the rule."""
+    longest cache one program takes whole) or {"num_warps": 2}}. Graph replay, timed
+    interleaved, best of `rounds`; tok/s, speed-up over the rule, |dlogits| against it."""
     from nbxtensor.kernels import decode_attention as DA
 
     def with_override(o):
@@ -602,10 +602,11 @@ def module_ab(m, B, L, cap, toks, steps, row, variants, rounds=3):
 
     def with_attrs(a):
         def setup():
+            unknown = [k for k in a if not hasattr(F, k)]
+            if unknown:
+                raise AttributeError(f"--gemv-ab: kernels/decode_fused.py has no {unknown}")
             saved = {k: getattr(F, k) for k in a}
             for k, v in a.items():
-                if not hasattr(F, k):
-                    raise AttributeError(f"--gemv-ab: decode_fused has no {k!r}")
                 setattr(F, k, v)
             return lambda: [setattr(F, k, v) for k, v in saved.items()]
         return setup

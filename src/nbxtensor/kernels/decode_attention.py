@@ -5,7 +5,8 @@ device, takes the s-th of the key ranges (each a multiple of BLOCK_N, at most P 
 and runs the online softmax for ALL query rows of kv head g (GROUP query heads x T tokens)
 at once, so each K/V tile is read once per group. The number of ranges that are busy
 adapts to the length on the device: n_act = cdiv(length, per) with per =
-BLOCK_N * cdiv(cdiv(length, P), BLOCK_N); programs past n_act exit at once.
+BLOCK_N * cdiv(cdiv(length, P), BLOCK_N), or one range (per >= length) while length <=
+ONE_MAX; programs past n_act exit at once.
 
 * n_act == 1 (short caches): the one busy program normalises and writes the output.
 * otherwise each busy program writes its unnormalised partial (acc, max, sum) to a
@@ -199,9 +200,9 @@ TUNED = dict(TARGET=132, BLOCK_N=128, num_warps=4, num_stages=3, COMBINE=1)
 # ONE_MAX: caches up to this length take one range (one program per (batch, kv head), no
 # merge). Splitting adds a partial store, a ticket and a merge to the critical path of every
 # decode step, which costs more than a second 128-key tile in the same program. H200 (session
-# 7, `bench_decode.py --attn-ab`, the captured step): SmolLM2 at lengths 128-256 x1.02-1.05,
-# the 1B shape x1.01-1.02; at 1024 keys fewer, longer ranges lose (one range x0.79, >= 256
-# keys a range x0.97), so the split rule stays above ONE_MAX.
+# 7, `bench_decode.py --attn-ab`, the captured step): SmolLM2 at lengths 128-256
+# x1.014-1.05, the 1B shape x1.014-1.02; at 1024 keys fewer, longer ranges lose (one range
+# x0.79, >= 256 keys a range x0.97), so the split rule stays above ONE_MAX.
 ONE_MAX = 256
 
 
