@@ -1040,3 +1040,42 @@ def test_sort_rank_pass_many_tiles(device, monkeypatch, n_tiles, descending):
     r = nbx.sort(nbx.tensor(x, device=device), -1, descending=descending)
     np.testing.assert_array_equal(r.indices.numpy(), want_i)
     np.testing.assert_array_equal(r.values.numpy(), np.take_along_axis(x, want_i, -1))
+
+
+def test_out_aliasing_an_operand(device):
+    # out= sharing memory with what the op reads: the result goes through a temporary. 64 x
+    # 300 with reversed indices spans several programs, so writing in place let later
+    # programs read values already overwritten (index_select was off by ~5 on interp).
+    g = rng()
+    a = g.standard_normal((64, 300)).astype(np.float32)
+    rev = np.arange(299, -1, -1)
+    x = nbx.tensor(a.copy(), device=device)
+    assert nbx.index_select(x, 1, nbx.tensor(rev, device=device), out=x) is x
+    np.testing.assert_array_equal(x.numpy(), a[:, ::-1])
+    x = nbx.tensor(a.copy(), device=device)
+    assert nbx.gather(x, 1, nbx.tensor(np.tile(rev, (64, 1)), device=device), out=x) is x
+    np.testing.assert_array_equal(x.numpy(), a[:, ::-1])
+    x = nbx.tensor(a.copy(), device=device)
+    flat = np.arange(a.size - 1, -1, -1).reshape(a.shape)
+    assert nbx.take(x, nbx.tensor(flat, device=device), out=x) is x
+    np.testing.assert_array_equal(x.numpy(), a.reshape(-1)[::-1].reshape(a.shape))
+    x = nbx.tensor(a.copy(), device=device)
+    m = g.random(300) < 0.5
+    out = x[0, :int(m.sum())]                            # the selection lands on its input
+    assert nbx.masked_select(x[0], nbx.tensor(m, device=device), out=out) is out
+    np.testing.assert_array_equal(out.numpy(), a[0][m])
+    want = np.zeros_like(a)
+    want[:, ::-1] = a
+    x = nbx.tensor(a.copy(), device=device)                    # out = src
+    zeros = nbx.tensor(np.zeros_like(a), device=device)
+    assert nbx.scatter(zeros, 1, nbx.tensor(np.tile(rev, (64, 1)), device=device), x,
+                       out=x) is x
+    np.testing.assert_array_equal(x.numpy(), want)
+    x = nbx.tensor(a.copy(), device=device)                    # out = source
+    assert nbx.index_copy(zeros, 1, nbx.tensor(rev, device=device), x, out=x) is x
+    np.testing.assert_array_equal(x.numpy(), want)
+    x = nbx.tensor(a.copy(), device=device)                    # out = input, another layout
+    y = nbx.tensor(np.ascontiguousarray(a[:, :64]), device=device)
+    sq = x[:, :64]
+    nbx.index_add(sq.T, 0, nbx.tensor(np.arange(64), device=device), y, out=sq)
+    np.testing.assert_allclose(sq.numpy(), a[:, :64].T + a[:, :64], rtol=1e-6, atol=1e-6)

@@ -231,6 +231,39 @@ def test_linear_out(device, M):
         nbx.linear(xt, wt_, bt, out=poison((2, M, N + 1), dt, device))
 
 
+@pytest.mark.parametrize("M", [1, 130])                # GEMV and tiled
+def test_products_out_aliasing_an_input(device, M):
+    # out= sharing memory with an operand: the kernels read the operands while they write, so
+    # the result goes through a temporary. K = N = 300 overhangs the tiles, so several
+    # programs share rows: writing in place showed errors of ~1e8 on interp. linear twice
+    # (the second call takes the plan path), matmul, addmm with out = its input, and dot.
+    dt = nbx.float32
+    g = rng()
+    K = N = 300
+    for _ in range(2):
+        x, w, b = arr((M, K), dt, g), arr((N, K), dt, g), arr((N,), dt, g)
+        xt = T(x, dt, device)
+        assert nbx.linear(xt, T(w, dt, device), T(b, dt, device), out=xt) is xt
+        check(xt, x @ w.T + b, np.abs(x) @ np.abs(w.T) + np.abs(b), dt)
+    x, w = arr((M, K), dt, g), arr((K, N), dt, g)
+    xt, wt_ = T(x, dt, device), T(w, dt, device)
+    assert nbx.matmul(xt, wt_, out=xt) is xt
+    check(xt, x @ w, np.abs(x) @ np.abs(w), dt)
+    sq = arr((K, K), dt, g)                                     # out = the right operand
+    st = T(sq, dt, device)
+    assert nbx.matmul(xt, st, out=xt) is xt
+    x2 = x @ w
+    check(xt, x2 @ sq, np.abs(x2) @ np.abs(sq), dt)
+    c, m1 = arr((M, N), dt, g), arr((M, K), dt, g)
+    ct = T(c, dt, device)
+    assert nbx.addmm(ct, T(m1, dt, device), wt_, beta=0.5, alpha=2.0, out=ct) is ct
+    check(ct, 0.5 * c + 2.0 * (m1 @ w), 0.5 * np.abs(c) + 2.0 * np.abs(m1) @ np.abs(w), dt)
+    v = arr((K + 1,), dt, g)
+    vt = T(v, dt, device)
+    assert nbx.dot(vt[1:], vt[1:], out=vt[0]) is not None      # out is the first element
+    check(vt[0], v[1:] @ v[1:], np.abs(v[1:]) @ np.abs(v[1:]), dt)
+
+
 @pytest.mark.parametrize("M", [1, 4, 20])
 @pytest.mark.parametrize("act", [None, "gelu", "gelu_tanh", "silu", "relu"])
 def test_fused_linear_epilogue(device, M, act):

@@ -1,7 +1,7 @@
 """Argument checks shared by the op families (one rule for `out=`, not one per family)."""
 from __future__ import annotations
 
-from ..tensor import Tensor
+from ..tensor import Tensor, _overlaps
 
 
 def check_tensor(x, argname: str, op: str) -> Tensor:
@@ -31,3 +31,10 @@ def check_out(out, shape, dtype, device, op: str) -> Tensor:
         raise RuntimeError(f"{op}: out has more than one element at one memory location "
                            f"(an expanded tensor)")
     return out
+
+
+def out_overlaps(out, *inputs) -> bool:
+    """Whether a caller's `out=` shares memory with any of `inputs` (None entries skipped):
+    an op that reads its inputs while it writes (a tiled product, a gather) must then write
+    a temporary and copy it into `out`."""
+    return out is not None and any(t is not None and _overlaps(out, t) for t in inputs)

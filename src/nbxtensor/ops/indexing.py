@@ -31,7 +31,7 @@ from .. import dtypes as _dt
 from ..dispatch import impl
 from ..tensor import Tensor, broadcast_shapes, new_contiguous, normalize_dim
 from . import _methods
-from ._common import check_tensor
+from ._common import check_tensor, out_overlaps
 
 __all__ = ["gather", "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add",
            "index_copy", "index_fill", "index_put", "masked_fill", "masked_select",
@@ -313,6 +313,8 @@ def gather(input, dim, index, *, sparse_grad=False, out=None):  # noqa: A002
         out = Tensor._empty(index.shape, input.dtype, input.device)
     else:
         _check_out(out, index.shape, input.dtype, input.device, op)
+        if out_overlaps(out, input, index):     # the kernel reads them while it writes
+            return out.copy_(gather(input, d, index))
     n, st = _dim_info(input, d)
     # 0-dim and 1-D mix as torch allows: the 0-dim side has one element
     src = _along(input, d, index.shape) if input.ndim == index.ndim else \
@@ -349,6 +351,8 @@ def index_select(input, dim, index, *, out=None):  # noqa: A002
         out = Tensor._empty(shape, input.dtype, input.device)
     else:
         _check_out(out, shape, input.dtype, input.device, op)
+        if out_overlaps(out, input, index):
+            return out.copy_(index_select(input, d, index))
     n, st = _dim_info(input, d)
     istr = [0] * len(shape)
     if shape:
@@ -407,6 +411,8 @@ def take(input, index, *, out=None):  # noqa: A002
         out = Tensor._empty(index.shape, input.dtype, input.device)
     else:
         _check_out(out, index.shape, input.dtype, input.device, op)
+        if out_overlaps(out, input, index):
+            return out.copy_(take(input, index))
     src = _contig(input)
     n = src.numel()
     return _gather(out, _with(src, index.shape, (0,) * index.ndim), index, 1, -n, n, True,
@@ -456,11 +462,14 @@ def _scatter_common(input, dim, index, src, op, out, inplace):
                                  f"= {src.shape[k]}")
     if inplace:
         res = input
-    elif out is None:
-        res = _clone_into(Tensor._empty(input.shape, input.dtype, input.device), input)
     else:
-        _clone_into(_check_out(out, input.shape, input.dtype, input.device, op), input)
-        res = out
+        if out is not None:
+            _check_out(out, input.shape, input.dtype, input.device, op)
+        if out is None or out_overlaps(out, input, index, src if isinstance(src, Tensor) else None):
+            # (an out= sharing memory with an operand: a temporary, copied into out at the end)
+            res = _clone_into(Tensor._empty(input.shape, input.dtype, input.device), input)
+        else:
+            res = _clone_into(out, input)
     n, st = _dim_info(res, d)
     base = res if res.ndim == index.ndim else _with(res, index.shape, (0,) * index.ndim)
     dst = _along(base, d, index.shape)
@@ -474,6 +483,11 @@ def _scatter_common(input, dim, index, src, op, out, inplace):
 
 
 def _scatter_impl(input, dim, index, src, reduce, include_self, op, out=None, inplace=False):
+    res = _scatter_run(input, dim, index, src, reduce, include_self, op, out, inplace)
+    return res if out is None or res is out else out.copy_(res)
+
+
+def _scatter_run(input, dim, index, src, reduce, include_self, op, out, inplace):
     res, dst, sv, st, n, d = _scatter_common(input, dim, index, src, op, out, inplace)
     err = (op, f"dim {d} of size {n}", 0, n)
     value = None if sv is not None else _cast_scalar(src, res.dtype, op, "value")
@@ -562,10 +576,14 @@ def _index_scatter_op(input, dim, index, source, op, mode, out, inplace, alpha=N
                              f"of size len(index) = {index.numel()}), got {tuple(source.shape)}")
     if inplace:
         res = input
-    elif out is None:
-        res = _clone_into(Tensor._empty(input.shape, input.dtype, input.device), input)
     else:
-        res = _clone_into(_check_out(out, input.shape, input.dtype, input.device, op), input)
+        if out is not None:
+            _check_out(out, input.shape, input.dtype, input.device, op)
+        if out is None or out_overlaps(out, input, index, source):
+            # (an out= sharing memory with an operand: a temporary, copied into out at the end)
+            res = _clone_into(Tensor._empty(input.shape, input.dtype, input.device), input)
+        else:
+            res = _clone_into(out, input)
     r = res if res.ndim else _with(res, (1,), (0,))
     n, st = r.shape[d], r.stride(d)
     istr = [0] * len(shape)
@@ -584,7 +602,7 @@ def _index_scatter_op(input, dim, index, source, op, mode, out, inplace, alpha=N
             alpha = None
     _scatter(_along(r, d, shape), sv, idx, st, 0, n, False, mode,
              (op, f"dim {d} of size {n}", 0, n), value=value, alpha=alpha)
-    return res
+    return res if out is None or res is out else out.copy_(res)
 
 
 def index_add(input, dim, index, source, *, alpha=1, out=None):  # noqa: A002
@@ -661,6 +679,8 @@ def masked_select(input, mask, *, out=None):  # noqa: A002
         out = Tensor._empty((n,), input.dtype, input.device)
     else:
         _check_out(out, (n,), input.dtype, input.device, op)
+        if out_overlaps(out, input, mask):
+            return out.copy_(masked_select(input, mask))
     if n:
         idx = _from_host(off, input.device)
         base = Tensor._make(x._storage, (n,), (0,), 0, x.dtype)

@@ -22,7 +22,7 @@ from ..dispatch import impl
 from ..tensor import Size, Tensor, _view_strides, broadcast_shapes, cached_contiguous_strides, \
     new_contiguous
 from . import _methods
-from ._common import check_out as _check_out, check_tensor
+from ._common import check_out as _check_out, check_tensor, out_overlaps
 
 __all__ = ["matmul", "mm", "bmm", "mv", "addmm", "baddbmm", "linear", "dot", "outer", "ger",
            "inner", "fused_linear", "set_float32_matmul_precision",
@@ -163,6 +163,8 @@ def matmul(input, other, *, out=None):  # noqa: A002 - torch's names
     if b.ndim == 1:
         del final[-1]
     o = _check_out(out, final, a.dtype, a.device, "matmul")
+    if out_overlaps(out, a, b):          # the kernels read a and b while they write out
+        return out.copy_(matmul(a, b))
     o_full = o.reshape(shape) if out is None else _unsqueeze_out(o, a.ndim == 1, b.ndim == 1)
     if o.numel() == 0:
         return o
@@ -226,6 +228,8 @@ def dot(input, other, *, out=None):  # noqa: A002
         raise ValueError(f"dot: expected two 1-D tensors of one length, got shapes "
                          f"{tuple(input.shape)} and {tuple(other.shape)}")
     o = _check_out(out, (), input.dtype, input.device, "dot")
+    if out_overlaps(out, input, other):
+        return out.copy_(dot(input, other))
     K = input.shape[0]
     _product(input.as_strided((1, K), (0, input.stride(0)), input.storage_offset()),
              other.as_strided((K, 1), (other.stride(0), 0), other.storage_offset()),
@@ -284,6 +288,8 @@ def _addmm_like(input, m1, m2, beta, alpha, out, op):
         raise ValueError(f"{op}: input of shape {tuple(input.shape)} cannot be broadcast to "
                          f"the product's shape {shape}") from None
     o = _check_out(out, shape, m1.dtype, m1.device, op)
+    if out_overlaps(out, input, m1, m2):
+        return out.copy_(_addmm_like(input, m1, m2, beta, alpha, None, op))
     if o.numel():
         _product(m1, m2, o, residual=r if beta != 0 else None, alpha=alpha, beta=beta, op=op)
     return o
@@ -354,7 +360,8 @@ def fused_linear(input, weight, bias=None, *, activation=None, residual=None, ou
             if out is None:
                 o = new_contiguous(final, fstride, dt, dev, nbytes)
             elif (out.__class__ is Tensor and out._shape == final and out._stride == fstride
-                    and out._dtype is dt and out._storage.device == dev):
+                    and out._dtype is dt and out._storage.device == dev
+                    and not out_overlaps(out, input, weight, bias)):
                 o = out     # what check_out accepts, laid out as the plan's output view
             else:
                 return _fused_linear(input, weight, bias, activation, None, out)
@@ -405,6 +412,8 @@ def _fused_linear(input, weight, bias, activation, residual, out):  # noqa: A002
             raise ValueError(f"linear: residual of shape {tuple(residual.shape)} cannot be "
                              f"broadcast to the output shape {final}") from None
     o = _check_out(out, final, input.dtype, input.device, op)
+    if out_overlaps(out, input, weight, bias, residual):
+        return out.copy_(_fused_linear(input, weight, bias, activation, residual, None))
     if o.numel() == 0:
         return o
     if shape == final:      # input has >= 2 dims and weight 2: o already has the shape

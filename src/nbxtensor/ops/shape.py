@@ -13,9 +13,9 @@ import numpy as np
 from .. import dtypes as _dt
 from ..creation import arange
 from ..dispatch import impl
-from ..tensor import (Size, Tensor, _as_int, _overlaps, cached_contiguous_strides, new_contiguous,
+from ..tensor import (Size, Tensor, _as_int, cached_contiguous_strides, new_contiguous,
                       normalize_dim, normalize_size)
-from ._common import check_out as _prepare_out, check_tensor
+from ._common import check_out as _prepare_out, check_tensor, out_overlaps
 from ._methods import install
 
 __all__ = ["cat", "concat", "concatenate", "stack", "hstack", "vstack", "split", "chunk",
@@ -27,7 +27,7 @@ __all__ = ["cat", "concat", "concatenate", "stack", "hstack", "vstack", "split",
 
 def _write(out, user_out, srcs, run):
     """Run `run(dst)`; through a temporary when `out=` overlaps an input."""
-    if user_out is not None and any(_overlaps(user_out, s) for s in srcs):
+    if out_overlaps(user_out, *srcs):
         tmp = Tensor._empty(out.shape, out.dtype, out.device)
         run(tmp)
         out.copy_(tmp)
