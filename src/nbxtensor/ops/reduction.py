@@ -23,9 +23,9 @@ from collections import namedtuple
 
 from .. import dtypes as _dt
 from ..dispatch import impl, register
-from ..tensor import _CONTIG, Size, Tensor, _overlaps, cached_contiguous_strides, normalize_dim
+from ..tensor import _CONTIG, Size, Tensor, cached_contiguous_strides, normalize_dim
 from . import _methods
-from ._common import check_tensor
+from ._common import check_tensor, out_overlaps
 
 __all__ = ["sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "var", "std",
            "logsumexp", "any", "all", "count_nonzero", "cumsum", "cumprod", "sort", "argsort",
@@ -144,7 +144,7 @@ def _direct(out, x, keep_shape, final, vdtype):
     buffer and `_finish` checks out and copies it in (torch's semantics either way)."""
     if (out.__class__ is not Tensor or out._dtype is not vdtype
             or out._storage.device != x._storage.device or tuple(out._shape) != tuple(final)
-            or out._stride != cached_contiguous_strides(out._shape) or _overlaps(out, x)):
+            or out._stride != cached_contiguous_strides(out._shape) or out_overlaps(out, x)):
         return None
     keep = Size(keep_shape)
     return Tensor._make(out._storage, keep, cached_contiguous_strides(keep), out._offset, vdtype)
