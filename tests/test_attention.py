@@ -353,9 +353,12 @@ def test_kv_cache_append_then_decode(device, small_blocks):
         np.testing.assert_allclose(o.numpy()[b:b + 1], ref_decode(q[b:b + 1], kn[b:b + 1],
                                                                    vn[b:b + 1], n),
                                    rtol=2e-5, atol=2e-5)
-    # out of range positions are skipped on the device; check_positions refuses on the host
+    # an out-of-range position raises (cuda: at the next sync) and is not written
     bad = nbx.tensor(np.array([C]), device=device)
-    cache.append(0, _t(k1, "float32", device), _t(v1, "float32", device), bad)
+    with pytest.raises(IndexError, match=r"positions .* valid range is \[0, 23\]"):
+        cache.append(0, _t(k1, "float32", device), _t(v1, "float32", device), bad)
+        if device == "cuda":
+            nbx.cuda.synchronize()
     assert not np.any(cache.k.numpy()[0])
     with pytest.raises(IndexError):
         cache.check_positions(bad)

@@ -45,4 +45,8 @@ def test_info_without_libcuda(tmp_path):
 
 def test_no_command_is_a_usage_error():
     r = _nbx()
-    assert r.returncode == 2 and "usage: nbx" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.splitlines() == ["nbx: error: the following arguments are required: "
+                                     "command (see `nbx --help`)"]
+    r = _nbx("--help")
+    assert r.returncode == 0 and "usage: nbx" in r.stdout and "--debug" in r.stdout

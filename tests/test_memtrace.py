@@ -25,7 +25,8 @@ def alloc(monkeypatch):
 
 
 def _lines(path):
-    return [ln.rstrip("\n").split("\t") for ln in open(path) if not ln.startswith(("#", "seq\t"))]
+    with open(path) as f:
+        return [ln.rstrip("\n").split("\t") for ln in f if not ln.startswith(("#", "seq\t"))]
 
 
 def test_record_writes_every_event_with_its_call_site(alloc, tmp_path):

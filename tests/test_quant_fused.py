@@ -13,7 +13,7 @@ import pytest
 import nbxtensor as nbx
 from nbxtensor.models import _ops as O
 
-from helpers import assert_close, poisoned, rng, to64
+from helpers import H200, assert_close, poisoned, rng, to64
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 
@@ -275,8 +275,8 @@ def test_compiles_for_sm90(qt, xdt, odt, N, K, flags, pdl):
     from triton.backends.compiler import GPUTarget
     from nbxtensor.kernels import quant_fused as F
     from test_quant_gpu import _ptxas_stats
-    cfg = F.qfused_config(1, N, K // 32, qt, "cuda")
-    assert -(-N // cfg["BLOCK_N"]) >= F.MIN_PROGRAMS or cfg["BLOCK_N"] == 1
+    cfg = F.qfused_config(1, N, K // 32, qt, H200)
+    assert -(-N // cfg["BLOCK_N"]) >= 2 * 132 or cfg["BLOCK_N"] == 1
     sig = dict(x_ptr="*" + xdt, w_ptr="*u8", o_ptr="*" + odt, nw_ptr="*" + xdt,
                b_ptr="*" + xdt, r_ptr="*" + xdt, N="i32", K="i32", KB="i32", row_bytes="i32",
                up_off="i32", eps="fp32", s_xm="i32", s_om="i32", s_rm="i32")
@@ -310,10 +310,10 @@ def test_qkv_rope_compiles_for_sm90(qt, pdl):
     from triton.backends.compiler import GPUTarget
     from nbxtensor.kernels import quant_fused as F
     from test_quant_gpu import _ptxas_stats
-    cfg = F.qfused_config(1, 15 * 32, 18, qt, "cuda")
+    cfg = F.qfused_config(1, 15 * 32, 18, qt, H200)
     sig = dict(x_ptr="*bf16", w_ptr="*u8", q_ptr="*bf16", nw_ptr="*bf16", b_ptr="*bf16",
                pos_ptr="*i32", inv_ptr="*fp32", ck_ptr="*bf16", cv_ptr="*bf16", len_ptr="*i32",
-               K="i32", KB="i32", row_bytes="i32", eps="fp32", Hq="i32", Hkv="i32", C="i32",
+               flag_ptr="*i64", tag="i32", K="i32", KB="i32", row_bytes="i32", eps="fp32", Hq="i32", Hkv="i32", C="i32",
                s_xm="i32", s_qm="i32", s_pb="i32", s_cb="i32", s_ch="i32", s_cn="i32",
                s_cd="i32", s_vb="i32", s_vh="i32", s_vn="i32", s_vd="i32")
     c = dict(QTYPE=F.QTYPES[qt], W=F._WORDS[qt], HALF=32, BLOCK_N=cfg["BLOCK_N"],

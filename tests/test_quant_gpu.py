@@ -190,7 +190,8 @@ def test_dequantize_hand_built_k_blocks(device):
 @pytest.mark.parametrize("qtype", ["Q4_0", "Q4_K", "Q5_K", "Q6_K", "BF16"])
 def test_dequantize_rows_subset(device, qtype):
     """Embedding lookup: ids of any shape (int32 / int64 / non-contiguous, repeats), bf16
-    output, out-of-range ids -> NaN rows as the Q8_0/Q4_1 path, empty and 0-dim ids."""
+    output, out-of-range ids -> IndexError (and NaN rows) as the Q8_0/Q4_1 path, empty and
+    0-dim ids."""
     _skip_cpu(device)
     from nbxtensor.kernels.quant import dequantize_rows
     g = rng()
@@ -207,8 +208,15 @@ def test_dequantize_rows_subset(device, qtype):
     yb = dequantize_rows(w, wide, dtype=nbx.bfloat16)
     assert yb.dtype == nbx.bfloat16 and tuple(yb.shape) == (3, K)
     _assert_bits_equal(yb.numpy(), ref[[5, 2, 6]].astype(ml_dtypes.bfloat16))
-    bad = dequantize_rows(w, nbx.tensor(np.array([N, -1, 2, 1 << 40]), device=device)).numpy()
-    assert np.isnan(bad[[0, 1, 3]]).all()      # out of range: NaN, never an out-of-bounds read
+    # out of range: IndexError (cuda: at the next sync), the row NaN, no out-of-bounds read
+    out = nbx.zeros((4, K), device=device)
+    with pytest.raises(IndexError, match=rf"dequantize_rows: index ({N}|-1|{1 << 40}) is out "
+                                         rf"of range for a weight of {N} rows"):
+        dequantize_rows(w, nbx.tensor(np.array([N, -1, 2, 1 << 40]), device=device), out=out)
+        if device == "cuda":
+            nbx.cuda.synchronize()
+    bad = out.numpy()
+    assert np.isnan(bad[[0, 1, 3]]).all()
     _assert_bits_equal(bad[2], ref[2])
     assert tuple(dequantize_rows(w, nbx.tensor(np.zeros(0, np.int64), device=device)).shape) \
         == (0, K)
@@ -258,9 +266,11 @@ def test_dequantize_errors(device):
         dequantize_rows(w, nbx.zeros(2, device=device))
     with pytest.raises(ValueError, match="block must be a power of two"):
         dequantize(w, block=100)
-    # the fused GEMV stays Q8_0 / Q4_1 only
+    # the GEMV takes Q8_0 / Q4_1 and the K-quants, not Q4_0
     with pytest.raises(ValueError, match="no device kernel"):
-        quant_linear(nbx.zeros((1, 256), device=device), w)
+        quant_linear(nbx.zeros((1, 256), device=device),
+                     QuantWeight(nbx.zeros((2, 144), dtype=nbx.uint8, device=device), "Q4_0",
+                                 (2, 256)))
 
 
 def test_quant_linear_strided_bias(device):
@@ -409,13 +419,16 @@ def test_kernels_compile_for_sm90(qtype):
     code = KQ.DEQUANT_QTYPES[qtype][0]
     for yty, block, has_ids in (("bf16", 1024, True), ("fp32", 1024, False), ("fp16", 256, True)):
         sig = {"w_ptr": "*u8", "ids_ptr": "*i64" if has_ids else "*u8", "y_ptr": "*" + yty,
-               "K": "i32", "row_bytes": "i32", "n_rows": "i32", "QTYPE": "constexpr",
+               "flag_ptr": "*i64" if has_ids else "*u8", "tag": "i32", "K": "i32",
+               "row_bytes": "i32", "n_rows": "i32", "QTYPE": "constexpr",
                "BLOCK": "constexpr", "HAS_IDS": "constexpr"}
         ck = triton.compile(triton.compiler.ASTSource(
             fn=KQ._dequant_rows_kernel, signature=sig,
             constexprs={"QTYPE": code, "BLOCK": block, "HAS_IDS": has_ids}),
             target=tgt, options={"num_warps": 4})
-        assert ck.metadata.shared == 0
+        # with ids: the 8 bytes through which the index-error flag's atomic (one thread, on the
+        # bad-id path only) hands its result to the block
+        assert ck.metadata.shared == (8 if has_ids else 0)
         st = _ptxas_stats(ck.asm["ptx"])
         if st is not None:
             regs, spill = st

@@ -14,8 +14,6 @@ import pytest
 import nbxtensor as nbx
 from helpers import assert_close, poisoned, randn, rng
 
-warnings.filterwarnings("ignore", category=RuntimeWarning)
-
 F = [nbx.float32, nbx.float16, nbx.bfloat16, nbx.float64]
 # (shape, dims): last dim, middle dim, several dims, all, non-run dims (permute copy)
 CASES = [((65,), None), ((3, 65), -1), ((3, 65), 0), ((2, 33, 9), 1), ((2, 33, 9), (0, 1)),
@@ -66,9 +64,10 @@ def test_value_kinds(device, shape, dims):
     n = math.prod(shape[i] for i in ax)
     assert_close(nbx.amax(x, d), a.max(axis=ax), rtol=0, atol=0)
     assert_close(nbx.amin(x, d, keepdim=True), a.min(axis=ax, keepdims=True), rtol=0, atol=0)
-    assert_close(x.var(dims), a.var(axis=ax, ddof=1), rtol=1e-4, atol=1e-5)
+    nan = np.full(a.var(axis=ax).shape, np.nan)   # no degrees of freedom left: NaN, as torch
+    assert_close(x.var(dims), a.var(axis=ax, ddof=1) if n > 1 else nan, rtol=1e-4, atol=1e-5)
     assert_close(x.var(dims, correction=0), a.var(axis=ax), rtol=1e-4, atol=1e-5)
-    ref_std2 = np.sqrt(a.var(axis=ax) * n / (n - 2)) if n > 2 else np.full(a.var(axis=ax).shape, np.nan)
+    ref_std2 = np.sqrt(a.var(axis=ax) * n / (n - 2)) if n > 2 else nan
     assert_close(x.std(dims, correction=2), ref_std2, rtol=1e-4)
     assert_close(nbx.logsumexp(x, d if d != () else tuple(range(len(shape)))),
                  np.log(np.exp(a).sum(axis=ax)), rtol=1e-5)
@@ -334,56 +333,177 @@ def test_full_reduction_is_0dim(device):
     assert_close(x.sum(), np.sum(x.numpy().astype(np.float64)), rtol=1e-5, atol=1e-4)
 
 
-# ------------------------------------------------------------------ bandwidth variants (sweep)
+# ------------------------------------------------------------------ other tiles and PIPE
+@pytest.fixture
+def reduction_tiles(monkeypatch):
+    """Sets kernels/reduction.py's CONFIG16["interp"] / PIPE for one test; the plans made
+    under them are dropped at both ends."""
+    import nbxtensor.kernels.reduction as rk
+
+    def set_tiles(config16=None, pipe=None):
+        if config16 is not None:
+            monkeypatch.setitem(rk.CONFIG16, "interp", dict(config16))
+        if pipe is not None:
+            monkeypatch.setattr(rk, "PIPE", dict(pipe))
+        rk._plan.cache_clear()
+    yield rk, set_tiles
+    monkeypatch.undo()
+    rk._plan.cache_clear()
+
+
 @pytest.mark.parametrize("variant", [
-    {"row_tile": 128, "row_warps": 4, "col_tile": 32, "col_block_k": 4, "target_programs": 16},
+    {"row_tile": 128, "row_warps": 4, "col_tile": 32, "col_block_k": 4,
+     "target_programs_per_sm": 8},
     {"row_tile": 32, "row_warps": 1, "col_block_k": 16, "col_warps": 1},
     {"row_tile": 128, "row_block_r": 16, "col_tile": 32, "col_block_k": 4},
 ])
-def test_reduce_16bit_variants(device, variant):
-    """kernels/reduction.py CONFIG16 (benchmarks/sweep_bandwidth.py's REDUCE_VARIANTS at
-    interp sizes): bf16 sums over rows and columns, split or not, match float64; fp32 inputs
-    keep CONFIG's tiles."""
+def test_reduce_16bit_tiles(device, reduction_tiles, variant):
+    """kernels/reduction.py CONFIG16 (16-bit tiles over CONFIG's, as
+    benchmarks/sweep_bandwidth.py --groups=red sweeps them, at interp sizes): bf16 sums over
+    rows and columns, split or not, match float64; fp32 inputs keep CONFIG's tiles."""
     if device != "interp":
         pytest.skip("the kernel path")
-    import nbxtensor.kernels.reduction as rk
-    rk.set_variant(variant, "interp")
-    try:
-        g = rng()
-        x = randn((13, 257), nbx.bfloat16, device, g)
-        a = x.numpy().astype(np.float64)
-        for d in (-1, 0):
-            assert_close(x.sum(d), a.sum(d), rtol=1.6e-2, atol=0.1)
-            assert_close(x.amax(d), a.max(d))
-        assert_close(x.sum(), a.sum(), rtol=1.6e-2, atol=0.5)
-        assert rk._plan("interp", 13, 257, 1, 4) == rk._plan.__wrapped__("interp", 13, 257, 1, 4)
-    finally:
-        rk.set_variant(None, "interp")
-    assert rk.CONFIG16["interp"] == rk.CONFIG16_DEFAULT["interp"]
+    rk, set_tiles = reduction_tiles
+    set_tiles(config16=variant)
+    g = rng()
+    x = randn((13, 257), nbx.bfloat16, device, g)
+    a = x.numpy().astype(np.float64)
+    for d in (-1, 0):
+        assert_close(x.sum(d), a.sum(d), rtol=1.6e-2, atol=0.1)
+        assert_close(x.amax(d), a.max(d))
+    assert_close(x.sum(), a.sum(), rtol=1.6e-2, atol=0.5)
+    assert rk._plan("interp", 2, 13, 257, 1, 4) == rk._plan.__wrapped__("interp", 2, 13,
+                                                                      257, 1, 4)
 
 
 @pytest.mark.parametrize("dtype", [nbx.bfloat16, nbx.float32])
-def test_reduce_row_pipe_variant(device, dtype):
-    """The PIPE variant (persistent row programs that prefetch their next tile): several
-    tiles per program, the last one partial (13 rows in 2-row tiles), rows shorter than the
-    tile; sum/mean/amax/amin/norm match float64; rows longer than the tile keep the default
-    path."""
+def test_reduce_row_pipe(device, reduction_tiles, dtype):
+    """PIPE (persistent row programs that prefetch their next tile) at 1 program an SM:
+    several tiles per program, the last one partial (13 rows in 2-row tiles), rows shorter
+    than the tile; sum/mean/amax/amin/norm match float64; rows longer than the tile keep the
+    other path."""
     if device != "interp":
         pytest.skip("the kernel path")
-    import nbxtensor.kernels.reduction as rk
-    rk.set_variant({"PIPE": {"per_sm": 1, "only16": False}}, "interp")
-    try:
-        g = rng()
-        for shape in ((13, 30), (3, 5, 7), (13, 257)):
-            x = randn(shape, dtype, device, g)
-            a = x.numpy().astype(np.float64)
-            tol = dict(rtol=1.6e-2, atol=0.05) if dtype is nbx.bfloat16 else dict(rtol=1e-5,
-                                                                                  atol=1e-5)
-            assert_close(x.sum(-1), a.sum(-1), **tol)
-            assert_close(x.mean(-1), a.mean(-1), **tol)
-            assert_close(x.amax(-1), a.max(-1))
-            assert_close(x.amin(-1), a.min(-1))
-            assert_close(nbx.linalg.vector_norm(x, dim=-1), np.sqrt((a * a).sum(-1)), **tol)
-    finally:
-        rk.set_variant(None, "interp")
-    assert rk.PIPE == rk.PIPE_DEFAULT
+    rk, set_tiles = reduction_tiles
+    set_tiles(pipe={"per_sm": 1, "only16": False})
+    g = rng()
+    for shape in ((13, 30), (3, 5, 7), (13, 257)):
+        x = randn(shape, dtype, device, g)
+        a = x.numpy().astype(np.float64)
+        tol = dict(rtol=1.6e-2, atol=0.05) if dtype is nbx.bfloat16 else dict(rtol=1e-5,
+                                                                              atol=1e-5)
+        assert_close(x.sum(-1), a.sum(-1), **tol)
+        assert_close(x.mean(-1), a.mean(-1), **tol)
+        assert_close(x.amax(-1), a.max(-1))
+        assert_close(x.amin(-1), a.min(-1))
+        assert_close(nbx.linalg.vector_norm(x, dim=-1), np.sqrt((a * a).sum(-1)), **tol)
+
+
+# ------------------------------------------------------------------ truth of non-integer values
+def _tiny(dtype):
+    """A subnormal of dtype (a quarter of the smallest normal): non-zero, so True."""
+    return float(nbx.finfo(dtype).tiny) / 4
+
+
+def _truth_inputs(dtype, shape, n_red, g):
+    """Two float inputs whose truth is not their integer part: `dense` has values in (-1, 1),
+    NaN, inf and subnormals with a sprinkling of 0.0 / -0.0 (about half of the reduced
+    slices hold one, so all() is mixed); `sparse` is 0.0 / -0.0 with a sprinkling of such
+    values (about half the slices hold one, so any() is mixed)."""
+    specials = np.array([np.nan, np.inf, -np.inf, _tiny(dtype), -_tiny(dtype)])
+    p = 1 - 0.5 ** (1 / max(n_red, 1))   # P(a slice of n_red elements holds one) ~ 1/2
+    vals = g.uniform(-0.999, 0.999, shape)
+    vals = np.where(g.random(shape) < 0.1, g.choice(specials, shape), vals)
+    zeros = np.where(g.random(shape) < 0.5, 0.0, -0.0)
+    hit = g.random(shape) < p
+    dense = np.where(hit, zeros, vals)
+    sparse = np.where(hit, vals, zeros)
+    return [nbx.tensor(a.astype(dtype.np)) for a in (dense, sparse)]
+
+
+@pytest.mark.parametrize("dtype,shape,dims",
+                         [(nbx.float32, s, d) for s, d in CASES]
+                         + [(dt, *CASES[i]) for dt in F[1:] for i in (1, 3, 6, 9)], ids=str)
+def test_any_all_count_of_fractions_nan_and_signed_zero(device, dtype, shape, dims):
+    """x != 0 decides, not the integer part: 0.5 and -0.25 are True, NaN and subnormals are
+    True, -0.0 is False; every float dtype, every layout CASES covers, keepdim."""
+    g = rng()
+    ax = _axis(shape, dims)
+    n_red = math.prod(shape[i] for i in ax)
+    for host in _truth_inputs(dtype, shape, n_red, g):
+        x = host.to(device)
+        nz = host.numpy().astype(np.float64) != 0
+        d = dims if dims is not None else None
+        for keepdim in (False, True):
+            r = nbx.any(x, d, keepdim=keepdim)
+            assert r.dtype is nbx.bool
+            np.testing.assert_array_equal(r.numpy(), nz.any(axis=ax, keepdims=keepdim))
+            np.testing.assert_array_equal(nbx.all(x, d, keepdim=keepdim).numpy(),
+                                          nz.all(axis=ax, keepdims=keepdim))
+        np.testing.assert_array_equal(nbx.count_nonzero(x, d).numpy(), nz.sum(axis=ax))
+        assert_close(nbx.vector_norm(x.to(nbx.float32) if dtype is not nbx.float64 else x, 0,
+                                     d), nz.sum(axis=ax), rtol=0, atol=0)
+
+
+def test_any_all_scalars_of_the_issue(device):
+    assert nbx.tensor([0.5, -2.0], device=device).all().item() is True
+    assert nbx.tensor([[0.5, 0.25]], device=device).any(-1).tolist() == [True]
+    assert nbx.tensor([float("nan")] * 3, device=device).all().item() is True
+    assert nbx.tensor([-0.0, 0.0], device=device).any().item() is False
+    assert nbx.tensor([1e-40, -1e-40], device=device).all().item() is True   # fp32 subnormal
+    assert nbx.tensor([5e-324], dtype=nbx.float64, device=device).any().item() is True
+
+
+@pytest.mark.parametrize("dtype", [nbx.int64, nbx.int32, nbx.uint8, nbx.int8, nbx.bool])
+def test_any_all_count_of_wide_ints(device, dtype):
+    """Integers are tested whole: 2**32 or -2**63 is not 0 in a 32-bit accumulator."""
+    g = rng()
+    info = np.iinfo(dtype.np) if dtype is not nbx.bool else None
+    shape = (5, 67)
+    if info is None:
+        a = g.random(shape) < 0.99
+    else:
+        big = [v for v in (2 ** 32, -2 ** 63, 2 ** 40 + 1, info.min, info.max, 1, -1) if
+               info.min <= v <= info.max and v != 0]
+        a = g.choice(np.array(big, dtype=dtype.np), shape)
+        a[g.random(shape) < 1 - 0.5 ** (1 / shape[1])] = 0
+    base = nbx.tensor(a.astype(dtype.np), device=device)
+    for x, ref in ((base, a != 0), (base.T, (a != 0).T), (base[:, 1::3], (a != 0)[:, 1::3])):
+        for dim in (None, 0, 1):
+            ax = None if dim is None else dim
+            np.testing.assert_array_equal(nbx.any(x, dim).numpy(), ref.any(axis=ax))
+            np.testing.assert_array_equal(nbx.all(x, dim).numpy(), ref.all(axis=ax))
+            np.testing.assert_array_equal(nbx.count_nonzero(x, dim).numpy(), ref.sum(axis=ax))
+
+
+def test_any_all_noncontiguous_fractions(device):
+    g = rng()
+    a = g.uniform(-0.9, 0.9, (6, 40, 5)).astype(np.float32)
+    a[g.random(a.shape) < 0.03] = -0.0
+    base = nbx.tensor(a, device=device)
+    v = base[::2, 3:37, :].transpose(0, 2)
+    nz = a[::2, 3:37, :].transpose(2, 1, 0) != 0
+    for dims in (0, 1, 2, (1, 2), (0, 2), None):
+        ax = _axis(nz.shape, dims)
+        np.testing.assert_array_equal(v.any(dims).numpy(), nz.any(axis=ax))
+        np.testing.assert_array_equal(v.all(dims).numpy(), nz.all(axis=ax))
+        np.testing.assert_array_equal(nbx.count_nonzero(v, dims).numpy(), nz.sum(axis=ax))
+    e = nbx.tensor(g.uniform(-0.9, 0.9, (1, 33)).astype(np.float32), device=device).expand(4, 33)
+    assert e.all(1).tolist() == [bool((e.numpy()[0] != 0).all())] * 4
+
+
+def test_interp_masked_lanes_do_not_warn(device):
+    """The interpreter computes masked lanes too (0/0, log2(0), NaN -> int casts there); no
+    NumPy RuntimeWarning may reach the user from them."""
+    g = rng()
+    x = nbx.tensor(g.standard_normal((5, 7)).astype(np.float32), device=device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = (x @ x.T).softmax(-1)
+        nbx.logsumexp(x, 1)
+        nbx.vector_norm(x, 3.5, 1)
+        nbx.tensor([0.5, float("nan")], device=device).all()
+        nbx.tensor([[0.0, 1.0], [2.0, 3.0]], device=device).log().sum()
+    xx = x.numpy().astype(np.float64) @ x.numpy().astype(np.float64).T
+    ref = np.exp(xx - xx.max(-1, keepdims=True))
+    assert_close(r, ref / ref.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)

@@ -478,7 +478,7 @@ def test_refusals(gpu_fake):
         with pytest.raises(TypeError, match="tensor 'w' is float32 but dtype"):
             up.upload(np.ones(2, np.float32), "w", dtype="float16")
         with pytest.raises(TypeError, match="dtype of tensor 'c'"):
-            up.upload(np.ones(2, np.complex64), "c")
+            up.upload(np.ones(2, np.clongdouble), "c")
         with pytest.raises(TypeError, match="dtype of tensor 'u'.*uint64"):
             up.upload(np.ones(2, np.uint64), "u")
     assert gpu_fake.leaks()["pinned"] == 0

@@ -49,15 +49,84 @@ def cmd_info(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, `nbx: error: ...`, exit status 2."""
+
+    def error(self, message):
+        print(_one_line(f"nbx: error: {message} (see `{self.prog} --help`)"), file=sys.stderr)
+        sys.exit(2)
+
+
+USER_ERROR, INTERNAL_ERROR = 2, 70        # exit statuses (70: EX_SOFTWARE, a bug of ours)
+# what bad input raises: the library's own errors derive from these (ChatTemplateError is a
+# ValueError, OutOfMemoryError a MemoryError, NotImplementedOnDevice a NotImplementedError)
+_USER_ERRORS = (ValueError, TypeError, LookupError, OverflowError, OSError, MemoryError,
+                ImportError, NotImplementedError)
+_CUDA_ENVIRONMENT = {2, 3, 46, 100, 101}  # OOM, not initialised, busy, no device, bad device
+
+
+def _one_line(msg: str, limit: int = 2000) -> str:
+    msg = " ".join(msg.split())
+    return msg if len(msg) <= limit else msg[:limit] + " ..."
+
+
+def _is_user_error(e: BaseException) -> bool:
+    """Bad input or a machine without what was asked for (no GPU), not a bug of ours."""
+    if isinstance(e, _USER_ERRORS):
+        return True
+    jinja2 = sys.modules.get("jinja2")
+    if jinja2 is not None and isinstance(e, jinja2.TemplateError):
+        return True
+    driver = sys.modules.get("nbxtensor.backends.cuda.driver")
+    while driver is not None and e is not None:       # an upload failed because no GPU ...
+        if isinstance(e, driver.CudaUnavailable) or \
+                isinstance(e, driver.CudaError) and e.code in _CUDA_ENVIRONMENT:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _message(e: BaseException) -> str:
+    if isinstance(e, KeyError) and len(e.args) == 1:
+        return f"missing key {e.args[0]!r}"      # str(KeyError) is the bare key
+    text = str(e)
+    return text if text else type(e).__name__
+
+
+def report(e: BaseException, debug: bool = False) -> int:
+    """One line on stderr for an exception (after its traceback with --debug); the exit
+    status: 2 for a user error, 70 for a bug."""
+    if debug:
+        import traceback
+        traceback.print_exception(e)
+    if _is_user_error(e):
+        print(_one_line(f"nbx: error: {_message(e)}"), file=sys.stderr)
+        return USER_ERROR
+    hint = "" if debug else " (run with --debug for the traceback)"
+    print(_one_line(f"nbx: internal error: {type(e).__name__}: {_message(e)}") + hint,
+          file=sys.stderr)
+    return INTERNAL_ERROR
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="nbx", description="nbxtensor command line")
+    parser = _Parser(prog="nbx", description="nbxtensor command line")
+    debug = dict(action="store_true", help="print the traceback of an error")
+    parser.add_argument("--debug", **debug)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="versions and devices")
     p.set_defaults(fn=cmd_info)
     from . import cli_commands
     cli_commands.add_commands(sub)
+    for p in sub.choices.values():    # `nbx generate ... --debug` as well as `nbx --debug ...`
+        p.add_argument("--debug", **debug, default=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    return args.fn(args) or 0
+    try:
+        return args.fn(args) or 0
+    except KeyboardInterrupt:
+        print("nbx: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - every error leaves as one line (see report)
+        return report(e, args.debug)
 
 
 if __name__ == "__main__":

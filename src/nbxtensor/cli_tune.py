@@ -14,6 +14,8 @@ import os
 import sys
 import time
 
+from .cli_commands import _int_at_least, _real
+
 # Reference models' dimensions (of the pinned packages registry.py installs): a known name
 # needs no file read. (kind, hidden, intermediate, heads, kv heads, head_dim, vocab)
 _KNOWN_DIMS = {
@@ -43,7 +45,7 @@ def add_parser(sub) -> None:
                    help=f"M values (tokens a step) for a model (default {DEFAULT_TOKENS})")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--device", default=None, help="cuda (default), cuda:N, or interp")
-    p.add_argument("--budget", type=float, default=60.0,
+    p.add_argument("--budget", type=_real(lambda v: v > 0, "> 0"), default=60.0,
                    help="seconds of timing per shape before the remaining candidates are skipped")
     p.add_argument("--contexts", default=",".join(map(str, DEFAULT_CONTEXTS)),
                    help="KV-cache capacities for a model's decode attention keys "
@@ -51,10 +53,10 @@ def add_parser(sub) -> None:
     p.add_argument("--kernels", default=None,
                    help="only these kernels (comma-separated: matmul, gemv, attention, "
                         "decode_attention, rms_norm, softmax)")
-    p.add_argument("--deadline", type=float, default=None,
+    p.add_argument("--deadline", type=_real(lambda v: v > 0, "> 0"), default=None,
                    help="seconds: start no key after this, abandon one that would run past it "
                         "(what is done stays in the cache)")
-    p.add_argument("--workers", type=int, default=None,
+    p.add_argument("--workers", type=_int_at_least(0), default=None,
                    help="processes compiling candidates ahead of each screen on cuda "
                         "(default: CPUs - 2, at most 12; 0: none)")
     p.add_argument("--list", action="store_true", help="list the cache's entries")
@@ -64,7 +66,7 @@ def add_parser(sub) -> None:
 
 
 def _fail(msg: str) -> int:
-    print(f"nbx tune: error: {msg}", file=sys.stderr)
+    print(f"nbx: error: {msg}", file=sys.stderr)
     return 2
 
 
@@ -147,9 +149,10 @@ def dims_keys(dims, tokens=DEFAULT_TOKENS, contexts=DEFAULT_CONTEXTS, dtype="bfl
         for m in tokens:
             out.append((5, "rms_norm", (m, hid)))
         # sampling over the vocabulary -- unless one row that long takes softmax's split-row
-        # path, which runs before the autotune seam and has nothing to tune
-        from .kernels.softmax import split_config
-        if split_config(1, vocab) is None:
+        # path (on any device: every row longer than MAX_SINGLE, when there is one row),
+        # which runs before the autotune seam and has nothing to tune
+        from .kernels.softmax import MAX_SINGLE
+        if vocab <= MAX_SINGLE:
             out.append((6, "softmax", (1, vocab)))
     seen, uniq = set(), []
     for g, kern, key in sorted(out, key=lambda r: r[0]):

@@ -8,7 +8,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .device import as_device
-from .tensor import Tensor, normalize_size
+from .tensor import Tensor, check_nbytes, normalize_size
 
 __all__ = ["tensor", "as_tensor", "from_numpy", "empty", "zeros", "ones", "full", "arange",
            "linspace", "eye", "empty_like", "zeros_like", "ones_like", "full_like", "scalar_tensor"]
@@ -23,8 +23,17 @@ def _host_to(arr: np.ndarray, device) -> Tensor:
     return out
 
 
+def _check_host_built(shape, dtype, device) -> None:
+    """arange, linspace and eye build their values in host memory, then place them on
+    `device`: the size must fit both (checked before NumPy is asked)."""
+    check_nbytes(shape, dtype, device)
+    if not device.is_host:
+        check_nbytes(shape, dtype, as_device("cpu"))
+
+
 def _infer_dtype_of_data(data) -> _dt.DType:
-    """torch.tensor's inference for Python data: bool < int64 < default float."""
+    """torch.tensor's inference for Python data: bool < int64 < default float < the complex
+    type of the default float."""
     kinds = set()
 
     def walk(x):
@@ -36,17 +45,19 @@ def _infer_dtype_of_data(data) -> _dt.DType:
             kinds.add("i")
         elif isinstance(x, (float, np.floating)):
             kinds.add("f")
+        elif isinstance(x, (complex, np.complexfloating)):
+            kinds.add("c")
         elif isinstance(x, (list, tuple)):
             for y in x:
                 walk(y)
         elif isinstance(x, np.ndarray):
-            kinds.add({"b": "b", "u": "i", "i": "i", "f": "f"}.get(x.dtype.kind, "?"))
-        elif isinstance(x, complex):
-            raise TypeError("tensor: complex numbers are not supported")
+            kinds.add({"b": "b", "u": "i", "i": "i", "f": "f", "c": "c"}.get(x.dtype.kind, "?"))
         else:
             raise TypeError(f"tensor: data must be numbers, nested lists of numbers, NumPy "
                             f"arrays or tensors, got {type(x).__name__}")
     walk(data)
+    if "c" in kinds:
+        return _dt.to_complex(_dt.get_default_dtype())
     if "f" in kinds or not kinds:
         return _dt.get_default_dtype()
     if "i" in kinds:
@@ -54,10 +65,27 @@ def _infer_dtype_of_data(data) -> _dt.DType:
     return _dt.bool
 
 
+def _check_fits(arr: np.ndarray, dtype, op: str, argname: str) -> None:
+    """Every value of `arr` (Python numbers gathered by NumPy) fits the integer `dtype`: the
+    scalar check (dtypes.check_scalar) on the first NaN/inf and on the extremes."""
+    flat = arr.reshape(-1)
+    if not flat.size:
+        return
+    if flat.dtype.kind == "f":
+        bad = ~np.isfinite(flat)
+        if bad.any():
+            _dt.check_scalar(flat[bad][0], dtype, op, argname)
+    _dt.check_scalar(flat.min(), dtype, op, argname)
+    _dt.check_scalar(flat.max(), dtype, op, argname)
+
+
 def tensor(data, dtype=None, device=None) -> Tensor:
     """A new tensor holding a copy of `data` (number, nested lists, NumPy array or tensor).
 
-    A tensor `data` keeps its device unless `device` is given (torch)."""
+    A tensor `data` keeps its device unless `device` is given (torch). Python numbers in `data`
+    must fit an integer `dtype` (OverflowError otherwise: nothing wraps, NaN and inf are
+    refused); a NumPy array or tensor given as `data` is cast by the dtype table's rules, as
+    torch does (a wider integer array wraps)."""
     dtype = None if dtype is None else _dt.as_dtype(dtype)
     if isinstance(data, Tensor):
         return data.to(device=data.device if device is None else as_device(device),
@@ -70,14 +98,23 @@ def tensor(data, dtype=None, device=None) -> Tensor:
         arr = data
     else:
         src_dtype = _infer_dtype_of_data(data)
+        target = dtype or src_dtype
         try:
-            arr = np.array(data, dtype=np.float64 if src_dtype.is_floating_point else src_dtype.np)
+            arr = np.array(data, dtype=np.float64 if src_dtype.is_floating_point else
+                           np.complex128 if src_dtype.is_complex else src_dtype.np)
         except ValueError as e:
             raise ValueError(f"tensor: data is not a rectangular nested sequence of numbers ({e})") \
                 from None
+        except OverflowError:       # a Python int beyond int64
+            arr = np.array(data, dtype=object if target.kind in "ui" else np.float64)
+        if target.kind in "ui":
+            _check_fits(arr, target, "tensor", "data element")
     dtype = dtype or src_dtype
+    if src_dtype.is_complex and not dtype.is_complex:
+        raise TypeError(f"tensor: complex data cannot be converted to {dtype.name} (the imaginary "
+                        f"parts would be lost); take .real or .abs() of a complex tensor")
     with np.errstate(all="ignore"):
-        arr = np.array(arr, dtype=dtype.np, copy=True, order="C")
+        arr = _dt.cast(arr, dtype)
     return _host_to(arr, device)
 
 
@@ -91,6 +128,10 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
             return from_numpy(data)
         except ValueError:
             pass
+    if not isinstance(data, np.ndarray) and hasattr(data, "__cuda_array_interface__"):
+        from .dlpack import from_cuda_array_interface     # CuPy, Numba: zero-copy, as torch's
+        t = from_cuda_array_interface(data)
+        return t.to(device=device if device is not None else t.device, dtype=dtype)
     return tensor(data, dtype=dtype, device=device)
 
 
@@ -125,8 +166,12 @@ def full(size, fill_value, dtype=None, device=None) -> Tensor:
             dtype = _dt.int64
         elif isinstance(fill_value, numbers.Real):
             dtype = _dt.get_default_dtype()
+        elif isinstance(fill_value, numbers.Complex):
+            dtype = _dt.to_complex(_dt.get_default_dtype())
         else:
             raise TypeError(f"full: fill_value must be a number, got {type(fill_value).__name__}")
+    dtype = _dt.as_dtype(dtype)
+    fill_value = _dt.check_scalar(fill_value, dtype, "full", "fill_value")
     return empty(normalize_size((size,)), dtype=dtype, device=device).fill_(fill_value)
 
 
@@ -163,7 +208,11 @@ def ones_like(input, dtype=None, device=None) -> Tensor:  # noqa: A002
 
 
 def full_like(input, fill_value, dtype=None, device=None) -> Tensor:  # noqa: A002
-    return empty_like(input, dtype, device).fill_(fill_value)
+    shape, dtype, device = _like(input, dtype, device)
+    if isinstance(fill_value, Tensor):
+        fill_value = fill_value.item()
+    fill_value = _dt.check_scalar(fill_value, dtype, "full_like", "fill_value")
+    return Tensor._empty(shape, dtype, device).fill_(fill_value)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
@@ -183,13 +232,29 @@ def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
     all_int = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
     dtype = _dt.as_dtype(dtype) if dtype is not None else (_dt.int64 if all_int else
                                                             _dt.get_default_dtype())
-    n = math.ceil((end - start) / step) if not all_int else max(0, -(-(end - start) // step))
+    device = as_device(device)
+    if all_int:     # computed in int64: start, step and the last value must fit it (`end`,
+        # exclusive, need not: arange(2**63 - 2, 2**63) is [2**63 - 2, 2**63 - 1])
+        n = max(0, -(-(end - start) // step))
+        for name, v in (("start", start), ("step", step),
+                        ("the last element", start + (n - 1) * step if n else 0)):
+            _dt.check_scalar(v, _dt.int64, "arange", name)
+    else:
+        q = (end - start) / step
+        if not math.isfinite(q):
+            raise ValueError(f"arange: the number of elements (end - start) / step overflows "
+                             f"(start={start}, end={end}, step={step})")
+        n = math.ceil(q)
+    _check_host_built((n,), dtype, device)
     if all_int:
         vals = start + step * np.arange(n, dtype=np.int64)
     else:
         vals = start + step * np.arange(n, dtype=np.float64)
+    if n and dtype.kind in "ui":    # the values are monotonic: the ends decide
+        _dt.check_scalar(vals[0], dtype, "arange", "start")
+        _dt.check_scalar(vals[-1], dtype, "arange", "the last element")
     with np.errstate(all="ignore"):
-        return _host_to(vals.astype(dtype.np), as_device(device))
+        return _host_to(_dt.cast(vals, dtype), as_device(device))
 
 
 def linspace(start, end, steps, dtype=None, device=None) -> Tensor:
@@ -197,11 +262,20 @@ def linspace(start, end, steps, dtype=None, device=None) -> Tensor:
     if not isinstance(steps, (int, np.integer)) or steps < 0:
         raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
     dtype = _dt.as_dtype(dtype) if dtype is not None else _dt.get_default_dtype()
+    device = as_device(device)
+    _check_host_built((int(steps),), dtype, device)
+    start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
+    if dtype.kind in "ui":
+        for name, v in (("start", start), ("end", end))[:steps]:
+            _dt.check_scalar(v, dtype, "linspace", name)
     vals = np.linspace(float(start), float(end), int(steps), dtype=np.float64)
     if dtype.kind in "ui":
         vals = np.trunc(vals)
+        if steps:   # an int end near the dtype's limit can round up in float64
+            _dt.check_scalar(vals.max(), dtype, "linspace", "element")
+            _dt.check_scalar(vals.min(), dtype, "linspace", "element")
     with np.errstate(all="ignore"):
-        return _host_to(vals.astype(dtype.np), as_device(device))
+        return _host_to(_dt.cast(vals, dtype), as_device(device))
 
 
 def eye(n, m=None, dtype=None, device=None) -> Tensor:
@@ -210,4 +284,6 @@ def eye(n, m=None, dtype=None, device=None) -> Tensor:
         if not isinstance(v, (int, np.integer)) or v < 0:
             raise ValueError(f"eye: {name} must be a non-negative int, got {v!r}")
     dtype = _dt.as_dtype(dtype) if dtype is not None else _dt.get_default_dtype()
-    return _host_to(np.eye(n, m, dtype=dtype.np), as_device(device))
+    device = as_device(device)
+    _check_host_built((n, m), dtype, device)
+    return _host_to(np.eye(n, m, dtype=dtype.np), device)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import os
 
 import numpy as np
 
@@ -43,6 +44,8 @@ _CONTIG: dict = {}   # shape -> contiguous strides, for Tensor._empty (small sha
 def new_contiguous(shape, stride, dtype, device, nbytes) -> "Tensor":
     """Tensor._empty(shape, dtype, device) for a caller that cached the rest: `shape` a Size,
     `stride` its contiguous strides, `nbytes` = numel * itemsize (the ops' fast paths)."""
+    if nbytes > _UNCHECKED_NBYTES:
+        check_nbytes(shape, dtype, device, nbytes)
     alloc = _ALLOCATE.get(device.type)
     t = _new_object(Tensor)
     t._storage = alloc(device, nbytes) if alloc is not None else new_storage(device, nbytes)
@@ -54,6 +57,47 @@ def new_contiguous(shape, stride, dtype, device, nbytes) -> "Tensor":
 
 
 _new_object = object.__new__
+
+MAX_SIZE = (1 << 63) - 1        # the largest size, numel or byte count (int64, as torch's)
+_UNCHECKED_NBYTES = 1 << 30     # every device has more: smaller allocations skip the check
+_HOST_MEMORY: list = []         # [bytes of physical memory], read once
+
+
+def device_memory(device) -> int:
+    """The bytes a tensor on `device` could ever occupy: the physical memory of the host for
+    cpu and interp (where it cannot be read, the int64 limit); for cuda the int64 limit, as
+    the caching allocator refuses what the GPU has no room for (OutOfMemoryError, naming the
+    request and the device's free and total memory)."""
+    if device.type == "cuda":
+        return MAX_SIZE
+    if not _HOST_MEMORY:
+        try:
+            _HOST_MEMORY.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (AttributeError, ValueError, OSError):
+            _HOST_MEMORY.append(MAX_SIZE)
+    return _HOST_MEMORY[0]
+
+
+def check_nbytes(shape, dtype, device, nbytes=None) -> None:
+    """Refuse, before anything is allocated, a tensor whose bytes overflow int64 or exceed what
+    `device` has (MemoryError naming the shape, dtype, device and byte counts)."""
+    if nbytes is None:
+        nbytes = math.prod(shape) * dtype.itemsize
+    limit = device_memory(device)
+    if nbytes > limit:
+        what = ("more than a byte count can hold (2**63 - 1)" if limit == MAX_SIZE else
+                f"more than the {limit} bytes ({limit / 2**30:.1f} GiB) of memory {device} has")
+        raise MemoryError(f"cannot allocate a tensor of shape {tuple(shape)} and dtype "
+                          f"{dtype.name} on {device}: {nbytes} bytes ({nbytes / 2**30:.4g} GiB), "
+                          f"{what}")
+
+
+def check_numel(shape, op: str) -> None:
+    """A shape's element count must fit int64 (as in torch): views make no allocation that
+    would refuse it later (an expanded or zero-size tensor)."""
+    if math.prod(shape) > MAX_SIZE:
+        raise ValueError(f"{op}: shape {tuple(shape)} has {math.prod(shape)} elements, more than "
+                         f"the largest tensor (2**63 - 1 elements)")
 
 
 def cached_contiguous_strides(shape) -> tuple[int, ...]:
@@ -102,6 +146,9 @@ def normalize_size(args, argname: str = "size", allow_negative: bool = False) ->
                             f"in {tuple(args)}")
         if n < 0 and not allow_negative:
             raise ValueError(f"{argname}: expected sizes >= 0, got {n} in {tuple(args)}")
+        if not -MAX_SIZE - 1 <= n <= MAX_SIZE:
+            raise ValueError(f"{argname}: {n} in {tuple(args)} does not fit int64 (sizes are at "
+                             f"most 2**63 - 1)")
         out.append(int(n))
     return tuple(out)
 
@@ -171,6 +218,7 @@ def _infer_size(shape, numel: int, argname="shape") -> tuple[int, ...]:
         shape[neg[0]] = numel // known
     elif known != numel:
         raise ValueError(f"{argname}: {tuple(shape)} is invalid for input of size {numel}")
+    check_numel(shape, argname)
     return tuple(shape)
 
 
@@ -288,8 +336,9 @@ class Tensor:
                             self._dtype)
 
     def view(self, *shape) -> "Tensor":
-        if len(shape) == 1 and isinstance(shape[0], (_dt.DType, str)):
-            raise NotImplementedError("view(dtype) is not supported; use .to(dtype) to convert")
+        if len(shape) == 1 and (isinstance(shape[0], _dt.DType)
+                                or (isinstance(shape[0], str) and _is_dtype_name(shape[0]))):
+            return self._view_dtype(_dt.as_dtype(shape[0]))
         shape = _infer_size(normalize_size(shape, "shape", True) if shape else (), self.numel(), "view")
         stride = _view_strides(self._shape, self._stride, shape)
         if stride is None:
@@ -297,6 +346,41 @@ class Tensor:
                                f"{tuple(self._shape)} and stride {self._stride} (at least one "
                                f"dimension spans across two contiguous subspaces); use .reshape(...)")
         return self._view(shape, stride)
+
+    def _view_dtype(self, dtype) -> "Tensor":
+        """view(dtype): the same bytes read as `dtype` (torch's rules). Another itemsize
+        rescales the last dim, which must be contiguous (stride 1) and divisible."""
+        old, new = self._dtype.itemsize, dtype.itemsize
+        if old == new:
+            return Tensor._make(self._storage, self._shape, self._stride, self._offset, dtype)
+        what = f"to view {self._dtype.name} as {dtype.name} (different element sizes)"
+        if self.ndim == 0:
+            raise RuntimeError(f"view: self.dim() cannot be 0 {what}")
+        if self._stride[-1] != 1:
+            raise RuntimeError(f"view: self.stride(-1) must be 1 {what}, but got "
+                               f"{self._stride[-1]}")
+        shape, stride = list(self._shape), list(self._stride)
+        if new > old:
+            r = new // old
+            if shape[-1] % r:
+                raise RuntimeError(f"view: self.size(-1) must be divisible by {r} {what}, but "
+                                   f"got {shape[-1]}")
+            for i, st in enumerate(stride[:-1]):
+                if st % r:
+                    raise RuntimeError(f"view: self.stride({i}) must be divisible by {r} {what}, "
+                                       f"but got {st}")
+            if self._offset % r:
+                raise RuntimeError(f"view: self.storage_offset() must be divisible by {r} {what}, "
+                                   f"but got {self._offset}")
+            shape[-1] //= r
+            stride = [st // r for st in stride[:-1]] + [1]
+            offset = self._offset // r
+        else:
+            r = old // new
+            shape[-1] *= r
+            stride = [st * r for st in stride[:-1]] + [1]
+            offset = self._offset * r
+        return Tensor._make(self._storage, tuple(shape), tuple(stride), offset, dtype)
 
     def reshape(self, *shape) -> "Tensor":
         shape = _infer_size(normalize_size(shape, "shape", True) if shape else (), self.numel(), "reshape")
@@ -319,6 +403,7 @@ class Tensor:
         offset = self._offset if storage_offset is None else int(storage_offset)
         if offset < 0:
             raise ValueError(f"as_strided: storage_offset must be >= 0, got {offset}")
+        check_numel(size, "as_strided")
         if math.prod(size):
             last = offset + sum((n - 1) * s for n, s in zip(size, stride))
             if (last + 1) * self._dtype.itemsize > self._storage.nbytes:
@@ -391,6 +476,7 @@ class Tensor:
                 raise ValueError(f"expand: the expanded size {n} must match the existing size "
                                  f"{have} at non-singleton dim {i} (shape {tuple(self._shape)} "
                                  f"to {tuple(sizes)})")
+        check_numel(shape, "expand")
         return self._view(shape, stride)
 
     def broadcast_to(self, *shape) -> "Tensor":
@@ -583,6 +669,7 @@ class Tensor:
         if any(n > 1 and s == 0 for n, s in zip(self._shape, self._stride)):
             raise RuntimeError("copy_: more than one element of the destination refers to a single "
                                "memory location (an expanded tensor); clone() it first")
+        _check_cast(src._dtype, self._dtype, "copy_")
         if src.device != self.device:
             src = src._to_device(self.device)
         elif _overlaps(self, src):
@@ -602,10 +689,9 @@ class Tensor:
                 raise ValueError(f"fill_: value must be a 0-dim tensor or a number, got shape "
                                  f"{tuple(value.shape)}")
             value = value.item()
-        if not isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
-            raise TypeError(f"fill_: value must be a number, got {type(value).__name__}")
+        value = _dt.check_scalar(value, self._dtype, "fill_")
         if self.numel():
-            impl("fill_", self.device)(self, value.item() if isinstance(value, np.generic) else value)
+            impl("fill_", self.device)(self, value)
         return self
 
     def zero_(self) -> "Tensor":
@@ -639,6 +725,7 @@ class Tensor:
             dtype = args[0]
             if dtype is self._dtype:
                 return self
+            _check_cast(self._dtype, dtype, "to")
             device = self._storage.device
             out = Tensor._empty(self._shape, dtype, device)
             if math.prod(self._shape):
@@ -661,6 +748,7 @@ class Tensor:
         dtype = self._dtype if dtype is None else _dt.as_dtype(dtype)
         if device == self.device and dtype is self._dtype and not copy:
             return self
+        _check_cast(self._dtype, dtype, "to")
         if device != self.device:
             src = self._to_device(device)
             if dtype is src._dtype:
@@ -731,6 +819,56 @@ class Tensor:
             return a.astype(dtype)
         return a.copy() if copy else a
 
+    # ---------------------------------------------------------------- DLPack, CUDA array interface
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule over this tensor (array API 2023.12; see nbxtensor.dlpack)."""
+        from .dlpack import to_dlpack
+        return to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device,
+                         copy=copy)
+
+    def __dlpack_device__(self) -> tuple:
+        from .dlpack import dlpack_device
+        return dlpack_device(self)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """Version 3, cuda tensors only (AttributeError elsewhere, as torch and CuPy)."""
+        from .dlpack import cuda_array_interface
+        return cuda_array_interface(self)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """NumPy ufuncs on cpu tensors compute with NumPy and return cpu Tensors (as torch's
+        do); `out=` tensors are written in place. Tensors on other devices are refused: NumPy
+        would compute on a host copy, not with the device's kernels."""
+        def host(x):
+            if isinstance(x, Tensor):
+                if x.device.type != "cpu":
+                    raise TypeError(f"numpy.{ufunc.__name__}: a tensor on {x.device} cannot be "
+                                    f"used by a NumPy ufunc; use the nbxtensor op, or .cpu() "
+                                    f"first")
+                return x._host_view()
+            return x
+        args = [host(x) for x in inputs]
+        out = kwargs.get("out")
+        if out is not None:
+            kwargs["out"] = tuple(host(o) for o in out)
+        res = getattr(ufunc, method)(*args, **kwargs)
+        if out is not None:
+            return out[0] if len(out) == 1 else out
+
+        return tuple(_wrap_host(r) for r in res) if isinstance(res, tuple) else _wrap_host(res)
+
+    def __array_function__(self, func, types, args, kwargs):
+        # NumPy's own implementation, which converts tensors with __array__ (or calls their
+        # methods): the results torch's tensors get from NumPy functions, which have no
+        # __array_function__ of their own
+        return func._implementation(*args, **kwargs)
+
+    def __array_wrap__(self, arr, context=None, return_scalar=False):
+        # NumPy functions that fall back to converting a tensor (np.clip, np.reshape, ...)
+        # wrap their result back, as torch's tensors do
+        return _wrap_host(arr)
+
     def item(self):
         if self.numel() != 1:
             raise ValueError(f"item: only a tensor with one element can be converted to a Python "
@@ -792,10 +930,33 @@ class Tensor:
         extent = 1 + sum((n - 1) * s // item for n, s in zip(arr.shape, arr.strides))
         # as_strided over a same-width unsigned view: NumPy cannot rebuild every ml_dtypes
         # dtype from its array interface (float8_e5m2 reads back as '<f1')
-        flat = np.lib.stride_tricks.as_strided(arr.view(f"u{item}"), shape=(extent,), strides=(item,),
+        flat = np.lib.stride_tricks.as_strided(arr.view(f"u{item}") if item <= 8 else arr,
+                                               shape=(extent,), strides=(item,),
                                                writeable=arr.flags.writeable)
         storage = HostStorage(_CPU, flat.view(np.uint8))
         return cls._make(storage, arr.shape, [s // item for s in arr.strides], 0, dtype)
+
+
+def _check_cast(src: _dt.DType, dst: _dt.DType, op: str) -> None:
+    """complex -> real casts are refused (torch drops the imaginary part with a warning)."""
+    if src.kind == "c" and dst.kind != "c":
+        raise TypeError(f"{op}: casting {src.name} to {dst.name} would discard the imaginary "
+                        f"part; take .real (or .abs()) explicitly")
+
+
+def _real_view(t: Tensor) -> Tensor:
+    """torch.view_as_real's layout for a complex `t` of any strides: a trailing dim of 2
+    (real, imaginary) of the part dtype, every stride doubled. The kernels' view of complex."""
+    return Tensor._make(t._storage, t._shape + (2,), tuple(2 * s for s in t._stride) + (1,),
+                        2 * t._offset, _dt.to_real(t._dtype))
+
+
+def _wrap_host(r):
+    """A NumPy result as a cpu Tensor (a NumPy scalar as a 0-D one); anything else as is."""
+    if not isinstance(r, (np.ndarray, np.generic)):
+        return r
+    a = np.asarray(r)
+    return Tensor._from_numpy_unchecked(a if a.flags.c_contiguous else a.copy())
 
 
 def _byte_range(t: Tensor) -> tuple[int, int]:

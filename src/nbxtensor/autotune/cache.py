@@ -18,12 +18,14 @@ import os
 import tempfile
 import time
 
+from .. import config as _config
+
 FORMAT = 1
 TABLE_DIR = os.path.join(os.path.dirname(__file__), "tables")
 
 
 def cache_path() -> str:
-    d = os.environ.get("NBX_CACHE_DIR")
+    d = _config.get("NBX_CACHE_DIR")
     if not d:
         d = os.path.join(os.path.expanduser("~"), ".cache", "nbxtensor")
     return os.path.join(d, "autotune.json")
@@ -44,13 +46,15 @@ def entry_key(e: dict, *, with_name: bool = True) -> tuple:
 
 def _read(path: str) -> list[dict]:
     """The entries of a cache/table file; a missing file is empty, a broken one is refused
-    loudly (a silently empty cache would hide the problem)."""
-    if not os.path.exists(path):
+    loudly (a silently empty cache would hide the problem), and so is a FIFO or device in
+    its place (opening one would block forever)."""
+    from ..io._files import regular_file       # at call time: io sits above autotune
+    if regular_file(path, "autotune cache", missing_ok=True) is None:
         return []
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         try:
             doc = json.load(f)
-        except json.JSONDecodeError as err:
+        except (ValueError, RecursionError) as err:    # bad JSON, bad UTF-8, too deep
             raise ValueError(f"autotune cache {path} is not valid JSON ({err}); fix it or run "
                              f"`nbx tune --clear`") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(
@@ -101,7 +105,7 @@ def load_user(path: str | None = None) -> Table:
 def shipped_disabled() -> bool:
     """NBX_NO_SHIPPED_TABLE=1: ignore the packaged tables (an 'empty table' start, e.g. to
     measure what they save); the user cache still applies."""
-    return os.environ.get("NBX_NO_SHIPPED_TABLE", "") not in ("", "0")
+    return _config.get("NBX_NO_SHIPPED_TABLE")
 
 
 def load_shipped(cc: str) -> Table:

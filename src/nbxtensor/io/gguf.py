@@ -24,6 +24,7 @@ import struct
 import numpy as np
 
 from . import quant as _quant
+from ._files import regular_file
 
 __all__ = ["GGUFFile", "GGUFTensor", "load_gguf", "GGML_TYPES"]
 
@@ -46,6 +47,18 @@ _SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "
 _NP = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32,
        6: np.float32, 7: np.bool_, 10: np.uint64, 11: np.int64, 12: np.float64}
 _STRING, _ARRAY = 8, 9
+_TYPE_NAMES = {0: "UINT8", 1: "INT8", 2: "UINT16", 3: "INT16", 4: "UINT32", 5: "INT32",
+               6: "FLOAT32", 7: "BOOL", 8: "STRING", 9: "ARRAY", 10: "UINT64", 11: "INT64",
+               12: "FLOAT64"}
+# what a reader of a key may ask for -> the declared types that satisfy it (llama.cpp reads
+# by declared type; we let an integer key be of any integer width)
+_INT = frozenset((0, 1, 2, 3, 4, 5, 10, 11))
+_KINDS = {"int": _INT, "float": frozenset((6, 12)), "bool": frozenset((7,)),
+          "str": frozenset((_STRING,))}
+_KIND_NAMES = {"int": "an integer type", "float": "FLOAT32 or FLOAT64", "bool": "BOOL",
+               "str": "STRING"}
+_REQUIRED = object()
+_INT64_MAX = 2**63 - 1
 _MAX_DIMS = 4           # GGML_MAX_DIMS
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 
@@ -60,6 +73,11 @@ class GGUFTensor:
         self.name, self.qtype, self.shape, self.raw, self.offset = name, qtype, shape, raw, offset
 
     def dequantize(self, dtype=np.float32) -> np.ndarray:
+        if self.qtype not in _quant.BLOCK_SIZES:
+            kind = "an integer type" if self.qtype[0] == "I" and self.qtype[1:].isdigit() \
+                else "a format we cannot dequantise"
+            raise ValueError(f"tensor {self.name!r} is {self.qtype}, {kind}, where a float "
+                             f"weight is expected (supported: {', '.join(_quant.SUPPORTED)})")
         return _quant.dequantize(self.raw, self.qtype, self.shape, dtype)
 
     def blocks(self) -> np.ndarray:
@@ -158,8 +176,8 @@ class GGUFFile:
     def __init__(self, path):
         self.path = os.fspath(path)
         where = f"GGUF {self.path!r}"
-        if not os.path.isfile(self.path):
-            raise FileNotFoundError(f"{where}: no such file")
+        self._where = where
+        regular_file(self.path, "GGUF file")
         with open(self.path, "rb") as f:
             magic = f.read(4)
             size = os.fstat(f.fileno()).st_size
@@ -179,14 +197,19 @@ class GGUFFile:
         if n_kv * 12 + n_tensors * 24 > size:
             raise ValueError(f"{where}: truncated or corrupt: header claims {n_kv} metadata "
                              f"entries and {n_tensors} tensors in a {size}-byte file")
-        meta = {}
+        meta, types = {}, {}
         for i in range(n_kv):
             key = r.string(f"metadata key {i}")
             if key in meta:
                 raise ValueError(f"{where}: corrupt: metadata key {key!r} appears twice")
             vtype = r.u32(f"metadata {key!r} type")
+            if vtype == _ARRAY:       # the element type, for typed reads (read again below)
+                r.need(4, f"metadata {key!r}")
+                types[key] = (vtype, _U32.unpack_from(mm, r.off)[0])
+            else:
+                types[key] = (vtype, None)
             meta[key] = r.value(vtype, f"metadata {key!r}")
-        self._raw_meta = meta
+        self._raw_meta, self._types = meta, types
         infos = []
         for i in range(n_tensors):
             name = r.string(f"tensor {i} name")
@@ -198,8 +221,9 @@ class GGUFFile:
             tid = r.u32(f"tensor {name!r} type")
             off = r.u64(f"tensor {name!r} offset")
             infos.append((name, ne, tid, off))
-        align = meta.get("general.alignment", 32)
-        if align.__class__ is not int or align <= 0 or align & (align - 1):   # (a bool too)
+        self._meta: dict = {}
+        align = self.typed("general.alignment", "int", 32)
+        if align <= 0 or align & (align - 1):
             raise ValueError(f"{where}: corrupt: general.alignment {align!r} is not a power of two")
         data_start = -(-r.off // align) * align
         self.data_offset = data_start
@@ -207,25 +231,35 @@ class GGUFFile:
         self.version = version
         base = np.frombuffer(mm, np.uint8)
         self.tensors: dict[str, GGUFTensor] = {}
+        # gguf.cpp's rule: in file order, each tensor's offset is the running total of the
+        # sizes before it, each padded to the alignment (no overlap, no gap, no reordering)
+        expect = 0
         for name, ne, tid, off in infos:
+            if name in self.tensors:
+                raise ValueError(f"{where}: corrupt: tensor {name!r} appears twice")
             if tid not in GGML_TYPES:
                 raise ValueError(f"{where}: tensor {name!r} has unknown GGML type id {tid}")
             qtype, bs, ts = GGML_TYPES[tid]
             shape = tuple(int(n) for n in reversed(ne))
             numel = math.prod(shape)
-            if shape and shape[-1] % bs:
+            if any(n > _INT64_MAX for n in ne) or numel > _INT64_MAX:
+                raise ValueError(f"{where}: corrupt: tensor {name!r} has shape {shape}, whose "
+                                 f"size does not fit int64")
+            row = shape[-1] if shape else 1
+            if row % bs:
                 raise ValueError(f"{where}: tensor {name!r} ({qtype}, shape {shape}): rows of "
-                                 f"{shape[-1]} are not a multiple of the block size {bs}")
+                                 f"{row} are not a multiple of the block size {bs}")
             want = numel // bs * ts
+            if off != expect:
+                raise ValueError(f"{where}: corrupt: tensor {name!r} has data offset {off}, "
+                                 f"expected {expect} (the padded sizes of the tensors before it, "
+                                 f"alignment {align})")
             begin = data_start + off
-            if off % align or begin + want > size:
-                raise ValueError(f"{where}: tensor {name!r} ({qtype}, shape {shape}) needs "
-                                 f"{want} bytes at offset {begin}, file has {size}"
-                                 + (f" (offset not {align}-aligned)" if off % align else ""))
-            if name in self.tensors:
-                raise ValueError(f"{where}: corrupt: tensor {name!r} appears twice")
+            if begin + want > size:
+                raise ValueError(f"{where}: truncated: tensor {name!r} ({qtype}, shape {shape}) "
+                                 f"needs {want} bytes at offset {begin}, file has {size}")
             self.tensors[name] = GGUFTensor(name, qtype, shape, base[begin:begin + want], begin)
-        self._meta: dict = {}
+            expect += -(-want // align) * align
 
     def get(self, key, default=None):
         """A metadata value: int/float/bool/str, or a list for arrays (None-safe default)."""
@@ -239,14 +273,65 @@ class GGUFFile:
             self._meta[key] = v
         return v
 
-    def stop_token_ids(self) -> list:
+    def typed(self, key, kind: str, default=_REQUIRED, *, positive: bool = False):
+        """The value of `key` read by its declared type, as llama.cpp reads: `kind` is 'int'
+        (any integer width), 'float' (FLOAT32/64), 'bool' or 'str', or one of those with '[]'
+        for an array of it (a list). A key of another type raises ValueError "key K has type
+        T, expected U"; a missing key returns `default`, or raises when none is given.
+        positive=True refuses a value <= 0 (counts where zero is meaningless)."""
+        if key not in self._raw_meta:
+            if default is _REQUIRED:
+                raise ValueError(f"{self._where}: missing metadata key {key!r}")
+            return default
+        vtype, etype = self._types[key]
+        base = kind[:-2] if kind.endswith("[]") else kind
+        ok = _KINDS[base]
+        if kind.endswith("[]"):
+            good = vtype == _ARRAY and etype in ok
+            want = f"ARRAY of {_KIND_NAMES[base]}"
+        else:
+            good = vtype in ok
+            want = _KIND_NAMES[base]
+        if not good:
+            got = _TYPE_NAMES.get(vtype, str(vtype)) + (
+                f" of {_TYPE_NAMES.get(etype, str(etype))}" if vtype == _ARRAY else "")
+            raise ValueError(f"{self._where}: key {key!r} has type {got}, expected {want}")
+        v = self.get(key)
+        if positive and (v <= 0 if not isinstance(v, list) else not all(x > 0 for x in v)):
+            raise ValueError(f"{self._where}: key {key!r} is {v!r:.80}, expected > 0")
+        if base == "float" and not isinstance(v, list) and not math.isfinite(v):
+            raise ValueError(f"{self._where}: key {key!r} is {v!r:.80}, expected a finite number")
+        return v
+
+    def n_vocab(self) -> int | None:
+        """The vocabulary size: the token list's length, else token_embd's rows (None when
+        the file has neither)."""
+        if "tokenizer.ggml.tokens" in self._raw_meta:
+            return len(self.typed("tokenizer.ggml.tokens", "str[]"))
+        t = self.tensors.get("token_embd.weight")
+        return t.shape[0] if t is not None and t.shape else None
+
+    def token_id(self, key, vocab: int | None = None) -> int | None:
+        """A special-token id (`tokenizer.ggml.*_token_id`): an integer in [0, vocab)
+        (vocab: n_vocab() unless given); None when the key is absent."""
+        v = self.typed(key, "int", None)
+        if v is None:
+            return None
+        n = self.n_vocab() if vocab is None else vocab
+        if v < 0 or (n is not None and v >= n):
+            raise ValueError(f"{self._where}: key {key!r} is {v}, outside the vocabulary "
+                             f"[0, {n})" if n is not None else
+                             f"{self._where}: key {key!r} is {v}, a token id must be >= 0")
+        return v
+
+    def stop_token_ids(self, vocab: int | None = None) -> list:
         """The end-of-sequence id, then the end-of-turn id when it differs (chat models end a
         reply with EOT): the ids generation stops at."""
         ids = []
         for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"):
-            v = self.get(key)
-            if v is not None and int(v) not in ids:
-                ids.append(int(v))
+            v = self.token_id(key, vocab)
+            if v is not None and v not in ids:
+                ids.append(v)
         return ids
 
     def array(self, key) -> np.ndarray | list:
@@ -267,7 +352,7 @@ class GGUFFile:
 
     @property
     def architecture(self) -> str:
-        return self.get("general.architecture")
+        return self.typed("general.architecture", "str", None)
 
     def tensor(self, name) -> GGUFTensor:
         t = self.tensors.get(name)
@@ -277,10 +362,9 @@ class GGUFFile:
 
     def token_list(self, key) -> list:
         """A string array (vocabulary, merges)."""
-        v = self.array(key)
-        if not isinstance(v, list) or (v and not isinstance(v[0], str)):
-            raise TypeError(f"GGUF {self.path!r}: metadata {key!r} is not a string array")
-        return v
+        if key not in self._raw_meta:
+            raise KeyError(f"GGUF {self.path!r}: no metadata key {key!r}")
+        return self.typed(key, "str[]")
 
 
 def load_gguf(path) -> GGUFFile:

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import math
 
-import ml_dtypes
 import numpy as np
+
+from .. import dtypes as _dt
 
 __all__ = ["BLOCK_SIZES", "dequantize", "SUPPORTED"]
 
@@ -114,15 +115,15 @@ def _q6_k(b):
 _BLOCK_FNS = {"Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q4_K": _q4_k, "Q5_K": _q5_k,
               "Q6_K": _q6_k}
 _INTO = ("Q8_0", "Q4_0", "Q4_1")      # fn(blocks, out) instead of returning the floats
-_FLOAT = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "F64": np.float64}
+_FLOAT = {"F32": _dt.float32, "F16": _dt.float16, "BF16": _dt.bfloat16, "F64": _dt.float64}
 
 
 def dequantize(raw: np.ndarray, qtype: str, shape, out_dtype=np.float32,
                chunk_blocks: int = 1 << 13) -> np.ndarray:
     """Raw bytes of a GGML tensor -> array of `shape` (torch order) in `out_dtype`.
 
-    Float types are converted with astype; block types are decoded in chunks so the
-    float32 temporaries stay small.
+    Float types are converted by the dtype table's cast rule; block types are decoded in
+    chunks so the float32 temporaries stay small.
     """
     if qtype not in BLOCK_SIZES:
         raise ValueError(f"dequantize: unsupported GGML type {qtype!r}; supported: "
@@ -141,7 +142,7 @@ def dequantize(raw: np.ndarray, qtype: str, shape, out_dtype=np.float32,
         raise ValueError(f"dequantize: {qtype} tensor of shape {shape} needs {want} bytes, "
                          f"got {raw.nbytes}")
     if qtype in _FLOAT:
-        return raw.view(_FLOAT[qtype]).reshape(shape).astype(out_dtype)
+        return _dt.cast(raw.view(_FLOAT[qtype].np).reshape(shape), _dt.as_dtype(out_dtype))
     blocks = raw.reshape(-1, ts)
     out = np.empty((blocks.shape[0], bs), out_dtype)
     fn = _BLOCK_FNS[qtype]

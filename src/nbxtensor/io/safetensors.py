@@ -5,7 +5,9 @@ each tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets re
 to the first data byte) plus an optional "__metadata__" dict of strings.
 
 Every offset is checked against the file before any byte is read, so a lying or
-truncated file gives a ValueError naming the tensor, never an out-of-bounds read.
+truncated file gives a ValueError naming the tensor, never an out-of-bounds read. As in
+the reference (Rust) reader, the tensors must tile the data exactly: offsets contiguous
+from 0, no hole, no overlap, no trailing byte; no name twice; `__metadata__` str -> str.
 """
 from __future__ import annotations
 
@@ -18,10 +20,12 @@ import time
 
 import numpy as np
 
+from .. import config as _config
 from .. import dtypes as _dt
 from ..creation import from_numpy
 from ..device import as_device
 from ..tensor import Tensor
+from ._files import regular_file
 
 __all__ = ["safe_open", "load_file", "save_file", "SafetensorsFile", "save", "load"]
 
@@ -45,6 +49,38 @@ def _parse_header(buf: bytes, file_size: int, where: str):
     return n
 
 
+class _Duplicate(ValueError):
+    pass
+
+
+def _no_duplicates(pairs):
+    d = {}
+    for k, v in pairs:
+        if k in d:
+            raise _Duplicate(k)
+        d[k] = v
+    return d
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _decode_header(raw: bytes, where: str) -> dict:
+    """The JSON header: strict JSON (no NaN/Infinity), an object (the reference reader
+    wants '{' first), no key twice (a second tensor of one name would hide the first)."""
+    if not raw.startswith(b"{"):
+        raise ValueError(f"{where}: header must be a JSON object starting with '{{', got "
+                         f"{raw[:16]!r}")
+    try:
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates,
+                          parse_constant=_no_constant)
+    except _Duplicate as e:
+        raise ValueError(f"{where}: header names {e.args[0]!r} twice") from None
+    except (ValueError, RecursionError) as e:   # JSONDecodeError, UnicodeDecodeError, depth
+        raise ValueError(f"{where}: header is not valid UTF-8 JSON ({e})") from None
+
+
 class _Entry:
     __slots__ = ("name", "dtype", "shape", "begin", "end")
 
@@ -52,35 +88,39 @@ class _Entry:
         self.name, self.dtype, self.shape, self.begin, self.end = name, dtype, shape, begin, end
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _validate(header: dict, data_size: int, where: str) -> tuple[dict, dict]:
+    """Entries checked as the reference (Rust) reader checks them: known dtype, shape of
+    ints >= 0, byte size = prod(shape) * itemsize, and the offsets, in order, tile the data
+    exactly from 0 (no hole, no overlap, no trailing byte)."""
     if not isinstance(header, dict):
         raise ValueError(f"{where}: header must be a JSON object, got {type(header).__name__}")
-    meta = header.get("__metadata__", {}) or {}
-    if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                             for k, v in meta.items()):
-        raise ValueError(f"{where}: __metadata__ must map strings to strings")
+    meta = header.get("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise ValueError(f"{where}: __metadata__ must map strings to strings, got {meta!r:.200}")
     entries = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
         if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
             raise ValueError(f"{where}: tensor {name!r}: entry must have dtype, shape and "
-                             f"data_offsets, got {info!r}")
+                             f"data_offsets, got {info!r:.200}")
         code = info["dtype"]
-        if code not in _BY_CODE:
+        if not isinstance(code, str) or code not in _BY_CODE:
             raise ValueError(f"{where}: tensor {name!r}: unknown or unsupported dtype {code!r}; "
                              f"supported: {', '.join(sorted(_BY_CODE))}")
         dtype = _BY_CODE[code]
         shape = info["shape"]
-        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool)
-                                                  and s >= 0 for s in shape):
+        if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
             raise ValueError(f"{where}: tensor {name!r}: shape must be a list of ints >= 0, "
-                             f"got {shape!r}")
+                             f"got {shape!r:.200}")
         offs = info["data_offsets"]
-        if (not isinstance(offs, list) or len(offs) != 2
-                or not all(isinstance(o, int) and not isinstance(o, bool) for o in offs)):
+        if not isinstance(offs, list) or len(offs) != 2 or not all(_is_int(o) for o in offs):
             raise ValueError(f"{where}: tensor {name!r}: data_offsets must be [begin, end], "
-                             f"got {offs!r}")
+                             f"got {offs!r:.200}")
         begin, end = offs
         if not 0 <= begin <= end:
             raise ValueError(f"{where}: tensor {name!r}: bad data_offsets {offs} (need "
@@ -94,10 +134,22 @@ def _validate(header: dict, data_size: int, where: str) -> tuple[dict, dict]:
             raise ValueError(f"{where}: tensor {name!r}: shape {shape} of {code} needs {want} "
                              f"bytes, but data_offsets {offs} span {end - begin}")
         entries[name] = _Entry(name, dtype, tuple(shape), begin, end)
-    spans = sorted((e.begin, e.end, e.name) for e in entries.values() if e.end > e.begin)
-    for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
-        if b1 < e0:
-            raise ValueError(f"{where}: tensors {n0!r} {[b0, e0]} and {n1!r} {[b1, e1]} overlap")
+    at, prev = 0, None
+    for e in sorted(entries.values(), key=lambda e: (e.begin, e.end)):
+        if e.begin != at:
+            if prev is None:
+                what = "does not start at 0"
+            elif e.begin < at:
+                what = f"overlaps {prev.name!r} {[prev.begin, prev.end]}"
+            else:
+                what = (f"leaves a hole of {e.begin - at} bytes after {prev.name!r} "
+                        f"{[prev.begin, prev.end]}")
+            raise ValueError(f"{where}: tensor {e.name!r} at data_offsets {[e.begin, e.end]} "
+                             f"{what}; tensors must tile the data contiguously from offset 0")
+        at, prev = e.end, e
+    if at != data_size:
+        raise ValueError(f"{where}: {data_size - at} trailing bytes after the last tensor "
+                         f"(the tensors cover {at} of {data_size} data bytes)")
     return entries, dict(meta)
 
 
@@ -105,8 +157,8 @@ class _Progress:
     """A one-line progress bar with the read rate, on stderr, for large loads only."""
 
     def __init__(self, total: int, label: str):
-        force = os.environ.get("NBX_PROGRESS")
-        self.on = (force == "1") or (force != "0" and total >= PROGRESS_MIN_BYTES
+        force = _config.get("NBX_PROGRESS")
+        self.on = (force == "1") or (force == "auto" and total >= PROGRESS_MIN_BYTES
                                      and sys.stderr.isatty())
         self.total, self.done, self.label = total, 0, label
         self.t0 = self.last = time.perf_counter()
@@ -143,15 +195,15 @@ class SafetensorsFile:
         self.path = os.fspath(path)
         self.device = as_device(device)      # get_tensor's default device
         where = f"safetensors {self.path!r}"
-        size = os.path.getsize(self.path)
+        size = regular_file(self.path, "safetensors file").st_size
         with open(self.path, "rb") as f:
             head = f.read(8)
             n = _parse_header(head, size, where)
             raw = f.read(n)
-        try:
-            header = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{where}: header is not valid UTF-8 JSON ({e})") from None
+        if len(raw) != n:
+            raise ValueError(f"{where}: truncated file: the header ends after {len(raw)} of "
+                             f"{n} bytes")
+        header = _decode_header(raw, where)
         self._data_start = 8 + n
         self._entries, self._metadata = _validate(header, size - self._data_start, where)
         self._map = np.memmap(self.path, dtype=np.uint8, mode="r") if size > 0 else None
@@ -293,10 +345,7 @@ def load(data: bytes, device=None) -> dict[str, Tensor]:
     """Tensors from safetensors bytes (copies)."""
     where = "safetensors bytes"
     n = _parse_header(data[:8], len(data), where)
-    try:
-        header = json.loads(data[8:8 + n].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{where}: header is not valid UTF-8 JSON ({e})") from None
+    header = _decode_header(bytes(data[8:8 + n]), where)
     entries, _ = _validate(header, len(data) - 8 - n, where)
     buf = np.frombuffer(data, np.uint8)
     out = {}

@@ -20,6 +20,9 @@ def load_model(model: str, device=None, dtype=None):
         return LlamaModel.from_gguf(path, device=dev, dtype=dtype)
     if kind == "llama-folder":
         return LlamaModel.from_folder(path, device=dev, dtype=dtype)
+    if kind == "moe-folder":
+        from .moe import MoeModel
+        return MoeModel.from_folder(path, device=dev, dtype=dtype)
     return BertModel.from_folder(path, device=dev, dtype=dtype)
 
 

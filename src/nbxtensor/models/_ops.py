@@ -16,17 +16,17 @@ Quantised weights (`QuantWeight`) go to the fused dequantise-GEMV kernel
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
 import nbxtensor as nbx
+from .. import config as _config
 from ..dispatch import NotImplementedOnDevice
 
 # verified against the golden tests on cpu (2026-11-29); the rest use the stand-ins
 REAL_ON_CPU: set[str] = {"linear", "add", "mul", "rms_norm", "layer_norm", "silu", "gelu",
                          "embedding", "scaled_dot_product_attention"}
-_MODE = os.environ.get("NBX_MODELS_OPS", "auto")
+_MODE = _config.get("NBX_MODELS_OPS")
 
 
 def _real(name, t):
@@ -119,12 +119,19 @@ def layer_norm(x, w, b, eps):
 
 
 # ------------------------------------------------------------------------ activations
+def _silu_np(g):
+    # exp(-g) overflows to inf for very negative g, where silu is -0.0: the right value,
+    # computed without NumPy's overflow warning (the kernels compute it silently too)
+    with np.errstate(over="ignore"):
+        return g / (1.0 + np.exp(-g))
+
+
 def silu_mul(gate, up):
     """silu(gate) * up (SwiGLU)."""
     if _real("silu", gate) is not None and _real("mul", gate) is not None:
         return nbx.mul(nbx.silu(gate), up)
     g, u = _host(gate, "silu"), _host(up, "silu")
-    return _wrap(g / (1.0 + np.exp(-g)) * u)
+    return _wrap(_silu_np(g) * u)
 
 
 _ERF = np.frompyfunc(math.erf, 1, 1)
@@ -150,7 +157,13 @@ def embedding(ids, w):
     f = _real("embedding", w)
     if f is not None:
         return f(ids, w)
-    return _wrap(_host(w, "embedding")[_host(ids, "embedding")])
+    wh, ih = _host(w, "embedding"), _host(ids, "embedding")
+    bad = (ih < 0) | (ih >= wh.shape[0])        # NumPy would wrap negative ids
+    if bad.any():
+        from ..ops.indexing import _oob_error
+        raise _oob_error(("embedding", f"a weight of {wh.shape[0]} rows", 0, wh.shape[0]),
+                         int(ih[bad].max()))
+    return _wrap(wh[ih])
 
 
 # ------------------------------------------------------------------------ RoPE + attention
@@ -427,7 +440,7 @@ def fused_linear(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None, 
             y = y + bias.numpy().astype(np.float32)
         if glu:
             g, u = y[:, :N], y[:, N:]
-            y = g / (1.0 + np.exp(-g)) * u
+            y = _silu_np(g) * u
         if residual is not None:
             y = y + residual.numpy().astype(np.float32)
         return _wrap(y.astype((out_dtype or x.dtype).np))

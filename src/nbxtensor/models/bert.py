@@ -2,7 +2,6 @@
 attention mask, mean pooling and L2 normalisation as sentence-transformers does."""
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -11,8 +10,9 @@ import numpy as np
 import nbxtensor as nbx
 from . import _ops as O
 from ..device import as_device
-from .config import BertConfig
-from .llama import _staging, _to_device
+from ..io._files import regular_file
+from .config import BertConfig, read_json
+from .llama import _float_weight, _staging, _to_device
 
 __all__ = ["BertModel"]
 
@@ -41,7 +41,7 @@ class BertModel:
                 full = prefix + name
                 if full not in f:
                     raise KeyError(f"{folder}: tensor {full!r} missing from model.safetensors")
-                return _to_device(f.get_numpy(full), dtype, dev, up, full)
+                return _to_device(_float_weight(f, full), dtype, dev, up, full)
             w = {k: get(f"embeddings.{k}") for k in
                  ("word_embeddings.weight", "position_embeddings.weight",
                   "token_type_embeddings.weight", "LayerNorm.weight", "LayerNorm.bias")}
@@ -60,10 +60,16 @@ class BertModel:
         if max_seq_length is None:
             max_seq_length = 256
             sb = os.path.join(folder, "sentence_bert_config.json")
-            if os.path.isfile(sb):
-                with open(sb) as fh:
-                    max_seq_length = json.load(fh).get("max_seq_length", 256)
-        tk = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+            if regular_file(sb, "sentence_bert_config.json", missing_ok=True):
+                max_seq_length = read_json(sb, "sentence_bert_config.json").get(
+                    "max_seq_length", 256)
+                if not isinstance(max_seq_length, int) or isinstance(max_seq_length, bool) \
+                        or max_seq_length <= 0:
+                    raise ValueError(f"{sb}: key 'max_seq_length' is {max_seq_length!r:.80}, "
+                                     f"expected an integer > 0")
+        tk_path = os.path.join(folder, "tokenizer.json")
+        regular_file(tk_path, "tokenizer.json")
+        tk = Tokenizer.from_file(tk_path)
         tk.no_padding()   # the file pads every input to 128; we pad per batch instead
         tk.enable_truncation(max_length=min(max_seq_length, cfg.max_position_embeddings))
         m = cls(cfg, w, tk, dev, dtype, max_seq_length)

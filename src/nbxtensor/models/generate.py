@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from .sampling import Sampler
 
-__all__ = ["generate", "GenerationResult"]
+__all__ = ["generate", "generate_batch", "GenerationResult"]
 
 
 @dataclass
@@ -33,7 +33,8 @@ class GenerationResult:
 
 
 def generate(model, prompt_ids, max_new_tokens: int = 32, sampler: Sampler | None = None,
-             stop_ids=None, on_text=None, cache=None, graph=None) -> GenerationResult:
+             stop_ids=None, on_text=None, cache=None, graph=None,
+             on_prefill=None) -> GenerationResult:
     """Generate up to `max_new_tokens` after `prompt_ids`.
 
     on_text(str) receives decoded text as it becomes complete (UTF-8 safe streaming).
@@ -44,6 +45,9 @@ def generate(model, prompt_ids, max_new_tokens: int = 32, sampler: Sampler | Non
     positions and sampling on the device, tokens copied to the host asynchronously) with the
     step replayed as a CUDA graph; graph=False runs the same step eagerly. Elsewhere (cpu,
     interp) the host loop over model.forward runs; graph=True there is an error.
+
+    on_prefill(n_tokens, seconds) is called as the prefill starts (seconds None) and when its
+    first token is out, for progress lines on long prompts.
     """
     prompt_ids = list(prompt_ids)
     if not prompt_ids:
@@ -53,7 +57,7 @@ def generate(model, prompt_ids, max_new_tokens: int = 32, sampler: Sampler | Non
     stop = set(tok.eos_ids if stop_ids is None else stop_ids)
     if model.device.type == "cuda":
         return _generate_device(model, prompt_ids, max_new_tokens, sampler, stop, on_text,
-                                graph is not False)
+                                graph is not False, on_prefill)
     if graph:
         raise ValueError(f"generate: graph=True needs a cuda model, got {model.device}")
     need = len(prompt_ids) + max_new_tokens
@@ -62,10 +66,14 @@ def generate(model, prompt_ids, max_new_tokens: int = 32, sampler: Sampler | Non
     else:
         cache.reset()
     res = GenerationResult(prompt_tokens=len(prompt_ids))
+    if on_prefill is not None:
+        on_prefill(len(prompt_ids), None)
     t0 = time.perf_counter()
     logits = model.forward(prompt_ids, cache)
     nxt = sampler(logits, prompt_ids)
     res.prefill_seconds = time.perf_counter() - t0
+    if on_prefill is not None:
+        on_prefill(len(prompt_ids), res.prefill_seconds)
     shown = ""
     history = list(prompt_ids)
     t1 = time.perf_counter()
@@ -91,7 +99,8 @@ def generate(model, prompt_ids, max_new_tokens: int = 32, sampler: Sampler | Non
     return res
 
 
-def _generate_device(model, prompt_ids, max_new_tokens, sampler, stop, on_text, use_graph):
+def _generate_device(model, prompt_ids, max_new_tokens, sampler, stop, on_text, use_graph,
+                     on_prefill=None):
     """The device-side loop (GraphDecoder), streaming text as the tokens land on the host."""
     from .graph_decode import GraphDecoder
     tok = model.tokenizer
@@ -108,6 +117,8 @@ def _generate_device(model, prompt_ids, max_new_tokens, sampler, stop, on_text, 
 
     def on_tokens(i, row):
         t = int(row[0])
+        if on_prefill is not None and not state["toks"]:
+            on_prefill(len(prompt_ids), time.perf_counter() - t0)   # wall time, with setup
         if state["toks"] and state["toks"][-1] in stop:
             return
         state["toks"].append(t)
@@ -116,6 +127,9 @@ def _generate_device(model, prompt_ids, max_new_tokens, sampler, stop, on_text, 
             if not text.endswith("\ufffd") and len(text) > len(state["shown"]):
                 on_text(text[len(state["shown"]):])
                 state["shown"] = text
+    if on_prefill is not None:
+        on_prefill(len(prompt_ids), None)
+    t0 = time.perf_counter()
     out = dec.generate([prompt_ids], max_new_tokens=max_new_tokens, stop_ids=sorted(stop),
                        on_tokens=on_tokens, sync_every=4)
     res.tokens = out.tokens[0]
@@ -129,3 +143,45 @@ def _generate_device(model, prompt_ids, max_new_tokens, sampler, stop, on_text, 
     if on_text is not None and len(res.text) > len(state["shown"]):
         on_text(res.text[len(state["shown"]):])
     return res
+
+
+def generate_batch(model, prompts, max_new_tokens: int = 32, *, block_size: int = 16,
+                   stop_ids=None) -> list:
+    """Greedy generation for a batch of prompts of different lengths on one paged KV cache
+    (model.forward_paged): each prompt is prefilled into its own pages, then every decode
+    step runs the whole batch, each row at its own length. Returns the new tokens per
+    prompt (a row stops after one of `stop_ids`, which it keeps)."""
+    import numpy as np
+    import nbxtensor as nbx
+    prompts = [list(p) for p in prompts]
+    if not prompts or any(not p for p in prompts):
+        raise ValueError("generate_batch: every prompt needs at least one token")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"generate_batch: max_new_tokens must be a positive int, got "
+                         f"{max_new_tokens!r}")
+    stop = set(stop_ids or ())
+    caps = [len(p) + max_new_tokens for p in prompts]
+    cache = model.new_paged_cache(sum(-(-c // block_size) for c in caps), block_size)
+    cache.allocate(caps)
+    dev = model.device
+    out = []
+    for b, p in enumerate(prompts):
+        ids = nbx.tensor(model.check_token_ids([p], "generate_batch"), device=dev)
+        pos = nbx.tensor(np.arange(len(p), dtype=np.int32)[None], device=dev)
+        logits = model.forward_paged(ids, pos, cache.select(b))
+        out.append([int(np.argmax(logits.numpy()[0]))])
+    done = [t[-1] in stop for t in out]
+    lens = np.array([len(p) for p in prompts], np.int32)
+    for _ in range(max_new_tokens - 1):
+        if all(done):
+            break
+        tok = nbx.tensor(np.array([[t[-1]] for t in out], np.int64), device=dev)
+        logits = model.forward_paged(tok, nbx.tensor(lens[:, None].copy(), device=dev), cache)
+        nxt = np.argmax(logits.numpy(), axis=-1)
+        lens += 1
+        for b in range(len(prompts)):
+            if not done[b]:
+                out[b].append(int(nxt[b]))
+                done[b] = out[b][-1] in stop
+    cache.release()
+    return out

@@ -173,8 +173,8 @@ class GraphDecoder:
                              f"(got lengths {[len(p) for p in prompts]})")
         if T >= self.capacity:
             raise ValueError(f"prefill: {T} prompt tokens leave no room in capacity {self.capacity}")
+        ids = nbx.tensor(self.model.check_token_ids(prompts, "prefill"), device=self.device)
         self.cache.reset()
-        ids = nbx.tensor(np.asarray(prompts, np.int64), device=self.device)
         pos = nbx.tensor(np.broadcast_to(np.arange(T, dtype=np.int32), (self.batch, T)).copy(),
                          device=self.device)
         if self.history is not None:
@@ -193,7 +193,7 @@ class GraphDecoder:
         if not 0 <= position < self.capacity:
             raise ValueError(f"start_at: position must lie in [0, {self.capacity}), got {position}")
         toks = np.zeros((self.batch, 1), np.int64) if tokens is None else \
-            np.asarray(tokens, np.int64).reshape(self.batch, 1)
+            self.model.check_token_ids(tokens, "start_at").reshape(self.batch, 1)
         self.tokens.copy_(nbx.tensor(toks, device=self.device))
         self.positions.fill_(position)
         self.cache.lengths.fill_(position)

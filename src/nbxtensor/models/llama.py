@@ -40,7 +40,7 @@ from .config import LlamaConfig, rope_inv_freq
 __all__ = ["LlamaModel", "KVCache"]
 
 # GGUF types with a fused dequant-GEMV kernel: kept quantised on the GPU
-GPU_QUANT_TYPES = ("Q8_0", "Q4_1")
+GPU_QUANT_TYPES = ("Q8_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")   # K-quants: kernels/quant.py's GEMV
 # [quantgpu] block formats dequantised on the device at load (cuda/interp) when not kept
 DEVICE_DEQUANT_TYPES = ("Q8_0", "Q4_1", "Q4_0", "Q4_K", "Q5_K", "Q6_K")
 
@@ -252,17 +252,24 @@ class LlamaModel:
         prog = _Progress(sum(f.nbytes() for f in opened), f"loading {os.path.basename(folder)}")
         for f in opened:
             for k in f.keys():
+                if k in index:      # which copy is meant is unknowable: refuse, never pick one
+                    raise ValueError(f"{folder}: tensor {k!r} is in both {index[k].path!r} and "
+                                     f"{f.path!r}")
                 index[k] = f
 
+        qcfg = _int4_config(folder)                # [int4] GPTQ / AWQ checkpoints
         with _staging(dev, prog.total) as up:      # [staging] pinned-ring uploads on cuda
             def get(name, required=True):
+                if qcfg is not None and name.endswith(".weight") and \
+                        name[:-6] + "qweight" in index:
+                    return _int4_weight(index, name[:-6], qcfg, dev)     # [int4]
                 f = index.get(name)
                 if f is None:
                     if required:
                         raise KeyError(f"{folder}: tensor {name!r} not found in {len(files)} "
                                        f"safetensors file(s)")
                     return None
-                a = f.get_numpy(name)
+                a = _float_weight(f, name)
                 prog.update(a.nbytes)
                 return _to_device(a, dtype, dev, up, name)
             w = {"embed": get("model.embed_tokens.weight"), "norm": get("model.norm.weight"),
@@ -310,7 +317,7 @@ class LlamaModel:
         """
         cfg = self.cfg
         if not isinstance(ids, nbx.Tensor):
-            ids = nbx.tensor(np.asarray(ids, np.int64), device=self.device)
+            ids = nbx.tensor(self.check_token_ids(ids, "forward"), device=self.device)
         T = ids.shape[0]
         pos = cache.pos
         if pos + T > cache.max_len:
@@ -323,8 +330,10 @@ class LlamaModel:
             x = x.to(self.dtype)
         for i, L in enumerate(self.w["layers"]):
             h = O.rms_norm(x, L["attn_norm"], cfg.rms_norm_eps)
-            q = O.linear(h, L["wq"], L.get("bq")).view(1, T, Hq, D).transpose(1, 2)
-            k = O.linear(h, L["wk"], L.get("bk")).view(1, T, Hkv, D).transpose(1, 2)
+            q, k = _qk_norm(L, O.linear(h, L["wq"], L.get("bq")),
+                            O.linear(h, L["wk"], L.get("bk")), cfg.rms_norm_eps)
+            q = q.view(1, T, Hq, D).transpose(1, 2)
+            k = k.view(1, T, Hkv, D).transpose(1, 2)
             v = O.linear(h, L["wv"], L.get("bv")).view(1, T, Hkv, D).transpose(1, 2)
             q, k = O.rope(q, cos, sin), O.rope(k, cos, sin)
             cache.k[i][:, :, pos:pos + T] = k
@@ -334,8 +343,7 @@ class LlamaModel:
             a = a.transpose(1, 2).reshape(T, Hq * D)
             x = O.add(x, O.linear(a, L["wo"]))
             h = O.rms_norm(x, L["ffn_norm"], cfg.rms_norm_eps)
-            f = O.silu_mul(O.linear(h, L["w_gate"]), O.linear(h, L["w_up"]))
-            x = O.add(x, O.linear(f, L["w_down"]))
+            x = O.add(x, self._mlp(L, h))
         cache.advance(T)
         if not all_logits:
             x = x[T - 1:T]
@@ -345,6 +353,32 @@ class LlamaModel:
             x = x.to(nbx.float32)
         logits = O.linear(x, self.w["lm_head"])
         return logits if all_logits else logits[0]
+
+    @property
+    def vocab_size(self) -> int:
+        """The rows of the token embedding: every token id fed in lies in [0, vocab_size)."""
+        return int(self.w["embed"].shape[0])
+
+    def check_token_ids(self, ids, op: str) -> np.ndarray:
+        """Host token ids (ints, lists of them or an integer ndarray) as int64, each checked
+        against the vocabulary before the embedding sees it (IndexError naming the id).
+        Device tensors are checked by the embedding kernels instead (their index-error
+        flag: no host read, so a captured step stays capturable)."""
+        a = ids if isinstance(ids, np.ndarray) else np.array(ids, dtype=object)
+        flat = a.reshape(-1)
+        if a.dtype == object:
+            for t in flat:
+                if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+                    raise TypeError(f"{op}: token ids must be ints, got {type(t).__name__} "
+                                    f"{t!r}")
+        elif flat.size and a.dtype.kind not in "iu":
+            raise TypeError(f"{op}: token ids must be integers, got an array of {a.dtype}")
+        V = self.vocab_size
+        bad = (flat < 0) | (flat >= V)
+        if bad.any():
+            raise IndexError(f"{op}: token id {flat[bad][0]} is out of range for the "
+                             f"vocabulary of {V} tokens (valid ids are 0..{V - 1})")
+        return flat.astype(np.int64).reshape(a.shape)
 
     # ------------------------------------------------------- device-side (capturable) step
     def new_kv_cache(self, batch: int, capacity: int):
@@ -420,6 +454,7 @@ class LlamaModel:
                     h = O.rms_norm(x, L["attn_norm"], eps)
                     q, k, v = (O.linear(h, L["wq"], L.get("bq")),
                                O.linear(h, L["wk"], L.get("bk")), O.linear(h, L["wv"], L.get("bv")))
+                    q, k = _qk_norm(L, q, k, eps)
                 q = q.view(B, T, Hq, D).transpose(1, 2)
                 k = k.view(B, T, Hkv, D).transpose(1, 2)
                 v = v.view(B, T, Hkv, D).transpose(1, 2)
@@ -439,8 +474,7 @@ class LlamaModel:
             else:
                 x = O.add(x, O.linear(a, L["wo"]))
                 h = O.rms_norm(x, L["ffn_norm"], eps)
-                f = O.silu_mul(O.linear(h, L["w_gate"]), O.linear(h, L["w_up"]))
-                x = O.add(x, O.linear(f, L["w_down"]))
+                x = O.add(x, self._mlp(L, h))
         if T > 1:
             x = x.reshape(B, T, -1)[:, T - 1]
         if fused and self.fused_head:
@@ -453,9 +487,119 @@ class LlamaModel:
             x = x.to(nbx.float32)     # as forward: fp32 logits for the quantised head
         return O.linear(x, w["lm_head"])
 
+    # ------------------------------------------------------------ paged KV cache [paged]
+    def new_paged_cache(self, num_blocks: int, block_size: int = 16):
+        c = self.cfg
+        return nbx.PagedKVCache(num_blocks, block_size, c.num_hidden_layers,
+                                c.num_key_value_heads, c.head_dim, dtype=self.dtype,
+                                device=self.device)
+
+    def forward_paged(self, tokens_t, positions_t, cache):
+        """tokens_t (B, T) at positions_t (B, T) (device int tensors; each row's positions
+        continue its sequence: lengths[b] .. lengths[b] + T - 1) appended to the
+        nbx.PagedKVCache `cache` (its block tables give each sequence its pages, so the
+        rows may hold sequences of different lengths); returns the last token's logits
+        (B, vocab) in float32. The unfused ops, with paged decode attention (T query tokens,
+        bottom-right causal, so a prompt's prefill is the same call)."""
+        cfg, w = self.cfg, self.w
+        if not isinstance(cache, nbx.PagedKVCache):
+            raise TypeError(f"forward_paged: cache must be an nbx.PagedKVCache, got "
+                            f"{type(cache).__name__}")
+        B, T = tokens_t.shape
+        if cache.batch != B or cache.dtype != self.dtype or cache.device != self.device:
+            raise ValueError(f"forward_paged: cache {cache!r} with batch {cache.batch} does "
+                             f"not fit tokens_t {tuple(tokens_t.shape)} ({self.dtype.name} on "
+                             f"{self.device})")
+        Hq, Hkv, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        eps = cfg.rms_norm_eps
+        rope = dict(theta=cfg.rope_theta, scaling=cfg.rope_scaling or None)
+        x = O.embedding(tokens_t.reshape(B * T), w["embed"])
+        if x.dtype != self.dtype:
+            x = x.to(self.dtype)
+        for i, L in enumerate(w["layers"]):
+            h = O.rms_norm(x, L["attn_norm"], eps)
+            q, k = _qk_norm(L, O.linear(h, L["wq"], L.get("bq")),
+                            O.linear(h, L["wk"], L.get("bk")), eps)
+            v = O.linear(h, L["wv"], L.get("bv"))
+            q = nbx.apply_rotary_emb(q.view(B, T, Hq, D).transpose(1, 2).contiguous(),
+                                     positions_t, **rope)
+            k = nbx.apply_rotary_emb(k.view(B, T, Hkv, D).transpose(1, 2).contiguous(),
+                                     positions_t, **rope)
+            cache.append(i, k, v.view(B, T, Hkv, D).transpose(1, 2).contiguous(), positions_t)
+            kp, vp, bt, lengths = cache.view(i)
+            a = nbx.paged_decode_attention(q, (kp, vp), bt, lengths)
+            x = O.add(x, O.linear(a.transpose(1, 2).reshape(B * T, Hq * D), L["wo"]))
+            x = O.add(x, self._mlp(L, O.rms_norm(x, L["ffn_norm"], eps)))
+        x = x.reshape(B, T, -1)[:, T - 1]
+        x = O.rms_norm(x, w["norm"], eps)
+        return O.linear(x.to(nbx.float32) if x.dtype is not nbx.float32 and
+                        isinstance(w["lm_head"], O.QuantWeight) else x, w["lm_head"])
+
+    def generate_batch(self, prompts, max_new_tokens=32, **kw):
+        from .generate import generate_batch
+        return generate_batch(self, prompts, max_new_tokens=max_new_tokens, **kw)
+    # [/paged]
+
+    def _mlp(self, L, h):
+        """The feed-forward block of layer L on the normed states h (tokens, hidden); the
+        MoE models (models/moe.py) put their experts here."""
+        return O.linear(O.silu_mul(O.linear(h, L["w_gate"]), O.linear(h, L["w_up"])), L["w_down"])
+
     def generate(self, prompt_ids, max_new_tokens=32, **kw):
         from .generate import generate
         return generate(self, prompt_ids, max_new_tokens=max_new_tokens, **kw)
+
+
+def _qk_norm(L, q, k, eps):
+    """RMSNorm of the q and k projections (tokens, heads*D) where the layer has one:
+    per head (Qwen3, a (D,) weight) or over the whole projection (OLMoE); the weight's
+    length says which."""
+    if L.get("q_norm") is None:
+        return q, k
+
+    def norm(t, w):
+        return O.rms_norm(t.reshape(-1, w.shape[0]), w, eps).reshape(t.shape)
+    return norm(q, L["q_norm"]), norm(k, L["k_norm"])
+
+
+# [int4] GPTQ / AWQ folders: config.json's quantization_config and the packed tensors
+def _int4_config(folder):
+    """None for a float checkpoint, else {"format", "group_size"}; refuses what the int4
+    kernels do not read (bits != 4, GPTQ v2 zeros, AWQ's GEMV-packed layout)."""
+    from .config import read_json
+    path = os.path.join(folder, "config.json")
+    q = read_json(path, "config.json").get("quantization_config")
+    if q is None:
+        return None
+    method = q.get("quant_method")
+    if method not in ("gptq", "awq"):
+        raise ValueError(f"{path}: quantization_config.quant_method {method!r} is not "
+                         f"supported (gptq or awq)")
+    bits = q.get("bits", q.get("w_bit"))
+    if bits != 4:
+        raise ValueError(f"{path}: quantization_config bits {bits!r}: only 4 is supported")
+    gs = q.get("group_size", q.get("q_group_size", 128))
+    if method == "gptq" and q.get("checkpoint_format", "gptq") != "gptq":
+        raise ValueError(f"{path}: GPTQ checkpoint_format {q.get('checkpoint_format')!r}: only "
+                         f"'gptq' (zeros stored minus one) is supported")
+    if method == "awq" and str(q.get("version", "gemm")).lower() != "gemm":
+        raise ValueError(f"{path}: AWQ version {q.get('version')!r}: only 'gemm' is supported")
+    return {"format": method, "group_size": gs}
+
+
+def _int4_weight(index, prefix, qcfg, dev):
+    """nbx.QuantizedTensor from `prefix`qweight / qzeros / scales (/ g_idx)."""
+    def t(suffix, required=True):
+        f = index.get(prefix + suffix)
+        if f is None:
+            if required:
+                raise KeyError(f"tensor {prefix + suffix!r} not found (an int4 layer needs "
+                               f"qweight, qzeros and scales)")
+            return None
+        return nbx.from_numpy(np.ascontiguousarray(f.get_numpy(prefix + suffix))).to(dev)
+    return nbx.QuantizedTensor(t("qweight"), t("scales"), t("qzeros"),
+                               group_size=qcfg["group_size"], format=qcfg["format"],
+                               g_idx=t("g_idx", False) if qcfg["format"] == "gptq" else None)
 
 
 def _staging(dev, total_bytes=None):
@@ -464,6 +608,17 @@ def _staging(dev, total_bytes=None):
         return contextlib.nullcontext(None)
     from ..io.staging import Uploader
     return Uploader(dev, total_bytes=total_bytes)
+
+
+def _float_weight(f, name) -> np.ndarray:
+    """The host array of safetensors tensor `name`, refused unless it is stored as a float:
+    an integer or bool tensor where a weight belongs is a broken file, and casting it to
+    the compute dtype would run the model on garbage."""
+    dt, _ = f.info(name)
+    if not dt.is_floating_point:
+        raise ValueError(f"safetensors {f.path!r}: tensor {name!r} is stored as "
+                         f"{dt.safetensors}, expected a float weight (F32, F16, BF16, ...)")
+    return f.get_numpy(name)
 
 
 def _to_device(a: np.ndarray, dtype, dev, up=None, name=None):

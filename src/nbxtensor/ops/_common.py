@@ -5,10 +5,20 @@ from ..tensor import Tensor, _overlaps
 
 
 def check_tensor(x, argname: str, op: str) -> Tensor:
-    """`x` itself when it is a Tensor; otherwise a TypeError naming `op` and the argument."""
+    """`x` itself when it is a Tensor; otherwise a TypeError naming `op` and the argument.
+    A complex `x` is refused too, except by the ops that take complex (COMPLEX_OPS): the other
+    families' kernels have no complex types."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{op}: {argname} must be a Tensor, got {type(x).__name__}")
+    if x._dtype.kind == "c" and op not in COMPLEX_OPS:
+        raise TypeError(f"{op}: {argname} is {x._dtype.name}; complex tensors are not supported "
+                        f"by {op}")
     return x
+
+
+# the ops outside ops/elementwise.py (which has its own COMPLEX_NAMES) that accept complex
+COMPLEX_OPS = frozenset(("sum", "mean", "matmul", "complex", "polar", "real", "imag", "conj",
+                         "angle"))
 
 
 def check_out(out, shape, dtype, device, op: str) -> Tensor:

@@ -20,6 +20,8 @@ decode_attention(query, k_cache, v_cache, lengths, *, scale=None) -- flash-decod
   int32/int64 tensor of shape () or (B,). Query token t attends keys j <= lengths[b]-T+t
   (bottom-right causal). The launch depends only on shapes and capacity, never on the value
   of `lengths`, so one launch can be captured in a CUDA graph and replayed every step.
+  A length outside [0, capacity] raises IndexError (cpu: at the call; cuda/interp: through
+  the index-error flag, as out-of-range indices, with at most `capacity` keys read).
 
 apply_rotary_emb(x, positions, *, theta=10000.0, interleaved=False, scaling=None, out=None,
                  seq_dim=-2) -- rotary embedding of x (B, H, T, D) (seq_dim=-2, HF layout) or
@@ -227,6 +229,17 @@ def _inv_freq_tensor(head_dim, theta, scaling, device):
         t = _INV_FREQ[key] = tensor(rope_inv_freq(head_dim, theta, scaling).astype(np.float32),
                                     device=device)
     return t
+
+
+def _positions_err(op, C):
+    """The index-error description (op, what, lo, hi: kernels/indexing.py, ops/indexing.py
+    _oob_error) of KV-cache positions for a cache of capacity C: 0 .. C - 1."""
+    return (op, f"positions (the KV cache holds {C} slots)", 0, C)
+
+
+def _lengths_err(C):
+    """The same for decode attention's lengths: 0 .. C."""
+    return ("decode_attention", f"lengths (the KV cache holds {C} slots)", 0, C + 1)
 
 
 def _check_positions(positions, B, T, dev, op):

@@ -45,12 +45,12 @@ __all__ = [
     "can_cast",
 ]
 
-_NUMBER = (bool, int, float, np.bool_, np.integer, np.floating)
+_NUMBER = (bool, int, float, complex, np.bool_, np.integer, np.floating, np.complexfloating)
 
 
 # ----------------------------------------------------------------------------- helpers
 def _category(d) -> int:
-    return {"b": 0, "u": 1, "i": 1, "f": 2}[d.kind]
+    return {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}[d.kind]
 
 
 def can_cast(from_, to) -> bool:
@@ -82,7 +82,7 @@ def _compute_dtype(d):
 
 
 def _default_float_if_int(d):
-    return d if d.kind == "f" else _dt.get_default_dtype()
+    return d if d.kind in "fc" else _dt.get_default_dtype()
 
 
 def _same_memory(a: Tensor, b: Tensor) -> bool:
@@ -95,11 +95,9 @@ def _identical_layout(a: Tensor, b: Tensor) -> bool:
 
 
 def _check_int_scalar(v, ct, fname, argname):
-    if ct.kind in "ui" and isinstance(v, int) and not isinstance(v, bool):
-        info = _dt.iinfo(ct)
-        if not info.min <= v <= info.max:
-            raise OverflowError(f"{fname}: {argname}={v} cannot be converted to {ct.name} "
-                                f"without overflow")
+    """A number operand of an integer computation must fit its dtype (dtypes.check_scalar)."""
+    if ct.kind in "ui":
+        _dt.check_scalar(v, ct, fname, argname)
 
 
 def _fresh(name, shape, out_dtype, ct, dev, prepared, params):
@@ -152,6 +150,9 @@ def _run(name, fname, inputs, argnames, result_dtype, *, out=None, params=(0, 0)
     promoted dtype (what out= must be castable from); out_dtype: the dtype a fresh
     output gets (defaults to result_dtype); inplace: the tensor written in place.
     """
+    if (compute_dtype or result_dtype).kind == "c" and name not in COMPLEX_NAMES:
+        raise TypeError(f"{fname}: not supported for complex tensors (the operands promote to "
+                        f"{result_dtype.name})")
     if out is None and inplace is None and inputs[0].__class__ is Tensor:
         # tensors of one shape on one device: no broadcasting, scalars or targets to check
         x0 = inputs[0]
@@ -267,12 +268,16 @@ def _unary(name, x, out=None, inplace=False, fname=None):
         raise TypeError(f"{fname}: negation of a bool tensor is not supported; use logical_not")
     if name in ("abs", "sign") and d is _dt.bool:
         raise TypeError(f"{fname}: not supported for bool tensors")
+    if name == "abs" and d.kind == "c":     # |z| is real, computed from the complex value
+        if inplace:
+            raise TypeError(f"{fname}: in-place abs is not supported for complex tensors")
+        return _run(op, fname, [x], ["input"], _dt.to_real(d), out=out, compute_dtype=d)
     if name == "bitwise_not":
         if d.kind == "f":
             raise TypeError(f"{fname}: expected an integer or bool tensor, got {d.name}")
         if d is _dt.bool:
             op = "logical_not"
-    if kind == "intcopy" and d.kind != "f":
+    if kind == "intcopy" and d.kind in "bui":
         op = "copy"
     if kind == "pred" and inplace and d is not _dt.bool:
         raise TypeError(f"{fname}: the bool result can't be written in place into {d.name}")
@@ -652,9 +657,11 @@ def _alpha_op(base, fname, input, other, alpha, out=None, inplace=False):  # noq
     if not isinstance(alpha, _NUMBER):
         raise TypeError(f"{fname}: alpha must be a number, got {type(alpha).__name__}")
     alpha = _number(alpha)
-    if res.kind != "f" and isinstance(alpha, float):
+    if res.kind not in "fc" and isinstance(alpha, (float, complex)):
         raise TypeError(f"{fname}: for integral input tensors, argument alpha must not be a "
                         f"floating point number")
+    if res.kind != "c" and isinstance(alpha, complex):
+        raise TypeError(f"{fname}: a complex alpha needs complex operands, got {res.name}")
     if res is _dt.bool and base == "sub":
         raise TypeError(f"{fname}: subtraction with two bool tensors is not supported; use "
                         f"logical_xor or bitwise_xor")
@@ -1029,6 +1036,12 @@ DISPATCH_NAMES = (
     "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "lshift", "rshift",
     "where", "lerp", "addcmul", "addcdiv",
 )
+
+# the dispatch names that take complex operands (cpu: NumPy; cuda/interp: kernels/complex.py);
+# every other element-wise op refuses a complex compute dtype in `_run`
+COMPLEX_NAMES = frozenset((
+    "copy", "neg", "abs", "exp", "log", "sqrt", "reciprocal", "sin", "cos", "isnan", "isinf",
+    "isfinite", "add", "add_alpha", "sub", "sub_alpha", "mul", "div", "pow", "eq", "ne"))
 
 # dtypes each dispatch entry accepts (the op-support table in docs/ops.md shows them)
 _FLOATS = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")

@@ -241,6 +241,9 @@ def sum(input, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A001
         plan = _FAST.get(key)
         if plan is not None:
             return _fast_run("sum", input, plan)
+    if input.__class__ is Tensor and input._dtype.kind == "c":
+        from .complex import reduce_complex
+        return reduce_complex("sum", input, dim, keepdim, dtype, out)
     check_tensor(input, "input", "sum")
     _no_float8(input, "sum")
     res = _sum_like("sum", input, dim, keepdim, dtype, out, 0)
@@ -262,6 +265,9 @@ def mean(input, dim=None, keepdim=False, *, dtype=None, out=None):
         plan = _FAST.get(key)
         if plan is not None:
             return _fast_run("mean", input, plan)
+    if input.__class__ is Tensor and input._dtype.kind == "c":
+        from .complex import reduce_complex
+        return reduce_complex("mean", input, dim, keepdim, dtype, out)
     res = _mean(input, dim, keepdim, dtype, out)
     if key is not None:
         n = _reduced_numel(input, _norm_dims(input, dim, "mean"))

@@ -13,7 +13,7 @@ import numpy as np
 from .. import dtypes as _dt
 from ..creation import arange
 from ..dispatch import impl
-from ..tensor import (Size, Tensor, _as_int, cached_contiguous_strides, new_contiguous,
+from ..tensor import (MAX_SIZE, Size, Tensor, _as_int, cached_contiguous_strides, new_contiguous,
                       normalize_dim, normalize_size)
 from ._common import check_out as _prepare_out, check_tensor, out_overlaps
 from ._methods import install
@@ -389,7 +389,7 @@ def _repeat(self, *sizes):
         raise ValueError(f"repeat: number of repeat dims ({len(sizes)}) can not be smaller than "
                          f"the number of tensor dims ({self.ndim})")
     x = self.reshape((1,) * (len(sizes) - self.ndim) + tuple(self.shape))
-    shape = tuple(n * r for n, r in zip(x.shape, sizes))
+    shape = normalize_size(tuple(n * r for n, r in zip(x.shape, sizes)), "repeat")
     out = Tensor._empty(shape, x.dtype, x.device)
     if out.numel():
         impl("repeat", x.device)(out, x, sizes)
@@ -430,11 +430,14 @@ def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):  # no
             raise ValueError(f"repeats: has {counts.size} entries, expected {n} (the size of dim "
                              f"{d}) or 1")
     else:
-        r = _as_int(repeats, "repeats")
+        r = _dt.check_scalar(_as_int(repeats, "repeats"), _dt.int64, "repeat_interleave",
+                             "repeats")
         counts = np.full(n, r, np.int64)
     if (counts < 0).any():
         raise ValueError(f"repeats: must be >= 0, got {counts[counts < 0][0]}")
-    total = int(counts.sum())
+    # the sum in int64 wraps past 2**63: then add exactly (the allocation refuses the size)
+    total = (int(counts.sum()) if int(counts.max(initial=0)) * counts.size <= MAX_SIZE
+             else sum(map(int, counts)))
     if output_size is not None and _as_int(output_size, "output_size") != total:
         raise ValueError(f"output_size: {output_size} does not match the sum of repeats {total}")
     if x.ndim == 0:

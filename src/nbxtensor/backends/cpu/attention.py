@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...dispatch import register
+from .indexing import _checked
 
 
 def _work(t):
@@ -42,12 +43,13 @@ def sdpa(out, q, k, v, mask, *, scale, is_causal):
 
 @register("decode_attention", "numpy")
 def decode_attention(out, q, kc, vc, lengths, *, scale):
+    from ...ops.attention import _lengths_err
     wt = _work(q)
     B, H, T, _ = q.shape
-    Hk = kc.shape[1]
-    lens = np.broadcast_to(lengths._host_view().astype(np.int64), (B,))
+    Hk, C = kc.shape[1], kc.shape[2]
+    lens = np.broadcast_to(_checked(lengths, 0, C + 1, False, _lengths_err(C)), (B,))
     for b in range(B):
-        n = int(min(lens[b], kc.shape[2]))
+        n = int(lens[b])
         a = q._host_view()[b].astype(wt)
         kk = np.repeat(kc._host_view()[b, :, :n].astype(wt), H // Hk, axis=0)
         vv = np.repeat(vc._host_view()[b, :, :n].astype(wt), H // Hk, axis=0)
@@ -91,11 +93,13 @@ def rope(out, x, pos, inv, *, interleaved):
 @register("kv_append", "numpy")
 def kv_append(ck, cv, lengths, k, v, pos, q=None, inv=None, *, interleaved=False):
     """Write k/v (B, Hk, T, D) into caches (B, Hk, C, D) at pos (B, T); with `inv` rotate k
-    (and q, in place) first. Positions outside [0, C) are skipped, as on the device.
-    lengths[b] becomes pos[b, -1] + 1."""
+    (and q, in place) first. A position outside [0, C) raises IndexError before anything is
+    written (the device skips it and raises from its flag). lengths[b] becomes pos[b, -1] + 1."""
+    from ...ops.attention import _positions_err
     B, Hk, T, _ = k.shape
     C = ck.shape[2]
-    p = pos._host_view().astype(np.int64)
+    p = _checked(pos, 0, C, False, _positions_err(
+        "KVCache.append_rope" if inv is not None else "KVCache.append", C))
     kh = k._host_view()
     if inv is not None:
         wt = _work(k)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import dtypes as _dt
 from ...dispatch import register
 
 
@@ -10,10 +11,10 @@ from ...dispatch import register
 def copy_(dst, src):
     """dst[...] = src, casting by the dtype table's rules; src already has dst's shape."""
     with np.errstate(all="ignore"):  # float->int of NaN/inf is unspecified, as documented
-        np.copyto(dst._host_view(), src._host_view(), casting="unsafe")
+        _dt.copy_into(dst._host_view(), src._host_view())
 
 
 @register("fill_", "numpy")
 def fill_(dst, value):
     with np.errstate(all="ignore"):
-        dst._host_view()[...] = np.asarray(value).astype(dst.dtype.np)
+        dst._host_view()[...] = _dt.cast(value, dst.dtype)

@@ -4,7 +4,7 @@ Each entry gets (out, inputs, params, compute_dtype) from ops.elementwise: input
 host tensors expanded to out's shape or Python numbers. Every input is converted to
 the compute dtype (float32 for every float below float64, so a float16 add computes in
 float32 and rounds once), the op runs in NumPy, and the result is cast into `out` by the
-dtype table's cast rule (NumPy/ml_dtypes astype).
+dtype table's cast rule (dtypes.copy_into).
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import operator
 
 import numpy as np
 
+from ... import dtypes as _dt
 from ...dispatch import register
 
 # math.erf is exact; NumPy has no erf (and SciPy is not a dependency)
@@ -37,7 +38,7 @@ def _div_trunc(x, y):
 
 
 def _pow(x, y):
-    if x.dtype.kind == "f":
+    if x.dtype.kind in "fc":
         return np.power(x, y)
     if x.dtype.kind == "b":
         return np.where(y, x, True)
@@ -177,7 +178,7 @@ def _make(name):
         p = [np.asarray(v).astype(ct.np)[()] for v in params]
         with np.errstate(all="ignore"):
             r = np.asarray(fn(*args, *p))
-            np.copyto(out._host_view(), r.astype(out.dtype.np, copy=False), casting="unsafe")
+            _dt.copy_into(out._host_view(), r)
     run.__name__ = f"numpy_{name}"
     return run
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import dtypes as _dt
 from ...dispatch import register
 
 
@@ -90,7 +91,7 @@ def index_linearize(acc, idx, stride, lo, hi, wrap, init, err):
 def masked_fill(out, x, mask, value):
     o = out._host_view()
     with np.errstate(all="ignore"):
-        o[...] = np.where(mask._host_view(), np.asarray(value).astype(out.dtype.np), x._host_view())
+        o[...] = np.where(mask._host_view(), _dt.cast(value, out.dtype), x._host_view())
 
 
 @register("scatter_mean_finish", "numpy")

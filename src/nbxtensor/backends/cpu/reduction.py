@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import dtypes as _dt
 from ...dispatch import register
 
 
@@ -15,7 +16,7 @@ def _acc(a: np.ndarray) -> np.ndarray:
 
 def _store(dst, value):
     with np.errstate(all="ignore"):
-        np.copyto(dst._host_view(), np.asarray(value), casting="unsafe")
+        _dt.copy_into(dst._host_view(), value)
 
 
 def _norm(a, axis, ord):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import dtypes as _dt
 from ...dispatch import register
 
 
@@ -62,7 +63,7 @@ def pad(out, x, pads, mode, value):
     width = [(max(b, 0), max(e, 0)) for b, e in pads]
     if mode == "constant":
         with np.errstate(all="ignore"):
-            fill = np.array(value).astype(out.dtype.np)
+            fill = _dt.cast(value, out.dtype)
         out._host_view()[...] = np.pad(a, width, mode="constant", constant_values=fill)
     else:
         out._host_view()[...] = np.pad(a, width, mode=_NP_PAD_MODE[mode])

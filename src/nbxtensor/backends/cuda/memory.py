@@ -674,6 +674,8 @@ class CachingAllocator:
         try:
             dev_free, dev_total = self.raw.mem_get_info()
             dev = f"{format_bytes(dev_free)} free of {format_bytes(dev_total)} on the device"
+            if nbytes > dev_total:
+                dev += f" (the request is more than the device's total of {dev_total} bytes)"
         except Exception as e:  # noqa: BLE001 - the message must not hide the OOM itself
             dev = f"device free memory unknown ({e})"
         largest = max((fl[-1][0] for fl in self._free.values() if fl), default=0)
@@ -750,6 +752,8 @@ class DriverRaw:
 
     def malloc(self, nbytes: int) -> int:
         from . import driver
+        if nbytes >= 1 << 64:       # ctypes would pass it to cuMemAlloc's size_t modulo 2**64
+            raise RawOutOfMemory(f"{nbytes} bytes do not fit the driver's size_t")
         driver.set_device(self.index)
         try:
             return driver.mem_alloc(nbytes)
