@@ -607,75 +607,60 @@ def test_copy_of_more_dims_than_the_strided_kernel_takes(device):
     np.testing.assert_array_equal(s, a.transpose(6, 5, 4, 3, 2, 1, 0) + np.float32(1.5))
 
 
-# ------------------------------------------------------------------ bandwidth variants (sweep)
-@pytest.mark.parametrize("variant", ["v16w4", "v32w4", "v16w4_peel", "v32w4_pdl", "old"])
-def test_flat_bandwidth_variants(device, monkeypatch, variant):
-    """kernels/elementwise.py FLAT_VARIANTS (benchmarks/sweep_bandwidth.py --groups=small) on
-    interp with 1-warp blocks (f32 128, bf16 256 elements): an exact multiple, a partial last
-    block (peeled or masked), int32 and int64 offsets; f32 and bf16; unary/binary/ternary,
-    scalar and 0-dim operands, casts and copy_, into NaN-poisoned outputs."""
+# ------------------------------------------------------------------ the contiguous kernel's blocks
+def test_flat_kernel_blocks(device, monkeypatch):
+    """kernels/elementwise.py's contiguous kernel (flat_block elements a program: f32 512,
+    bf16 1024): an exact multiple of the block, a partial last block and a short tensor,
+    int32 and int64 offsets; f32 and bf16; unary/binary/ternary, scalar and 0-dim operands,
+    casts and copy_, into NaN-poisoned outputs."""
     if device != "interp":
-        pytest.skip("the variant kernel is the triton path; interp runs it")
+        pytest.skip("the flat kernel is the triton path; interp runs it")
     ew = pytest.importorskip("nbxtensor.kernels.elementwise")
-    v = dict(ew.FLAT_VARIANTS[variant], num_warps=1)
-    if "BLOCK" in v:
-        v["BLOCK"] = 128
-    prev = ew.set_flat_variant(v)
-    try:
-        g = rng()
-        for low in (False, True):
-            if low:
-                monkeypatch.setattr(ew, "IDX64_LIMIT", 0)
-                ew._PLANS.clear()
-            for n in (256 * 4, 128 * 8 + 5, 3):
-                for dt in (nbx.float32, nbx.bfloat16):
-                    x, y = randn((n,), dt, device, g), randn((n,), dt, device, g)
-                    a, b = to64(x), to64(y)
-                    rnd = lambda t: t.astype(dt.np).astype(np.float64)  # noqa: E731
-                    out = poisoned((n,), dt, device)
-                    nbx.neg(x, out=out)
-                    assert_close(out, -a)
-                    out = poisoned((n,), dt, device)
-                    nbx.add(x, y, out=out)
-                    assert_close(out, rnd(a + b))
-                    assert_close(nbx.exp(x), np.exp(a), dt)
-                    assert_close(x * 2.5, rnd(a * 2.5))
-                    assert_close(x * nbx.tensor(-1.5, dtype=dt, device=device), rnd(a * -1.5))
-                    assert_close(nbx.where(x > y, x, y), np.maximum(a, b))
-                    c = poisoned((n,), dt, device)
-                    c.copy_(x)
-                    np.testing.assert_array_equal(to64(c), a)
-                c = poisoned((n,), nbx.bfloat16, device)
-                xf = randn((n,), nbx.float32, device, g)
-                c.copy_(xf)
-                assert_close(c, to64(xf), nbx.bfloat16)
-    finally:
-        ew.set_flat_variant(prev)
-    assert ew.FLAT_VARIANT == prev
-
-
-@pytest.mark.parametrize("variant", ["v16w4_pdl", "v16w4_peel", "old", None])
-def test_flat_variants_chain_cuda(device, variant):
-    """The real cuda kernels of the default and three flat variants (PDL, peeled, session 3's
-    block): a chain of dependent ops queued back to back (a PDL kernel must wait for its
-    producer), 3,000,001 elements (a partial last block)."""
-    if device != "cuda":
-        pytest.skip("cuda only (PDL); interp runs test_flat_bandwidth_variants")
-    from nbxtensor.kernels import elementwise as ew
-    prev = ew.set_flat_variant(variant)
-    try:
-        g = rng()
-        n = 3_000_001
-        x, w = randn((n,), nbx.float32, device, g), randn((n,), nbx.bfloat16, device, g)
-        a, b = to64(x), to64(w)
-        for _ in range(3):
-            y = nbx.neg(x)
-            z = nbx.add(y, w)               # f32 + bf16 -> f32
-            r = nbx.exp(z * 0.25)
+    g = rng()
+    for low in (False, True):
+        if low:
+            monkeypatch.setattr(ew, "IDX64_LIMIT", 0)
+            ew._PLANS.clear()
+        for n in (1024 * 2, 1024 + 5, 3):
+            for dt in (nbx.float32, nbx.bfloat16):
+                x, y = randn((n,), dt, device, g), randn((n,), dt, device, g)
+                a, b = to64(x), to64(y)
+                rnd = lambda t: t.astype(dt.np).astype(np.float64)  # noqa: E731
+                out = poisoned((n,), dt, device)
+                nbx.neg(x, out=out)
+                assert_close(out, -a)
+                out = poisoned((n,), dt, device)
+                nbx.add(x, y, out=out)
+                assert_close(out, rnd(a + b))
+                assert_close(nbx.exp(x), np.exp(a), dt)
+                assert_close(x * 2.5, rnd(a * 2.5))
+                assert_close(x * nbx.tensor(-1.5, dtype=dt, device=device), rnd(a * -1.5))
+                assert_close(nbx.where(x > y, x, y), np.maximum(a, b))
+                c = poisoned((n,), dt, device)
+                c.copy_(x)
+                np.testing.assert_array_equal(to64(c), a)
             c = poisoned((n,), nbx.bfloat16, device)
-            c.copy_(r)
-        ref = np.exp((-a + b).astype(np.float32).astype(np.float64) * 0.25)
-        assert_close(r, ref, nbx.float32)
-        assert_close(c, ref, nbx.bfloat16)
-    finally:
-        ew.set_flat_variant(prev)
+            xf = randn((n,), nbx.float32, device, g)
+            c.copy_(xf)
+            assert_close(c, to64(xf), nbx.bfloat16)
+    ew._PLANS.clear()
+
+
+def test_flat_chain_cuda(device):
+    """The contiguous kernel on cuda: a chain of dependent ops queued back to back,
+    3,000,001 elements (a partial last block)."""
+    if device != "cuda":
+        pytest.skip("cuda only; interp runs test_flat_kernel_blocks")
+    g = rng()
+    n = 3_000_001
+    x, w = randn((n,), nbx.float32, device, g), randn((n,), nbx.bfloat16, device, g)
+    a, b = to64(x), to64(w)
+    for _ in range(3):
+        y = nbx.neg(x)
+        z = nbx.add(y, w)               # f32 + bf16 -> f32
+        r = nbx.exp(z * 0.25)
+        c = poisoned((n,), nbx.bfloat16, device)
+        c.copy_(r)
+    ref = np.exp((-a + b).astype(np.float32).astype(np.float64) * 0.25)
+    assert_close(r, ref, nbx.float32)
+    assert_close(c, ref, nbx.bfloat16)

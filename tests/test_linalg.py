@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import nbxtensor as nbx
-from helpers import poison_allocations, rng
+from helpers import H200, poison_allocations, rng
 
 @pytest.fixture(autouse=True)
 def poison_new_tensors(monkeypatch):
@@ -470,7 +470,7 @@ def test_configs_compile_for_sm90():
     from nbxtensor.kernels.matmul import _TILES_16, matmul_config
     cfgs = [(nbx.bfloat16, dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=st))
             for bm, bn, bk, w, st, _ in _TILES_16]
-    cfgs += [(nbx.float32, matmul_config(M, 4096, 4096, nbx.float32)) for M in (4096, 16)]
+    cfgs += [(nbx.float32, matmul_config(M, 4096, 4096, nbx.float32, H200)) for M in (4096, 16)]
     for dt, cfg in cfgs:
         for flags in (dict(), dict(EVEN_K=False, B_N1=False, B_K1=True), dict(SPLIT_K=True)):
             k = _compile_sm90(cfg, dt, **flags)
@@ -669,10 +669,10 @@ def test_tiled_split_k(device, split):
 
 def test_split_k_rule():
     from nbxtensor.kernels.matmul import splitk_factor
-    assert splitk_factor(4096, 4096, 4096, 64, 512, 2) == 1        # a full wave: no split
-    assert splitk_factor(128, 2048, 8192, 64, 16, 2) > 1           # 16 tiles, long K: split
-    assert splitk_factor(128, 2048, 128, 64, 16, 2) == 1           # short K: no split
-    assert splitk_factor(128, 2048, 8192, 64, 16, 8) == 1          # fp64: never
+    assert splitk_factor(4096, 4096, 4096, 64, 512, 2, H200) == 1        # a full wave: no split
+    assert splitk_factor(128, 2048, 8192, 64, 16, 2, H200) > 1           # 16 tiles, long K: split
+    assert splitk_factor(128, 2048, 128, 64, 16, 2, H200) == 1           # short K: no split
+    assert splitk_factor(128, 2048, 8192, 64, 16, 8, H200) == 1          # fp64: never
 
 
 def test_matmul_refuses_an_expanded_out(device):
@@ -778,27 +778,30 @@ def test_config_rule_fills_the_sms():
     keep the 128x256 tile, medium-M shapes get enough programs for the 132 SMs, every
     choice is in the autotune space, and smaller-than-a-wave grids split K when K is long."""
     from nbxtensor.autotune import space
-    from nbxtensor.kernels.matmul import NUM_SMS, matmul_config, splitk_factor
+    from nbxtensor.kernels.matmul import matmul_config, splitk_factor
+    NUM_SMS = H200.sms
     from nbxtensor.kernels._host import cdiv
     tun = space.get_tunable("matmul")
     for n in (4096, 8192):
-        c = matmul_config(n, n, n, nbx.bfloat16)
+        c = matmul_config(n, n, n, nbx.bfloat16, H200)
         assert (c["BLOCK_M"], c["BLOCK_N"]) == (128, 256)
     for M in (17, 64, 128, 512, 2048):
         for K, N in [(2048, 2048), (2048, 512), (2048, 8192), (8192, 2048), (2048, 128256),
                      (576, 576), (1536, 576), (576, 1536), (1000, 1000), (4093, 4095)]:
             for dt in (nbx.bfloat16, nbx.float16, nbx.float32):
-                c = matmul_config(M, N, K, dt)
+                c = matmul_config(M, N, K, dt, H200)
                 assert tun.contains(c, dt.name), (M, N, K, c)
-            c = matmul_config(M, N, K, nbx.bfloat16)
+            c = matmul_config(M, N, K, nbx.bfloat16, H200)
             tiles = cdiv(M, c["BLOCK_M"]) * cdiv(N, c["BLOCK_N"])
-            split = splitk_factor(M, N, K, c["BLOCK_K"], tiles, 2, c["BLOCK_M"], c["BLOCK_N"])
+            split = splitk_factor(M, N, K, c["BLOCK_K"], tiles, 2, H200, c["BLOCK_M"],
+                                  c["BLOCK_N"])
             assert split == 1 or tiles * split <= 2 * NUM_SMS
             if M * N >= 2048 * 512:
                 assert tiles * split >= NUM_SMS * 0.5, (M, N, K, c, split)
-    c = matmul_config(128, 2048, 8192, nbx.bfloat16)
+    c = matmul_config(128, 2048, 8192, nbx.bfloat16, H200)
     tiles = cdiv(128, c["BLOCK_M"]) * cdiv(2048, c["BLOCK_N"])
-    assert splitk_factor(128, 2048, 8192, c["BLOCK_K"], tiles, 2, c["BLOCK_M"], c["BLOCK_N"]) > 1
+    assert splitk_factor(128, 2048, 8192, c["BLOCK_K"], tiles, 2, H200, c["BLOCK_M"],
+                         c["BLOCK_N"]) > 1
 
 
 # ------------------------------------------------------------------ split-row softmax
@@ -843,11 +846,13 @@ def test_softmax_split_rows(device, monkeypatch, log, dtype):
 
 def test_softmax_split_rule():
     from nbxtensor.kernels.softmax import MAX_SINGLE, split_config
-    assert split_config(16, MAX_SINGLE) is None              # short rows: one program a row
-    assert split_config(4096, 128256) is None                # many rows fill the SMs already
-    chunk, n = split_config(16, 128256)
+    assert split_config(16, MAX_SINGLE, H200) is None        # short rows: one program a row
+    assert split_config(4096, 128256, H200) is None          # many rows fill the SMs already
+    assert split_config(264, 128256, H200) is None           # 2 rows a SM
+    assert split_config(263, 128256, H200) is not None
+    chunk, n = split_config(16, 128256, H200)
     assert 16 * n >= 132 and chunk * n >= 128256 and chunk * (n - 1) < 128256
-    chunk, n = split_config(1, 128256)
+    chunk, n = split_config(1, 128256, H200)
     assert n >= 60 and chunk * (n - 1) < 128256
 
 

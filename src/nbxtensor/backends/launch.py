@@ -88,3 +88,54 @@ def _interp_launch(kernel, grid, args, kwargs) -> None:
              for a in args]
     constexprs = {k: v for k, v in kwargs.items() if k in sig.index}
     run(kernel, tuple(grid), hargs, constexprs)
+
+
+# ----------------------------------------------------------------------------- kernel[grid]
+# Triton's own `kernel[grid](...)` cannot take nbxtensor tensors: JITFunction.run asks
+# `triton.runtime.driver.active` for the device and stream first, and Triton's CUDA driver is
+# active only where torch reports a GPU (`torch.cuda.is_available()`); its launcher then reads
+# torch's stream. So `kernel[grid]` is routed here when any argument is an nbxtensor Tensor:
+# the same launch as nbx.launch (our driver on cuda, our interpreter runner on interp). Calls
+# without our tensors run Triton's own path untouched.
+
+def _call_with_grid(kernel, grid, args, kwargs):
+    from .cuda.launcher import _sig_of
+    sig = _sig_of(kernel)
+    by_kw = [k for k in kwargs if k in sig.index and not sig.params[sig.index[k]].is_constexpr]
+    if by_kw:   # nbx.launch takes non-constexpr parameters by position: place them
+        args = list(args)
+        for i in range(len(args), 1 + max(sig.index[k] for k in by_kw)):
+            p = sig.params[i]
+            if p.name in kwargs:
+                args.append(kwargs.pop(p.name))
+            elif p.has_default:
+                args.append(p.default)
+            else:
+                from .cuda.launcher import KernelArgumentError
+                raise KernelArgumentError(f"kernel {sig.describe()}[grid]: missing argument "
+                                          f"{p.name!r}")
+    launch(kernel, grid, *args, **kwargs)
+
+
+def _routing_getitem(original):
+    def __getitem__(self, grid):
+        run = original(self, grid)
+
+        def call(*args, **kwargs):
+            for a in args:
+                if isinstance(a, Tensor):
+                    return _call_with_grid(self, grid, args, kwargs)
+            for a in kwargs.values():
+                if isinstance(a, Tensor):
+                    return _call_with_grid(self, grid, args, kwargs)
+            return run(*args, **kwargs)
+        return call
+    __getitem__._nbx_routes = True
+    return __getitem__
+
+
+def patch_triton_getitem(jit_module) -> None:
+    """Route `kernel[grid](...)` of @triton.jit kernels with nbxtensor tensors to nbx.launch."""
+    cls = jit_module.JITFunction
+    if not getattr(cls.__getitem__, "_nbx_routes", False):
+        cls.__getitem__ = _routing_getitem(cls.__getitem__)

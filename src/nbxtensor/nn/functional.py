@@ -30,9 +30,39 @@ _SOURCES = {
     "embedding": ("indexing", "embedding"), "pad": ("shape", "pad"),
     # attention (ops/attention.py)
     "scaled_dot_product_attention": ("attention", "scaled_dot_product_attention"),
+    # mixture of experts (ops/moe.py; vLLM's names, torch has none)
+    **{n: ("moe", n) for n in ("fused_moe", "fused_experts", "moe_topk",
+                               "moe_align_block_size")},
+    # losses, distances, encodings (ops/losses.py)
+    **{n: ("losses", n) for n in ("one_hot", "normalize", "cosine_similarity",
+                                  "pairwise_distance", "cdist", "cross_entropy", "nll_loss",
+                                  "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+                                  "kl_div", "binary_cross_entropy",
+                                  "binary_cross_entropy_with_logits")},
+    # convolutions (ops/conv.py)
+    **{n: ("conv", n) for n in ("conv1d", "conv2d", "conv3d", "conv_transpose1d",
+                                "conv_transpose2d", "conv_transpose3d")},
+    # pooling (ops/pooling.py) and resampling (ops/resample.py)
+    **{n: ("pooling", n) for n in ("max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d",
+                                   "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d",
+                                   "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+                                   "adaptive_max_pool1d", "adaptive_max_pool2d",
+                                   "adaptive_max_pool3d")},
+    **{n: ("resample", n) for n in ("interpolate", "upsample", "upsample_nearest",
+                                    "upsample_bilinear", "grid_sample", "affine_grid",
+                                    "pixel_shuffle", "pixel_unshuffle", "unfold", "fold")},
 }
 
 __all__ = sorted(_SOURCES)
+
+# entries written over the op surface (nn/_compose.py): plain module attributes, so the
+# look-up above never sees them
+from ._compose import (alpha_dropout, bilinear, celu, dropout, dropout1d, dropout2d,  # noqa: E402
+                       dropout3d, embedding_bag, feature_alpha_dropout, hardshrink, hardtanh,
+                       hardtanh_, instance_norm, logsigmoid, prelu, relu6, rrelu, selu,
+                       softmin, softshrink, softsign, tanhshrink, threshold)
+from . import _compose as _c  # noqa: E402
+__all__ = sorted(set(__all__) | set(_c.__all__))
 
 
 def __getattr__(name):

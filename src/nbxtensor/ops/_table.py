@@ -17,7 +17,8 @@ import importlib
 import os
 import sys
 
-FAMILIES = ("elementwise", "reduction", "indexing", "shape", "linalg", "nn", "attention")
+FAMILIES = ("elementwise", "reduction", "indexing", "shape", "linalg", "nn", "attention",
+            "conv", "pooling", "resample", "compare", "structure", "order", "contract", "losses")
 _SHORT = {"bool": "b", "uint8": "u8", "int8": "i8", "int16": "i16", "int32": "i32",
           "int64": "i64", "float16": "f16", "bfloat16": "bf16", "float32": "f32",
           "float64": "f64", "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2"}

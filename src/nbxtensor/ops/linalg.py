@@ -6,7 +6,7 @@ Every product is reduced here to one 4-D strided problem
 where broadcast batch dims have stride 0 and transposes are only strides: inputs are
 never copied. `dispatch.impl("matmul", device)` fills `out`.
 
-fp32 policy (documented in docs/notes/opsII.md): by default fp32 products are full
+fp32 policy (documented in docs/design/matmul-and-gemv.md): by default fp32 products are full
 IEEE fp32 (`tl.dot(..., input_precision="ieee")`), as torch's default. Call
 `nbx.set_float32_matmul_precision("high")` (or "medium") to allow TF32 tensor cores,
 "highest" to go back. fp16/bf16 always accumulate in fp32.
@@ -143,6 +143,9 @@ def matmul(input, other, *, out=None):  # noqa: A002 - torch's names
     """torch.matmul: 1-D/2-D/batched with broadcast batch dims."""
     a, b = input, other
     _check_pair(a, b, "matmul")
+    if a.dtype.kind == "c":
+        from .complex import matmul_complex
+        return matmul_complex(a, b, out=out)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"matmul: both arguments need at least 1 dim, got shapes "
                          f"{tuple(a.shape)} and {tuple(b.shape)}")
@@ -250,11 +253,17 @@ def inner(input, other, *, out=None):  # noqa: A002
 
 
 def outer(input, vec2, *, out=None):  # noqa: A002
-    _check_pair(input, vec2, "outer", "input", "vec2")
+    check_tensor(input, "input", "outer"), check_tensor(vec2, "vec2", "outer")
+    if input.device != vec2.device:
+        raise ValueError(f"outer: input is on {input.device} but vec2 is on {vec2.device}; "
+                         f"expected both on one device")
     if input.ndim != 1 or vec2.ndim != 1:
         raise ValueError(f"outer: expected 1-D tensors, got shapes {tuple(input.shape)} and "
                          f"{tuple(vec2.shape)}")
-    return matmul(input.unsqueeze(1), vec2.unsqueeze(0), out=out)
+    # a broadcast multiply: exact, and torch's type promotion (outer(int64, float32) is
+    # float32), which a matrix product of mixed dtypes would refuse
+    from .elementwise import mul
+    return mul(input.unsqueeze(1), vec2.unsqueeze(0), out=out)
 
 
 ger = outer
@@ -438,6 +447,12 @@ def linear(input, weight, bias=None, *, activation=None, residual=None, out=None
 
     Extension: activation= ('gelu', 'gelu_tanh', 'silu', 'relu') and residual= are fused into
     the store (see fused_linear)."""
+    if getattr(weight, "_nbx_quantized", False):      # ops/quantized.QuantizedTensor
+        if activation is not None or residual is not None or out is not None:
+            raise ValueError("linear: activation=, residual= and out= are not supported with "
+                             "a QuantizedTensor weight")
+        from .quantized import linear as _qlinear
+        return _qlinear(input, weight, bias)
     return fused_linear(input, weight, bias, activation=activation, residual=residual, out=out)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from . import driver
 from .memory import allocator_for
 
-__all__ = ["CudaStorage"]
+__all__ = ["CudaStorage", "ForeignCudaStorage"]
 
 
 _current = None   # nbx.cuda's per-device current-stream table, bound on first use
@@ -133,6 +133,30 @@ class CudaStorage:
 
     def __repr__(self):
         return f"<CudaStorage {self.device} ptr={self.ptr:#x} nbytes={self.nbytes}>"
+
+
+class ForeignCudaStorage(CudaStorage):
+    """Device memory another library owns (imported through DLPack or the CUDA array
+    interface). `owner` keeps that memory alive and gives it back when this storage dies; the
+    caching allocator never sees it, so it neither frees nor reuses it."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, device, nbytes: int, ptr: int, owner):
+        self.device = device
+        self.nbytes = nbytes
+        self.ptr = ptr
+        self._block = self._alloc = None    # CudaStorage.__del__ then has nothing to free
+        self._owner = owner
+
+    @property
+    def _nbx_launch(self):
+        # the launch check's mark, always current: the producer handed this memory over as
+        # device memory of `device`, so kernels on that device may read and write it
+        return launch_token(self.device.index or 0)
+
+    def __repr__(self):
+        return f"<ForeignCudaStorage {self.device} ptr={self.ptr:#x} nbytes={self.nbytes}>"
 
 
 _new = object.__new__
