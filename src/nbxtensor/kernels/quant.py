@@ -1,6 +1,7 @@
 """GGML-quantised weights on the device: fused dequantise-GEMV and row dequantisation.
 
-Weights stay as their GGUF blocks, one row of bytes per output feature:
+Weights stay as their GGUF blocks, one row of bytes per output feature (the GEMV also
+takes Q4_K / Q5_K / Q6_K, laid out below, and dequantise-then-GEMM for prefill):
   Q8_0: 34-byte blocks of 32 weights   f16 d | i8 q[32]            w = d*q
   Q4_1: 20-byte blocks of 32 weights   f16 d | f16 m | u8 qs[16]   w = d*nibble + m
         (weight j < 16 is the low nibble of qs[j], weight j >= 16 the high nibble of qs[j-16])
@@ -35,14 +36,22 @@ import triton.language as tl
 
 import nbxtensor as nbx
 from ..tensor import Tensor
+from ._common import device_facts
 from ._host import cdiv as _cdiv, next_pow2 as _np2
-
+from .indexing import _after, _flag, _flag_bad_lanes, _tag
 
 
 # QTYPES: formats with the fused dequantise-GEMV (quant_linear); DEQUANT_QTYPES: formats
 # `dequantize_rows` / `dequantize` decode on the device. name -> (kernel code,
 # weights per block, bytes per block)
-QTYPES = {"Q8_0": 0, "Q4_1": 1}
+# The K-quants' GEMV decodes each element in registers with _decode_more (its block's
+# scale bytes are re-read per element and hit L1); with more than KQ_GEMV_MAX_M rows
+# (prefill) quant_linear dequantises the weight once per call (dequantize below) and runs
+# the GEMM instead: the tuned matmul keeps its tensor-core tiles, and the K*N-element
+# write is small next to 2*M*K*N flops.
+QTYPES = {"Q8_0": 0, "Q4_1": 1, "Q4_K": 3, "Q5_K": 4, "Q6_K": 5}
+KQUANTS = ("Q4_K", "Q5_K", "Q6_K")
+KQ_GEMV_MAX_M = 8
 DEQUANT_QTYPES = {
     "Q8_0": (0, 32, 34), "Q4_1": (1, 32, 20), "Q4_0": (2, 32, 18), "Q4_K": (3, 256, 144),
     "Q5_K": (4, 256, 176), "Q6_K": (5, 256, 210), "F32": (6, 1, 4), "F16": (7, 1, 2),
@@ -166,15 +175,20 @@ def _quant_gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, K, row_bytes, stride_xm, s
 
 
 @triton.jit
-def _dequant_rows_kernel(w_ptr, ids_ptr, y_ptr, K, row_bytes, n_rows, QTYPE: tl.constexpr,
-                         BLOCK: tl.constexpr, HAS_IDS: tl.constexpr = True):
+def _dequant_rows_kernel(w_ptr, ids_ptr, y_ptr, flag_ptr, tag, K, row_bytes, n_rows,
+                         QTYPE: tl.constexpr, BLOCK: tl.constexpr, HAS_IDS: tl.constexpr = True):
     i = tl.program_id(0)
     k = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     if HAS_IDS:
         r = tl.load(ids_ptr + i).to(tl.int64)
     else:                                  # whole weight: output row i is weight row i
         r = i.to(tl.int64)
-    ok = (r >= 0) & (r < n_rows)          # out-of-range ids write NaN, never read out of bounds
+    ok = (r >= 0) & (r < n_rows)
+    if HAS_IDS:
+        # an out-of-range id is recorded in the index-error flag (once per id, by the row's
+        # first program) and writes NaN: nothing outside the weight is read
+        if (tl.program_id(1) == 0) & (~ok):
+            _flag_bad_lanes(flag_ptr, ~ok, r, tag)
     mask = (k < K) & ok
     w = _decode(w_ptr, r * row_bytes, k, mask, QTYPE)
     w = tl.where(ok, w, float("nan"))
@@ -182,14 +196,16 @@ def _dequant_rows_kernel(w_ptr, ids_ptr, y_ptr, K, row_bytes, n_rows, QTYPE: tl.
 
 
 # ----------------------------------------------------------------------------- launch config
-def _gemv_config(N: int, K: int, M: int, interp: bool = False):
-    if interp:
+def _gemv_config(N: int, K: int, M: int, dev):
+    """The launch config for `dev` (kernels/_common.DeviceFacts)."""
+    if dev.type != "cuda":
         # the interpreter pays per program, not per element: few, wide programs
         return dict(BLOCK_N=32, BLOCK_K=128, num_warps=4)
-    # decode (M = 1): enough programs to cover an H200's 132 SMs twice even for a
-    # 576-wide layer (BLOCK_N down to 2), with a tile of >= 512 weights per step
+    # decode (M = 1): enough programs to cover the device's SMs twice even for a 576-wide
+    # layer on an H200 (BLOCK_N down to 2), with a tile of >= 512 weights per step
     if M == 1:
-        bn = 1 << max(0, min(5, (N // 264).bit_length() - 1)) if N >= 264 else 1
+        target = 2 * dev.sms
+        bn = 1 << max(0, min(5, (N // target).bit_length() - 1)) if N >= target else 1
     else:
         bn = 32
     bk = min(512, max(128, 512 // bn))
@@ -203,7 +219,7 @@ def _block_for(qtype, K, block):
         return block
     # Q8_0/Q4_1 keep their original 256; the rest get wider programs (their rows are
     # multiples of 256 or plain floats), capped by the row length
-    if qtype in QTYPES:
+    if qtype in ("Q8_0", "Q4_1"):
         return 256
     return max(128, min(1024, _np2(K)))
 
@@ -266,8 +282,13 @@ def quant_linear(x: Tensor, w, b: Tensor | None = None, *, block_n=None, block_k
                          f"{tuple(b.shape)} on {b.device}")
     if b is not None and N > 1 and b.stride(0) != 1:
         b = b.contiguous()   # the kernel reads the bias at b_ptr + n
+    if M > KQ_GEMV_MAX_M and N and w.qtype in KQUANTS:     # prefill: dequantise, then GEMM
+        from ..ops.linalg import linear as _linear
+        wd = dequantize(w, x.dtype if x.dtype is not nbx.float64 else nbx.float32)
+        return _linear(x2.to(wd.dtype), wd, None if b is None else b.to(wd.dtype)) \
+            .to(x.dtype).view(*lead, N)
     if M and N:
-        cfg = _gemv_config(N, K, M, x.device.type == "interp")
+        cfg = _gemv_config(N, K, M, device_facts(x.device))
         if block_n is not None:
             cfg["BLOCK_N"] = block_n
         if block_k is not None:
@@ -308,11 +329,12 @@ def _check_out(out, shape, dtype, device, who):
 def dequantize_rows(w, ids: Tensor, dtype=None, *, out=None, block=None) -> Tensor:
     """Rows `ids` (int tensor, any shape) of dequant(w) -> ids.shape + (K,), default float32.
 
-    Every format in DEQUANT_QTYPES; an id outside [0, N) gives a row of NaN (no
-    out-of-bounds read). `dtype` float32/bfloat16/float16/float64 is one rounding of the
-    float32 value, equal to nbxtensor.io.quant.dequantize. `out` (contiguous, ids.numel() x K
-    elements of `dtype`; dtype defaults to out's) receives the result. `block` overrides the
-    columns per program (tests use it to force tails)."""
+    Every format in DEQUANT_QTYPES; an id outside [0, N) raises IndexError as nbx.embedding
+    does (at the call on interp, at the next synchronising call on cuda: kernels/indexing.py)
+    and its row is NaN meanwhile (no out-of-bounds read). `dtype` float32/bfloat16/float16/
+    float64 is one rounding of the float32 value, equal to nbxtensor.io.quant.dequantize.
+    `out` (contiguous, ids.numel() x K elements of `dtype`; dtype defaults to out's) receives
+    the result. `block` overrides the columns per program (tests use it to force tails)."""
     from ..backends.launch import launch
     N, K, rb = _check_blocks(w, "dequantize_rows")
     if dtype is None and out is not None:
@@ -330,8 +352,11 @@ def dequantize_rows(w, ids: Tensor, dtype=None, *, out=None, block=None) -> Tens
     y = y.view(flat.shape[0], K)
     if flat.shape[0] and K:
         BLOCK = _block_for(w.qtype, K, block)
+        err = ("dequantize_rows", f"a weight of {N} rows", 0, N)
         launch(_dequant_rows_kernel, (flat.shape[0], _cdiv(K, BLOCK)), w.blocks, flat, y,
-               K, rb, N, QTYPE=DEQUANT_QTYPES[w.qtype][0], BLOCK=BLOCK, num_warps=4)
+               _flag(w.device), _tag(err), K, rb, N, QTYPE=DEQUANT_QTYPES[w.qtype][0],
+               BLOCK=BLOCK, num_warps=4)
+        _after(w.device, err)
     return out if out is not None else y.view(*ids.shape, K)
 
 
@@ -347,8 +372,8 @@ def dequantize(w, dtype=None, *, out=None, block=None) -> Tensor:
     y = _check_out(out, (N, K), dtype, w.device, "dequantize")
     if N and K:
         BLOCK = _block_for(w.qtype, K, block)
-        # ids_ptr is unused (HAS_IDS=False); any pointer of the device will do
-        launch(_dequant_rows_kernel, (N, _cdiv(K, BLOCK)), w.blocks, w.blocks, y,
+        # ids_ptr and flag_ptr are unused (HAS_IDS=False); any pointer of the device will do
+        launch(_dequant_rows_kernel, (N, _cdiv(K, BLOCK)), w.blocks, w.blocks, y, w.blocks, 3,
                K, rb, N, QTYPE=DEQUANT_QTYPES[w.qtype][0], BLOCK=BLOCK, HAS_IDS=False,
                num_warps=4)
     return y

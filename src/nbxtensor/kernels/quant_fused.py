@@ -35,9 +35,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ._common import device_facts
 from ._host import cdiv as _cdiv, next_pow2 as _np2
 from ._pdl import _pdl_wait, pdl_enabled
-from .decode_fused import _rope_append, _rope_program, gemv_out
+from .decode_fused import PROGRAMS_PER_SM, _rope_append, _rope_program, gemv_out
 
 QTYPES = {"Q8_0": 0, "Q4_1": 1}
 _BLOCK_BYTES = {"Q8_0": 34, "Q4_1": 20}
@@ -176,8 +177,8 @@ def _qfused_gemv_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, N, K, KB, row
 
 @triton.jit
 def _qfused_qkv_rope_kernel(x_ptr, w_ptr, q_ptr, nw_ptr, b_ptr, pos_ptr, inv_ptr, ck_ptr, cv_ptr,
-                            len_ptr, K, KB, row_bytes, eps, Hq, Hkv, C, s_xm, s_qm, s_pb,
-                            s_cb, s_ch, s_cn, s_cd, s_vb, s_vh, s_vn, s_vd,
+                            len_ptr, flag_ptr, tag, K, KB, row_bytes, eps, Hq, Hkv, C, s_xm,
+                            s_qm, s_pb, s_cb, s_ch, s_cn, s_cd, s_vb, s_vh, s_vn, s_vd,
                             QTYPE: tl.constexpr, W: tl.constexpr, HALF: tl.constexpr,
                             BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr, NORM: tl.constexpr,
                             HAS_BIAS: tl.constexpr, PDL: tl.constexpr):
@@ -191,29 +192,29 @@ def _qfused_qkv_rope_kernel(x_ptr, w_ptr, q_ptr, nw_ptr, b_ptr, pos_ptr, inv_ptr
     y1, y2 = _qdot(x_ptr + m * s_xm, w_ptr, nw_ptr, (r1 * row_bytes)[:, None, None],
                    HALF * row_bytes, K, KB, eps, QTYPE, W, BLOCK_N, BLOCK_B, NORM, True, PDL)
     _rope_append(y1, y2, m, head, i, r1, q_ptr, b_ptr, pos_ptr, inv_ptr, ck_ptr, cv_ptr, len_ptr,
-                 Hq, Hkv, C, s_qm, s_pb, s_cb, s_ch, s_cn, s_cd, s_vb, s_vh, s_vn, s_vd,
-                 HALF, HAS_BIAS)
+                 flag_ptr, tag, Hq, Hkv, C, s_qm, s_pb, s_cb, s_ch, s_cn, s_cd, s_vb, s_vh, s_vn,
+                 s_vd, HALF, HAS_BIAS)
 
 
 # ------------------------------------------------------------------ launch configuration
 #
-# cuda: BLOCK_N = the largest power of two <= 16 leaving >= 2 programs per SM (264 on the
-# H200's 132 SMs), as decode_fused; BLOCK_B blocks per step so the tile holds 4 KB of quants
+# cuda: BLOCK_N = the largest power of two <= 16 leaving >= decode_fused.PROGRAMS_PER_SM
+# programs per SM of the device (264 on an H200's 132), as decode_fused; BLOCK_B blocks per step so the tile holds 4 KB of quants
 # (Q4_1: 1024 int32 words, Q8_0: 2048 int16 words -- 8 / 16 words a thread at 4 warps),
 # capped by the row's block count (SmolLM2's K = 576 = 18 blocks: the layers take one step).
 # interp: few, large programs (the interpreter pays per program).
-MIN_PROGRAMS = 2 * 132
 _OVERRIDE: dict | None = None     # tests / sweeps: force a config (keys as returned below)
 
 
-def qfused_config(M, N, KB, qtype, device_type) -> dict:
+def qfused_config(M, N, KB, qtype, dev) -> dict:
+    """The launch config for `dev` (kernels/_common.DeviceFacts)."""
     if _OVERRIDE:
         return dict(_OVERRIDE)
     kbp = max(1, _np2(KB))
-    if device_type != "cuda":
+    if dev.type != "cuda":
         return dict(BLOCK_N=min(32, _np2(N)), BLOCK_B=min(8, kbp), num_warps=4)
     bn = 16
-    while bn > 1 and _cdiv(N, bn) < MIN_PROGRAMS:
+    while bn > 1 and _cdiv(N, bn) < PROGRAMS_PER_SM * dev.sms:
         bn //= 2
     words = 1024 if qtype == "Q4_1" else 2048
     bb = max(1, min(words // (_WORDS[qtype] * bn), kbp))
@@ -231,7 +232,7 @@ def fused_quant_gemv(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=No
     if M == 0 or N == 0:
         return out
     KB = K // 32
-    cfg = qfused_config(M, N, KB, w.qtype, x.device.type)
+    cfg = qfused_config(M, N, KB, w.qtype, device_facts(x.device))
     if pdl is None:
         pdl = pdl_enabled(x.device)
     use_pdl = bool(pdl) and x.device.type == "cuda"    # the interpreter has no gdc_* ops
@@ -328,8 +329,9 @@ def fused_qkv_rope_quant(x, w, cache, layer, positions, *, num_heads, norm_weigh
     conditions): q (B, Hq, 1, D) rotated; k rotated and v appended to `cache` layer `layer`
     at the device positions, its lengths set to positions + 1. One kernel."""
     from ..backends.launch import launch
-    from ..ops.attention import _inv_freq_tensor
+    from ..ops.attention import _inv_freq_tensor, _positions_err
     from ..tensor import Tensor
+    from .indexing import _after, _flag, _tag
     op = "fused_qkv_rope"
     if w.qtype not in QTYPES:
         raise ValueError(f"{op}: quantised weight type {w.qtype!r} has no fused kernel; "
@@ -364,7 +366,7 @@ def fused_qkv_rope_quant(x, w, cache, layer, positions, *, num_heads, norm_weigh
     half = D // 2
     KB = K // 32
     npairs = (num_heads + 2 * Hkv) * half
-    cfg = qfused_config(B, npairs, KB, w.qtype, x.device.type)
+    cfg = qfused_config(B, npairs, KB, w.qtype, device_facts(x.device))
     bn = cfg["BLOCK_N"]
     while half % bn:                       # a program's pairs stay inside one head
         bn //= 2
@@ -374,11 +376,13 @@ def fused_qkv_rope_quant(x, w, cache, layer, positions, *, num_heads, norm_weigh
     opts = dict(num_warps=cfg.get("num_warps", 4))
     if use_pdl:
         opts["launch_pdl"] = True
+    err = _positions_err(op, ck.shape[2])
     launch(_qfused_qkv_rope_kernel, (B, npairs // bn), x, blocks, q,
            norm_weight if norm_weight is not None else x, bias if bias is not None else x,
-           positions, inv, ck, cv, lengths, K, KB, rb, float(eps), num_heads, Hkv,
-           ck.shape[2], x.stride(0), q.stride(0), positions.stride(0),
+           positions, inv, ck, cv, lengths, _flag(x.device), _tag(err), K, KB, rb, float(eps),
+           num_heads, Hkv, ck.shape[2], x.stride(0), q.stride(0), positions.stride(0),
            *ck.stride(), *cv.stride(), QTYPE=QTYPES[w.qtype], W=_WORDS[w.qtype], HALF=half,
            BLOCK_N=bn, BLOCK_B=cfg["BLOCK_B"], NORM=norm_weight is not None,
            HAS_BIAS=bias is not None, PDL=use_pdl, **opts)
+    _after(x.device, err)
     return q.view(B, 1, num_heads, D).transpose(1, 2)
