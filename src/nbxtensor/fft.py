@@ -1,0 +1,387 @@
+"""nbx.fft: torch.fft's discrete Fourier transforms.
+
+Names, signatures and `norm` modes are torch's: "backward" (default: no scaling forward,
+1/n inverse), "ortho" (1/sqrt(n) both ways), "forward" (1/n forward, none inverse).
+
+  * cpu: numpy.fft (pocketfft) on the input in complex128/float64, rounded once to the
+    result dtype.
+  * cuda and interp: kernels/fft.py (radix-2 Stockham passes; Bluestein's chirp-z through
+    power-of-two transforms for every other length).
+
+Dtypes: float32 and integer/bool inputs give complex64, float64 gives complex128 (torch's
+promotion); float16/bfloat16 are refused (torch computes half only on cuda for powers of
+two), so are float8. Real-input transforms (rfft, ihfft, rfftn) refuse complex input, as
+torch does.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from . import dtypes as _dt
+from .device import as_device
+from .tensor import Tensor, _real_view, normalize_dim
+
+__all__ = ["fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2", "rfft2", "irfft2",
+           "fftn", "ifftn", "rfftn", "irfftn", "fftfreq", "rfftfreq", "fftshift", "ifftshift"]
+
+_NORMS = (None, "backward", "ortho", "forward")
+
+
+# ------------------------------------------------------------------ argument checks
+def _input(x, op, real_only=False) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}: input must be a Tensor, got {type(x).__name__}")
+    d = x._dtype
+    if d.kind == "c":
+        if real_only:
+            raise TypeError(f"{op}: expects a real input tensor, but got {d.name}")
+        return x
+    if d in (_dt.float16, _dt.bfloat16) or d.is_float8:
+        raise TypeError(f"{op}: {d.name} input is not supported; cast to float32 or float64")
+    return x
+
+
+def _norm(norm, op):
+    if norm not in _NORMS:
+        raise ValueError(f"{op}: norm must be one of 'backward', 'ortho', 'forward' or None, got "
+                         f"{norm!r}")
+    return norm or "backward"
+
+
+def _scale(norm, n, inverse):
+    if norm == "ortho":
+        return 1.0 / math.sqrt(n)
+    if (norm == "forward") != inverse:
+        return 1.0 / n
+    return 1.0
+
+
+def _swap(norm):
+    return {"backward": "forward", "forward": "backward", "ortho": "ortho"}[norm]
+
+
+def _complex_dtype(x):
+    d = x._dtype
+    return d if d.kind == "c" else _dt.to_complex(d if d.kind == "f" else _dt.get_default_dtype())
+
+
+def _dims_sizes(x, s, dim, op, default_all):
+    """Normalised (dims, sizes) of an n-dimensional transform (torch's s= / dim= rules)."""
+    if dim is None:
+        if s is None:
+            dims = list(range(x.ndim)) if default_all else [x.ndim - 2, x.ndim - 1]
+        else:
+            dims = list(range(x.ndim - len(s), x.ndim))
+    else:
+        dims = [dim] if isinstance(dim, int) else list(dim)
+        dims = [normalize_dim(d, x.ndim) for d in dims]
+        if len(set(dims)) != len(dims):
+            raise RuntimeError(f"{op}: dims must be unique, got {tuple(dim)}")
+    if s is None:
+        sizes = [None] * len(dims)
+    else:
+        if not isinstance(s, Sequence):
+            raise TypeError(f"{op}: s must be a sequence of ints, got {s!r}")
+        if len(s) != len(dims):
+            raise ValueError(f"{op}: s has {len(s)} sizes but {len(dims)} dims are transformed")
+        sizes = [None if v == -1 else v for v in s]
+    if any(d < 0 for d in dims):
+        raise ValueError(f"{op}: input of {x.ndim} dims has too few dims for s={s}")
+    return dims, sizes
+
+
+def _check_n(n, op, what="n"):
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        raise ValueError(f"{op}: invalid number of data points ({n!r}) specified")
+    return n
+
+
+# ------------------------------------------------------------------ the device path
+def _resize(x, dim, n):
+    """x along `dim` trimmed or zero-padded to n (torch's n= / s=)."""
+    m = x._shape[dim]
+    if n == m:
+        return x
+    if n < m:
+        return x.narrow(dim, 0, n)
+    shape = list(x._shape)
+    shape[dim] = n
+    out = Tensor._empty(tuple(shape), x._dtype, x._storage.device)
+    out.fill_(0)
+    out.narrow(dim, 0, m).copy_(x)
+    return out
+
+
+def _c2c_dim(x, dim, inverse, scale):
+    """The complex DFT of x (complex) along dim on cuda/interp, times `scale`."""
+    from .kernels.fft import c2c
+    from .ops.elementwise import mul
+    last = x.ndim - 1
+    xt = x.transpose(dim, last).contiguous() if dim != last else x.contiguous()
+    y = c2c(xt, inverse)
+    if scale != 1.0:
+        y = mul(y, scale)
+    return y.transpose(dim, last) if dim != last else y
+
+
+def _flip_conj(x, dim):
+    """conj(x[(n - k) % n]) along dim: the hermitian mirror of a complex x."""
+    from .ops.elementwise import neg
+    from .ops.shape import roll, flip
+    r = roll(flip(_real_view(x), [dim]), 1, dim)        # x[(n - k) % n], on the real view
+    v = r.contiguous()
+    neg(v.select(-1, 1), out=v.select(-1, 1))
+    from .ops.complex import view_as_complex
+    return view_as_complex(v)
+
+
+def _dev_fft(x, n, dim, norm, inverse):
+    ct = _complex_dtype(x)
+    x = _resize(x, dim, n)
+    return _c2c_dim(x.to(ct), dim, inverse, _scale(norm, n, inverse))
+
+
+def _dev_irfft(x, n, dim, norm):
+    """c2r: the hermitian spectrum X[0..n//2] of a real signal of length n, inverted."""
+    from .ops.complex import real
+    ct = _complex_dtype(x)
+    half = n // 2 + 1
+    x = _resize(x.to(ct), dim, half)
+    full = _resize(x, dim, n)                 # X[k] for k <= n // 2, zeros above
+    mirror = _flip_conj(full, dim)            # conj(X[n - k])
+    # k > n // 2 takes the mirror; X[0] (and X[n/2] for even n) keep only their real parts,
+    # which the real part of the inverse below gives anyway
+    if n - half > 0:
+        full.narrow(dim, half, n - half).copy_(mirror.narrow(dim, half, n - half))
+    y = _c2c_dim(full, dim, True, _scale(norm, n, True))
+    return real(y).contiguous()
+
+
+def _dev_rfft(x, n, dim, norm):
+    y = _dev_fft(x, n, dim, norm, False)
+    return y.narrow(dim, 0, n // 2 + 1).contiguous()
+
+
+# ------------------------------------------------------------------ cpu (NumPy)
+def _np_call(fname, x, ct_of, **kw):
+    a = x.numpy()
+    a = a.astype(np.complex128 if a.dtype.kind == "c" else np.float64)
+    r = getattr(np.fft, fname)(a, **kw)
+    out = ct_of if isinstance(ct_of, _dt.DType) else ct_of(r)
+    return Tensor._from_numpy_unchecked(np.ascontiguousarray(r.astype(out.np)))
+
+
+# ------------------------------------------------------------------ the public transforms
+def _one_dim(op, x, n, dim, norm, real_only=False):
+    x = _input(x, op, real_only)
+    norm = _norm(norm, op)
+    _check_n(n, op)
+    if x.ndim == 0:
+        raise IndexError(f"{op}: a 0-dim tensor has no dim to transform")
+    d = normalize_dim(dim, x.ndim)
+    return x, d, norm
+
+
+def fft(input, n=None, dim=-1, norm=None, *, out=None):  # noqa: A002
+    x, d, norm = _one_dim("fft", input, n, dim, norm)
+    n = n or x._shape[d]
+    if x.device.type == "cpu":
+        r = _np_call("fft", x, _complex_dtype(x), n=n, axis=d, norm=norm)
+    else:
+        r = _dev_fft(x, n, d, norm, False)
+    return _finish(r, out, "fft")
+
+
+def ifft(input, n=None, dim=-1, norm=None, *, out=None):  # noqa: A002
+    x, d, norm = _one_dim("ifft", input, n, dim, norm)
+    n = n or x._shape[d]
+    if x.device.type == "cpu":
+        r = _np_call("ifft", x, _complex_dtype(x), n=n, axis=d, norm=norm)
+    else:
+        r = _dev_fft(x, n, d, norm, True)
+    return _finish(r, out, "ifft")
+
+
+def rfft(input, n=None, dim=-1, norm=None, *, out=None):  # noqa: A002
+    x, d, norm = _one_dim("rfft", input, n, dim, norm, real_only=True)
+    n = n or x._shape[d]
+    if x.device.type == "cpu":
+        r = _np_call("rfft", x, _complex_dtype(x), n=n, axis=d, norm=norm)
+    else:
+        r = _dev_rfft(x, n, d, norm)
+    return _finish(r, out, "rfft")
+
+
+def irfft(input, n=None, dim=-1, norm=None, *, out=None):  # noqa: A002
+    x, d, norm = _one_dim("irfft", input, n, dim, norm)
+    n = n or 2 * (x._shape[d] - 1)
+    _check_n(n, "irfft")
+    rt = _dt.to_real(_complex_dtype(x))
+    if x.device.type == "cpu":
+        r = _np_call("irfft", x, rt, n=n, axis=d, norm=norm)
+    else:
+        r = _dev_irfft(x, n, d, norm)
+    return _finish(r, out, "irfft")
+
+
+def hfft(input, n=None, dim=-1, norm=None, *, out=None):  # noqa: A002
+    """The real spectrum of a signal with hermitian symmetry given by its first half."""
+    from .ops.complex import conj
+    x, d, norm = _one_dim("hfft", input, n, dim, norm)
+    n = n or 2 * (x._shape[d] - 1)
+    _check_n(n, "hfft")
+    if x.device.type == "cpu":
+        r = _np_call("hfft", x, _dt.to_real(_complex_dtype(x)), n=n, axis=d, norm=norm)
+    else:
+        r = _dev_irfft(conj(x.to(_complex_dtype(x))), n, d, _swap(norm))
+    return _finish(r, out, "hfft")
+
+
+def ihfft(input, n=None, dim=-1, norm=None, *, out=None):  # noqa: A002
+    from .ops.complex import conj
+    x, d, norm = _one_dim("ihfft", input, n, dim, norm, real_only=True)
+    n = n or x._shape[d]
+    if x.device.type == "cpu":
+        r = _np_call("ihfft", x, _complex_dtype(x), n=n, axis=d, norm=norm)
+    else:
+        r = conj(_dev_rfft(x, n, d, _swap(norm)))
+    return _finish(r, out, "ihfft")
+
+
+def _nd(op, input, s, dim, norm, default_all, inverse, out):
+    x = _input(input, op)
+    norm = _norm(norm, op)
+    dims, sizes = _dims_sizes(x, s, dim, op, default_all)
+    for v in sizes:
+        _check_n(v, op, "s")
+    sizes = [v or x._shape[d] for v, d in zip(sizes, dims)]
+    if x.device.type == "cpu":
+        r = _np_call("ifftn" if inverse else "fftn", x, _complex_dtype(x), s=sizes, axes=dims,
+                     norm=norm)
+    else:
+        r = x
+        for d, n in zip(dims, sizes):
+            r = _dev_fft(r, n, d, norm, inverse)
+    return _finish(r, out, op)
+
+
+def fftn(input, s=None, dim=None, norm=None, *, out=None):  # noqa: A002
+    return _nd("fftn", input, s, dim, norm, True, False, out)
+
+
+def ifftn(input, s=None, dim=None, norm=None, *, out=None):  # noqa: A002
+    return _nd("ifftn", input, s, dim, norm, True, True, out)
+
+
+def fft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):  # noqa: A002
+    return _nd("fft2", input, s, dim, norm, False, False, out)
+
+
+def ifft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):  # noqa: A002
+    return _nd("ifft2", input, s, dim, norm, False, True, out)
+
+
+def _rnd(op, input, s, dim, norm, default_all, out):
+    x = _input(input, op, real_only=True)
+    norm = _norm(norm, op)
+    dims, sizes = _dims_sizes(x, s, dim, op, default_all)
+    for v in sizes:
+        _check_n(v, op, "s")
+    sizes = [v or x._shape[d] for v, d in zip(sizes, dims)]
+    if x.device.type == "cpu":
+        r = _np_call("rfftn", x, _complex_dtype(x), s=sizes, axes=dims, norm=norm)
+    else:
+        r = _dev_rfft(x, sizes[-1], dims[-1], norm)
+        for d, n in zip(dims[:-1], sizes[:-1]):
+            r = _dev_fft(r, n, d, norm, False)
+    return _finish(r, out, op)
+
+
+def rfftn(input, s=None, dim=None, norm=None, *, out=None):  # noqa: A002
+    return _rnd("rfftn", input, s, dim, norm, True, out)
+
+
+def rfft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):  # noqa: A002
+    return _rnd("rfft2", input, s, dim, norm, False, out)
+
+
+def _irnd(op, input, s, dim, norm, default_all, out):
+    x = _input(input, op)
+    norm = _norm(norm, op)
+    dims, sizes = _dims_sizes(x, s, dim, op, default_all)
+    for v in sizes:
+        _check_n(v, op, "s")
+    sizes = [v or x._shape[d] for v, d in zip(sizes[:-1], dims[:-1])] + [
+        sizes[-1] or 2 * (x._shape[dims[-1]] - 1)]
+    _check_n(sizes[-1], op, "s")
+    if x.device.type == "cpu":
+        r = _np_call("irfftn", x, _dt.to_real(_complex_dtype(x)), s=sizes, axes=dims, norm=norm)
+    else:
+        r = x
+        for d, n in zip(dims[:-1], sizes[:-1]):
+            r = _dev_fft(r, n, d, norm, True)
+        r = _dev_irfft(r, sizes[-1], dims[-1], norm)
+    return _finish(r, out, op)
+
+
+def irfftn(input, s=None, dim=None, norm=None, *, out=None):  # noqa: A002
+    return _irnd("irfftn", input, s, dim, norm, True, out)
+
+
+def irfft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):  # noqa: A002
+    return _irnd("irfft2", input, s, dim, norm, False, out)
+
+
+def _finish(r, out, op):
+    if out is None:
+        return r
+    from .ops._common import check_out
+    check_out(out, r.shape, r.dtype, r.device, op)
+    return out.copy_(r)
+
+
+# ------------------------------------------------------------------ helpers
+def fftfreq(n, d=1.0, *, dtype=None, device=None):
+    """The sample frequencies [0, 1, ..., n/2-1, -n/2, ..., -1] / (d n) (torch.fft.fftfreq)."""
+    return _freq("fftfreq", n, d, dtype, device)
+
+
+def rfftfreq(n, d=1.0, *, dtype=None, device=None):
+    return _freq("rfftfreq", n, d, dtype, device)
+
+
+def _freq(op, n, d, dtype, device):
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"{op}: n must be a non-negative int, got {n!r}")
+    dtype = _dt.get_default_dtype() if dtype is None else _dt.as_dtype(dtype)
+    if not dtype.is_floating_point:
+        raise TypeError(f"{op}: dtype must be floating point, got {dtype.name}")
+    f = getattr(np.fft, op)(n, d) if n else np.zeros(0)
+    return Tensor._from_numpy_unchecked(_dt.cast(f, dtype)).to(as_device(device))
+
+
+def _shift(op, x, dim, sign):
+    from .ops.shape import roll
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}: input must be a Tensor, got {type(x).__name__}")
+    dims = list(range(x.ndim)) if dim is None else ([dim] if isinstance(dim, int) else list(dim))
+    dims = [normalize_dim(d, x.ndim) for d in dims]
+    if not dims:
+        return x.clone()
+    shifts = [sign * (x._shape[d] // 2) if sign > 0 else -(x._shape[d] // 2) for d in dims]
+    if x._dtype.kind == "c":
+        from .ops.complex import view_as_complex
+        return view_as_complex(roll(_real_view(x), shifts, dims).contiguous())
+    return roll(x, shifts, dims)
+
+
+def fftshift(input, dim=None):  # noqa: A002
+    """The zero frequency moved to the centre: a roll by n // 2 along each dim."""
+    return _shift("fftshift", input, dim, 1)
+
+
+def ifftshift(input, dim=None):  # noqa: A002
+    return _shift("ifftshift", input, dim, -1)
