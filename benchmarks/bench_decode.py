@@ -3,7 +3,7 @@ nbxtensor and hand-written torch decode loops (eager, and captured with torch.cu
 all with random bf16 weights of the same shapes (nothing is downloaded).
 
     PYTHONPATH=src python3 benchmarks/bench_decode.py [--quick] [--steps N] [--sweep]
-        [--sweep-model NAME] [--no-pdl-ab] [--no-tuned-ab] [--unfused]
+        [--sweep-model NAME] [--no-pdl-ab] [--unfused]
         [--attn-ab 0,512] [--gemv-ab JSON] [--breakdown] [--batches 1,4,16] [--lens 128,4096]
         [--models 1B] [OUTDIR]
 
@@ -28,10 +28,6 @@ HBM as in the real step, not from L2), its achieved bandwidth against the copy b
 Triton's disk cache) and prints the best per shape; `--sweep-model 1B` sweeps only the
 models whose name contains "1B". The winners (> 2 % faster than the rule) are printed as a
 `GEMV_TABLE.update({...})` line to paste into decode_fused.py.
-GEMV configs A/B (batch 1, unless --no-tuned-ab): the step captured as "session2"
-(decode_fused.set_tuned(False): the old rule, RoPE loads after the K loop), "tuned" (this
-session's rule + the shipped GEMV_TABLE, RoPE loads early) and, after a sweep, "swept"
-(tuned + this run's winners), timed interleaved: tok/s, fraction of the limit, |dlogits|.
 --attn-ab 0,512,... (ONE_MAX values: kernels/decode_attention.py, the longest cache one
 program takes whole) or '{"name": {override}}' (JSON, decode_attention._OVERRIDE dicts): decode
 attention configs A/B in the captured step at batch 1, against the shipped rule.
@@ -391,7 +387,8 @@ def gemv_table(cfg, bw, sweep=False, reps=20, model=None, stage=print):
     for name, (N, K, f) in shapes.items():
         kind = gemv_kind(f)
         n_cfg = N // 2 if kind != "plain" else N
-        rule = F.fused_gemv_config(1, n_cfg, K, 2, "cuda", kind)
+        from nbxtensor.kernels._common import device_facts
+        rule = F.fused_gemv_config(1, n_cfg, K, 2, device_facts(nbx.device("cuda")), kind)
         cands = [None]
         # the step runs qkv+norm+rope+kv; the "(no norm)" rows are comparisons only
         if sweep and name != "qkv+norm" and "no norm" not in name:
@@ -536,38 +533,6 @@ def pdl_ab(m, B, L, cap, toks, steps, row, rounds=3):
     row["pdl_on_off_same_first_step"] = r[True]["logits"].tobytes() == r[False]["logits"].tobytes()
 
 
-def tuned_ab(m, B, L, cap, toks, steps, row, winners=None, rounds=3):
-    """The GEMV configs A/B (this session): "session2" = set_tuned(False) (the old rule, RoPE
-    loads late); "tuned" = the shipped GEMV_TABLE + rule (RoPE pairs 4 x 512, early loads);
-    "swept" = tuned with this run's sweep winners added to GEMV_TABLE (when there are any).
-    Graph replay, timed interleaved, best of `rounds`."""
-    from nbxtensor.kernels import decode_fused as F
-
-    def tuned(on, extra=None):
-        def setup():
-            prev, saved = F.set_tuned(on), dict(F.GEMV_TABLE)
-            F.GEMV_TABLE.update(extra or {})
-
-            def restore():
-                F.set_tuned(prev)
-                F.GEMV_TABLE.clear()
-                F.GEMV_TABLE.update(saved)
-            return restore
-        return setup
-    variants = {"session2": tuned(False), "tuned": tuned(True)}
-    if winners:
-        variants["swept"] = tuned(True, winners)
-    r = graph_ab(m, B, L, cap, toks, steps, variants, rounds)
-    ref = r["session2"]["logits"].astype(np.float64)
-    row["tuned_ab"] = {k: dict(tok_s=v["tok_s"], kernels=v["kernels"],
-                               speedup_vs_session2=v["tok_s"] / r["session2"]["tok_s"],
-                               logits_max_abs_diff_vs_session2=float(np.max(np.abs(
-                                   v["logits"].astype(np.float64) - ref))),
-                               same_argmax=bool(np.array_equal(v["logits"].argmax(-1),
-                                                               ref.argmax(-1))))
-                       for k, v in r.items()}
-
-
 def attn_ab(m, B, L, cap, toks, steps, row, overrides, rounds=3):
     """Decode attention configs A/B in the captured step: "rule" (the shipped choice)
     against `overrides` {name: decode_attention override, e.g. {"ONE_MAX": 0} (the
@@ -663,7 +628,7 @@ def breakdown(m, B, L, cap, toks, steps, row, torch):
 
 
 def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res, unfused=True,
-               ab=True, tuned=True, winners=None, attn=None, prof=False,
+               ab=True, attn=None, prof=False,
                gemv_ab=None):
     import nbxtensor as nbx
     from nbxtensor.models.graph_decode import GraphDecoder
@@ -710,11 +675,6 @@ def run_config(name, cfg, w, m, torch, B, L, steps, eager_steps, res, unfused=Tr
         t0 = time.perf_counter()
         pdl_ab(m, B, L, cap, toks, steps, row)
         row["pdl_ab_s"] = round(time.perf_counter() - t0, 2)
-
-    if B == 1 and tuned:
-        t0 = time.perf_counter()
-        tuned_ab(m, B, L, cap, toks, steps, row, winners)
-        row["tuned_ab_s"] = round(time.perf_counter() - t0, 2)
 
     if B == 1 and attn:
         t0 = time.perf_counter()
@@ -796,7 +756,6 @@ def main(argv):
     # --sweep: every model's GEMVs; --sweep-model NAME: only models whose name contains NAME
     sweep_model = argv[argv.index("--sweep-model") + 1] if "--sweep-model" in argv else None
     sweep = "--sweep" in argv or sweep_model is not None
-    tuned = "--no-tuned-ab" not in argv
     steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else (128 if quick else 256)
     unfused = "--unfused" in argv or not quick
     ab = "--no-pdl-ab" not in argv
@@ -882,8 +841,8 @@ def main(argv):
                 stage(f"{name}: B={B} L={L}")
                 try:
                     row = run_config(name, cfg, w, m, torch, B, L, steps, eager_steps,
-                                     report["rows"], unfused=unfused, ab=ab, tuned=tuned,
-                                     winners=winners, attn=attn, prof=prof,
+                                     report["rows"], unfused=unfused, ab=ab,
+                                     attn=attn, prof=prof,
                                      gemv_ab=gemv_ab)
                     row["weight_bytes"] = wb
                     row["weight_bw_limit_steps_s"] = limit
@@ -948,20 +907,6 @@ def main(argv):
                   f"tok/s, off {r['nbx_graph_tok_s_pdl_off']:.0f} tok/s "
                   f"(x{r['pdl_speedup'] or 0:.3f}), kernels {r['pdl_kernels_per_step']}, "
                   f"same logits {r['pdl_on_off_same_first_step']}")
-    t_rows = [r for r in report["rows"] if "tuned_ab" in r]
-    if t_rows:
-        print("\nGEMV configs A/B (batch 1, graph replay, best of 3): session2 = old rule, "
-              "late RoPE loads; tuned = this session's rule + GEMV_TABLE; swept = + this "
-              "run's sweep winners")
-        for r in t_rows:
-            lim = r.get("weight_bw_limit_steps_s")
-            parts = []
-            for k, v in r["tuned_ab"].items():
-                frac = f" {v['tok_s'] / lim:.1%}" if lim else ""
-                parts.append(f"{k} {v['tok_s']:.0f} tok/s{frac} (x{v['speedup_vs_session2']:.3f}, "
-                             f"|dlogit| {v['logits_max_abs_diff_vs_session2']:.2g}, "
-                             f"argmax same {v['same_argmax']})")
-            print(f"{r['model']:20} L={r['cache_len']:>5}: " + "; ".join(parts))
     g_rows = [r for r in report["rows"] if "gemv_ab" in r]
     if g_rows:
         print("\ndecode_fused settings A/B (graph replay, best of 3; default = as shipped)")

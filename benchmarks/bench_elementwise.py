@@ -204,16 +204,18 @@ def main():
               1e-6, 200 if quick else 1000)
 
     # --- contiguous-kernel configuration sweep (--sweep-flat): BLOCK x num_warps of the flat
-    # kernel (through its variant switch) on the 256 MiB rows; sweep_bandwidth.py
-    # --groups=small is the fuller sweep (FLAT_VARIANTS, torch beside every row)
+    # kernel on the 256 MiB f32 rows, through its rule's constants (FLAT_BYTES a thread of
+    # the narrowest operand, FLAT_WARPS; BLOCK = FLAT_BYTES / 4 * 32 * FLAT_WARPS for f32)
     if "--sweep-flat" in sys.argv:
         from nbxtensor.kernels import elementwise as ke
         print("flat-kernel sweep (ms; torch: neg %.4f copy %.4f add %.4f)" % (
             timeit(lambda: torch.neg(t32), iters), timeit(lambda: t32.clone(), iters),
             timeit(lambda: t32 + u32, iters)))
+        saved = ke.FLAT_BYTES, ke.FLAT_WARPS
         for blk, w in [(1024, 4), (2048, 4), (2048, 8), (4096, 4), (4096, 8), (8192, 8),
                        (8192, 16), (16384, 16)]:
-            saved = ke.set_flat_variant({"BLOCK": blk, "num_warps": w})
+            ke.FLAT_BYTES, ke.FLAT_WARPS = blk * 4 // (32 * w), w
+            ke._PLANS.clear()
             try:
                 r = [timeit(lambda: nbx.neg(x32), iters), timeit(lambda: x32.clone(), iters),
                      timeit(lambda: x32 + y32, iters)]
@@ -222,8 +224,8 @@ def main():
                              "neg_ms": r[0], "copy_ms": r[1], "add_ms": r[2]})
             except Exception as e:
                 print(f"  BLOCK={blk} warps={w}: {type(e).__name__}: {e}")
-            finally:
-                ke.set_flat_variant(saved)
+        ke.FLAT_BYTES, ke.FLAT_WARPS = saved
+        ke._PLANS.clear()
 
     summary = {"copy_bw_Bps": copy_bw[0], "event": event_kind, "quick": quick,
                "device": torch.cuda.get_device_name(), "rows": rows}

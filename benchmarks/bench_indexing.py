@@ -1,8 +1,6 @@
 """Indexing, shape and sort ops on the GPU, side by side with torch in the same run (issue 4).
 
-    PYTHONPATH=src python3 benchmarks/bench_indexing.py [--quick] [--sort-sweep] [--gather-sweep]
-        [OUTDIR]
-    NBX_GATHER2D=0 ... selects the old general gather kernel (A/B; --gather-sweep does both)
+    PYTHONPATH=src python3 benchmarks/bench_indexing.py [--quick] [--gather-sweep] [OUTDIR]
     PYTHONPATH=src python3 benchmarks/bench_indexing.py --fake-cuda   # our Python only (no GPU)
 
 Cases at model shapes: embedding (vocab 128256 x 2048 bf16, 1..4096 tokens), index_select,
@@ -17,8 +15,9 @@ including Python and launch overhead), median of 5 repeats, for:
 
 ratio = torch / nbx wall time (>= 0.8 is the goal; > 1 means nbx is faster); gpu_ratio the
 same for GPU time. Each result is compared with torch's (exact equality: these ops move
-values). --sort-sweep also times sort (1, 32000) under several tile / rank-path configs
-(kernels/sort.py CONFIG). Writes indexing.json to OUTDIR (default: $OUT, else the cwd).
+values). --gather-sweep also times index_select dim=1 and the full-index gather under several
+kernels/indexing.py G2D_CONFIG tiles (sort's configs: bench_reduction.py --sort-sweep2).
+Writes indexing.json to OUTDIR (default: $OUT, else the cwd).
 """
 from __future__ import annotations
 
@@ -137,50 +136,6 @@ def bench(name, shape_desc, torch_fn, nbx_fn, moved_bytes, index_op=False):
     return row
 
 
-def sort_sweep(x_t, x_n):
-    """GPU and wall time of sort (1, 32000) and (1, 128256) desc under several kernels/sort.py
-    configs (rank_block is for <= 8 tiles; above, the entry scales it down by tiles / 8)."""
-    import torch
-    from nbxtensor.kernels import sort as ks
-    cfg = ks.CONFIG["cuda"]
-    saved = dict(cfg)
-    out = []
-    big_t = torch.randn(1, 128256, dtype=torch.float32, device="cuda")
-    big_n = to_nbx(big_t)
-    configs = {
-        32000: ((4096, 8, 256), (4096, 8, 128), (4096, 8, 512), (2048, 16, 256),
-                (1024, 32, 256), (1024, 32, 512), (512, 64, 256), (8192, 4, 256),
-                (4096, 0, 256), (2048, 0, 256)),
-        128256: ((4096, 8, 256), (4096, 32, 256), (4096, 32, 512), (8192, 16, 256),
-                 (2048, 64, 256), (8192, 8, 256)),
-    }
-    for n, (xt, xn) in ((32000, (x_t, x_n)), (128256, (big_t, big_n))):
-        print(f"sort sweep (1, {n}) f32 desc: sort_tile rank_max_tiles rank_block -> wall us, "
-              f"gpu us (torch first)")
-        tref = lambda: torch.sort(xt, dim=-1, descending=True, stable=True)  # noqa: E731
-        wt = timeit(tref, 30)
-        gt = gputime(tref, 30, wt)
-        print(f"  torch            {wt * 1e6:8.1f} {gt * 1e6:8.1f}", flush=True)
-        out.append(dict(n=n, config="torch", wall_us=wt * 1e6, gpu_us=gt * 1e6))
-        for tile, maxt, blk in configs[n]:
-            cfg.update(sort_tile=tile, rank_tile=tile, rank_max_tiles=maxt, rank_block=blk)
-            try:
-                fn = lambda: nbx.sort(xn, -1, descending=True)  # noqa: E731
-                ok = same(tref(), fn())
-                w = timeit(fn, 30)
-                g = gputime(fn, 30, w)
-                print(f"  {tile:5d} {maxt:3d} {blk:4d}  {w * 1e6:8.1f} {g * 1e6:8.1f}  "
-                      f"gpu ratio {gt / g:5.2f}  {'ok' if ok else 'MISMATCH'}", flush=True)
-                out.append(dict(n=n, sort_tile=tile, rank_max_tiles=maxt, rank_block=blk,
-                                wall_us=w * 1e6, gpu_us=g * 1e6, gpu_ratio=gt / g, match=ok))
-            except Exception as e:  # noqa: BLE001 - a config that does not compile: report it
-                print(f"  {tile:5d} {maxt:3d} {blk:4d}  failed: {type(e).__name__}: "
-                      f"{str(e)[:80]}")
-        cfg.clear()
-        cfg.update(saved)
-    return out
-
-
 def _reset_gather_plans():
     from nbxtensor.kernels import indexing as kix
     from nbxtensor.ops import indexing as oix
@@ -189,12 +144,12 @@ def _reset_gather_plans():
 
 
 def gather_sweep():
-    """index_select dim=1 and the full-index gather: the old _gather_kernel (NBX_GATHER2D=0)
-    against _gather2d_kernel under several kernels/indexing.py G2D_CONFIG tiles."""
+    """index_select dim=1 and the full-index gather: _gather2d_kernel under several
+    kernels/indexing.py G2D_CONFIG tiles (the first: the shipped one)."""
     import torch
     from nbxtensor.kernels import indexing as kix
     cfg = kix.G2D_CONFIG["cuda"]
-    saved_cfg, saved_use = dict(cfg), kix.USE_GATHER2D[0]
+    saved_cfg = dict(cfg)
     x_t = torch.randn(4096, 4096, dtype=torch.bfloat16, device="cuda")
     i_t = torch.randint(0, 4096, (2048,), device="cuda")
     S = (8, 1024, 1024)
@@ -215,22 +170,20 @@ def gather_sweep():
     ]
     out = []
     print("gather sweep: config (max BC, tile, warps, flag_lanes) -> wall us, gpu us "
-          "(torch first, then the old kernel)")
+          "(torch first, then the shipped config)")
     for kind, desc, tfn, nfn, configs in cases:
         wt = timeit(tfn, 30)
         gt = gputime(tfn, 30, wt)
         print(f"  {desc}\n    torch            {wt * 1e6:8.1f} {gt * 1e6:8.1f}", flush=True)
         out.append(dict(case=kind, config="torch", wall_us=wt * 1e6, gpu_us=gt * 1e6))
         for c in [None] + configs:
-            kix.USE_GATHER2D[0] = c is not None
-            if c is not None:
-                cfg[kind] = c
+            cfg[kind] = saved_cfg[kind] if c is None else c
             _reset_gather_plans()
             try:
                 ok = same(tfn(), nfn())
                 w = timeit(nfn, 30)
                 g = gputime(nfn, 30, w)
-                name = "old" if c is None else str(c)
+                name = "shipped" if c is None else str(c)
                 print(f"    {name:24s} {w * 1e6:8.1f} {g * 1e6:8.1f}  gpu ratio {gt / g:5.2f}  "
                       f"{'ok' if ok else 'MISMATCH'}", flush=True)
                 out.append(dict(case=kind, config=name, wall_us=w * 1e6, gpu_us=g * 1e6,
@@ -239,7 +192,6 @@ def gather_sweep():
                 print(f"    {c}: failed: {type(e).__name__}: {str(e)[:100]}")
         cfg.clear()
         cfg.update(saved_cfg)
-    kix.USE_GATHER2D[0] = saved_use
     _reset_gather_plans()
     return out
 
@@ -351,7 +303,6 @@ def main():
         rows.append(bench("sort", "(8,32000) f32 desc",
                           lambda: torch.sort(r8_t, dim=-1, descending=True, stable=True),
                           lambda: nbx.sort(r8_n, -1, descending=True), 0))
-    sweep = sort_sweep(r_t, r_n) if "--sort-sweep" in sys.argv else None
     gsweep = gather_sweep() if "--gather-sweep" in sys.argv else None
 
     worst = min(rows, key=lambda r: r["ratio"])
@@ -362,8 +313,7 @@ def main():
     path = os.path.join(OUTDIR, "indexing.json")
     with open(path, "w") as f:
         json.dump(dict(bench="indexing", quick=QUICK, device=torch.cuda.get_device_name(),
-                       torch=torch.__version__, rows=rows, sort_sweep=sweep,
-                       gather_sweep=gsweep), f, indent=1)
+                       torch=torch.__version__, rows=rows, gather_sweep=gsweep), f, indent=1)
     print(f"wrote {path}")
     return 0
 

@@ -116,6 +116,12 @@ SWEEP = "--sweep" in sys.argv or SWEEP_ONLY
 MM_SWEEP = "--mm-sweep" in sys.argv   # big-product candidates only (bench_mm_sweep)
 OUTDIR = out_dir()
 DEV = "cuda"
+
+
+def _facts():
+    """The benchmarked GPU's facts (kernels/_common.device_facts), for the config rules."""
+    from nbxtensor.kernels._common import device_facts
+    return device_facts(nbx.device(DEV))
 TORCH_DT = {nbx.bfloat16: torch.bfloat16, nbx.float16: torch.float16, nbx.float32: torch.float32}
 
 
@@ -315,9 +321,9 @@ def bench_medium_sweep():
         x, w = to_nbx(tx), to_nbx(tw)
         out = nbx.empty((M, N), dtype=nbx.bfloat16, device=DEV)
         t_tor = time_gpu(lambda: torch.nn.functional.linear(tx, tw), 10)
-        rule = km.matmul_config(M, N, K, nbx.bfloat16)
+        rule = km.matmul_config(M, N, K, nbx.bfloat16, _facts())
         for bm, bn, bk, wp, st, eff in km._TILES_16:
-            sp = km._best_split(M, N, K, bm, bn, bk, eff, 1, 2)
+            sp = km._best_split(M, N, K, bm, bn, bk, eff, 1, 2, _facts().sms)
             variants = {(1, wp), (sp, wp)} | ({(sp, 12 - wp)} if bm * bn <= 128 * 128 else set())
             for split, warps in sorted(variants):
                 cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=st,
@@ -329,7 +335,7 @@ def bench_medium_sweep():
                         t = time_gpu(lambda: nbx.linear(x, w, out=out), 10)
                     record(section="sweep", M=M,
                            cfg=f"{mark}{M}x{N}x{K} {bm}x{bn} w{warps} split={split} "
-                           f"model={km._estimate(M, N, K, bm, bn, eff, split) * 1e6:.1f}us "
+                           f"model={km._estimate(M, N, K, bm, bn, eff, split, 1, 2, _facts().sms) * 1e6:.1f}us "
                            f"got={t * 1e6:.1f}us torch={t_tor * 1e6:.1f}us",
                            nbx_tflops=2.0 * M * N * K / t / 1e12, ratio=t_tor / t)
                 except Exception as e:
@@ -365,7 +371,7 @@ def bench_gemv_sweep(copy_bw):
                 old = kg._OVERRIDE
                 try:
                     if cfg == "tiled":
-                        with km.config_override(**km.matmul_config(M, N, K, nbx.bfloat16)):
+                        with km.config_override(**km.matmul_config(M, N, K, nbx.bfloat16, _facts())):
                             t = time_gpu(run, max(n_copies, 5), flush=True)
                     else:
                         kg._OVERRIDE = cfg or None
@@ -393,6 +399,7 @@ def bench_small_gemv():
     call over weights rotated past L2, and wall time per call back to back (host-bound) --
     and torch's, in the same run; each variant checked against torch first."""
     import nbxtensor.kernels.gemv as kg
+    from nbxtensor.kernels._common import device_facts
     from _common import time_rotated
     for K, N in SMALL_GEMVS:
         tws, ws, copies = rotated_weights(N, K, lo=2)
@@ -414,7 +421,8 @@ def bench_small_gemv():
                 out.fill_(float("nan"))
                 nbx.linear(x, ws[0], out=out)
                 row[f"{name}_err"] = rel_err(out, ref)
-                row[f"{name}_split"] = -(-K // kg.gemv_config(1, N, K, nbx.bfloat16, x.device)["K_SPLIT"])
+                cfg = kg.gemv_config(1, N, K, nbx.bfloat16, device_facts(x.device), x.device)
+                row[f"{name}_split"] = -(-K // cfg["K_SPLIT"])
                 row[f"{name}_gpu_us"] = time_rotated(
                     lambda i: nbx.linear(x, ws[i], out=out), copies, 4 * copies) * 1e3
                 row[f"{name}_wall_us"] = _wall(lambda: nbx.linear(x, ws[0], out=out)) * 1e6
@@ -510,7 +518,7 @@ def bench_m16_sweep():
                     lambda i: nbx.linear(x, ws[i], out=out))
             finally:
                 kg._OVERRIDE = None
-        with km.config_override(**km.matmul_config(M, N, K, nbx.bfloat16)):   # the tiled path
+        with km.config_override(**km.matmul_config(M, N, K, nbx.bfloat16, _facts())):   # the tiled path
             run("tiled", lambda i: nbx.linear(x, ws[i], out=out))
         run("fused", lambda i: F.fused_gemv(x, ws[i], out=out))
         res.sort()

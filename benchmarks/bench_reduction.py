@@ -267,8 +267,8 @@ def _tune(nbx, both, randn, timeit, gputime, rows):
     sweep("col", cfg, clear, ("col_block_k", "col_tile", "col_warps"),
           [(128, 4096, 8), (256, 8192, 4), (256, 8192, 8), (512, 8192, 8), (256, 16384, 16)],
           [lambda: x.sum(0), lambda: y.sum(1), lambda: xb.sum(0)])
-    sweep("split", cfg, clear, ("target_programs", "split_min_steps"),
-          [(132 * 4, 4), (132 * 8, 2), (132 * 8, 4), (132 * 16, 2), (132 * 32, 2)],
+    sweep("split", cfg, clear, ("target_programs_per_sm", "split_min_steps"),
+          [(4, 4), (8, 2), (8, 4), (16, 2), (32, 2)],
           [lambda: x.sum(), lambda: x.sum(0), lambda: y.sum(1)])
     del x, xb, y
 
@@ -278,11 +278,13 @@ def _tune(nbx, both, randn, timeit, gputime, rows):
               lambda: tk[3].topk(50), lambda: tkb.topk(50)]
     tkb = tk[1].to(nbx.bfloat16)
     on = scfg["filt_min_n"]
-    # candidate rounds (threshold path off); topk_programs 1 = the old first-round rule
+    # candidate rounds (threshold path off); 2 programs a SM is the shipped first-round rule,
+    # topk_programs 1 (a fixed count) the one before it
+    sms = nbx.cuda.get_device_properties(0)["multiprocessors"]
     scfg["filt_min_n"] = 1 << 40
     sweep("topk", scfg, lambda: None, ("topk_chunk", "topk_programs", "topk_ept"),
-          [(4096, 1, 16), (4096, 132 * 2, 16), (2048, 132 * 2, 16), (8192, 132 * 2, 16),
-           (4096, 132 * 2, 32)],
+          [(4096, 1, 16), (4096, sms * 2, 16), (2048, sms * 2, 16), (8192, sms * 2, 16),
+           (4096, sms * 2, 32)],
           tcases)
     # threshold path (first candidate: off, i.e. the winner above)
     sweep("topk-threshold", scfg, lambda: None, ("filt_min_n", "filt_chunk", "filt_ratio"),
@@ -302,15 +304,15 @@ def _tune(nbx, both, randn, timeit, gputime, rows):
     print(repr({k: scfg[k] for k in sorted(scfg)}))
 
 
-# --sort-sweep2: candidates for kernels/sort.py: "default" (the shipped CONFIG), "v3"
-# (session 3's rank / merge-pass path) and (tile, fan-in, max runs of the last level, keys a
-# program, NARROW) tuples of the "ml" path, each timed on every shape with CONFIG ml_small =
-# ml_big = the tuple (so the rows x tiles rule does not pick); the winners are printed per
-# regime. SORT_CANDS='[[1024, 2, 2, 256, 1], "v3"]' (JSON) replaces the list.
+# --sort-sweep2: candidates for kernels/sort.py: "default" (the shipped CONFIG) and (tile,
+# fan-in, max runs of the last level, keys a program, NARROW) tuples of the "ml" path, each
+# timed on every shape with CONFIG ml_small = ml_big = the tuple (so the rows x tiles rule
+# does not pick); the winners are printed per regime. SORT_CANDS='[[1024, 2, 2, 256, 1]]'
+# (JSON) replaces the list.
 SORT_SHAPES = [(1, 32000), (1, 128256), (4, 128256), (32, 32000), (128, 4096), (1, 1048576),
                (64, 2048), (512, 1024), (4, 4096)]
 SORT_SMALL = [(1, 32000), (1, 128256)]   # rows x 1024-key tiles < 132 SMs: CONFIG ml_small
-SORT_CANDS = ["default", "v3",
+SORT_CANDS = ["default",
               # few-rows candidates (latency: few levels)
               (1024, 8, 32, 256, 0), (1024, 8, 32, 256, 1), (1024, 8, 32, 128, 0),
               (1024, 4, 16, 256, 0), (1024, 4, 16, 256, 1), (1024, 16, 16, 256, 1),
@@ -354,13 +356,11 @@ def _sort_set(S, cand):
         cfg.update(block_sort_min_n=1, block_sort_max_n=8192, block_sort_rws=tuple(cand[1:4]))
     elif _gluon_kind(cand) == "gluon-ml":
         t = cand[4]
-        cfg.update(sort_algo="ml", block_sort_max_n=0, ml_gluon=tuple(cand[1:4]),
+        cfg.update(block_sort_max_n=0, ml_gluon=tuple(cand[1:4]),
                    ml_small=(t,) + tuple(cfg["ml_small"][1:]),
                    ml_big=(t,) + tuple(cfg["ml_big"][1:]))
-    elif cand == "v3":
-        cfg["sort_algo"] = "v3"
     else:
-        cfg.update(sort_algo="ml", ml_small=tuple(cand), ml_big=tuple(cand))
+        cfg.update(ml_small=tuple(cand), ml_big=tuple(cand))
 
 
 def _sort_precompile(nbx, S, calls):

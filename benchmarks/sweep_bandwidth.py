@@ -1,24 +1,22 @@
 """Sweep of the bandwidth variants of the large memory-bound kernels, against torch (H200).
 
-    PYTHONPATH=src python3 benchmarks/sweep_bandwidth.py [--full] [--groups=mem,red,red32,norm,small]
-        [--variants=v16w4,v32w4,...] [OUTDIR]
+    PYTHONPATH=src python3 benchmarks/sweep_bandwidth.py [--full] [--groups=mem,red,red32,norm]
+        [OUTDIR]
 
   mem  torch's copy on torch-allocated and on nbx-allocated buffers beside nbx's copy and neg
        (64M f32): whether a gap to torch is the kernel's or the memory's.
-  red  kernels/reduction.py REDUCE_VARIANTS (set_variant; 16-bit inputs; "default" = the
-       shipped CONFIG16/PIPE): sum bf16 (32768,4096) dim=-1 (pipe*/row* variants) and dim=0
-       (col* variants); --full: every variant on both.
+  red  REDUCE_VARIANTS below: kernels/reduction.py's 16-bit tiles (CONFIG16) and PIPE set
+       whole ("default" = the shipped CONFIG16/PIPE): sum bf16 (32768,4096) dim=-1 (pipe*/row*
+       variants) and dim=0 (col* variants); --full: every variant on both.
+  red32  fp32 last-dim sums / amax: CONFIG's tiles ("base") against PIPE at 2, 4, 8 programs
+       an SM ("default" = the shipped PIPE, 4).
   norm kernels/norm.py tiles through _OVERRIDE (BLOCK_R x num_warps; "default" = the rule):
        layer_norm bf16 (16384,4096) weight+bias, rms_norm bf16 same shape.
-  small  (session 4; not in the default groups) kernels/elementwise.py FLAT_VARIANTS
-       (set_flat_variant; "default" = the shipped _ew_flat_kernel rule, "old" = session 3's
-       4096-element 8-warp block, "v16w4" the default's block through the variant kernel): copy / neg / exp / add f32 and add bf16, 256 MiB
-       tensors. The kernels are compiled first in a spawn process pool (Triton's disk cache);
-       --variants= limits the list.
-Session 3 also swept the flat element-wise kernel (unmasked body, persistent grid, cache and
-eviction hints, block sizes), eviction hints and a prefetching column loop for the
-reductions, and persistent / one-reduction norms; all lost on the H200 (BENCHMARKS.md, runs
-14-16) and were removed from the package.
+The flat element-wise kernel's variants (32/64 bytes a thread, 1-2 warps, an unmasked body,
+PDL, big blocks, persistent grids, cache and eviction hints), eviction hints and a prefetching
+column loop for the reductions, and persistent / one-reduction norms lost on the H200
+(docs/design/elementwise.md, docs/design/reductions-and-sort.md) and are out of the package;
+the git history has their sweeps.
 Each variant's output is checked against torch's before it is timed; a variant that fails
 to compile or to match is reported and skipped. GPU time: CUDA events over the calls
 queued behind a sleep kernel (benchmarks/_common.py time_gpu), L2 flushed per batch, torch
@@ -44,18 +42,49 @@ from _common import copy_bw, out_dir, time_gpu  # noqa: E402
 FULL = "--full" in sys.argv
 GROUPS = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--groups=")),
               ["mem", "red", "norm"])
-# --variants=a,b: only these FLAT_VARIANTS (plus "default") in the small group
-SMALL_ONLY = next((a.split("=", 1)[1].split(",") for a in sys.argv
-                   if a.startswith("--variants=")), None)
 ROWS: list[dict] = []
 T0 = time.time()
 
-if __name__ != "__mp_main__":     # the small group's spawn compile workers need no torch
-    import torch  # noqa: E402  (the reference only)
+import torch  # noqa: E402  (the reference only)
 
 import nbxtensor as nbx  # noqa: E402
 from nbxtensor.kernels import norm as NK  # noqa: E402
 from nbxtensor.kernels import reduction as RK  # noqa: E402
+
+# the red group's variants: each replaces kernels/reduction.py's 16-bit tiles (CONFIG16["cuda"])
+# and PIPE whole (PIPE None unless given); "default" is the shipped pair
+REDUCE_VARIANTS = {
+    "base": {},                                                 # CONFIG's tiles, no PIPE
+    "pipe4": {"PIPE": {"per_sm": 4}},
+    "pipe2_r4k_w8": {"PIPE": {"per_sm": 2}, "row_tile": 4096, "row_warps": 8},
+    "pipe4_r4k_w4": {"PIPE": {"per_sm": 4}, "row_tile": 4096, "row_warps": 4},
+    "pipe8_r4k_w4": {"PIPE": {"per_sm": 8}, "row_tile": 4096, "row_warps": 4},
+    "pipe2": {"PIPE": {"per_sm": 2}},
+    "row16k_w16": {"row_tile": 16384, "row_warps": 16},        # 4 rows a program, 32/thread
+    "row4k_w4": {"row_tile": 4096, "row_warps": 4},            # 1 row a program, 32/thread
+    "row8k_w16": {"row_tile": 8192, "row_warps": 16},          # 16/thread, more threads
+    "row4k_w8": {"row_tile": 4096, "row_warps": 8},            # 1 row, 16/thread
+    "col_t16": {"target_programs_per_sm": 16},                 # dim=0: more, shorter programs
+    "col_t24": {"target_programs_per_sm": 24},
+    "col_t32": {"target_programs_per_sm": 32},
+    "col_t4": {"target_programs_per_sm": 4},
+    "col_k512_w16": {"col_block_k": 512, "col_tile": 16384, "col_warps": 16},
+    "col_k128_w4": {"col_block_k": 128, "col_tile": 4096, "col_warps": 4},
+    "col_4k_w4_t16": {"col_tile": 4096, "col_warps": 4, "target_programs_per_sm": 16},
+}
+_SHIPPED = (RK.PIPE, dict(RK.CONFIG16["cuda"]))
+
+
+def set_reduce(v):
+    """A REDUCE_VARIANTS name (or a dict of the same form) into kernels/reduction.py's PIPE
+    and CONFIG16["cuda"]; "default" or None: the shipped pair. Drops the cached plans."""
+    if v in (None, "default"):
+        RK.PIPE, RK.CONFIG16["cuda"] = _SHIPPED[0], dict(_SHIPPED[1])
+    else:
+        v = dict(REDUCE_VARIANTS[v]) if isinstance(v, str) else dict(v)
+        RK.PIPE = v.pop("PIPE", None)
+        RK.CONFIG16["cuda"] = v
+    RK._plan.cache_clear()
 
 _TYPESTR = {"float32": "<f4", "bfloat16": "<i2", "float16": "<f2", "int32": "<i4"}
 
@@ -136,30 +165,28 @@ def sweep_red(bw):
     t = torch.randn(32768, 4096, device="cuda").bfloat16()
     x = to_nbx(t)
     common = ["default", "base"]
-    rows = [k for k in RK.REDUCE_VARIANTS if k.startswith(("pipe", "row"))]
-    cols = [k for k in RK.REDUCE_VARIANTS if k.startswith("col")]
-
-    def apply(v):
-        RK.set_variant(None if v == "default" else v)
-
-    every = [k for k in RK.REDUCE_VARIANTS if k != "base"]
+    rows = [k for k in REDUCE_VARIANTS if k.startswith(("pipe", "row"))]
+    cols = [k for k in REDUCE_VARIANTS if k.startswith("col")]
+    every = [k for k in REDUCE_VARIANTS if k != "base"]
     case("red", "sum bf16 (32768,4096) dim=-1", t.numel() * 2, bw, lambda: t.sum(-1),
-         common + (every if FULL else rows), apply, lambda: x.sum(-1))
+         common + (every if FULL else rows), set_reduce, lambda: x.sum(-1))
     case("red", "sum bf16 (32768,4096) dim=0", t.numel() * 2, bw, lambda: t.sum(0),
-         common + (every if FULL else cols), apply, lambda: x.sum(0))
-    RK.set_variant(None)
+         common + (every if FULL else cols), set_reduce, lambda: x.sum(0))
+    set_reduce(None)
 
 
 def sweep_red32(bw):
-    """fp32 last-dim reductions (where session 3 kept CONFIG's tiles at ~0.98-0.99x torch)
-    against the persistent pipelined row kernel opened to 4-byte inputs (PIPE only16=False)."""
+    """fp32 last-dim reductions: CONFIG's tiles (~0.98-0.99x torch on the H200) against the
+    persistent pipelined row kernel at 2, 4 or 8 programs an SM (PIPE only16=False; shipped
+    at 4)."""
     t = torch.randn(16384, 4096, device="cuda")
     x = to_nbx(t)
-    variants = {"default": None, "pipe2f": 2, "pipe4f": 4, "pipe8f": 8}
+    variants = {"default": None, "base": 0, "pipe2f": 2, "pipe4f": 4, "pipe8f": 8}
 
     def apply(v):
         k = variants[v]
-        RK.set_variant(None if k is None else {"PIPE": {"per_sm": k, "only16": False}})
+        set_reduce(None if k is None else {} if k == 0 else
+                   {"PIPE": {"per_sm": k, "only16": False}})
 
     case("red32", "sum f32 (16384,4096) dim=-1", t.numel() * 4, bw, lambda: t.sum(-1),
          list(variants), apply, lambda: x.sum(-1), tol=1e-4)
@@ -169,7 +196,7 @@ def sweep_red32(bw):
     x2 = to_nbx(t2)
     case("red32", "sum f32 (2048,32000) dim=-1", t2.numel() * 4, bw, lambda: t2.sum(-1),
          list(variants), apply, lambda: x2.sum(-1), tol=1e-4)
-    RK.set_variant(None)
+    set_reduce(None)
 
 
 def sweep_norm(bw):
@@ -192,137 +219,6 @@ def sweep_norm(bw):
     case("norm", "rms_norm bf16 16384x4096", io, bw, lambda: F.rms_norm(tx, (N,), tw, 1e-6),
          list(tiles), apply, lambda: nbx.rms_norm(x, (N,), w, 1e-6))
     NK._OVERRIDE = None
-
-
-def _small_cases():
-    """(name, dtype, op, n, bytes moved) of the small-block sweep: 256 MiB tensors."""
-    return [("copy f32 256MiB", "float32", "copy", 64 << 20, 2 * 256 << 20),
-            ("neg f32 256MiB", "float32", "neg", 64 << 20, 2 * 256 << 20),
-            ("exp f32 256MiB", "float32", "exp", 64 << 20, 2 * 256 << 20),
-            ("add f32 256MiB", "float32", "add", 64 << 20, 3 * 256 << 20),
-            ("add bf16 256MiB", "bfloat16", "add", 128 << 20, 3 * 256 << 20)]
-
-
-def _small_call(op, x, y, out):
-    if op == "copy":
-        return out.copy_(x)
-    if op == "add":
-        return nbx.add(x, y)
-    return getattr(nbx, op)(x)
-
-
-def _small_precompile_worker(jobs):
-    """Spawn-pool task: compile (not launch) the flat kernels of (variant, case index) jobs,
-    so the sweep's own compiles are reads of Triton's disk cache."""
-    from nbxtensor.autotune.screen import check_resources
-    from nbxtensor.kernels import elementwise as EW
-
-    def dry(kernel, grid, *args, **kwargs):
-        check_resources(kernel, args, kwargs, 0)
-
-    EW.launch = dry
-    cases, ok, errs = _small_cases(), 0, []
-    bufs = {}
-    for v, i in jobs:
-        _, dt, op, n, _ = cases[i]
-        if dt not in bufs:
-            d = getattr(nbx, dt)
-            bufs[dt] = tuple(nbx.empty((n,), dtype=d, device="cuda") for _ in range(3))
-        x, y, out = bufs[dt]
-        try:
-            _set_flat(EW, v)
-            _small_call(op, x, y, out)
-            ok += 1
-        except Exception as e:  # noqa: BLE001 - the sweep reports what fails
-            errs.append(f"{v}/{op}: {type(e).__name__}: {str(e)[:100]}")
-    return ok, errs
-
-
-def _set_flat(EW, v):
-    """A small-group variant name -> elementwise.set_flat_variant ("default": None, the
-    shipped _ew_flat_kernel rule)."""
-    EW.set_flat_variant(None if v == "default" else v)
-
-
-def _small_precompile(jobs, timeout_s=60):
-    import concurrent.futures as cf
-    import multiprocessing as mp
-    workers = max(1, min(14, (os.cpu_count() or 2) - 2, len(jobs)))
-    t0 = time.time()
-    chunks = [jobs[i::workers] for i in range(workers)]
-    ok, errs = 0, []
-    try:
-        with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            futs = [pool.submit(_small_precompile_worker, c) for c in chunks if c]
-            done, pending = cf.wait(futs, timeout=timeout_s)
-            for f in done:
-                if f.exception() is None:
-                    ok += f.result()[0]
-                    errs += f.result()[1]
-                else:
-                    errs.append(repr(f.exception())[:200])
-            for f in pending:
-                f.cancel()
-    except Exception as e:  # noqa: BLE001 - precompiling is an optimisation only
-        errs.append(f"pool: {type(e).__name__}: {e}"[:200])
-    print(f"[{time.time() - T0:5.0f}s] small: precompiled {ok}/{len(jobs)} in "
-          f"{time.time() - t0:.0f} s" + (f"; errors {errs[:4]}" if errs else ""), flush=True)
-
-
-def sweep_small(bw):
-    """kernels/elementwise.py FLAT_VARIANTS (session 4: torch's shape, many small 128-thread
-    programs; 16-byte vectors; PEEL, PDL, PERSIST) on copy / neg / exp / add f32 and add bf16,
-    256 MiB tensors; "default" = the shipped _ew_flat_kernel rule, "old" = session 3's 4096 x
-    8 warps block, "v16w4" = the default's block through the variant kernel (a control)."""
-    from nbxtensor.kernels import elementwise as EW
-    names = ["default"] + list(EW.FLAT_VARIANTS)
-    if SMALL_ONLY:
-        names = ["default"] + [k for k in SMALL_ONLY if k != "default"]
-    cases = _small_cases()
-    _small_precompile([(v, i) for i in range(len(cases)) for v in names])
-    tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-    def apply(v):
-        _set_flat(EW, v)
-
-    def one(name, dt, op, n, nbytes):
-        ta = torch.randn(n, device="cuda").to(tdt[dt])
-        tb = torch.randn(n, device="cuda").to(tdt[dt])
-        tout = torch.empty_like(ta)
-        x, y = to_nbx(ta), to_nbx(tb)
-        out = nbx.empty((n,), dtype=getattr(nbx, dt), device="cuda")
-        tfn = {"copy": lambda: tout.copy_(ta), "neg": lambda: torch.neg(ta),
-               "exp": lambda: torch.exp(ta), "add": lambda: torch.add(ta, tb)}[op]
-        case("small", name, nbytes, bw, tfn, names, apply,
-             lambda: _small_call(op, x, y, out), exact=op != "exp", tol=1e-5)
-
-    for c in cases:
-        one(*c)
-        torch.cuda.empty_cache()
-    _set_flat(EW, "default")
-
-
-def small_matrix():
-    """The small group as variant x case: torch_us / us (>1: faster than torch), the worst
-    case last (a default must not lose anywhere: copy/neg/exp and both adds)."""
-    rows = [r for r in ROWS if r["group"] == "small"]
-    cases = list(dict.fromkeys(r["case"] for r in rows))
-    names = list(dict.fromkeys(r["variant"] for r in rows))
-    got = {(r["variant"], r["case"]): r for r in rows}
-    short = [c.split(" 256")[0] for c in cases]
-    print("\n== small: torch_us / us per case (%copy in brackets), min over the cases")
-    print(f"{'variant':12}" + "".join(f"{c:>16}" for c in short) + f"{'min':>7}")
-    for v in names:
-        cells, ratios = [], []
-        for c in cases:
-            r = got.get((v, c))
-            if r and r.get("ok"):
-                cells.append(f"{r['ratio']:7.3f} ({r['pct_copy']:4.1f}%)")
-                ratios.append(r["ratio"])
-            else:
-                cells.append(f"{'--':>16}")
-        mn = f"{min(ratios):7.3f}" if len(ratios) == len(cases) else f"{'--':>7}"
-        print(f"{v:12}" + "".join(f"{x:>16}" for x in cells) + mn)
 
 
 def probe_memory(bw):
@@ -353,8 +249,7 @@ def main():
     print(f"copy bandwidth (torch, 1 GiB): {bw / 1e9:.0f} GB/s; groups {GROUPS}", flush=True)
     failures = []
     for g, fn in (("mem", probe_memory), ("red", sweep_red), ("red32", sweep_red32),
-                  ("norm", sweep_norm),
-                  ("small", sweep_small)):
+                  ("norm", sweep_norm)):
         if g not in GROUPS:
             continue
         try:
@@ -381,8 +276,6 @@ def main():
         else:
             print(f"{r['case']:30} {r['variant']:18} SKIPPED {r.get('error', '')[:60]}")
     print("best per case:", {k: (v["variant"], round(v["ratio"], 3)) for k, v in best.items()})
-    if "small" in GROUPS:
-        small_matrix()
     if failures:
         print(f"FAILED groups: {failures}")
     print(f"({time.time() - T0:.0f} s)")

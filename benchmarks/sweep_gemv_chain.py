@@ -13,7 +13,7 @@ chain is impossible). PDL as the policy says (on for cuda unless NBX_PDL=0).
 Rows per shape:
   off         the shipped kernels and configs ("off": session 5 also timed an L2 bulk
               prefetch of the weight slab before the PDL wait here -- slower, removed;
-              docs/notes/decode.md)
+              docs/design/decode.md)
   pdl-off     the same with PDL off (full run only)
   torch       torch.nn.functional.linear chain in a torch.cuda.CUDAGraph, same shapes and
               rotation (the GLU row: the 2N-row linear alone, no SiLU*up kernels)

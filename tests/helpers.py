@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 import nbxtensor as nbx
+from nbxtensor.kernels._common import DeviceFacts
 
 # relative tolerance by dtype, for results of a few roundings (element-wise ops)
 RTOL = {
@@ -12,6 +13,11 @@ RTOL = {
 }
 FLOAT_DTYPES = [nbx.float32, nbx.float16, nbx.bfloat16, nbx.float64]
 INT_DTYPES = [nbx.uint8, nbx.int8, nbx.int16, nbx.int32, nbx.int64]
+
+# The H200's facts as its driver reports them, for tests of the cuda launch rules on a
+# machine without that GPU (kernels/_common.device_facts gives them on the card itself)
+H200 = DeviceFacts("cuda", sms=132, l2_bytes=52428800, smem_per_block=232448, regs_per_sm=65536,
+                  threads_per_sm=2048)
 
 
 def rng(seed=None):

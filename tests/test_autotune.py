@@ -18,6 +18,7 @@ from nbxtensor import autotune
 from nbxtensor.autotune import cache, space, sweep
 from nbxtensor.autotune.screen import ScreenError, deviation, screen
 from nbxtensor.autotune.timing import OverBudget, Timing
+from helpers import H200
 
 triton = pytest.importorskip("triton")
 tl = triton.language
@@ -390,10 +391,10 @@ def test_declared_spaces_hold_the_kernel_defaults():
     from nbxtensor.kernels import matmul as km
     for dt in (nbx.bfloat16, nbx.float16, nbx.float32, nbx.float64):
         for M, N in [(17, 64), (100, 4096), (4096, 4096)]:
-            assert space.get_tunable("matmul").contains(km.matmul_config(M, N, 4096, dt), dt.name)
+            assert space.get_tunable("matmul").contains(km.matmul_config(M, N, 4096, dt, H200), dt.name)
     for dt in (nbx.bfloat16, nbx.float32):
         for M in (1, 5, 16):
-            cfg = kg.gemv_config(M, 4096, 4096, dt)
+            cfg = kg.gemv_config(M, 4096, 4096, dt, H200)
             cfg.pop("K_SPLIT")
             assert space.get_tunable("gemv").contains(cfg, dt.name)
             assert cfg in space.gemv_candidates(dt.name, M)
@@ -769,12 +770,11 @@ def test_decode_attention_case_screens_against_float64():
     rep = screen(case, [d, other, split])
     assert rep.passed == [d, other, split], rep.excluded
     # the rule's configs are in the space (cuda, all dtypes and head dims)
-    from nbxtensor.kernels.decode_attention import TUNED, decode_config
+    from nbxtensor.kernels.decode_attention import decode_config
     for size in (2, 4):
         for bd in (64, 128, 256):
-            c = decode_config(1, 8, 4096, bd, bd, size)
-            c = dict(TARGET=TUNED["TARGET"], **{k: c[k] for k in
-                     ("BLOCK_N", "num_warps", "num_stages", "COMBINE")})
+            c = decode_config(1, 8, 4096, bd, bd, size, H200)
+            c = {k: c[k] for k in ("TARGET", "BLOCK_N", "num_warps", "num_stages", "COMBINE")}
             assert t.contains(c, "bfloat16" if size == 2 else "float32"), c
 
 
@@ -1059,7 +1059,7 @@ def test_softmax_split_row_keys_are_not_tuned():
     with pytest.raises(ValueError, match="split-row path"):
         sweep.tune("softmax", (1, N), dtype="float32", device=INTERP)
     assert not os.path.exists(cache.cache_path())
-    sweep.CASES["softmax"]((ks.SPLIT_MAX_ROWS, N), "float32", INTERP)   # row kernel: fine
+    sweep.CASES["softmax"]((ks.SPLIT_ROWS_PER_SM * 132, N), "float32", INTERP)   # row kernel
     llama = ("llama", 64, 128, 4, 2, 16, N)
     assert not any(k[1] == "softmax" for k in dims_keys(llama, (1, 8), (128,)))
     small = ("llama", 64, 128, 4, 2, 16, 1000)

@@ -340,8 +340,8 @@ def _items_spy(monkeypatch, mod, attr="launch_items"):
 
 def test_elementwise_plans_follow_every_key(device, poisoned_allocs, monkeypatch):
     """kernels/elementwise.run's plans: op, out dtype, out strides, out offset, input dtype,
-    input strides, input shape (broadcast), tensor vs number operand and its class, params,
-    IDX64_LIMIT and the flat variant."""
+    input strides, input shape (broadcast), tensor vs number operand and its class, params
+    and IDX64_LIMIT."""
     if device == "cpu":
         pytest.skip("the triton path's plans")
     from nbxtensor.kernels import elementwise as ew
@@ -349,82 +349,71 @@ def test_elementwise_plans_follow_every_key(device, poisoned_allocs, monkeypatch
     ew._PLANS.clear()           # the first call of each key below is the one this test made
     g = rng()
     f32 = nbx.float32
-    prev = ew.FLAT_VARIANT
-    try:
-        for rnd in range(3):
-            x = randn((5, 67), f32, device, g)           # 67: overhangs the 2-D 64-wide tile
-            y = randn((5, 67), f32, device, g)
-            xt = randn((67, 5), f32, device, g).T         # x's shape, other strides
-            row = randn((67,), f32, device, g)            # broadcast: stride 0 along dim 0
-            xb = randn((5, 67), nbx.bfloat16, device, g)
-            xi = randn((5, 67), nbx.int32, device, g, low=-50, high=50)
-            big = randn((6, 67), f32, device, g)
-            X, Y, XT, R, XB, XI, BIG = map(to64, (x, y, xt, row, xb, xi, big))
-            rb = lambda a: a.astype(nbx.bfloat16.np).astype(np.float64)  # noqa: E731
-            for _ in range(2):      # each pair differs from its neighbour in one key
-                # first (the plans start empty): a raw-moved (bf16) input or output, whose
-                # plan must not serve the same call with float32 there
-                assert_close(x + xb, X + XB, f32)
-                assert_close(x + y, X + Y, f32)
-                o = poisoned((5, 67), nbx.bfloat16, device)
-                assert_close(nbx.add(x, y, out=o), rb(X + Y), nbx.bfloat16)
-                assert_close(x + y, X + Y, f32)
-                assert_close(x * y, X * Y, f32)                           # op
-                o = poisoned((5, 67), nbx.float64, device)
-                assert_close(nbx.add(x, y, out=o), X + Y, f32)            # out dtype
-                o = poisoned((67, 5), f32, device).T
-                assert_close(nbx.add(x, y, out=o), X + Y, f32)            # out strides
-                o = poisoned((6, 67), f32, device)
-                nbx.add(x, y, out=o[1:])                                  # out offset
-                assert_close(o[1:], X + Y, f32)
-                assert np.isnan(o[:1].numpy()).all()
-                assert_close(x + xt, X + XT, f32)                         # input strides
-                assert_close(x + row, X + R, f32)                         # input shape
-                assert_close(x + big[1:], X + BIG[1:], f32)               # input offset
-                assert_close(x + xb, X + XB, f32)                         # input dtype
-                assert_close(x + 2.5, X + 2.5, f32)                       # number operand
-                assert_close(xi + 3, XI + 3, nbx.int32)                   # int tensor + int
-                assert_close(xi + 0.5, XI + 0.5, f32)                     # ... + float: promoted
-                assert_close(xb * xb, rb(XB * XB), nbx.bfloat16)          # raw-moved operands
-                assert_close(x.add(y, alpha=2.0), X + 2 * Y, f32)         # params per call
-                assert_close(x.add(y, alpha=-3.0), X - 3 * Y, f32)
-                assert_close(nbx.where(x > 0, x, 1.5), np.where(X > 0, X, 1.5), f32)
-                c = poisoned((5, 67), nbx.bfloat16, device)
-                c.copy_(x)                                                # cast path
-                assert_close(c, X, nbx.bfloat16)
-                c = poisoned((5, 67), nbx.float16, device)
-                c.copy_(x)                                                # out dtype
-                assert_close(c, X, nbx.float16)
-                c = poisoned((67, 5), f32, device).T
-                c.copy_(x)                                                # bit copy, strided
-                np.testing.assert_array_equal(to64(c), X)
-            # IDX64_LIMIT: the same call takes int64 offsets once the limit is below n
-            seen.clear()
+    for rnd in range(3):
+        x = randn((5, 67), f32, device, g)           # 67: overhangs the 2-D 64-wide tile
+        y = randn((5, 67), f32, device, g)
+        xt = randn((67, 5), f32, device, g).T         # x's shape, other strides
+        row = randn((67,), f32, device, g)            # broadcast: stride 0 along dim 0
+        xb = randn((5, 67), nbx.bfloat16, device, g)
+        xi = randn((5, 67), nbx.int32, device, g, low=-50, high=50)
+        big = randn((6, 67), f32, device, g)
+        X, Y, XT, R, XB, XI, BIG = map(to64, (x, y, xt, row, xb, xi, big))
+        rb = lambda a: a.astype(nbx.bfloat16.np).astype(np.float64)  # noqa: E731
+        for _ in range(2):      # each pair differs from its neighbour in one key
+            # first (the plans start empty): a raw-moved (bf16) input or output, whose
+            # plan must not serve the same call with float32 there
+            assert_close(x + xb, X + XB, f32)
             assert_close(x + y, X + Y, f32)
-            assert seen[-1][1]["IDX64"] is False
-            monkeypatch.setattr(ew, "IDX64_LIMIT", 64)
+            o = poisoned((5, 67), nbx.bfloat16, device)
+            assert_close(nbx.add(x, y, out=o), rb(X + Y), nbx.bfloat16)
             assert_close(x + y, X + Y, f32)
-            assert seen[-1][1]["IDX64"] is True
-            monkeypatch.setattr(ew, "IDX64_LIMIT", 2**31)
-            # the flat variant: the same contiguous call moves to the variant kernel and back
-            z = randn((1, 300), f32, device, g)
-            Z = to64(z)
-            for v in (dict(BYTES=16, num_warps=1), None):
-                ew.set_flat_variant(v)
-                seen.clear()
-                assert_close(z * z, Z * Z, f32)
-                assert seen[-1][0] == ("_ew_flat_kernel" if v is None else "_ew_flat_v_kernel")
-    finally:
-        ew.set_flat_variant(prev)
+            assert_close(x * y, X * Y, f32)                           # op
+            o = poisoned((5, 67), nbx.float64, device)
+            assert_close(nbx.add(x, y, out=o), X + Y, f32)            # out dtype
+            o = poisoned((67, 5), f32, device).T
+            assert_close(nbx.add(x, y, out=o), X + Y, f32)            # out strides
+            o = poisoned((6, 67), f32, device)
+            nbx.add(x, y, out=o[1:])                                  # out offset
+            assert_close(o[1:], X + Y, f32)
+            assert np.isnan(o[:1].numpy()).all()
+            assert_close(x + xt, X + XT, f32)                         # input strides
+            assert_close(x + row, X + R, f32)                         # input shape
+            assert_close(x + big[1:], X + BIG[1:], f32)               # input offset
+            assert_close(x + xb, X + XB, f32)                         # input dtype
+            assert_close(x + 2.5, X + 2.5, f32)                       # number operand
+            assert_close(xi + 3, XI + 3, nbx.int32)                   # int tensor + int
+            assert_close(xi + 0.5, XI + 0.5, f32)                     # ... + float: promoted
+            assert_close(xb * xb, rb(XB * XB), nbx.bfloat16)          # raw-moved operands
+            assert_close(x.add(y, alpha=2.0), X + 2 * Y, f32)         # params per call
+            assert_close(x.add(y, alpha=-3.0), X - 3 * Y, f32)
+            assert_close(nbx.where(x > 0, x, 1.5), np.where(X > 0, X, 1.5), f32)
+            c = poisoned((5, 67), nbx.bfloat16, device)
+            c.copy_(x)                                                # cast path
+            assert_close(c, X, nbx.bfloat16)
+            c = poisoned((5, 67), nbx.float16, device)
+            c.copy_(x)                                                # out dtype
+            assert_close(c, X, nbx.float16)
+            c = poisoned((67, 5), f32, device).T
+            c.copy_(x)                                                # bit copy, strided
+            np.testing.assert_array_equal(to64(c), X)
+        # IDX64_LIMIT: the same call takes int64 offsets once the limit is below n
+        seen.clear()
+        assert_close(x + y, X + Y, f32)
+        assert seen[-1][1]["IDX64"] is False
+        monkeypatch.setattr(ew, "IDX64_LIMIT", 64)
+        assert_close(x + y, X + Y, f32)
+        assert seen[-1][1]["IDX64"] is True
+        monkeypatch.setattr(ew, "IDX64_LIMIT", 2**31)
 
 
 def test_reduction_plans_follow_every_key(device, poisoned_allocs, monkeypatch):
     """kernels/reduction.reduce's plans: kind, input dtype, shape, strides, offset, dims,
-    values/indices outputs, the per-call mean scale, and PIPE (set_variant); and the ops
+    values/indices outputs, the per-call mean scale, and PIPE; and the ops
     layer's plans (ops/reduction.py: op, dtype, shape, dim, keepdim), on every device."""
     from nbxtensor.kernels import reduction as rk
     from nbxtensor.ops import reduction as ored
     seen = _items_spy(monkeypatch, rk)
+    shipped_pipe = rk.PIPE
     rk._LAUNCHES.clear()
     ored._FAST.clear()
     g = rng()
@@ -507,16 +496,16 @@ def test_reduction_plans_follow_every_key(device, poisoned_allocs, monkeypatch):
                 assert np.isnan(e.mean(0).numpy()).all()
             if device == "cpu":
                 continue
-            # PIPE: short f32 rows move to the pipelined kernel and back (set_variant; {} is
-            # "base", no PIPE -- the shipped default pipelines f32 rows too)
+            # PIPE: short f32 rows move to the pipelined kernel and back (None: no PIPE --
+            # the shipped PIPE pipelines f32 rows too)
             short = randn((5, 20), f32, device, g)
-            for v in ({"PIPE": {"per_sm": 1, "only16": False}}, {}):
-                rk.set_variant(v, "interp")
+            for pipe in ({"per_sm": 1, "only16": False}, None):
+                rk.PIPE = pipe
                 seen.clear()
                 assert_close(short.sum(-1), to64(short).sum(-1), f32, **tol)
-                assert seen[-1][0] == ("_row_pipe_kernel" if v else "_reduce_kernel")
+                assert seen[-1][0] == ("_row_pipe_kernel" if pipe else "_reduce_kernel")
     finally:
-        rk.set_variant(None, "interp")
+        rk.PIPE = shipped_pipe
 
 
 def test_gemv_plans_follow_every_key(device, poisoned_allocs, monkeypatch):

@@ -190,21 +190,16 @@ def test_topk_threshold_path(device, kind):
 # are left, then one decoding level. (tile, fan-in, final, narrow) below give 1..4 levels,
 # groups with missing runs (runs not a multiple of the fan-in), the widest searches
 # ([BLOCK, 32]), a pure pairwise merge, windowed (NARROW) searches, and 16-key programs
-# over 4- and 8-key runs (NARROW off on those levels); "v3" is the previous path (A/B).
+# over 4- and 8-key runs (NARROW off on those levels).
 ML_CFGS = [(16, 2, 2, 0), (16, 2, 2, 1), (16, 4, 4, 0), (16, 4, 4, 1), (8, 8, 32, 1),
-           (16, 4, 16, 1), (4, 2, 8, 1), "v3"]
+           (16, 4, 16, 1), (4, 2, 8, 1)]
 
 
 def _ml_config(monkeypatch, device, c):
     from nbxtensor.kernels import sort as S
     typ = nbx.device(device).type
-    cfg = dict(S.CONFIG[typ])
-    if c == "v3":
-        cfg["sort_algo"] = "v3"
-    else:
-        c = c[:3] + (16, c[3])
-        cfg.update(sort_algo="ml", ml_small=c, ml_big=c)
-    monkeypatch.setitem(S.CONFIG, typ, cfg)
+    c = c[:3] + (16, c[3])
+    monkeypatch.setitem(S.CONFIG, typ, dict(S.CONFIG[typ], ml_small=c, ml_big=c))
 
 
 def _sort_check(x, a, dim, descending, device):
@@ -238,11 +233,6 @@ def test_sort_rank_levels(device, monkeypatch, cfg):
     _sort_check(xb, ab, -1, False, device)
     xi, ai = _input((1, 200), nbx.int32, device)
     _sort_check(xi, ai, -1, True, device)
-    if cfg == "v3":     # v3's rank pass (2..rank_max_tiles sorted tiles, one placement launch)
-        for shape in ((2, 33), (1, 50)):
-            xr, ar = _input(shape, nbx.float32, device)
-            for descending in (False, True):
-                _sort_check(xr, ar, -1, descending, device)
 
 
 def test_sort_rank_levels_int_extremes(device, monkeypatch):

@@ -223,7 +223,7 @@ def test_sort_dispatch_calls_gluon(monkeypatch):
     monkeypatch.setattr(SG, "sort_rows", lambda *a, **kw: calls.append(a))
     monkeypatch.setattr(S, "GLUON_SORT", True)
     monkeypatch.setitem(S.CONFIG, "cuda", dict(S.CONFIG["cuda"], block_sort_max_n=4096,
-                                               block_sort_rws=(16, 4, 3)))
+                                               block_sort_rws=(16, 4, 3), rank_small_grid=132))
     x = _X()
     monkeypatch.setattr(S, "_rows", lambda x_, dim: (x, 200, 4096, 3))   # 800 tiles: full
     S.sort(x, 0, True, "v", "i")

@@ -289,7 +289,7 @@ def record_memory_trace(path):
 # CUDA graphs (graphs engineer's section): nbx.cuda.CUDAGraph, nbx.cuda.graph
 # ============================================================================================
 # g = nbx.cuda.CUDAGraph(); with nbx.cuda.graph(g): y = f(x)   -> g.replay() re-runs f on x.
-# See backends/cuda/graphs.py for the capture rules and docs/notes/graphs.md.
+# See backends/cuda/graphs.py for the capture rules and docs/design/graphs.md.
 
 from .backends.cuda.graphs import (CUDAGraph, graph, is_current_stream_capturing)  # noqa: E402
 from .backends.cuda.driver import CaptureError  # noqa: E402,F401 - public name

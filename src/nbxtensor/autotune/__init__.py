@@ -18,7 +18,7 @@ the cache files in cache.py. Importing this package does not import triton.
 from __future__ import annotations
 
 import contextlib
-import os
+from .. import config as _config
 import threading
 
 from . import cache as _cache
@@ -73,11 +73,12 @@ def reload() -> None:
         generation += 1
         _memo.clear()
         _tables.clear()
+        _config.refresh()
 
 
-def _usable(t: Tunable, e: dict, dtype: str, key: tuple) -> bool:
+def _usable(t: Tunable, e: dict, dtype: str, key: tuple, sms: int) -> bool:
     cfg = e.get("config")
-    return isinstance(cfg, dict) and t.contains(cfg, dtype) and (
+    return isinstance(cfg, dict) and t.contains(cfg, dtype, sms) and (
         t.applies is None or t.applies(cfg, key))
 
 
@@ -90,19 +91,21 @@ def lookup(kernel_name: str, key: tuple, *, dtype: str, device):
     ident = device_identity(device)
     if ident is None:
         return None, f"nothing is tuned on {device}"
+    from ..kernels._common import device_facts    # the space in waves of this device's SMs
+    sms = device_facts(device).sms
     tv = _cache.triton_version()
     bkey = t.bucket(key)
     tables = [_user(), _shipped(ident[1])]
     for tab in tables:
         e = tab.get(ident, tv, kernel_name, bkey, dtype)
-        if e is not None and _usable(t, e, dtype, key):
+        if e is not None and _usable(t, e, dtype, key, sms):
             return dict(e["config"]), tab.source
     if t.near is not None:
         best = None
         for rank, tab in enumerate(tables):
             for e in tab.group(ident, tv, kernel_name, dtype):
                 d = t.near(bkey, tuple(e["key"]))
-                if d is not None and _usable(t, e, dtype, key) and (
+                if d is not None and _usable(t, e, dtype, key, sms) and (
                         best is None or (d, rank) < best[:2]):
                     best = (d, rank, e, tab)
         if best is not None:
@@ -121,7 +124,7 @@ def pick(kernel_name: str, key: tuple, default_config: dict, *, dtype: str, devi
     hit = _memo.get(mk)
     if hit is None:
         with _lock:
-            if os.environ.get("NBX_AUTOTUNE") == "0":   # read once per reload()
+            if not _config.get("NBX_AUTOTUNE"):
                 cfg = None
             else:
                 cfg, _ = lookup(kernel_name, key, dtype=dtype, device=device)

@@ -16,6 +16,12 @@ entry tuned for a near one:
 `near(a, b)` says whether an entry for bucket b may serve bucket a when a has no entry of
 its own: same N and K, M within a factor of 4 (distance = |log2 ratio|, nearest wins).
 
+Knobs that count programs (the gemv and decode attention TARGET) are swept in waves:
+multiples of the device's SM count `sms` (kernels/_common.device_facts), so a space and the
+entries it admits are the device's. A tunable sized so (`sized_by_sms`) takes `sms` in its
+space; left out, `sms` is the nominal machine's (kernels/_common.INTERP, shaped like the
+H200 the shipped tables were tuned on).
+
 Nothing here imports triton: `pick` (the seam the kernels call) must stay cheap.
 """
 from __future__ import annotations
@@ -24,6 +30,8 @@ import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Callable
+
+from ..kernels._common import INTERP as _NOMINAL
 
 
 def _pow2_ceil(n: int) -> int:
@@ -40,23 +48,32 @@ def canon(cfg: dict) -> tuple:
     return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in cfg.items()))
 
 
+def _sms(sms) -> int:
+    return _NOMINAL.sms if sms is None else sms
+
+
 @dataclass
 class Tunable:
     name: str
-    space: Callable[[str], list]          # dtype name -> the candidate configs
+    space: Callable[..., list]            # dtype name (, sms) -> the candidate configs
     bucket: Callable[[tuple], tuple]      # raw shape key -> cache key
     near: Callable[[tuple, tuple], float | None] = None   # distance, None = not usable
     applies: Callable[[dict, tuple], bool] = None  # may this config run this raw key?
     doc: str = ""
+    sized_by_sms: bool = False            # space(dtype, sms): knobs in waves of the SMs
     _canon: dict = field(default_factory=dict, repr=False)
 
-    def candidates(self, dtype: str) -> list[dict]:
-        return [dict(c) for c in self.space(dtype)]
+    def _space(self, dtype: str, sms) -> list:
+        return self.space(dtype, _sms(sms)) if self.sized_by_sms else self.space(dtype)
 
-    def contains(self, config: dict, dtype: str) -> bool:
-        s = self._canon.get(dtype)
+    def candidates(self, dtype: str, sms: int | None = None) -> list[dict]:
+        return [dict(c) for c in self._space(dtype, sms)]
+
+    def contains(self, config: dict, dtype: str, sms: int | None = None) -> bool:
+        k = (dtype, _sms(sms) if self.sized_by_sms else None)
+        s = self._canon.get(k)
         if s is None:
-            s = self._canon[dtype] = {canon(c) for c in self.space(dtype)}
+            s = self._canon[k] = {canon(c) for c in self._space(dtype, sms)}
         try:
             return canon(config) in s
         except TypeError:      # an unhashable value in a hand-edited cache file
@@ -99,18 +116,20 @@ def _matmul_bucket(key: tuple) -> tuple:
 
 # ------------------------------------------------------------------------------ gemv
 # Decode GEMV (kernels/gemv.py, M <= 16). Keys of kernels.gemv.gemv_config; K_SPLIT is
-# derived from TARGET there, so it is not part of the space.
+# derived from TARGET there, so it is not part of the space. TARGET in waves of the SMs.
+GEMV_WAVES_ONE, GEMV_WAVES_MANY = (2, 4, 8), (1, 2, 4, 8)
 
-def _gemv_space(dtype: str) -> list[dict]:
+
+def _gemv_space(dtype: str, sms: int) -> list[dict]:
     if dtype not in ("bfloat16", "float16", "float32"):
         return []
     bks = [128, 256, 512] if dtype != "float32" else [64, 128, 256]
     # num_stages stays at the rule's 4: a streaming loop with few iterations a program
     # gains little from it, and every value doubles the compile time of a cold sweep
     one = _grid(BLOCK_M=[1], BLOCK_N=[16, 32, 64], BLOCK_K=bks, num_warps=[4, 8],
-                num_stages=[4], TARGET=[264, 528, 1056])
+                num_stages=[4], TARGET=[w * sms for w in GEMV_WAVES_ONE])
     many = _grid(BLOCK_M=[16], BLOCK_N=[32, 64, 128], BLOCK_K=[64, 128, 256], num_warps=[4, 8],
-                 num_stages=[4], TARGET=[132, 264, 528, 1056])
+                 num_stages=[4], TARGET=[w * sms for w in GEMV_WAVES_MANY])
     return one + many
 
 
@@ -128,10 +147,10 @@ def _gemv_applies(cfg: dict, key: tuple) -> bool:
     return cfg.get("BLOCK_M") != 1 or int(key[0]) == 1
 
 
-def gemv_candidates(dtype: str, M: int) -> list[dict]:
+def gemv_candidates(dtype: str, M: int, sms: int | None = None) -> list[dict]:
     """The part of the gemv space that applies to M rows (BLOCK_M 1 only for M == 1)."""
     want = 1 if M == 1 else 16
-    return [c for c in _gemv_space(dtype) if c["BLOCK_M"] == want]
+    return [c for c in _gemv_space(dtype, _sms(sms)) if c["BLOCK_M"] == want]
 
 
 # ------------------------------------------------------------------------------ row kernels
@@ -252,15 +271,18 @@ def attention_sweep(dtype: str, D: int, causal=None) -> list[dict]:
 # --------------------------------------------------------------------- decode attention
 # Split-K decode attention (kernels/decode_attention.py): key (B*Hk, C, R, D) = kv rows
 # (batch x kv heads), cache capacity, query rows per kv head (group x tokens), head dim.
-# TARGET = programs the split aims for (P, the splits, is derived from it and BLOCK_N as the
-# rule does); COMBINE = 1 merges the partials in the last split program (ticket), 0 in a
-# second launch. The rule's configs (interp: BLOCK_N 16, 1 stage; fp32: 64 / 2 stages,
-# halved for wide heads) are in the space.
+# TARGET = programs the split aims for, in waves of the SMs (P, the splits, is derived from
+# it and BLOCK_N as the rule does); COMBINE = 1 merges the partials in the last split
+# program (ticket), 0 in a second launch. The rule's configs (interp: BLOCK_N 16, 1 stage;
+# fp32: 64 / 2 stages, halved for wide heads) are in the space.
 
-def _decode_space(dtype: str) -> list[dict]:
+DECODE_WAVES = (1, 2, 3, 4, 8)
+
+
+def _decode_space(dtype: str, sms: int) -> list[dict]:
     if dtype not in ("bfloat16", "float16", "float32"):
         return []
-    return _grid(TARGET=[132, 264, 396, 528, 1056], BLOCK_N=[16, 32, 64, 128],
+    return _grid(TARGET=[w * sms for w in DECODE_WAVES], BLOCK_N=[16, 32, 64, 128],
                  num_warps=[2, 4, 8], num_stages=[1, 2, 3], COMBINE=[0, 1])
 
 
@@ -277,12 +299,14 @@ def _decode_near(a: tuple, b: tuple) -> float | None:
     return d if d <= 2 else None
 
 
-def decode_candidates(dtype: str) -> list[dict]:
-    """What a decode sweep times: COMBINE=1 (the rule's) with 2+ warps, plus COMBINE=0 at
-    the rule's TARGET -- 108 of the 360 (each candidate is a compile on a cold sweep)."""
-    return [c for c in _decode_space(dtype)
-            if (c["COMBINE"] == 1 and c["num_warps"] >= 4 and c["TARGET"] != 1056)
-            or (c["COMBINE"] == 0 and c["TARGET"] == 396 and c["num_warps"] == 4)]
+def decode_candidates(dtype: str, sms: int | None = None) -> list[dict]:
+    """What a decode sweep times: COMBINE=1 (the rule's) with 4+ warps below 8 waves, plus
+    COMBINE=0 at the rule's TARGET (3 waves) -- 108 of the 360 (each candidate is a compile
+    on a cold sweep)."""
+    sms = _sms(sms)
+    return [c for c in _decode_space(dtype, sms)
+            if (c["COMBINE"] == 1 and c["num_warps"] >= 4 and c["TARGET"] != 8 * sms)
+            or (c["COMBINE"] == 0 and c["TARGET"] == 3 * sms and c["num_warps"] == 4)]
 
 
 # ------------------------------------------------------------------------------ pruning
@@ -291,8 +315,6 @@ def decode_candidates(dtype: str) -> list[dict]:
 # only: the narrower tile of the same config does the same work with less waste. A
 # persistent matmul with no more tiles than SMs is the plain kernel plus a loop. The rule's
 # own config is never pruned (it is the untuned baseline). Sweeps record what was pruned.
-
-SM90_SMS = 132
 
 
 def _cap(v: int, floor: int) -> int:
@@ -313,23 +335,24 @@ _TILE_EXTENTS = {
 }
 
 
-def _prune_reason(kernel: str, key: tuple, c: dict) -> str | None:
+def _prune_reason(kernel: str, key: tuple, c: dict, sms: int) -> str | None:
     k = tuple(int(v) for v in key)
     for knob, i, floor, why in _TILE_EXTENTS.get(kernel, ()):
         if c[knob] > _cap(k[i], floor):
             return why
-    if kernel == "matmul" and c.get("PERSISTENT") and -(-k[0] // 128) * -(-k[1] // 128) <= SM90_SMS:
+    if kernel == "matmul" and c.get("PERSISTENT") and -(-k[0] // 128) * -(-k[1] // 128) <= sms:
         return "persistent with no more 128x128 tiles than SMs"
     return None
 
 
-def prune(kernel: str, key: tuple, candidates: list[dict], keep: dict | None = None):
-    """(kept, {reason: count}): the candidates that can win on `key` (`keep`, the rule's
-    config, is never pruned)."""
+def prune(kernel: str, key: tuple, candidates: list[dict], keep: dict | None = None,
+          sms: int | None = None):
+    """(kept, {reason: count}): the candidates that can win on `key` on a device of `sms`
+    SMs (`keep`, the rule's config, is never pruned)."""
     kept, why = [], {}
     kc = canon(keep) if keep else None
     for c in candidates:
-        r = _prune_reason(kernel, key, c)
+        r = _prune_reason(kernel, key, c, _sms(sms))
         if r is None or canon(c) == kc:
             kept.append(c)
         else:
@@ -362,7 +385,7 @@ def get_tunable(name: str) -> Tunable:
 register_tunable(Tunable("matmul", _matmul_space, _matmul_bucket, _m_near, None,
                          doc="tiled matmul (kernels/matmul.py), x[M,K] @ W[N,K]^T"))
 register_tunable(Tunable("gemv", _gemv_space, _gemv_bucket, _gemv_near, _gemv_applies,
-                         doc="decode GEMV (kernels/gemv.py), M <= 16"))
+                         doc="decode GEMV (kernels/gemv.py), M <= 16", sized_by_sms=True))
 register_tunable(Tunable("rms_norm", _rows_space, _rows_bucket, _m_near, _rows_applies,
                          doc="rms_norm rows (kernels/norm.py), key (rows, N)"))
 register_tunable(Tunable("softmax", _rows_space, _rows_bucket, _m_near, _rows_applies,
@@ -372,4 +395,4 @@ register_tunable(Tunable("attention", _attn_space, _attn_bucket, _m_near, _attn_
                              "key (L, H, Hk, D, causal)"))
 register_tunable(Tunable("decode_attention", _decode_space, _decode_bucket, _decode_near, None,
                          doc="split-K decode attention (kernels/decode_attention.py), "
-                             "key (B*Hk, C, R, D)"))
+                             "key (B*Hk, C, R, D)", sized_by_sms=True))

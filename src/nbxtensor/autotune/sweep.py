@@ -20,6 +20,7 @@ import numpy as np
 
 from . import cache as _cache
 from .screen import DeviceFault, ScreenError, context_poisoned, screen
+from ..kernels._common import device_facts
 from .space import gemv_candidates, get_tunable
 from .timing import OverBudget, timer_for
 
@@ -118,7 +119,8 @@ class MatmulCase(_ProductCase):
 
     def default_config(self):
         from ..kernels import matmul as km
-        return {k: v for k, v in km.matmul_config(self.M, self.N, self.K, self.dtype).items()}
+        return {k: v for k, v in km.matmul_config(self.M, self.N, self.K, self.dtype,
+                                                    device_facts(self.device)).items()}
 
     def _run(self, cfg):
         from ..kernels import matmul as km
@@ -146,13 +148,13 @@ class GemvCase(_ProductCase):
         super().__init__(key, dtype, device, seed)
 
     def candidates(self):
-        return gemv_candidates(self.dtype.name, self.M)
+        return gemv_candidates(self.dtype.name, self.M, device_facts(self.device).sms)
 
     def default_config(self):
         from ..kernels import gemv as kg
         from . import disabled
         with disabled():
-            cfg = kg.gemv_config(self.M, self.N, self.K, self.dtype)
+            cfg = kg.gemv_config(self.M, self.N, self.K, self.dtype, device_facts(self.device))
         cfg.pop("K_SPLIT", None)
         return cfg
 
@@ -263,11 +265,11 @@ class SoftmaxCase(_RowsCase):
     def __init__(self, key, dtype, device, seed=0):
         from ..kernels import softmax as ks
         R, N = (int(v) for v in key)
-        if ks.split_config(R, N) is not None:
+        if ks.split_config(R, N, device_facts(device)) is not None:
             # every candidate would time the same split-row launches (it runs before the
             # autotune seam, with no config of the space), and no entry would ever be used
             raise ValueError(f"autotune: softmax {R}x{N} runs the split-row path (rows longer "
-                             f"than {ks.MAX_SINGLE}, fewer than {ks.SPLIT_MAX_ROWS} of them), "
+                             f"than {ks.MAX_SINGLE}, fewer than {ks.SPLIT_ROWS_PER_SM} a SM of them), "
                              f"which has no tunable config")
         super().__init__(key, dtype, device, seed)
 
@@ -424,14 +426,14 @@ class DecodeAttentionCase:
 
     def candidates(self):
         from .space import decode_candidates
-        return decode_candidates(self.dtype.name)
+        return decode_candidates(self.dtype.name, device_facts(self.device).sms)
 
     def default_config(self):
         from ..kernels import decode_attention as kd
         bd = max(16, 1 << (self.D - 1).bit_length())
         cfg = kd.decode_config(1, self.Hk, self.C, bd, bd, self.dtype.itemsize,
-                               self.device.type == "interp")
-        return dict(TARGET=kd.TUNED["TARGET"], BLOCK_N=cfg["BLOCK_N"],
+                               device_facts(self.device))
+        return dict(TARGET=cfg["TARGET"], BLOCK_N=cfg["BLOCK_N"],
                     num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                     COMBINE=cfg["COMBINE"])
 
@@ -487,6 +489,7 @@ def tune(kernel: str, key: tuple, *, dtype, device, timer=None, candidates=None,
     ident = device_identity(device)
     if ident is None:
         raise ValueError(f"autotune: device {device} runs no Triton kernels; tune on cuda or interp")
+    sms = device_facts(device).sms        # the space in waves of this device's SMs
     case_cls = CASES.get(kernel)
     if case_cls is None:
         raise KeyError(f"autotune: kernel {kernel!r} has a space but no sweep case "
@@ -497,10 +500,10 @@ def tune(kernel: str, key: tuple, *, dtype, device, timer=None, candidates=None,
         cands = candidates
     else:
         cands, pruned = prune_for_key(kernel, tuple(key), case.candidates(), case.default_config(),
-                                      dtype)
+                                      dtype, sms)
     if not cands:
         raise ValueError(f"autotune: the {kernel} space is empty for dtype {dtype}")
-    outside = [c for c in cands if not t.contains(c, dtype)]
+    outside = [c for c in cands if not t.contains(c, dtype, sms)]
     if outside:
         raise ValueError(f"autotune: candidates outside the declared {kernel} space: {outside[:3]}")
     timer = timer or timer_for(device)
@@ -558,7 +561,7 @@ def tune(kernel: str, key: tuple, *, dtype, device, timer=None, candidates=None,
                   sweep_s=round(time.perf_counter() - t0, 3), raw_key=[int(v) for v in key])
     # the rule's config outside the space (a kernel-side knob the space lacks) that beats
     # every candidate: an entry would make the op slower, so it is returned, not stored
-    if base_ms is not None and best_ms > base_ms and not t.contains(default_cfg, dtype):
+    if base_ms is not None and best_ms > base_ms and not t.contains(default_cfg, dtype, sms):
         timing["rule_wins"] = True
     entry = _cache.make_entry(ident, kernel, t.bucket(tuple(key)), dtype, best_cfg,
                               screen_rec, timing)
@@ -587,17 +590,17 @@ def _launch_signature(kernel: str, key: tuple, cfg: dict, dtype: str):
 
 
 def prune_for_key(kernel: str, key: tuple, cands: list[dict], default: dict | None = None,
-                  dtype: str = "bfloat16"):
+                  dtype: str = "bfloat16", sms: int | None = None):
     """(candidates, record or None): the space's `prune` rules (space.prune), then one
     config per distinct launch (`_launch_signature`; the rule's config wins a tie)."""
     from .space import canon, prune
     t = get_tunable(kernel)
     dtype_ok = None
-    if default is not None and t.contains(default, dtype):
+    if default is not None and t.contains(default, dtype, sms):
         dtype_ok = default
         if not any(canon(c) == canon(default) for c in cands):
             cands = [dict(default)] + list(cands)    # the baseline is always a candidate
-    kept, why = prune(kernel, key, cands, keep=dtype_ok)
+    kept, why = prune(kernel, key, cands, keep=dtype_ok, sms=sms)
     by_sig, order = {}, []
     for c in kept:
         sig = _launch_signature(kernel, key, c, dtype)
@@ -785,25 +788,28 @@ class Precompiler:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-def candidates_for(kernel: str, key: tuple, dtype: str) -> list[dict]:
-    """The candidates a sweep of this key screens (pruned), without device inputs."""
-    return prune_for_key(kernel, tuple(key), _candidates_of(kernel, tuple(key), dtype, None),
-                         _default_of(kernel, tuple(key), dtype), dtype)[0]
+def candidates_for(kernel: str, key: tuple, dtype: str, device) -> list[dict]:
+    """The candidates a sweep of this key on `device` screens (pruned), without device
+    inputs."""
+    import nbxtensor as nbx
+    sms = device_facts(nbx.device(device)).sms
+    return prune_for_key(kernel, tuple(key), _candidates_of(kernel, tuple(key), dtype, sms),
+                         _default_of(kernel, tuple(key), dtype, device), dtype, sms)[0]
 
 
-def _default_of(kernel, key, dtype):
-    """The rule's config for a key (no device inputs), as the cases report it."""
+def _default_of(kernel, key, dtype, device):
+    """The rule's config for a key on `device` (no device inputs), as the cases report it."""
     import nbxtensor as nbx
     dt = nbx.dtypes.as_dtype(dtype)
     try:
         if kernel == "matmul":
             from ..kernels import matmul as km
-            return dict(km.matmul_config(*key, dt))
+            return dict(km.matmul_config(*key, dt, device_facts(nbx.device(device))))
         if kernel == "gemv":
             from ..kernels import gemv as kg
             from . import disabled
             with disabled():
-                cfg = kg.gemv_config(*key, dt)
+                cfg = kg.gemv_config(*key, dt, device_facts(nbx.device(device)))
             cfg.pop("K_SPLIT", None)
             return cfg
         if kernel in ("rms_norm", "softmax"):
@@ -818,8 +824,8 @@ def _default_of(kernel, key, dtype):
             from ..kernels import decode_attention as kd
             BH, C, R, D = (int(v) for v in key)
             bd = max(16, 1 << (D - 1).bit_length())
-            cfg = kd.decode_config(1, BH, C, bd, bd, dt.itemsize, False)
-            return dict(TARGET=kd.TUNED["TARGET"], BLOCK_N=cfg["BLOCK_N"],
+            cfg = kd.decode_config(1, BH, C, bd, bd, dt.itemsize, device_facts(nbx.device(device)))
+            return dict(TARGET=cfg["TARGET"], BLOCK_N=cfg["BLOCK_N"],
                         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                         COMBINE=cfg["COMBINE"])
     except Exception:  # noqa: BLE001 - no default known: nothing is protected from pruning
@@ -846,7 +852,7 @@ def tune_isolated(kernel: str, key: tuple, *, dtype, device, candidates=None, ma
     cands = list(candidates) if candidates is not None else None
     if precompiler is not None and str(device).startswith("cuda"):
         pc = precompiler.run(kernel, key, dt, device,
-                             cands if cands is not None else candidates_for(kernel, key, dt),
+                             cands if cands is not None else candidates_for(kernel, key, dt, device),
                              seed=kw.get("seed", 0), timeout_s=timeout_s)
     else:
         pc = None
@@ -874,9 +880,11 @@ def tune_isolated(kernel: str, key: tuple, *, dtype, device, candidates=None, ma
                 raise RuntimeError(f"autotune: {kernel} {key}: {len(faults)} device faults; giving "
                                    f"up: {payload['error']}")
             if cands is None:
+                sms = device_facts(nbx.device(device)).sms
                 cands, pruned = prune_for_key(kernel, tuple(key),
-                                              _candidates_of(kernel, tuple(key), dt, None),
-                                              _default_of(kernel, tuple(key), dt), dt)
+                                              _candidates_of(kernel, tuple(key), dt, sms),
+                                              _default_of(kernel, tuple(key), dt, device), dt,
+                                              sms)
             cands = [c for c in cands if c != payload["config"]]
             continue
         if kind == "screen":
@@ -884,17 +892,18 @@ def tune_isolated(kernel: str, key: tuple, *, dtype, device, candidates=None, ma
         raise RuntimeError(f"autotune: {kernel} {key}: {payload}")
 
 
-def _candidates_of(kernel, key, dtype, device):
-    """The candidates a case would sweep, without building its (large) inputs on the device."""
+def _candidates_of(kernel, key, dtype, sms):
+    """The candidates a case would sweep on a device of `sms` SMs, without building its
+    (large) inputs on the device."""
     from .space import gemv_candidates, rows_candidates
     if kernel == "gemv":
-        return gemv_candidates(dtype, int(key[0]))
+        return gemv_candidates(dtype, int(key[0]), sms)
     if kernel in ("rms_norm", "softmax"):
         return rows_candidates(dtype, int(key[1]))
     if kernel == "decode_attention":
         from .space import decode_candidates
-        return decode_candidates(dtype)
+        return decode_candidates(dtype, sms)
     if kernel == "attention":
         from .space import _attn_key, attention_sweep
         return attention_sweep(dtype, int(key[3]), _attn_key(tuple(key))[4])
-    return get_tunable(kernel).candidates(dtype)
+    return get_tunable(kernel).candidates(dtype, sms)

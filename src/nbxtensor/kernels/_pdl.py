@@ -1,7 +1,7 @@
 """Programmatic Dependent Launch (PDL) for the kernels of the decode step: one policy."""
 from __future__ import annotations
 
-import os as _os
+from .. import config as _config
 
 import triton
 import triton.language as tl
@@ -18,7 +18,7 @@ import triton.language as tl
 # has no griddepcontrol: PDL is off on interp/cpu. NBX_PDL=0 turns it off (A/B comparisons);
 # `set_pdl(False)` does the same at run time. One place for the rule: `pdl_enabled(device)`.
 
-_PDL_ON = _os.environ.get("NBX_PDL", "1").strip().lower() not in ("0", "false", "off", "no")
+_PDL_ON = _config.get("NBX_PDL")
 
 
 def pdl_enabled(device) -> bool:

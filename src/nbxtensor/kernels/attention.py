@@ -17,7 +17,7 @@ warpgroups, FA3's layout). The TUNED table at the top chooses the kernel and til
 """
 from __future__ import annotations
 
-import os
+from .. import config as _config
 
 import triton
 import triton.language as tl
@@ -36,9 +36,9 @@ LOG2E = 1.4426950408889634
 # none = the pointer kernel. TMA/WS entries apply only where `_tma_ok` holds (no mask, head
 # dim a power of two, 16-byte aligned rows); elsewhere the pointer kernel runs its own
 # (untuned) default tile, never the TMA/WS tile.
-# Measured on the H200 (2026-11-29, session 2 sweep, B4 H32 S4096): D128 non-causal WS
-# M128 N128 s2 579 TFLOP/s = 0.86x torch SDPA (pointer kernel 0.75x); D128 causal: the
-# pointer kernel (0.77x); D64: the pointer kernel (0.91-0.93x).
+# Measured on the H200 (2026-11-29, bench_attention.py --sweep-prefill, B4 H32 S4096): D128
+# non-causal WS M128 N128 s2 579 TFLOP/s = 0.86x torch SDPA (pointer kernel 0.75x); D128
+# causal: the pointer kernel (0.77x); D64: the pointer kernel (0.91-0.93x).
 # Triton 3.6's warp-specialised loop computed WRONG results on the H200 (NaN, or 0.23 off)
 # causal, with BLOCK_N=64, and at D=64; only the settings in WS_VERIFIED (each checked
 # against float64 with tails on both lengths by test_sdpa_fast_kernels_cuda) may run it.
@@ -394,9 +394,9 @@ _OVERRIDE: dict | None = None   # tests set e.g. {"BLOCK_M": 16, "BLOCK_N": 16}
 # the hand-written Gluon kernel (kernels/attention_gluon.py, FA3's producer/consumer layout)
 # for cuda, 16-bit, D == 128, causal self-attention (L == S, S % 128 == 0), no mask, TMA-able
 # strides: 0.91x torch SDPA on the H200 where the Triton kernels reach 0.77x (Triton 3.6's
-# automatic warp specialisation is wrong for causal loops: docs/notes/attnperf.md). Everything
+# automatic warp specialisation is wrong for causal loops: docs/design/attention.md). Everything
 # else (and an _OVERRIDE) keeps the Triton kernels below. NBX_GLUON_ATTN=0 switches it off.
-GLUON_CAUSAL = os.environ.get("NBX_GLUON_ATTN", "1") != "0"
+GLUON_CAUSAL = _config.get("NBX_GLUON_ATTN")
 
 
 @register("sdpa", "triton")

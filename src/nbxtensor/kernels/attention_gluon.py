@@ -1,7 +1,7 @@
 """Flash attention forward in Gluon for Hopper (sm_90): FA3's layout written by hand.
 
 Why Gluon: Triton 3.6's automatic warp specialisation computed wrong results for every
-causal form tried (docs/notes/attnperf.md rounds 2-4). Gluon has no WS pass: the producer /
+causal form tried (docs/design/attention.md). Gluon has no WS pass: the producer /
 consumer split, the barriers and every loop's trip count are written here.
 
 One program = one (batch, head, 128-query-row tile), grid (L/128, B*H), causal: the
@@ -39,7 +39,7 @@ CONSUMER_WARPS = 8   # two warpgroups
 # PAIR: two query tiles of one head per program (causal t and n-1-t: equal work for every
 # program); needs 2 Q tiles of shared memory, so STAGES 2 only (196 KB).
 # PINGPONG (SPLIT only): FA3's named-barrier alternation of the two consumers' wgmmas.
-# Measured on the H200 (session 4, sweep_attention_gluon.py, B4 H32 S4096 D128 bf16 causal,
+# Measured on the H200 (sweep_attention_gluon.py, B4 H32 S4096 D128 bf16 causal,
 # torch SDPA 599 TFLOP/s): SPLIT + STAGES 3 543.7 TFLOP/s = 0.908x torch; SPLIT s2 0.760,
 # fused s2 / s3 0.686 / 0.703, PAIR 0.755-0.764, PINGPONG 0.740-0.761; the Triton pointer
 # kernel 0.760 in the same run.

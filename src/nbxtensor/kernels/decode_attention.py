@@ -19,6 +19,12 @@ ONE_MAX; programs past n_act exit at once.
 The grid depends only on shapes (P from the batch, kv heads and capacity), never on the
 length, so the same launch is valid at every step (CUDA-graph capture). Query token t of T
 attends keys j <= length - T + t (bottom-right causal), j < length.
+
+A length outside [0, capacity] is clamped to it before any key is read (nothing past the
+cache is touched, even while its error is pending) and recorded in the index-error flag of
+kernels/indexing.py, which raises IndexError as for an out-of-range index: at the op on
+interp and in 'sync' mode, at the next synchronising call on cuda. The check is a scalar
+compare on the good path; inside a CUDA-graph capture the flag is read after replays.
 """
 from __future__ import annotations
 
@@ -27,8 +33,10 @@ import triton.language as tl
 
 from .. import autotune as _autotune
 from ..dispatch import register
+from ._common import device_facts
 from ._host import cdiv as _cdiv, next_pow2 as _np2
 from ._pdl import _pdl_wait, pdl_opts
+from .indexing import _after, _flag, _flag_bad_lanes, _tag
 
 
 
@@ -36,14 +44,16 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _ranges(len_ptr, b, s_len, P, one_max, BLOCK_N: tl.constexpr):
-    """The cache length, the keys per range (a multiple of BLOCK_N) and the number of busy
-    ranges (>= 1): one range for lengths up to one_max, else up to P."""
-    length = tl.load(len_ptr + b * s_len).to(tl.int32)
+def _ranges(len_ptr, b, s_len, C, P, one_max, BLOCK_N: tl.constexpr):
+    """The stored length, the cache length (the stored one clamped to [0, C]), the keys per
+    range (a multiple of BLOCK_N) and the number of busy ranges (>= 1): one range for
+    lengths up to one_max, else up to P."""
+    raw = tl.load(len_ptr + b * s_len)
+    length = tl.minimum(tl.maximum(raw, 0), C).to(tl.int32)
     per = tl.maximum(tl.cdiv(tl.cdiv(length, tl.where(length <= one_max, 1, P)), BLOCK_N),
                      1) * BLOCK_N
     n_act = tl.maximum(tl.cdiv(length, per), 1)
-    return length, per, n_act
+    return raw, length, per, n_act
 
 
 @triton.jit
@@ -88,11 +98,11 @@ def _merge(po_ptr, pml_ptr, o_ptr, pid_bg, n_act, P, R, T, GROUP_HQ, DV,
              mask=rmask[:, None] & (offs_dv[None, :] < DV))
 
 
-@triton.jit
-def _decode_split(q_ptr, k_ptr, v_ptr, len_ptr, o_ptr, po_ptr, pml_ptr, cnt_ptr,
+@triton.jit(do_not_specialize=["C"])
+def _decode_split(q_ptr, k_ptr, v_ptr, len_ptr, o_ptr, po_ptr, pml_ptr, cnt_ptr, flag_ptr, tag,
                   s_qb, s_qh, s_qt, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd,
                   s_ob, s_oh, s_ot, s_od, s_len,
-                  Hk, T, D, DV, P, one_max, qk_scale,
+                  Hk, T, D, DV, C, P, one_max, qk_scale,
                   GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
                   PREC: tl.constexpr, COMBINE: tl.constexpr, CHUNK_P: tl.constexpr,
@@ -112,7 +122,11 @@ def _decode_split(q_ptr, k_ptr, v_ptr, len_ptr, o_ptr, po_ptr, pml_ptr, cnt_ptr,
     # q does not depend on the length: its load overlaps the length's
     q = tl.load(q_ptr + b.to(tl.int64) * s_qb + head[:, None] * s_qh + t[:, None] * s_qt
                 + offs_d[None, :] * s_qd, mask=rmask[:, None] & (offs_d[None, :] < D), other=0.0)
-    length, per, n_act = _ranges(len_ptr, b, s_len, P, one_max, BLOCK_N)
+    raw, length, per, n_act = _ranges(len_ptr, b, s_len, C, P, one_max, BLOCK_N)
+    if (pid_s == 0) & (g == 0):           # one program of each batch row reports a bad length
+        bad = (raw < 0) | (raw > C)
+        if bad:
+            _flag_bad_lanes(flag_ptr, bad, raw, tag)
     if pid_s < n_act:
         start = pid_s * per
         end = tl.minimum(start + per, length)
@@ -167,16 +181,16 @@ def _decode_split(q_ptr, k_ptr, v_ptr, len_ptr, o_ptr, po_ptr, pml_ptr, cnt_ptr,
                            BLOCK_R, CHUNK_P, BLOCK_P, BLOCK_DV)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["C"])
 def _decode_combine(po_ptr, pml_ptr, o_ptr, len_ptr, s_ob, s_oh, s_ot, s_od, s_len,
-                    Hk, T, DV, P, one_max, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
+                    Hk, T, DV, C, P, one_max, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_R: tl.constexpr, CHUNK_P: tl.constexpr, BLOCK_P: tl.constexpr,
                     BLOCK_DV: tl.constexpr, PDL: tl.constexpr):
     _pdl_wait(PDL)
     pid_bg = tl.program_id(0)
     b = pid_bg // Hk
     g = pid_bg % Hk
-    length, per, n_act = _ranges(len_ptr, b, s_len, P, one_max, BLOCK_N)
+    raw, length, per, n_act = _ranges(len_ptr, b, s_len, C, P, one_max, BLOCK_N)
     if n_act > 1:      # otherwise the split kernel wrote the output
         _merge(po_ptr, pml_ptr, o_ptr, pid_bg, n_act, P, GROUP * T, T, GROUP, DV,
                b.to(tl.int64), g * GROUP, s_ob, s_oh, s_ot, s_od,
@@ -184,31 +198,34 @@ def _decode_combine(po_ptr, pml_ptr, o_ptr, len_ptr, s_ob, s_oh, s_ot, s_od, s_l
 
 
 # ------------------------------------------------------------------ launch configuration
-# P (the most splits per (batch, kv head)) makes TUNED["TARGET"] programs in all (one per
-# SM of an H200 at the tuned 132) and never more splits than BLOCK_N-key blocks of the
-# capacity; at run time only cdiv(length, per) of them work.
+# P (the most splits per (batch, kv head)) makes TARGET programs in all (one per SM of the
+# device: measured on the H200 as TARGET 132) and never more splits than BLOCK_N-key blocks
+# of the capacity; at run time only cdiv(length, per) of them work.
 # The merge reads [BLOCK_R, CHUNK_P, BLOCK_DV] fp32 tiles: CHUNK_P * BLOCK_R <= 32 keeps
 # that at <= 32 registers a thread with 4 warps (64 spilled a little next to the main loop).
 MAX_SPLITS = 256
-# 16-bit caches on the GPU. Measured on the H200 (session 4, benchmarks/
-# sweep_decode_attention.py: B1, 32/8 heads, D128, K/V rotated past L2, 29 candidates): one
-# program per SM of each (batch, kv head) row's share, 128-key tiles, 3 stages: 32k 38.0 us
-# = 84% of copy, 1.04x torch (the session-2 rule T396 N64: 40.3 us, 0.98x); 8k 1.15x, 1k 1.36x.
-# (Session 2's sweep timed one call after a memset L2 flush, whose dirty lines' write-back
-# added ~8 us to every candidate and hid the difference.)
-TUNED = dict(TARGET=132, BLOCK_N=128, num_warps=4, num_stages=3, COMBINE=1)
+# 16-bit caches on the GPU. Measured on the H200 (benchmarks/sweep_decode_attention.py: B1,
+# 32/8 heads, D128, K/V rotated past L2, 29 candidates): one program per SM of each (batch,
+# kv head) row's share, 128-key tiles, 3 stages: 32k 38.0 us = 84% of copy, 1.04x torch (3
+# programs per SM with 64-key tiles: 40.3 us, 0.98x); 8k 1.15x, 1k 1.36x. (A sweep that
+# times one call after a memset L2 flush misleads: the dirty lines' write-back adds ~8 us
+# to every candidate and hides the difference.)
+PROGRAMS_PER_SM = 1
+TUNED = dict(BLOCK_N=128, num_warps=4, num_stages=3, COMBINE=1)
 # ONE_MAX: caches up to this length take one range (one program per (batch, kv head), no
 # merge). Splitting adds a partial store, a ticket and a merge to the critical path of every
-# decode step, which costs more than a second 128-key tile in the same program. H200 (session
-# 7, `bench_decode.py --attn-ab`, the captured step): SmolLM2 at lengths 128-256
+# decode step, which costs more than a second 128-key tile in the same program. H200
+# (`bench_decode.py --attn-ab`, the captured step): SmolLM2 at lengths 128-256
 # x1.014-1.05, the 1B shape x1.014-1.02; at 1024 keys fewer, longer ranges lose (one range
 # x0.79, >= 256 keys a range x0.97), so the split rule stays above ONE_MAX.
 ONE_MAX = 256
 
 
-def decode_config(B, Hk, C, bd=128, bdv=128, itemsize=2, interp=False):
-    target, nw, combine = TUNED["TARGET"], TUNED["num_warps"], TUNED["COMBINE"]
-    if interp:
+def decode_config(B, Hk, C, bd, bdv, itemsize, dev):
+    """The launch config for `dev` (kernels/_common.DeviceFacts); TARGET as the autotune
+    space spells it."""
+    target, nw, combine = PROGRAMS_PER_SM * dev.sms, TUNED["num_warps"], TUNED["COMBINE"]
+    if dev.type != "cuda":
         bn, stages = 16, 1
     elif itemsize == 2:
         bn, stages = TUNED["BLOCK_N"], TUNED["num_stages"]
@@ -219,8 +236,8 @@ def decode_config(B, Hk, C, bd=128, bdv=128, itemsize=2, interp=False):
     # N128 s3 (2 x 64 KB), halves D=256 to N64; fp32 D=256: BLOCK_N 32
     while bn > 16 and bn * (bd + bdv) * itemsize * stages > 200_000:
         bn //= 2
-    return dict(P=splits(B * Hk, C, target, bn), BLOCK_N=bn, num_warps=nw, num_stages=stages,
-                COMBINE=combine, ONE_MAX=ONE_MAX)
+    return dict(P=splits(B * Hk, C, target, bn), TARGET=target, BLOCK_N=bn, num_warps=nw,
+                num_stages=stages, COMBINE=combine, ONE_MAX=ONE_MAX)
 
 
 def splits(BHk, C, target, bn):
@@ -231,7 +248,7 @@ def splits(BHk, C, target, bn):
 def _tuned(cfg, BHk, C, R, D, q):
     # autotune seam: a screened (TARGET, BLOCK_N, warps, stages, COMBINE) for the key
     # (B*Hk, C, R, D) inside today's space, else the rule; P re-derived from TARGET, BLOCK_N
-    d = dict(TARGET=TUNED["TARGET"], BLOCK_N=cfg["BLOCK_N"], num_warps=cfg["num_warps"],
+    d = dict(TARGET=cfg["TARGET"], BLOCK_N=cfg["BLOCK_N"], num_warps=cfg["num_warps"],
              num_stages=cfg["num_stages"], COMBINE=cfg["COMBINE"])
     t = _autotune.pick("decode_attention", (BHk, C, R, D), d, dtype=q.dtype.name,
                        device=q.device)
@@ -266,6 +283,7 @@ def _counters(n, device, kind="attention"):
 def decode_attention(out, q, kc, vc, lengths, *, scale):
     from .. import dtypes as _dt
     from ..backends.launch import launch
+    from ..ops.attention import _lengths_err
     from ..tensor import Tensor
     if q.dtype is _dt.float64:
         raise NotImplementedError("decode_attention: float64 is supported on cpu only")
@@ -277,7 +295,7 @@ def decode_attention(out, q, kc, vc, lengths, *, scale):
     bh = max(16, br)
     bd = max(16, _np2(D))
     bdv = max(16, _np2(DV))
-    cfg = decode_config(B, Hk, C, bd, bdv, q.dtype.itemsize, q.device.type == "interp")
+    cfg = decode_config(B, Hk, C, bd, bdv, q.dtype.itemsize, device_facts(q.device))
     if _OVERRIDE:
         cfg.update(_OVERRIDE)
     else:
@@ -292,15 +310,17 @@ def decode_attention(out, q, kc, vc, lengths, *, scale):
     cnt = _counters(B * Hk, q.device) if combine else pml
     s_len = 0 if lengths.ndim == 0 else lengths.stride(0)
     pdl = pdl_opts(q.device)
-    launch(_decode_split, (P, B * Hk), q, kc, vc, lengths, out, po, pml, cnt,
-           *q.stride(), *kc.stride(), *vc.stride(), *out.stride(), s_len, Hk, T, D, DV, P,
-           one_max, scale * LOG2E,
+    err = _lengths_err(C)
+    launch(_decode_split, (P, B * Hk), q, kc, vc, lengths, out, po, pml, cnt, _flag(q.device),
+           _tag(err), *q.stride(), *kc.stride(), *vc.stride(), *out.stride(), s_len, Hk, T, D,
+           DV, C, P, one_max, scale * LOG2E,
            GROUP=group, BLOCK_H=bh, BLOCK_R=br, BLOCK_N=cfg["BLOCK_N"], BLOCK_D=bd,
            BLOCK_DV=bdv, PREC="ieee" if q.dtype.itemsize >= 4 else "tf32", COMBINE=combine,
            CHUNK_P=chunk, BLOCK_P=bp, num_warps=cfg["num_warps"],
            num_stages=cfg["num_stages"], **pdl)
     if not combine:
         launch(_decode_combine, (B * Hk,), po, pml, out, lengths, *out.stride(), s_len,
-               Hk, T, DV, P, one_max, GROUP=group, BLOCK_N=cfg["BLOCK_N"], BLOCK_R=br,
+               Hk, T, DV, C, P, one_max, GROUP=group, BLOCK_N=cfg["BLOCK_N"], BLOCK_R=br,
                CHUNK_P=chunk, BLOCK_P=bp, BLOCK_DV=bdv, num_warps=4, **pdl)
+    _after(q.device, err)
     return out

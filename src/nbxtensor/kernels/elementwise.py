@@ -7,15 +7,14 @@ kernel, then the launch plan (dim collapsing) and the registered entries.
 Casting rules (see dtypes.py) as implemented here:
   * float -> bfloat16 / float8: exact round-to-nearest-even from float32 bits, in
     integer arithmetic; overflow -> inf (bf16, e5m2) or NaN (e4m3fn, which has no inf).
-    A float64 source is first rounded to float32 (ml_dtypes and torch do the same).
+    A float64 source is first rounded to float32 (dtypes.py's rule; torch does the same).
   * float -> float16 / float32: the hardware conversion (round-to-nearest-even; numpy on interp).
   * float -> int8/int16/uint8 goes through int32 (so -1.0 -> 255 as in NumPy); to bool is x != 0.
-  * int -> bf16/fp8/fp16 goes through float32 (as ml_dtypes).
+  * int -> bf16/fp8/fp16 goes through float32 (dtypes.py's rule).
 """
 from __future__ import annotations
 
 import math
-import os as _os
 
 import numpy as np
 import triton
@@ -30,7 +29,6 @@ from ..dispatch import register
 from ..ops.elementwise import DISPATCH_NAMES as OPS
 from ..tensor import Tensor
 from ._host import cdiv as _cdiv, f64_bits as _f64_bits, next_pow2 as _np2
-from ._pdl import _pdl_wait
 
 # ----------------------------------------------------------------------------- codecs
 
@@ -658,6 +656,19 @@ def _operand(ptr, off, mask, sval, MODE: tl.constexpr, ENC: tl.constexpr, CT: tl
 
 
 @triton.jit
+def _ew_flat_block(out, a, b, c, sa, sb, sc, p0, p1, offs, mask,
+                   OP: tl.constexpr, CT: tl.constexpr,
+                   MA: tl.constexpr, MB: tl.constexpr, MC: tl.constexpr,
+                   EA: tl.constexpr, EB: tl.constexpr, EC: tl.constexpr, EO: tl.constexpr,
+                   INTERP: tl.constexpr):
+    x = _operand(a, offs, mask, sa, MA, EA, CT)
+    y = _operand(b, offs, mask, sb, MB, EB, CT)
+    z = _operand(c, offs, mask, sc, MC, EC, CT)
+    r = _apply(OP, x, y, z, p0, p1, INTERP)
+    tl.store(out + offs, _encode(r, EO, out.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _ew_flat_kernel(out, a, b, c, sa, sb, sc, p0, p1, N,
                     OP: tl.constexpr, CT: tl.constexpr,
                     MA: tl.constexpr, MB: tl.constexpr, MC: tl.constexpr,
@@ -671,56 +682,8 @@ def _ew_flat_kernel(out, a, b, c, sa, sb, sc, p0, p1, N,
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     else:
         offs = pid * BLOCK + tl.arange(0, BLOCK)
-    _ew_flat_v_block(out, a, b, c, sa, sb, sc, p0, p1, offs, offs < N, OP, CT, MA, MB, MC,
-                     EA, EB, EC, EO, INTERP)
-
-
-# ---- bandwidth variants of the flat kernel (FLAT_VARIANT; benchmarks/sweep_bandwidth.py)
-
-@triton.jit
-def _ew_flat_v_block(out, a, b, c, sa, sb, sc, p0, p1, offs, mask,
-                     OP: tl.constexpr, CT: tl.constexpr,
-                     MA: tl.constexpr, MB: tl.constexpr, MC: tl.constexpr,
-                     EA: tl.constexpr, EB: tl.constexpr, EC: tl.constexpr, EO: tl.constexpr,
-                     INTERP: tl.constexpr):
-    x = _operand(a, offs, mask, sa, MA, EA, CT)
-    y = _operand(b, offs, mask, sb, MB, EB, CT)
-    z = _operand(c, offs, mask, sc, MC, EC, CT)
-    r = _apply(OP, x, y, z, p0, p1, INTERP)
-    tl.store(out + offs, _encode(r, EO, out.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _ew_flat_v_kernel(out, a, b, c, sa, sb, sc, p0, p1, N, NFULL,
-                      OP: tl.constexpr, CT: tl.constexpr,
-                      MA: tl.constexpr, MB: tl.constexpr, MC: tl.constexpr,
-                      EA: tl.constexpr, EB: tl.constexpr, EC: tl.constexpr, EO: tl.constexpr,
-                      F64S: tl.constexpr, IDX64: tl.constexpr, INTERP: tl.constexpr,
-                      BLOCK: tl.constexpr, PEEL: tl.constexpr, PDL: tl.constexpr):
-    """_ew_flat_kernel's bandwidth variants (FLAT_VARIANT). NFULL = N // BLOCK.
-
-    PEEL: full blocks unmasked, only the last (partial) block masked, in the same launch.
-    PDL: launched with programmatic dependent launch; waits for the previous kernel before
-    touching memory (the next launch's setup overlaps this kernel's tail).
-    """
-    sa, sb, sc, p0, p1 = _scalars(sa, sb, sc, p0, p1, F64S)
-    _pdl_wait(PDL)
-    pid = tl.program_id(0)
-    ar = tl.arange(0, BLOCK)
-    if IDX64:
-        offs = pid.to(tl.int64) * BLOCK + ar
-    else:
-        offs = pid * BLOCK + ar
-    if PEEL:
-        if pid < NFULL:
-            _ew_flat_v_block(out, a, b, c, sa, sb, sc, p0, p1, offs, None,
-                             OP, CT, MA, MB, MC, EA, EB, EC, EO, INTERP)
-        else:
-            _ew_flat_v_block(out, a, b, c, sa, sb, sc, p0, p1, offs, offs < N,
-                             OP, CT, MA, MB, MC, EA, EB, EC, EO, INTERP)
-    else:
-        _ew_flat_v_block(out, a, b, c, sa, sb, sc, p0, p1, offs, offs < N,
-                         OP, CT, MA, MB, MC, EA, EB, EC, EO, INTERP)
+    _ew_flat_block(out, a, b, c, sa, sb, sc, p0, p1, offs, offs < N, OP, CT, MA, MB, MC,
+                   EA, EB, EC, EO, INTERP)
 
 
 @triton.jit
@@ -802,86 +765,24 @@ def _ew_kernel(out, a, b, c, sa, sb, sc, p0, p1, N,
 # ----------------------------------------------------------------------------- launch plan
 
 # contiguous: 128-thread programs, one 16-byte vector a thread of the narrowest operand (f32 512
-# elements a program, bf16 1024): the H200 sweep's winner (session 4, `sweep_bandwidth.py
-# --groups=small`, torch time / ours): copy / neg / exp f32 256 MiB 0.999-1.005 at 98-100% of
-# copy, add f32 / bf16 1.000-1.004, against session 3's 4096 x 8 warps' 0.950-0.959 on unary
+# elements a program, bf16 1024): the H200 sweep's winner (torch time / ours): copy / neg /
+# exp f32 256 MiB 0.999-1.005 at 98-100% of copy, add f32 / bf16 1.000-1.004, against 4096
+# elements on 8 warps' 0.950-0.959 on unary. Lost in the same sweep: 32 or 64 bytes a thread,
+# 1-2 warps, an unmasked body with only the last block masked, programmatic dependent launch,
+# 2048-8192 elements on 4-16 warps, persistent grid-stride walks (87-92% of copy), .cg /
+# evict_first / .cs hints (docs/design/elementwise.md; that sweep's variant kernel is in the
+# git history). `bench_elementwise.py --sweep-flat` times other BLOCK x warps of this kernel.
 FLAT_BYTES, FLAT_WARPS = 16, 4
 STRIDED_BLOCK, STRIDED_WARPS = 1024, 4  # 1 or 3+ dims after collapsing: index math per element
 TILE_M, TILE_N, TILE_WARPS = 64, 64, 4  # 2 dims after collapsing: 2-D tiles
 MAX_DIMS = 6
 IDX64_LIMIT = 2**31                     # int64 offsets from here (tests lower it to run that path)
 
-# Bandwidth variants of the contiguous (flat) kernel, for benchmarks/sweep_bandwidth.py
-# (`--groups=small`) and A/B runs of any benchmark (NBX_FLAT_VARIANT=<name> at import).
-# FLAT_VARIANT None: _ew_flat_kernel with flat_block(itemsize) x FLAT_WARPS (the default); else
-# a dict of _ew_flat_v_kernel knobs:
-#   BYTES: bytes per thread of the narrowest operand (BLOCK = BYTES / itemsize * 32 *
-#     num_warps, so f32 and bf16 both get whole 16-byte vectors: BYTES=16 is one
-#     ld.global.v4 per thread and operand, 32 two independent ones issued before the
-#     stores); or BLOCK directly; num_warps;
-#   PEEL: only the last, partial block masked; PDL: programmatic dependent launch (cuda).
-# Lost on the H200 and removed: session 3's big blocks (2048-8192 elements on 4-16 warps),
-# persistent grid-stride walks (session 4: 87-92% of copy), .cg / evict_first / .cs hints
-# (docs/notes/bandwidth.md).
-FLAT_VARIANTS = {
-    "v16w4": {"BYTES": 16, "num_warps": 4},        # torch's: f32 512 elements a program
-    "v32w4": {"BYTES": 32, "num_warps": 4},        # f32 1024: 2 x 16 B loads a thread
-    "v16w2": {"BYTES": 16, "num_warps": 2},
-    "v32w2": {"BYTES": 32, "num_warps": 2},
-    "v32w1": {"BYTES": 32, "num_warps": 1},
-    "v64w4": {"BYTES": 64, "num_warps": 4},
-    "v16w4_peel": {"BYTES": 16, "num_warps": 4, "PEEL": True},
-    "v32w4_peel": {"BYTES": 32, "num_warps": 4, "PEEL": True},
-    "v16w4_pdl": {"BYTES": 16, "num_warps": 4, "PDL": True},
-    "v32w4_pdl": {"BYTES": 32, "num_warps": 4, "PDL": True},
-    "pdl": {"PDL": True},                          # the default's block, PDL only
-    "old": {"BLOCK": 4096, "num_warps": 8},        # session 3's default (A/B)
-}
-FLAT_VARIANT: dict | None = None
-_FLAT_KNOBS = {"BYTES", "BLOCK", "num_warps", "PEEL", "PDL"}
-
 
 def flat_block(isz):
     """The contiguous kernel's elements a program, isz the narrowest operand's itemsize."""
     return max(1, FLAT_BYTES // isz) * 32 * FLAT_WARPS
 
-
-def set_flat_variant(v):
-    """FLAT_VARIANT = v (a FLAT_VARIANTS name, a dict of knobs, or None for the default
-    _ew_flat_kernel); drops the cached launch plans. Returns the previous FLAT_VARIANT."""
-    global FLAT_VARIANT
-    if isinstance(v, str):
-        if v not in FLAT_VARIANTS:
-            raise ValueError(f"set_flat_variant: unknown variant {v!r}; expected one of "
-                             f"{sorted(FLAT_VARIANTS)} or None")
-        v = FLAT_VARIANTS[v]
-    elif v is not None and not isinstance(v, dict):
-        raise TypeError(f"set_flat_variant: v must be a name, a dict or None, got "
-                        f"{type(v).__name__}")
-    if v is not None:
-        bad = set(v) - _FLAT_KNOBS
-        if bad:
-            raise ValueError(f"set_flat_variant: unknown knobs {sorted(bad)}; expected a "
-                             f"subset of {sorted(_FLAT_KNOBS)}")
-        if "BYTES" in v and "BLOCK" in v:
-            raise ValueError("set_flat_variant: give BYTES or BLOCK, not both")
-    prev, FLAT_VARIANT = FLAT_VARIANT, (None if v is None else dict(v))
-    _PLANS.clear()
-    return prev
-
-
-def _flat_variant_plan(n, isz, consts, devtype):
-    """(kernel, grid, int args after the params) for FLAT_VARIANT; updates consts.
-    isz: the narrowest itemsize among the output and tensor operands."""
-    v = FLAT_VARIANT
-    warps = v.get("num_warps", FLAT_WARPS)
-    block = v.get("BLOCK") or (max(1, v["BYTES"] // isz) * 32 * warps if "BYTES" in v
-                               else flat_block(isz))
-    pdl = bool(v.get("PDL")) and devtype == "cuda"
-    consts.update(BLOCK=block, num_warps=warps, PEEL=bool(v.get("PEEL")), PDL=pdl)
-    if pdl:
-        consts["launch_pdl"] = True
-    return _ew_flat_v_kernel, (_cdiv(n, block),), (n, n // block)
 
 # bf16, fp8 and bool move as raw integers of the same width (decoded in _decode/_encode)
 _RAW = {"bfloat16": (_dt.int16, "bf"), "float8_e4m3fn": (_dt.uint8, "e4"),
@@ -992,9 +893,6 @@ def _plan(op, out, inputs, ct):
     plan = (ro[0] if ro else None), tuple(raws), conv
     if flat:
         isz = min(t.dtype.itemsize for t in tensor_ops)
-        if FLAT_VARIANT is not None:
-            kern, grid, tail = _flat_variant_plan(n, isz, consts, out.device.type)
-            return (kern, grid) + plan + (tail, consts)
         block = flat_block(isz)
         consts.update(BLOCK=block, num_warps=FLAT_WARPS)
         return (_ew_flat_kernel, (_cdiv(n, block),)) + plan + ((n,), consts)
@@ -1061,8 +959,7 @@ def run(op, out, inputs, params=(0, 0), ct=None):
     # the key: everything `_plan` reads. ct by name (a tl.dtype hashes in Python); a tensor
     # operand by (dtype, shape, strides), a number by its class (int/float/bool decide the
     # conversion and the launch kinds); the offsets only move pointers, checked per launch
-    key = [op, ct.name, out._dtype, shape, out._stride, out._storage.device.type, IDX64_LIMIT,
-           FLAT_VARIANT is None]
+    key = [op, ct.name, out._dtype, shape, out._stride, out._storage.device.type, IDX64_LIMIT]
     for x in inputs:
         if x.__class__ is Tensor or isinstance(x, Tensor):
             key.append((x._dtype, x._shape, x._stride))
@@ -1131,6 +1028,9 @@ def _ct_of(dtype):
 @register("copy_", "triton")
 def copy_(dst, src):
     """dst[...] = src (src already expanded to dst's shape), casting by dtypes.py's rules."""
+    if dst._dtype.kind == "c" or src._dtype.kind == "c":
+        from .complex import copy_complex   # copies of the real views (kernels/complex.py)
+        return copy_complex(dst, src)
     if dst._dtype is src._dtype:
         # a bit copy: NaN payloads and every value survive unchanged
         w = _SAME_WIDTH[dst._dtype.itemsize]
@@ -1143,8 +1043,11 @@ def copy_(dst, src):
 @register("fill_", "triton")
 def fill_(dst, value):
     """Every element of dst = value, converted on the host by the cpu rules (bit-exact)."""
+    if dst._dtype.kind == "c":
+        from .complex import fill_complex
+        return fill_complex(dst, value)
     with np.errstate(all="ignore"):
-        bits = np.asarray(value).astype(dst.dtype.np).reshape(1)
+        bits = _dt.cast(value, dst.dtype).reshape(1)
     w = _SAME_WIDTH[dst.dtype.itemsize]
     ival = int(bits.view(w.np)[0])
     d = Tensor._make(dst._storage, dst.shape, dst.stride(), dst._offset, w)
@@ -1153,6 +1056,9 @@ def fill_(dst, value):
 
 def _make(op):
     def entry(out, inputs, params, compute_dtype):
+        if compute_dtype.kind == "c":       # complex: its own kernels (kernels/complex.py)
+            from .complex import run_complex
+            return run_complex(op, out, inputs, params, compute_dtype)
         ct = _TL_CT.get(compute_dtype)
         if ct is None:
             ct = _TL_CT[compute_dtype] = compute_type(compute_dtype)
@@ -1163,7 +1069,3 @@ def _make(op):
 
 for _op in OPS:
     register(_op, "triton")(_make(_op))
-
-# A/B of a flat variant in any benchmark without editing code (see FLAT_VARIANTS)
-if _os.environ.get("NBX_FLAT_VARIANT", "").strip():
-    set_flat_variant(_os.environ["NBX_FLAT_VARIANT"].strip())

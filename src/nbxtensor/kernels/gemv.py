@@ -2,7 +2,7 @@
 
 Memory-bound: the whole weight is streamed once, so the kernel is built to keep every SM
 loading. Each program owns BLOCK_N weight rows and one K-slice of length K_SPLIT
-(split-K); the grid has about 4 waves of programs over the 132 SMs whatever N is.
+(split-K); the grid has about 4 waves of programs over the device's SMs whatever N is.
   * M == 1: the [BLOCK_N, BLOCK_K] weight tile is multiplied by the x chunk and
     accumulated element-wise in fp32 (no reduction inside the loop); one row-sum at the end.
   * 2 <= M <= 16: x is padded to 16 rows and the tile goes through tl.dot.
@@ -24,6 +24,7 @@ from ..backends.launch import launch_items as _launch_items, launch_public as _l
 from ..backends.cuda import driver as _cdrv, storage as _cst
 from ..tensor import Size, Tensor
 from .matmul import _apply_epilogue
+from ._common import device_facts
 from ._host import cdiv as _cdiv, next_pow2 as _np2
 
 
@@ -135,11 +136,12 @@ def _splitk_reduce_kernel(ws_ptr, o_ptr, bias_ptr, r_ptr, M, N, SPLIT,
 # Rule: BLOCK_K = 256 for 16-bit weights (512 contiguous bytes per row per step), 128 for
 # fp32; BLOCK_N = 32 rows for M == 1 (a 32 x 256 tile = 64 fp32 accumulators a thread at
 # 4 warps) and 64 for the tl.dot path. The K split is chosen so that the grid has about
-# TARGET_PROGRAMS programs (4 waves of 132 SMs) and never more slices than K blocks; rows of
-# at most NOSPLIT_ROW_BYTES are never split (`k_slices`).
-TARGET_PROGRAMS = 4 * 132
-# H200, bf16 M = 1 (session 5 run 35, `bench_matmul.py --small-gemv`, GPU time over rotated
-# weights): K = 576 and 1024 ran as fast or faster in one launch (576x576 3.9 vs 10.0 us
+# WAVES programs per SM of the device (4 waves) and never more slices than K blocks; rows of
+# at most NOSPLIT_ROW_BYTES are never split (`k_slices`). TARGET_PROGRAMS, when set, forces
+# the program count instead (tests and sweeps).
+WAVES = 4
+TARGET_PROGRAMS: int | None = None
+# H200, bf16 M = 1 (`bench_matmul.py --small-gemv`, GPU time over rotated weights): K = 576 and 1024 ran as fast or faster in one launch (576x576 3.9 vs 10.0 us
 # split, 1024x1024 5.2 vs 5.5), K = 1536 and 2048 were faster split (1536x576 5.35 vs 5.70,
 # 2048x2048 7.0 vs 7.5 us); and one launch halves the host's cost of the call.
 NOSPLIT_ROW_BYTES = 2048
@@ -155,19 +157,22 @@ def k_slices(N, K, cfg, itemsize) -> int:
     return max(1, min(_cdiv(K, cfg["BLOCK_K"]), _cdiv(cfg["TARGET"], _cdiv(N, cfg["BLOCK_N"]))))
 
 
-def gemv_config(M, N, K, dtype, device=None) -> dict:
+def gemv_config(M, N, K, dtype, dev, device=None) -> dict:
+    """The launch config for `dev` (kernels/_common.DeviceFacts); with `device` (the
+    Device it runs on) the autotune pick may replace the rule's."""
     bk = 256 if dtype.itemsize == 2 else 128
+    target = TARGET_PROGRAMS if TARGET_PROGRAMS is not None else WAVES * dev.sms
     if M == 1:
         cfg = dict(BLOCK_M=1, BLOCK_N=32, BLOCK_K=min(bk, max(16, _np2(K))), num_warps=4,
-                   num_stages=4, TARGET=TARGET_PROGRAMS)
+                   num_stages=4, TARGET=target)
     else:
         # 2..16 rows through tl.dot: 32 x 128 weight tiles, 4 warps and one wave of programs
-        # (TARGET_PROGRAMS // 4 = 132: fewer K slices, longer pipelined K loops). H200,
-        # session 5 (`bench_matmul.py --m16-sweep`, M = 16 bf16, the 1B linears, torch time /
-        # ours): 0.71-1.02x against 0.54-0.99x for session 4's 64 x 256 / 8 warps / 528
-        # (2048x8192 0.56 -> 0.99x, 8192x2048 0.54 -> 0.84x, 2048x2048 0.54 -> 0.71x)
+        # (target // 4: fewer K slices, longer pipelined K loops). H200 (`bench_matmul.py
+        # --m16-sweep`, M = 16 bf16, the 1B linears, torch time / ours): 0.71-1.02x against
+        # 0.54-0.99x for 64 x 256 tiles / 8 warps / 4 waves (2048x8192 0.56 -> 0.99x,
+        # 8192x2048 0.54 -> 0.84x, 2048x2048 0.54 -> 0.71x)
         cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=min(128, max(16, _np2(K))), num_warps=4,
-                   num_stages=4, TARGET=max(1, TARGET_PROGRAMS // 4))
+                   num_stages=4, TARGET=max(1, target // 4))
     if _OVERRIDE:   # for sweeps: any of the keys above (K_SPLIT is always derived)
         cfg.update(_OVERRIDE)
     elif device is not None:
@@ -224,7 +229,7 @@ def _plan(out, a, b, bias, residual, alpha, act, precision):
     wv = (Size((N, K)), (b._stride[3], b._stride[2]))
     ov = (out._shape[2:], out._stride[2:])
     rv = (residual._shape[2:], residual._stride[2:]) if residual is not None else None
-    cfg = gemv_config(M, N, K, a._dtype, a.device)
+    cfg = gemv_config(M, N, K, a._dtype, device_facts(a.device), a.device)
     bk, ks = cfg["BLOCK_K"], cfg["K_SPLIT"]
     split = _cdiv(K, ks) if K else 1
     xs, wst, os_ = xv[1], wv[1], ov[1]

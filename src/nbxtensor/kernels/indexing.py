@@ -25,7 +25,6 @@ atomic: a compare-and-swap loop (`_cas_multiply`) does it for 32/64-bit dtypes.
 from __future__ import annotations
 
 import functools
-import os
 import threading
 
 import numpy as np
@@ -615,19 +614,18 @@ def _s4(st):
 
 _GPLANS: dict = {}
 
-# _gather2d_kernel (index_select along a non-leading dim, gather with a full index) instead of
-# the general _gather_kernel. NBX_GATHER2D=0 selects the old kernel (A/B in the benchmark;
-# after a change, clear _GPLANS and ops.indexing._FAST).
-USE_GATHER2D = [os.environ.get("NBX_GATHER2D", "1") != "0"]
+# _gather2d_kernel takes index_select along a non-leading dim and gather with a full index
+# (2 dims, an index per column or per element) from the general _gather_kernel.
 # tile of _gather2d_kernel per device: (max BC, elements per tile, num_warps, FLAG_LANES), for
 # an index per column ("col") and per element ("full"); bench_indexing.py --gather-sweep times
 # others. FLAG_LANES only matters for "full" (an index per column is flagged by one row block);
 # it saves the block reduction but each lane's atomic returns a value: 115 registers against
 # 64 (ptxas, sm_90, (256, 2048, 4)), so it is off by default.
 G2D_CONFIG = {
-    # H200 sweep (session 3, bench_indexing --gather-sweep): index_select 4096x4096 bf16 dim 1
-    # (2048 idx) 58.4 -> 33.8 us with whole 1024-column rows on 8 warps (torch 30.5); full
-    # gather (8,1024,1024) bf16 38.6 -> 34.8 us with 512 columns (torch 34.5)
+    # H200 sweep (bench_indexing.py --gather-sweep): index_select 4096x4096 bf16 dim 1 (2048
+    # idx) 33.8 us with whole 1024-column rows on 8 warps (torch 30.5; the general
+    # _gather_kernel 58.4); full gather (8,1024,1024) bf16 34.8 us with 512 columns (torch
+    # 34.5; _gather_kernel 38.6)
     "cuda": {"col": (1024, 8192, 8, False), "full": (512, 2048, 4, False)},
     "interp": {"col": (16, 64, 4, False), "full": (16, 64, 4, False)},  # small: tests overhang
 }
@@ -668,7 +666,7 @@ def _gather_plan(key, views, devtype, itemsize, has_idx, sdim, lo, hi):
             plans.append((vs, _gather_rows_kernel, (n_rows, C, ncb, st[0][2], st[1][2], ist[2]),
                           dict(BR=br, BC=bc, num_warps=warps), grid))
             continue
-        if (has_idx and not idx_row and USE_GATHER2D[0] and R2 == n_rows and n_rows > 1
+        if (has_idx and not idx_row and R2 == n_rows and n_rows > 1
                 and st[0][3] == 1):   # 2 dims, an index per column or per element
             g = _gather2d_args(devtype, n_rows, C, itemsize, st, ist, sdim, lo, hi)
             if g is not None:
@@ -818,7 +816,7 @@ def _scatter_prod(dst, src, idx, ddim, lo, hi, wrap, err, flag, value):
     dev = dst.device
     if src is None:  # a scalar: one element, broadcast with stride 0
         from ..creation import tensor
-        one = tensor(np.array(value).astype(dst.dtype.np).reshape(1), device=dev)
+        one = tensor(_dt.cast(value, dst.dtype).reshape(1), device=dev)
         src = Tensor._make(one._storage, idx.shape, (0,) * idx.ndim, 0, dst.dtype)
     scratch = Tensor._empty((1,), dst.dtype, dev)
     for vs, (n_rows, R1, R2, C, st) in _plan([dst, idx, src]):

@@ -36,6 +36,7 @@ import triton.language as tl
 from .. import autotune as _autotune   # autotune seam (autotune engineer): pick() below
 from .. import dtypes as _dt
 from ..dispatch import register
+from ._common import device_facts
 from ._host import cdiv as _cdiv
 
 
@@ -405,14 +406,13 @@ def _pad_copy_kernel(src_ptr, dst_ptr, R, C, CP8, B1, s_0, s_1, s_r, s_c,
 # ------------------------------------------------------------------ launch configuration
 #
 # The rule is `matmul_config` (tiles, warps, stages) + `splitk_factor` (K slices), both
-# driven by one cost model, `_estimate` (see its doc and docs/notes/opsII.md).
+# driven by one cost model, `_estimate` (see its doc and docs/design/matmul-and-gemv.md).
 # GROUP_M = 8 everywhere. Shared memory of each candidate stays under 227 KB on sm_90
 # (checked in tests/test_linalg.py::test_configs_compile_for_sm90).
 # On interp the same rule applies; `config_override` replaces it, which the tests use to
 # force tails with tiny tiles.
 
 _OVERRIDE: dict | None = None
-NUM_SMS = 132   # H200; the persistent variant launches one program per SM
 GEMV_MAX_M = 16  # up to this many rows (one batch) a product is memory-bound: gemv.py
 PAD_MIN_MACS = 1 << 24   # pad a misaligned operand only when the product amortises the copy
 _I32_MAX = (1 << 31) - 1   # an int argument above this is passed as int64
@@ -447,17 +447,17 @@ _T_TILE = 2e-6            # per program: pipeline fill + epilogue
 _T_LAUNCH = 3e-6          # the split-K reduce: one more kernel on the stream
 
 
-def _estimate(M, N, K, bm, bn, eff, split, batch=1, itemsize=2):
+def _estimate(M, N, K, bm, bn, eff, split, batch, itemsize, sms):
     """Modelled seconds of one product with a bm x bn tile and `split` K slices.
 
-    Programs = tiles * batch * split are spread over NUM_SMS; an SM that runs c of them
+    Programs = tiles * batch * split are spread over the `sms` SMs; an SM that runs c of them
     takes c * max(compute, operand loads) plus the fill/epilogue latency once per pair
     (two small programs share an SM and hide each other's latency; a 128x256 one does not).
     Bounded below by the HBM traffic of the operands. A split adds the reduce kernel and
     its fp32 workspace traffic (written and read once per slice)."""
     tiles = _cdiv(M, bm) * _cdiv(N, bn) * batch
     progs = tiles * split
-    c = _cdiv(progs, NUM_SMS)
+    c = _cdiv(progs, sms)
     ks = _cdiv(K, split)
     occ = 1 if bm * bn >= 128 * 256 else 2
     t_tile = max(2.0 * bm * bn * ks / (_SM_FLOPS * eff), (bm + bn) * ks * itemsize / _SM_L2_BW)
@@ -468,21 +468,22 @@ def _estimate(M, N, K, bm, bn, eff, split, batch=1, itemsize=2):
     return t
 
 
-def matmul_config(M, N, K, dtype, batch=1) -> dict:
-    """The default launch config of the tiled kernel (the autotune table overrides it per
-    shape where it has an entry; `config_override` for tests and sweeps).
+def matmul_config(M, N, K, dtype, dev, batch=1) -> dict:
+    """The default launch config of the tiled kernel on `dev` (kernels/_common.DeviceFacts;
+    the autotune table overrides it per shape where it has an entry; `config_override` for
+    tests and sweeps).
 
     16-bit: among _TILES_16, the one (with its best K split, `splitk_factor`) whose
     `_estimate` is lowest -- so the big square products keep 128x256x64 (8 warps, 3 stages),
-    a product with few output tiles takes a smaller tile to fill the 132 SMs (M = 2048,
-    N = 512: 128x64; M = 128, N = 2048: 64x64), and a small M*N with a long K splits K.
+    a product with few output tiles takes a smaller tile to fill the SMs (on an H200's 132:
+    M = 2048, N = 512: 128x64; M = 128, N = 2048: 64x64), and a small M*N with a long K splits K.
     fp32 (FMA or TF32): 128x128x32 / 64x64x32 (8 / 4 warps, 3 stages) by M >= 64.
     fp64: 64x64x16, 4 warps, 2 stages, never split."""
     if dtype.itemsize == 2:
         best = None
         for bm, bn, bk, w, st, eff in _TILES_16:
-            split = _best_split(M, N, K, bm, bn, bk, eff, batch, 2)
-            t = _estimate(M, N, K, bm, bn, eff, split, batch, 2)
+            split = _best_split(M, N, K, bm, bn, bk, eff, batch, 2, dev.sms)
+            t = _estimate(M, N, K, bm, bn, eff, split, batch, 2, dev.sms)
             if best is None or t < best[0] * 0.97:   # ties go to the bigger tile
                 best = (t, dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w,
                                 num_stages=st))
@@ -500,22 +501,22 @@ def matmul_config(M, N, K, dtype, batch=1) -> dict:
     return cfg
 
 
-def _best_split(M, N, K, bm, bn, bk, eff, batch, itemsize):
+def _best_split(M, N, K, bm, bn, bk, eff, batch, itemsize, sms):
     if batch != 1 or itemsize == 8:
         return 1
     tiles = _cdiv(M, bm) * _cdiv(N, bn)
-    if tiles >= NUM_SMS:
+    if tiles >= sms:
         return 1
     k_blocks = _cdiv(K, bk)
     best_s, best_t = 1, None
-    for s in range(1, min(16, k_blocks // 4, _cdiv(NUM_SMS, tiles)) + 1):
-        t = _estimate(M, N, K, bm, bn, eff, s, 1, itemsize)
+    for s in range(1, min(16, k_blocks // 4, _cdiv(sms, tiles)) + 1):
+        t = _estimate(M, N, K, bm, bn, eff, s, 1, itemsize, sms)
         if best_t is None or t < best_t:
             best_s, best_t = s, t
     return best_s
 
 
-def splitk_factor(M, N, K, BK, tiles, itemsize, BM=None, BN=None) -> int:
+def splitk_factor(M, N, K, BK, tiles, itemsize, dev, BM=None, BN=None) -> int:
     """How many K-slices for a one-batch product with `tiles` output tiles.
 
     Split only when the tiles do not fill one wave of SMs, with >= 4 K-blocks a slice and
@@ -523,14 +524,14 @@ def splitk_factor(M, N, K, BK, tiles, itemsize, BM=None, BN=None) -> int:
     and the fp32 workspace traffic weigh against it). fp64 never splits."""
     if _OVERRIDE and "SPLIT" in _OVERRIDE:      # forced (tests, sweeps)
         return max(1, int(_OVERRIDE["SPLIT"]))
-    if tiles >= NUM_SMS or itemsize == 8:
+    if tiles >= dev.sms or itemsize == 8:
         return 1
     if BM is None:   # tile shape unknown: assume square tiles of the same count
         BM = BN = max(16, int((M * N / tiles) ** 0.5))
     eff = {(128, 256): 1.0, (128, 128): 0.85, (64, 64): 0.5}.get((BM, BN), 0.7)
     if itemsize == 4:
         eff *= 0.5
-    return _best_split(M, N, K, BM, BN, BK, eff, 1, itemsize)
+    return _best_split(M, N, K, BM, BN, BK, eff, 1, itemsize, dev.sms)
 
 
 # A/B switch for the big 16-bit products (the H200 sweep, `bench_matmul.py --mm-sweep`,
@@ -540,7 +541,7 @@ def splitk_factor(M, N, K, BK, tiles, itemsize, BM=None, BN=None) -> int:
 # runs `_matmul_tma_kernel` with it for one-batch bf16/fp16 products whose rule tile is
 # 128x256 (enough tiles to fill the SMs) and whose operands TMA can read (`_tma_operand`).
 # `config_override(TMA=True, ...)` forces the TMA kernel (tests, sweeps).
-# Measured on the H200 (session 4, `--mm-sweep`, torch time / ours): the persistent flattened
+# Measured on the H200 (`bench_matmul.py --mm-sweep`, torch time / ours): the persistent flattened
 # TMA kernel at 3 stages 0.978 bf16 / 0.977 fp16 at 4096^3, 0.999 / 0.997 at 8192^3, against
 # the tiled kernel's 0.900 / 0.898 and 0.869 / 0.866 in the same run.
 TMA_BIG: dict | None = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, GROUP_M=8,
@@ -594,7 +595,8 @@ def _launch_tma(cfg, out, a, b, bias, residual, alpha, beta, act, need):
         and out.data_ptr() % 16 == 0
     BM, BN = cfg["BLOCK_M"], cfg["BLOCK_N"]
     tiles = _cdiv(M, BM) * _cdiv(N, BN)
-    nprog = min(tiles, cfg.get("NUM_PROGS", NUM_SMS)) if cfg.get("PERSISTENT", True) else tiles
+    nprog = (min(tiles, cfg.get("NUM_PROGS", device_facts(a.device).sms))
+             if cfg.get("PERSISTENT", True) else tiles)
     sr = _strides4(residual)
     from ..backends.launch import launch
     launch(_matmul_tma_kernel, (nprog,), a, b, out, bias if bias is not None else out,
@@ -691,7 +693,8 @@ def matmul(out, a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activati
             _GEMV[0] = gemv
         return gemv(out, a, b, bias=bias, residual=residual, alpha=alpha, beta=beta, act=act,
                     precision=precision)
-    cfg = matmul_config(M, N, K, a.dtype, B0 * B1)
+    dev = device_facts(a.device)
+    cfg = matmul_config(M, N, K, a.dtype, dev, B0 * B1)
     if _OVERRIDE is None and B0 * B1 == 1:
         # autotune seam: a screened config from the user cache / shipped table, else the rule
         cfg = _autotune.pick("matmul", (M, N, K), cfg, dtype=a.dtype.name, device=a.device)
@@ -756,12 +759,12 @@ def matmul(out, a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activati
                   num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     tiles = _cdiv(M, BM) * _cdiv(N, BN)
     if cfg.get("PERSISTENT"):
-        nprog = min(tiles * B0 * B1, cfg.get("NUM_PROGS", NUM_SMS))
+        nprog = min(tiles * B0 * B1, cfg.get("NUM_PROGS", dev.sms))
         launch(_matmul_persistent_kernel, (nprog,), *tensors, M, N, K, B1, nprog, M_LD, N_LD,
                *strides, tiles * B0 * B1, tiles,
                FLATTEN=cfg.get("FLATTEN", False), **consts)
         return out
-    split = splitk_factor(M, N, K, BK, tiles, itemsize, BM, BN) if B0 * B1 == 1 else 1
+    split = splitk_factor(M, N, K, BK, tiles, itemsize, dev, BM, BN) if B0 * B1 == 1 else 1
     if split == 1:
         launch(_matmul_kernel, (tiles, B0 * B1), *tensors, M, N, K, B1, M_LD, N_LD, *strides,
                0, 0, SPLIT_K=False, **consts)

@@ -200,9 +200,9 @@ def _norm(out, x, weight, bias, eps, residual, h_out, rms):
     cfg = row_config(N)
     if cfg["SINGLE"] and cfg["BLOCK_N"] == 4096 and x.dtype.itemsize == 2 \
             and x.device.type == "cuda":
-        # H200 sweep (session 3, 16384x4096 bf16): one row per program at 16 warps (the row
-        # rule then) 83.1 us layer_norm / 75.4 us rms_norm, at 8 warps (the rule now, 32
-        # elements a thread) 72.4 / 67.2, two rows per 8-warp program 67.2 / 67.8 (93% of
+        # H200 sweep (sweep_bandwidth.py --groups=norm, 16384x4096 bf16): one row per
+        # program at 16 warps 83.1 us layer_norm / 75.4 us rms_norm, at 8 warps (the row
+        # rule, 32 elements a thread) 72.4 / 67.2, two rows per 8-warp program 67.2 / 67.8 (93% of
         # copy): two rows win for layer_norm and tie for rms_norm. (Persistent pipelined
         # rows, one-reduction moments, eviction and streaming-store hints lost.)
         cfg.update(BLOCK_R=2, num_warps=8)

@@ -32,6 +32,7 @@ from .. import dtypes as _dt
 from ..dispatch import register
 from ..backends.launch import launch, launch_items
 from ..tensor import _CONTIG, Size, Tensor
+from ._common import device_facts
 from ._host import cdiv as _cdiv
 
 # PRE codes
@@ -95,11 +96,25 @@ def _to_acc(v, ACC: tl.constexpr):
 
 
 @triton.jit
+def _nonzero(v):
+    """x != 0 on the loaded value, before any narrowing: 0.5 or 2**32 must not truncate to
+    0 first, NaN counts as non-zero, -0.0 as zero. 16-bit floats are widened first (exact;
+    the interpreter holds bf16 as raw bits, where -0.0 is not 0)."""
+    if v.dtype.is_floating() and (v.dtype.primitive_bitwidth < 32):
+        v = v.to(tl.float32)
+    return v != 0
+
+
+@triton.jit
 def _pre(v, c, p, PRE: tl.constexpr, ACC: tl.constexpr):
+    """The per-element step on a loaded value v: converted to the accumulation dtype, except
+    for the non-zero test, which reads v as loaded."""
+    if PRE == 2:
+        v = _to_acc(_nonzero(v), ACC)
+    else:
+        v = _to_acc(v, ACC)
     if PRE == 1:
         v = tl.abs(v)
-    elif PRE == 2:
-        v = _to_acc(v != 0, ACC)
     elif PRE == 3:
         d = v - c
         v = d * d
@@ -226,7 +241,7 @@ def _reduce_kernel(x_ptr, xi_ptr, c_ptr, v_ptr, i_ptr,
             offs = base + r[:, None] * sxr
             rfull = r[:, None]
         v = tl.load(x_ptr + offs, mask=m, other=0)
-        v = _pre(_to_acc(v, ACC), c2, p, PRE, ACC)
+        v = _pre(v, c2, p, PRE, ACC)
         v = tl.where(m, v, ident)
         if COMB == 0:
             acc += v
@@ -279,7 +294,7 @@ def _row_pipe_kernel(x_ptr, v_ptr, O, R, sxo, svo, scale, p,
     """Rows that fit one tile (R <= BLOCK_R, unit stride), persistent: a program walks the
     row tiles grid-stride and issues the loads of its next tile before reducing the current
     one (register double buffering), so its loads stay in flight through the reduction and
-    the store. PRE without a center, COMB sum/max/min; the PIPE variant (set_variant)."""
+    the store. PRE without a center, COMB sum/max/min; run where PIPE says."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     kk = tl.arange(0, BLOCK_K)
@@ -301,7 +316,7 @@ def _row_pipe_kernel(x_ptr, v_ptr, O, R, sxo, svo, scale, p,
         kn = ks + nprog * BLOCK_K
         mn = (kn < O)[:, None] & rmask[None, :]
         vn = tl.load(x_ptr + kn[:, None] * sxo + rr[None, :], mask=mn, other=0)
-        a = _pre(_to_acc(v, ACC), 0.0, p, PRE, ACC)
+        a = _pre(v, 0.0, p, PRE, ACC)
         a = tl.where(m, a, ident)
         if COMB == 0:
             res = tl.sum(a, axis=1)
@@ -325,22 +340,31 @@ def contiguous_copy(x: Tensor) -> Tensor:
 # ------------------------------------------------------------------ launch configuration
 # Tunables per device type. interp uses tiny blocks and a tiny "fill the GPU" target so
 # that small test shapes overhang blocks, loop over R and take the split path.
+# Program counts are per SM: times the device's SM count (kernels/_common.device_facts;
+# `_sms`), and on interp times INTERP_SMS, a nominal 2: the interpreter runs programs one
+# after another, so its grids stay small while the split and persistent paths still run.
 # Tiles are in elements (any dtype). Bandwidth needs bytes in flight: every thread issues
 # its tile / (32 * warps) elements of loads per loop step before it adds any of them, so
 # per SM that is resident threads x elements per thread x itemsize; registers (one acc
 # per element per thread) bound how many programs stay resident. `*_warps` is for a full
 # tile; a smaller tile (short rows, few columns) gets proportionally fewer warps.
-# `target_programs`: a long reduction with few outputs is split over this many programs.
-# _plan caches its answers: call _plan.cache_clear() after changing these
+# `target_programs_per_sm`: a long reduction with few outputs is split over this many
+# programs a SM. _plan caches its answers: call _plan.cache_clear() after changing these
 # (benchmarks/bench_reduction.py --tune sweeps them and prints a dict to paste here).
 CONFIG = {
     "cuda": {"row_tile": 8192, "row_block_r": 4096, "row_warps": 8,
              "col_tile": 8192, "col_block_k": 256, "col_warps": 8,
-             "target_programs": 132 * 8, "split_min_steps": 2},
+             "target_programs_per_sm": 8, "split_min_steps": 2},
     "interp": {"row_tile": 64, "row_block_r": 32, "row_warps": 4,
                "col_tile": 64, "col_block_k": 8, "col_warps": 4,
-               "target_programs": 4, "split_min_steps": 2},
+               "target_programs_per_sm": 2, "split_min_steps": 2},
 }
+INTERP_SMS = 2
+
+
+def _sms(device) -> int:
+    """The SM count the rules size grids by (INTERP_SMS on interp)."""
+    return INTERP_SMS if device.type == "interp" else device_facts(device).sms
 
 
 SPLIT_MIN_BYTES = {"cuda": 256 << 10}   # interp: 0, so tests take the split path
@@ -350,71 +374,32 @@ SPLIT_MIN_BYTES = {"cuda": 256 << 10}   # interp: 0, so tests take the split pat
 # itemsize <= 2. PIPE: None, or {"per_sm": k, "only16": bool}: whole-row reductions over the
 # last dim (sum/mean/amax/amin/norms, R <= the row tile) run _row_pipe_kernel on about k
 # programs per SM (16-bit inputs only unless only16 is False). The shipped values are the
-# H200's (session 3, benchmarks/sweep_bandwidth.py over REDUCE_VARIANTS, sum bf16
-# (32768,4096)): dim=-1 persistent pipelined rows, 4 programs an SM, 75.8 -> 64.1 us
-# (0.93x -> 1.09x torch); dim=0 128-column 4-warp column programs, 84.6 -> 70.8 us (0.91x ->
-# 1.09x). f32 kept CONFIG's tiles until session 4 (PIPE_DEFAULT). Eviction hints and a prefetching
-# column loop were tried in the same sweep and lost (0.79-0.97x); they were removed.
-CONFIG16_DEFAULT = {"cuda": {"col_block_k": 128, "col_tile": 4096, "col_warps": 4},
-                    "interp": {}}
-# fp32 too since session 4 (`sweep_bandwidth.py --groups=red32`, H200): sum / amax f32
-# (16384,4096) dim=-1 68.9 / 70.1 us (0.99x / 0.98x torch) -> 62.9 / 63.1 us (1.08x / 1.09x,
-# 100% of copy) at 4 programs an SM; (2048,32000) unchanged (1.06x).
-PIPE_DEFAULT: dict | None = {"per_sm": 4, "only16": False}
-CONFIG16: dict = {k: dict(v) for k, v in CONFIG16_DEFAULT.items()}
-PIPE: dict | None = dict(PIPE_DEFAULT)
-NUM_SMS = {"cuda": 132, "interp": 2}
-REDUCE_VARIANTS = {   # for sweep_bandwidth.py: each replaces the 16-bit defaults whole
-    "base": {},                                                 # CONFIG's tiles, no PIPE
-    "pipe4": {"PIPE": {"per_sm": 4}},
-    "pipe2_r4k_w8": {"PIPE": {"per_sm": 2}, "row_tile": 4096, "row_warps": 8},
-    "pipe4_r4k_w4": {"PIPE": {"per_sm": 4}, "row_tile": 4096, "row_warps": 4},
-    "pipe8_r4k_w4": {"PIPE": {"per_sm": 8}, "row_tile": 4096, "row_warps": 4},
-    "pipe2": {"PIPE": {"per_sm": 2}},
-    "row16k_w16": {"row_tile": 16384, "row_warps": 16},        # 4 rows a program, 32/thread
-    "row4k_w4": {"row_tile": 4096, "row_warps": 4},            # 1 row a program, 32/thread
-    "row8k_w16": {"row_tile": 8192, "row_warps": 16},          # 16/thread, more threads
-    "row4k_w8": {"row_tile": 4096, "row_warps": 8},            # 1 row, 16/thread
-    "col_t2112": {"target_programs": 132 * 16},                # dim=0: more, shorter programs
-    "col_t3168": {"target_programs": 132 * 24},
-    "col_t4224": {"target_programs": 132 * 32},
-    "col_t528": {"target_programs": 132 * 4},
-    "col_k512_w16": {"col_block_k": 512, "col_tile": 16384, "col_warps": 16},
-    "col_k128_w4": {"col_block_k": 128, "col_tile": 4096, "col_warps": 4},
-    "col_4k_w4_t2112": {"col_tile": 4096, "col_warps": 4, "target_programs": 132 * 16},
-}
-
-
-def set_variant(v, devtype="cuda"):
-    """Apply a REDUCE_VARIANTS entry (a name or a dict) to 16-bit inputs on devtype: its PIPE
-    to PIPE, the rest to CONFIG16[devtype]; None restores the shipped defaults."""
-    global PIPE
-    if v is None:
-        PIPE = dict(PIPE_DEFAULT) if PIPE_DEFAULT is not None else None
-        CONFIG16[devtype] = dict(CONFIG16_DEFAULT.get(devtype, {}))
-    else:
-        v = dict(REDUCE_VARIANTS[v]) if isinstance(v, str) else dict(v)
-        PIPE = v.pop("PIPE", None)
-        CONFIG16[devtype] = v
-    _plan.cache_clear()
-
-
+# H200's (benchmarks/sweep_bandwidth.py --groups=red, sum bf16 (32768,4096)): dim=-1
+# persistent pipelined rows, 4 programs an SM, 64.1 us (1.09x torch; CONFIG's tiles 75.8 us,
+# 0.93x); dim=0 128-column 4-warp column programs, 70.8 us (1.09x; CONFIG's 84.6 us, 0.91x).
+# Eviction hints and a prefetching column loop lost in the same sweep (0.79-0.97x).
+CONFIG16 = {"cuda": {"col_block_k": 128, "col_tile": 4096, "col_warps": 4}, "interp": {}}
+# fp32 rows pipelined too (`sweep_bandwidth.py --groups=red32`, H200): sum / amax f32
+# (16384,4096) dim=-1 62.9 / 63.1 us (1.08x / 1.09x torch, 100% of copy) at 4 programs an SM,
+# against CONFIG's tiles' 68.9 / 70.1 us (0.99x / 0.98x); (2048,32000) unchanged (1.06x).
+PIPE: dict | None = {"per_sm": 4, "only16": False}
 def _p2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan(devtype, O, R, I, itemsize):
+def _plan(devtype, sms, O, R, I, itemsize):
     cfg = CONFIG[devtype]
     if itemsize <= 2 and CONFIG16.get(devtype):
         cfg = {**cfg, **CONFIG16[devtype]}
+    target = cfg["target_programs_per_sm"] * sms
     if I == 1:
         full = cfg["row_tile"]
         block_r = min(_p2(R), cfg["row_block_r"])
         block_k = max(1, min(_p2(O), full // block_r))
         if block_k * block_r < full:  # few rows (e.g. a full reduction): longer steps along R
             block_r = min(_p2(R), full // block_k)
-        while block_k > 1 and _cdiv(O, block_k) < cfg["target_programs"]:
+        while block_k > 1 and _cdiv(O, block_k) < target:
             block_k //= 2  # few rows: one program each (fewer warps) rather than idle SMs
         nprog = _cdiv(O, block_k)
         warps = cfg["row_warps"]
@@ -429,9 +414,9 @@ def _plan(devtype, O, R, I, itemsize):
     steps = _cdiv(R, block_r)
     # a split costs a second launch and a partials buffer (~10 us of host time per call on
     # the H200 machine): below SPLIT_MIN_BYTES per program one program is as fast end to end
-    if nprog < cfg["target_programs"] and steps >= 2 * cfg["split_min_steps"] and \
+    if nprog < target and steps >= 2 * cfg["split_min_steps"] and \
             O * R * I * itemsize >= nprog * SPLIT_MIN_BYTES.get(devtype, 0):
-        split = min(_cdiv(cfg["target_programs"], nprog), steps // cfg["split_min_steps"])
+        split = min(_cdiv(target, nprog), steps // cfg["split_min_steps"])
         chunk = _cdiv(steps, split) * block_r
         split = _cdiv(R, chunk)
     tile = block_k * block_r
@@ -499,14 +484,14 @@ def _collapse(x: Tensor, dims):
     return (xt, *geo)
 
 
-def _recipe(devtype, itemsize, numel, O, R, I, sxo, sxr, sxi, svo, svi, codes, has_v, has_i,
-            has_c):
+def _recipe(devtype, sms, itemsize, numel, O, R, I, sxo, sxr, sxi, svo, svi, codes, has_v,
+            has_i, has_c):
     """How `_reduce3` launches a single-pass reduction: (form, kernel, grid, ints, items) with
     form "pipe" (_row_pipe_kernel) or "row" (_reduce_kernel), ints the integer arguments
     after the pointers and items the constexprs as a tuple (kept by the plan cache, so
     `launch_items` finds the fast launchers by identity); None when R is split."""
     PRE, COMB, POST, ACC = codes
-    block_k, block_r, nprog, split, chunk, nw = _plan(devtype, O, R, I, itemsize)
+    block_k, block_r, nprog, split, chunk, nw = _plan(devtype, sms, O, R, I, itemsize)
     if split != 1:
         return None
     idx64 = (numel + R * abs(sxr) + O * abs(sxo) + I * abs(sxi)) >= 2 ** 31 - 1
@@ -514,7 +499,7 @@ def _recipe(devtype, itemsize, numel, O, R, I, sxo, sxr, sxi, svo, svi, codes, h
             COMB in (C_SUM, C_MAX, C_MIN) and ACC in (A_F32, A_F64) and has_v and \
             (itemsize <= 2 or not PIPE.get("only16", True)):
         nt = _cdiv(O, block_k)
-        grid = (min(nt, PIPE.get("per_sm", 4) * NUM_SMS.get(devtype, 132)),)
+        grid = (min(nt, PIPE.get("per_sm", 4) * sms),)
         items = (("PRE", PRE), ("COMB", COMB), ("POST", POST), ("ACC", ACC), ("IDX64", idx64),
                  ("BLOCK_K", block_k), ("BLOCK_R", block_r), ("num_warps", nw),
                  ("num_stages", 1))
@@ -539,13 +524,13 @@ def _reduce3(geo, codes, v, i, c=None, scale=1.0, p=1.0):
     """Run one reduction over a collapsed input; split into two launches when it pays."""
     xt, O, R, I, sxo, sxr, sxi, svo, svi = geo
     PRE, COMB, POST, ACC = codes
-    devtype = xt.device.type
-    rec = _recipe(devtype, xt.dtype.itemsize, xt.numel(), O, R, I, sxo, sxr, sxi, svo, svi,
-                  codes, v is not None, i is not None, c is not None)
+    devtype, sms = xt.device.type, _sms(xt.device)
+    rec = _recipe(devtype, sms, xt.dtype.itemsize, xt.numel(), O, R, I, sxo, sxr, sxi, svo,
+                  svi, codes, v is not None, i is not None, c is not None)
     if rec is not None:
         _launch_recipe(rec, xt, c, v, i, scale, p)
         return
-    block_k, block_r, nprog, split, chunk, nw = _plan(devtype, O, R, I, xt.dtype.itemsize)
+    block_k, block_r, nprog, split, chunk, nw = _plan(devtype, sms, O, R, I, xt.dtype.itemsize)
     arg = COMB in (C_ARGMAX, C_ARGMIN)
     idx64 = (xt.numel() + R * abs(sxr) + O * abs(sxo) + I * abs(sxi)) >= 2 ** 31 - 1
     ctens = c if c is not None else xt
@@ -558,7 +543,7 @@ def _reduce3(geo, codes, v, i, c=None, scale=1.0, p=1.0):
            HAS_C=c is not None, WRITE_V=True, WRITE_I=arg, IDX64=idx64,
            BLOCK_K=block_k, BLOCK_R=block_r, num_warps=nw)
     # pass 2: reduce the partials with the same combine, then POST
-    block_k2, block_r2, nprog2, _, _, nw2 = _plan(devtype, O, split, I, wv.dtype.itemsize)
+    block_k2, block_r2, nprog2, _, _, nw2 = _plan(devtype, sms, O, split, I, wv.dtype.itemsize)
     launch(_reduce_kernel, (nprog2, 1), wv, wi, ctens, v if v is not None else i,
            i if i is not None else wv,
            O, split, I, split * I, I, 1, svo, 0, svi, split, float(scale), float(p),
@@ -584,10 +569,10 @@ def _flat(t: Tensor) -> Tensor:
 
 
 # Single-pass launches of the _SIMPLE kinds by everything `reduce` reads: (kind, input
-# dtype/shape/strides, dims, device type, values' and indices' dtype/shape/strides). A plan
-# is (recipe, PIPE it was made under, flat shape of the outputs); it holds no tensors. The
-# tile CONFIGs are covered by `_plan.cache_clear()` (their documented reset, also called by
-# set_variant), which clears these too; PIPE by identity.
+# dtype/shape/strides, dims, device type and index (its SM count), values' and indices'
+# dtype/shape/strides). A plan is (recipe, PIPE it was made under, flat shape of the
+# outputs); it holds no tensors. The tile CONFIGs are covered by `_plan.cache_clear()`
+# (their documented reset), which clears these too; PIPE by identity.
 _LAUNCHES: dict = {}
 _LAUNCHES_MAX = 4096
 _plan_cache_clear = _plan.cache_clear
@@ -608,7 +593,8 @@ def _out_key(t):
 @register("reduce", "triton")
 def reduce(kind, x, dims, values, indices, **params):
     if dims.__class__ is tuple:
-        key = (kind, x._dtype, x._shape, x._stride, dims, x._storage.device.type,
+        dev = x._storage.device
+        key = (kind, x._dtype, x._shape, x._stride, dims, dev.type, dev.index,
                _out_key(values), _out_key(indices))
         hit = _LAUNCHES.get(key)
         if hit is not None and hit[1] is PIPE:
@@ -636,7 +622,8 @@ def _reduce_simple(kind, x, dims, values, indices, params, key):
     outs = [t for t in (values, indices) if t is not None]
     rec = None
     if order is None and all(t._stride == _CONTIG.get(t._shape) for t in outs):
-        rec = _recipe(x._storage.device.type, x._dtype.itemsize, x.numel(), O, R, I, sxo, sxr,
+        dev = x._storage.device
+        rec = _recipe(dev.type, _sms(dev), x._dtype.itemsize, x.numel(), O, R, I, sxo, sxr,
                       sxi, svo, svi, (pre, comb, post, acc), values is not None,
                       indices is not None, False)
     if len(_LAUNCHES) >= _LAUNCHES_MAX:
@@ -717,7 +704,7 @@ def _scan_kernel(x_ptr, y_ptr, O, N, I, PROD: tl.constexpr, ACC: tl.constexpr, R
             offs = base + n[:, None].to(tl.int64) * I
         v = tl.load(x_ptr + offs, mask=m, other=0)
         if NZ:
-            v = v != 0
+            v = _nonzero(v)
         v = tl.where(m, _to_acc(v, ACC), 1 if PROD else 0)
         if PROD:
             s = tl.cumprod(v, axis=AX)
@@ -746,7 +733,7 @@ def _scan_chunk_load(x_ptr, N, PROD: tl.constexpr, ACC: tl.constexpr, CHUNK: tl.
     m = n < N
     v = tl.load(x_ptr + r * N + n, mask=m, other=0)
     if NZ:
-        v = v != 0
+        v = _nonzero(v)
     v = tl.where(m, _to_acc(v, ACC), 1 if PROD else 0)
     return r, c, n, m, v
 
@@ -779,11 +766,12 @@ def _scan_chunk_kernel(x_ptr, ts_ptr, y_ptr, N, NC, PROD: tl.constexpr, ACC: tl.
 
 # "chunk": a long row with few rows is scanned in chunks of this many elements by
 # many programs (chunk totals -> scan of the totals -> chunk scans plus carry: 3
-# launches, reading x twice) instead of one program walking the row.
+# launches, reading x twice) instead of one program walking the row, when the rows give
+# fewer than min_programs_per_sm programs a SM.
 SCAN_CONFIG = {"cuda": {"tile": 4096, "block_n": 1024, "block_k": 64, "chunk": 2048,
-                        "min_programs": 132},
+                        "min_programs_per_sm": 1},
                "interp": {"tile": 64, "block_n": 16, "block_k": 4, "chunk": 16,
-                          "min_programs": 4}}
+                          "min_programs_per_sm": 2}}
 
 
 @register("scan", "triton")
@@ -799,7 +787,8 @@ def scan(kind, x, dim, out, nz=False):
         block_k = max(1, min(_p2(O), cfg["tile"] // block_n))
         grid = _cdiv(O, block_k)
         chunk = max(cfg["chunk"], _p2(_cdiv(N, 65535)))  # chunks go on grid axis 1
-        if grid < cfg["min_programs"] and N >= 2 * chunk and chunk <= 16384:
+        if (grid < cfg["min_programs_per_sm"] * _sms(x.device) and N >= 2 * chunk
+                and chunk <= 16384):
             _chunked_row_scan(kind, x, out, O, N, acc, chunk, nz)
             return
     else:

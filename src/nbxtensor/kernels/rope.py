@@ -6,7 +6,10 @@ HF rotate_half pairs element i with i + D/2; interleaved (GPT-J / GGUF) pairs 2i
 The angle is reduced to [-pi, pi] first (Cody-Waite, two constants) so cos/sin stay accurate
 for long contexts whatever the GPU's fast cos does outside that range.
 
-Positions come from a device tensor; nothing here reads a device value on the host.
+Positions come from a device tensor; nothing here reads a device value on the host. A
+cache position outside [0, capacity) is not written; it is recorded in the index-error flag
+of kernels/indexing.py (IndexError at the op on interp, at the next synchronising call on
+cuda) and the cache length stays within [0, capacity], so no later read leaves the cache.
 """
 from __future__ import annotations
 
@@ -16,8 +19,7 @@ import triton.language as tl
 from ..dispatch import register
 from ._host import cdiv as _cdiv, next_pow2 as _np2
 from ._pdl import _pdl_wait, pdl_opts
-
-
+from .indexing import _after, _flag, _flag_bad_lanes, _tag
 
 
 @triton.jit
@@ -79,7 +81,23 @@ def _rope_kernel(x_ptr, o_ptr, pos_ptr, inv_ptr, s_xb, s_xh, s_xt, s_xd, s_ob, s
 
 
 @triton.jit
+def _check_position(pos, C, flag_ptr, tag):
+    """Whether cache position `pos` lies in [0, C); one outside is recorded in the flag."""
+    bad = (pos < 0) | (pos >= C)
+    if bad:
+        _flag_bad_lanes(flag_ptr, bad, pos, tag)
+    return ~bad
+
+
+@triton.jit
+def _cache_length(pos, C):
+    """The cache length after writing position `pos`: pos + 1, kept inside [0, C]."""
+    return tl.minimum(tl.maximum(pos + 1, 0), C)
+
+
+@triton.jit
 def _kv_append_kernel(k_ptr, v_ptr, ck_ptr, cv_ptr, pos_ptr, len_ptr, q_ptr, inv_ptr,
+                      flag_ptr, tag,
                       s_kb, s_kh, s_kt, s_kd, s_vb, s_vh, s_vt, s_vd,
                       s_cb, s_ch, s_cn, s_cd, s_wb, s_wh, s_wn, s_wd,
                       s_qb, s_qh, s_qt, s_qd, s_pb, s_pt, Hk, Hq, T, C, D, DV,
@@ -92,7 +110,7 @@ def _kv_append_kernel(k_ptr, v_ptr, ck_ptr, cv_ptr, pos_ptr, len_ptr, q_ptr, inv
     b = (pid // T).to(tl.int64)
     t = (pid % T).to(tl.int64)
     pos = tl.load(pos_ptr + b * s_pb + t * s_pt).to(tl.int64)
-    ok = (pos >= 0) & (pos < C)
+    ok = _check_position(pos, C, flag_ptr, tag)
     slot = tl.where(ok, pos, 0)
     heads = tl.arange(0, BLOCK_H)
     hmask = (heads < Hk) & ok
@@ -126,7 +144,7 @@ def _kv_append_kernel(k_ptr, v_ptr, ck_ptr, cv_ptr, pos_ptr, len_ptr, q_ptr, inv
     tl.store(cv_ptr + b * s_wb + slot * s_wn + heads[:, None] * s_wh + dv[None, :] * s_wd, v,
              mask=mv)
     if t == T - 1:
-        tl.store(len_ptr + b, (pos + 1).to(len_ptr.dtype.element_ty))
+        tl.store(len_ptr + b, _cache_length(pos, C).to(len_ptr.dtype.element_ty))
 
 
 # ------------------------------------------------------------------ launch configuration
@@ -154,15 +172,18 @@ def rope(out, x, pos, inv, *, interleaved):
 def kv_append(ck, cv, lengths, k, v, pos, q=None, inv=None, *, interleaved=False):
     from .. import dtypes as _dt
     from ..backends.launch import launch
+    from ..ops.attention import _positions_err
     B, Hk, T, D = k.shape
     C, DV = ck.shape[2], cv.shape[3]
     rope_on = inv is not None
     qq = q if rope_on else k
     Hq = q.shape[1] if rope_on else Hk
+    err = _positions_err("KVCache.append_rope" if rope_on else "KVCache.append", C)
     launch(_kv_append_kernel, (B * T,), k, v, ck, cv, pos, lengths, qq,
-           inv if rope_on else k, *k.stride(), *v.stride(), *ck.stride(), *cv.stride(),
-           *qq.stride(), *pos.stride(), Hk, Hq, T, C, D, DV,
+           inv if rope_on else k, _flag(k.device), _tag(err), *k.stride(), *v.stride(),
+           *ck.stride(), *cv.stride(), *qq.stride(), *pos.stride(), Hk, Hq, T, C, D, DV,
            BLOCK_H=_np2(Hk), BLOCK_D=max(2, _np2(D)),
            BLOCK_DV=_np2(DV), BLOCK_HQ=_np2(Hq),
            ROPE=rope_on, INTERLEAVED=interleaved, F64=k.dtype is _dt.float64, num_warps=4,
            **pdl_opts(k.device))
+    _after(k.device, err)

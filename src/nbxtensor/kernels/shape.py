@@ -196,7 +196,7 @@ def _as_bits(t: Tensor) -> Tensor:
 def fill_bits(value, dtype) -> int:
     """The bit pattern of `value` cast to `dtype` (documented cast rules), as a signed int."""
     with np.errstate(all="ignore"):
-        a = np.array(value).astype(dtype.np)
+        a = _dt.cast(value, dtype)
     return int(a.reshape(1).view(_BITS[dtype.itemsize].np)[0])
 
 

@@ -23,6 +23,7 @@ from .. import autotune as _autotune
 from .. import dtypes as _dtypes
 from ..backends import launch as _bl     # the module: its `launch` is looked up per call
 from ..dispatch import register
+from ._common import device_facts
 from ._host import cdiv as _cdiv, next_pow2 as _np2
 
 
@@ -167,7 +168,7 @@ def row_config(N, max_single=MAX_SINGLE):
         bn = max(_np2(N), 1)
         br = max(1, min(64, 2048 // bn))
         tile = bn * br
-        # 16 elements a thread; rows of 2048+ take 32 (H200 sweep, session 3, softmax bf16
+        # 16 elements a thread; rows of 2048+ take 32 (H200 sweep, softmax bf16
         # 16384 x 2048: 8 -> 4 warps 40.6 -> 35.5 us, 78% -> 89% of copy; 16384 x 4096:
         # 16 -> 8 warps 83.2 -> 68.2 us, 76% -> 93%)
         per_thread = 512 if bn >= 2048 else 256
@@ -179,23 +180,26 @@ def row_config(N, max_single=MAX_SINGLE):
 _OVERRIDE: dict | None = None
 
 # Split rows: a few long rows (16 x 128256 logits; 1 x vocab when sampling) would run one
-# program per row -- 16 of 132 SMs. Rows longer than MAX_SINGLE, when R is below
-# SPLIT_MAX_ROWS, are cut into chunks so that about SPLIT_TARGET programs run (two launches:
-# partial max/sum, then combine + write; still two reads and one write of x).
-SPLIT_MAX_ROWS = 2 * 132
-SPLIT_TARGET = 4 * 132
+# program per row -- 16 of an H200's 132 SMs. Rows longer than MAX_SINGLE, when there are
+# fewer than SPLIT_ROWS_PER_SM rows per SM of the device, are cut into chunks so that about
+# SPLIT_PROGRAMS_PER_SM programs per SM run (two launches: partial max/sum, then combine +
+# write; still two reads and one write of x).
+SPLIT_ROWS_PER_SM = 2
+SPLIT_PROGRAMS_PER_SM = 4
 SPLIT_BLOCK = 2048      # columns a program step
 SPLIT_MAX_CHUNKS = 256  # the combine holds all of a row's partials in one vector
 
 
-def split_config(R, N):
-    """(CHUNK, NCHUNK) for the split-row path, or None to keep one program per row."""
+def split_config(R, N, dev):
+    """(CHUNK, NCHUNK) for the split-row path on `dev` (kernels/_common.DeviceFacts), or
+    None to keep one program per row."""
     if _OVERRIDE and "SPLIT_CHUNK" in _OVERRIDE:        # forced (tests)
         chunk = int(_OVERRIDE["SPLIT_CHUNK"])
         return chunk, _cdiv(N, chunk)
-    if N <= MAX_SINGLE or R >= SPLIT_MAX_ROWS:
+    if N <= MAX_SINGLE or R >= SPLIT_ROWS_PER_SM * dev.sms:
         return None
-    want = max(2, min(SPLIT_MAX_CHUNKS, _cdiv(SPLIT_TARGET, R), _cdiv(N, SPLIT_BLOCK)))
+    target = SPLIT_PROGRAMS_PER_SM * dev.sms
+    want = max(2, min(SPLIT_MAX_CHUNKS, _cdiv(target, R), _cdiv(N, SPLIT_BLOCK)))
     chunk = _cdiv(_cdiv(N, want), SPLIT_BLOCK) * SPLIT_BLOCK
     return chunk, _cdiv(N, chunk)
 
@@ -206,7 +210,7 @@ def softmax(out, x, rows, *, dim, log=False):
     R, R1, N, sx, so = rows
     if R == 0 or N == 0:
         return out
-    sp = split_config(R, N)
+    sp = split_config(R, N, device_facts(x.device))
     if sp is not None:
         return _softmax_split(out, x, R, R1, N, sx, so, sp, log)
     # the rule's config per N, computed once (never mutated: pick lays its entry over a copy)

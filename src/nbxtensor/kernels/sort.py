@@ -12,16 +12,12 @@ stable by itself) gives exactly torch's stable order: equal values keep index or
                    element finds its place in the merged run by binary search in the
                    partner run (keys are unique, so position = own rank + count of
                    partner keys below it).
-  sort, 2 .. CONFIG rank_max_tiles tiles (32-bit and narrower values): the tiles are
-                   sorted, then one pass (`_rank_decode_kernel`) places every key at the
-                   sum over all tiles of the count of keys below it (binary searches in
-                   every tile at once), writing value and index there: no merge passes.
-  sort, "ml" path (CONFIG sort_algo, the default; 32-bit and narrower values): tiles
-                   sorted as above, then rank-merge levels (`_rank_level_kernel`): runs
-                   taken F at a time, each key placed at its offset in its own run + its
-                   counts in the group's other runs; the last level writes values and
-                   indices. Supersedes the two paths above for those values ("v3" keeps
-                   them); docs/notes/sortperf.md.
+  sort, "ml" path (32-bit and narrower values, N < 2**30): tiles sorted as above, then
+                   rank-merge levels (`_rank_level_kernel`): runs taken F at a time, each
+                   key placed at its offset in its own run + its counts in the group's
+                   other runs; the last level writes values and indices. The merge passes
+                   above serve the 64-bit values (and longer rows); see
+                   docs/design/reductions-and-sort.md.
   topk:            chunks of a row are reduced to their best KP = next_pow2(k)
                    candidates with `tl.topk` (bitonic top-k); candidate lists are
                    reduced again until one chunk is left; a last pass decodes indices
@@ -35,7 +31,7 @@ that compare pairs; their topk is a sort and a slice.
 """
 from __future__ import annotations
 
-import os as _os
+from .. import config as _config
 
 import triton
 import triton.language as tl
@@ -46,6 +42,7 @@ from ..tensor import Tensor, cached_contiguous_strides
 from ..backends.launch import launch
 from .reduction import contiguous_copy, _p2
 from ._host import cdiv as _cdiv
+from ._common import device_facts
 
 
 # triton.cdiv is a constexpr function: ~1.5 us a call from Python
@@ -181,31 +178,6 @@ def _merge_pass_kernel(src_ptr, dst_ptr, srci_ptr, dsti_ptr, N, L, STEPS: tl.con
     tl.store(dst_ptr + row * N + out, key, mask=m)
     if PAIRS:
         tl.store(dsti_ptr + row * N + out, idx, mask=m)
-
-
-@triton.jit
-def _rank_decode_kernel(k_ptr, x_ptr, v_ptr, i_ptr, N, I, TILE: tl.constexpr, TP: tl.constexpr,
-                        STEPS: tl.constexpr, BLOCK: tl.constexpr):
-    # rows of (at most TP) sorted tiles of unique packed keys -> sorted values and indices in
-    # one pass: a key's final place is the sum over the tiles of the count of keys below it
-    # (one binary search per tile, all tiles at once as a [BLOCK, TP] tile of searches), and
-    # its value is gathered from the input. Replaces the merge passes and the decode.
-    row = tl.program_id(0).to(tl.int64)
-    g = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    m = g < N
-    base = k_ptr + row * N
-    key = tl.load(base + g, mask=m, other=0)
-    t = tl.arange(0, TP)
-    lo = tl.zeros([BLOCK, TP], dtype=tl.int32) + (t * TILE)[None, :]
-    lo = tl.minimum(lo, N)
-    hi = tl.minimum(lo + TILE, N)
-    pos = _lower_bound(base, lo, hi, key[:, None], m[:, None], STEPS)
-    rank = tl.sum(pos - lo, axis=1).to(tl.int64)
-    idx = key & 0xFFFFFFFF
-    val = tl.load(x_ptr + row * N + idx, mask=m, other=0)
-    obase = (row // I) * N * I + (row % I)
-    tl.store(i_ptr + obase + rank * I, idx, mask=m)
-    tl.store(v_ptr + obase + rank * I, val, mask=m)
 
 
 @triton.jit
@@ -408,30 +380,34 @@ def _topk_select_kernel(cand_ptr, cnt_ptr, x_ptr, v_ptr, i_ptr, N, K, I, KP: tl.
 # k <= filt_max_kp: chunks of filt_chunk elements, smaller if that leaves fewer than
 # filt_ratio*KP chunk maxima (more maxima = a tighter threshold = fewer candidates);
 # candidates are selected filt_block at a time. A huge filt_min_n switches it off.
-CONFIG = {"cuda": {"sort_tile": 4096, "topk_chunk": 4096, "topk_programs": 132 * 2,
+# rank_small_grid: below this many tiles (rows x rank_tile tiles) the GPU is not full, and
+# the "ml" path takes ml_small, the Gluon routing keeps long rows on the ml path.
+# Program counts that fill a GPU are given per SM on cuda (`topk_programs_per_sm`,
+# `rank_small_grid_per_sm`: times the device's SM count, kernels/_common.device_facts;
+# `_programs`); interp's are written out (the interpreter runs programs one by one), as a
+# config may fix any of them (`topk_programs`, `rank_small_grid`).
+CONFIG = {"cuda": {"sort_tile": 4096, "topk_chunk": 4096, "topk_programs_per_sm": 2,
                    "topk_ept": 16, "merge_block": 1024, "max_kp": 1024,
                    "filt_min_n": 8192, "filt_max_kp": 128, "filt_chunk": 1024,
-                   "filt_ratio": 2, "filt_block": 1024, "rank_tile": 1024, "rank_max_tiles": 32, "rank_block": 256,
-                   "rank_small_grid": 132,
-                   # sort_algo "ml": tile sort + rank-merge levels (_sort_ml; ml_small /
+                   "filt_ratio": 2, "filt_block": 1024, "rank_tile": 1024,
+                   "rank_small_grid_per_sm": 1,
+                   # the "ml" path: tile sort + rank-merge levels (_sort_ml; ml_small /
                    # ml_big = (tile, fan-in, max runs of the last level, keys a program
-                   # at fan-in <= 8, NARROW searches 0/1)); "v3": session 3's path (rank
-                   # pass over <= rank_max_tiles tiles, else merge passes). NBX_SORT_ALGO
-                   # (read at import) overrides.
-                   # H200 (session 4, bench_reduction.py --sort-sweep2, torch time / ours):
-                   # (1,32000) 2.0x, (1,128256) 1.06x on ml_small; (4,128256) 1.00-1.03x,
-                   # (32,32000) 1.02-1.03x on ml_big; v3 0.44x / 0.59x on the last two.
-                   "sort_algo": _os.environ.get("NBX_SORT_ALGO", "ml"),
-                   # session 5: tiles of 2048 sorted by the Gluon kernel (ml_gluon below)
+                   # at fan-in <= 8, NARROW searches 0/1)). It replaced a rank pass over
+                   # <= 32 tiles, else merge passes: H200 (bench_reduction.py --sort-sweep2,
+                   # torch time / ours): (1,32000) 2.0x, (1,128256) 1.06x on ml_small;
+                   # (4,128256) 1.00-1.03x, (32,32000) 1.02-1.03x on ml_big; the rank pass
+                   # 0.44x / 0.59x on the last two (its kernel is in the git history). Tiles
+                   # of 2048 are sorted by the Gluon kernel (ml_gluon below).
                    "ml_small": (2048, 8, 32, 128, 0), "ml_big": (2048, 2, 2, 256, 0),
-                   # Gluon block sort (kernels/sort_gluon.py; session 5): rows of
+                   # Gluon block sort (kernels/sort_gluon.py): rows of
                    # block_sort_min_n..block_sort_max_n keys (32-bit or narrower) sorted by one
                    # program a row, (keys a thread, warps, S steps a shared-memory round) =
                    # block_sort_rws -- rows longer than block_sort_few_max_n only when the GPU
                    # is full (rows x rank_tile tiles >= rank_small_grid; few long rows sort
                    # faster as more, shorter tiles); ml_gluon = (R, warps, S) makes it the
                    # "ml" path's tile sort (0 = tl.sort). NBX_GLUON_SORT=0 (read at import)
-                   # turns both off. H200 (runs 36-37, bench_reduction.py --quick
+                   # turns both off. H200 (bench_reduction.py --quick
                    # --sort-sweep2 --gluon-only, torch time / ours): whole rows (16, 8, 2)
                    # (128,4096) 1.26x (was 0.62x), (512,1024) 1.89x, (64,2048) 2.21x; ml with
                    # Gluon 2048-key tiles (8, 8, 2): (4,4096) 1.81x, (1,32000) 2.58x, (1,128256)
@@ -441,10 +417,15 @@ CONFIG = {"cuda": {"sort_tile": 4096, "topk_chunk": 4096, "topk_programs": 132 *
           "interp": {"sort_tile": 16, "topk_chunk": 32, "topk_programs": 8,
                      "topk_ept": 16, "merge_block": 32, "max_kp": 1024,
                      "filt_min_n": 64, "filt_max_kp": 8, "filt_chunk": 8, "filt_ratio": 4,
-                     "filt_block": 16, "rank_tile": 16, "rank_max_tiles": 4, "rank_block": 16,
-                     "rank_small_grid": 8,
-                     "sort_algo": _os.environ.get("NBX_SORT_ALGO", "ml"),
+                     "filt_block": 16, "rank_tile": 16, "rank_small_grid": 8,
                      "ml_small": (16, 2, 4, 16, 1), "ml_big": (16, 4, 2, 16, 0)}}
+
+
+def _programs(cfg, name, device):
+    """The program count `name` of cfg: cfg[name] where the config fixes it, else
+    cfg[name + "_per_sm"] programs a SM of `device`."""
+    n = cfg.get(name)
+    return n if n is not None else cfg[name + "_per_sm"] * device_facts(device).sms
 
 
 def _grid(rows, per_row):
@@ -522,7 +503,7 @@ def _sort_ml(xr, M, N, descending, values, indices, inner, cfg):
     key, fine when latency dominates, too much work when the GPU is full."""
     tile, fanin, final, block, narrow = cfg["ml_small"]
     tile = max(min(_p2(N), tile), 2)
-    if M * _cdiv(N, tile) >= cfg["rank_small_grid"]:
+    if M * _cdiv(N, tile) >= _programs(cfg, "rank_small_grid", xr.device):
         tile, fanin, final, block, narrow = cfg["ml_big"]
         tile = max(min(_p2(N), tile), 2)
     runs = _cdiv(N, tile)
@@ -554,7 +535,7 @@ def _sort_ml(xr, M, N, descending, values, indices, inner, cfg):
 
 
 # the Gluon block sort (kernels/sort_gluon.py): cuda only (Gluon has no interpreter)
-GLUON_SORT = _os.environ.get("NBX_GLUON_SORT", "1") != "0"
+GLUON_SORT = _config.get("NBX_GLUON_SORT")
 
 
 def _gluon_rows(xr, M, N, cfg):
@@ -566,7 +547,7 @@ def _gluon_rows(xr, M, N, cfg):
             and max(1, cfg.get("block_sort_min_n", 1)) <= N <= cfg.get("block_sort_max_n", 0)):
         return False
     return (N <= cfg.get("block_sort_few_max_n", N)
-            or M * _cdiv(N, cfg["rank_tile"]) >= cfg["rank_small_grid"])
+            or M * _cdiv(N, cfg["rank_tile"]) >= _programs(cfg, "rank_small_grid", xr.device))
 
 
 def _gluon_tiles(xr, M, N, tile, descending, keys, cfg):
@@ -590,33 +571,9 @@ def sort(x, dim, descending, values, indices):
         from . import sort_gluon as G
         G.sort_rows(xr, M, N, descending, values, indices, inner, cfg["block_sort_rws"])
         return
-    if cfg["sort_algo"] == "ml" and xr.dtype.itemsize < 8 and 0 < N < 2**30:
+    if xr.dtype.itemsize < 8 and 0 < N < 2**30:
         # N < 2**30: int32 offsets in the rank levels
         _sort_ml(xr, M, N, descending, values, indices, inner, cfg)
-        return
-    tile = max(min(_p2(N), cfg["sort_tile"]), 2)
-    nt = _cdiv(N, tile)
-    if nt > 1 and M * nt < cfg["rank_small_grid"]:
-        # a few rows of several sort tiles leave most SMs idle: rank placement over smaller
-        # tiles (H200, session 3, sort (1, 32000) f32: 4096 x 8 tiles 87.7 us, 1024 x 32
-        # tiles with 512-key rank blocks 27.2 us, torch 57.2). Many rows keep the big tiles:
-        # (32, 32000) took 423 us on the small ones against 241 on the big (the rank search
-        # grows with the tile count)
-        tile = max(min(_p2(N), cfg["rank_tile"]), 2)
-        nt = _cdiv(N, tile)
-    if xr.dtype.itemsize < 8 and 1 < nt <= cfg["rank_max_tiles"] and N < 2**31:
-        # few tiles: sort them, then place every key by its ranks in all tiles (2 launches)
-        keys = Tensor._empty((M, N), _dt.int64, xr.device)
-        launch(_sort_tile_kernel, _grid(M, nt), xr, keys, N, TILE=tile,
-               IS_FLOAT=xr.dtype.is_floating_point, DESC=descending,
-               num_warps=16 if tile >= 8192 else (8 if tile >= 2048 else 4))
-        tp = _p2(nt)
-        # a [BLOCK, TP] tile of searches: above 8 tiles, fewer keys a program keeps the
-        # registers in bounds (ptxas sm_90: TP 32 x 256 spills; TP 32 x 64 uses 95 registers;
-        # TP 32 x 128 was the fastest on the H200, session 3)
-        blk = cfg["rank_block"] if tp <= 8 else max(16, cfg["rank_block"] * 16 // tp)
-        launch(_rank_decode_kernel, _grid(M, _cdiv(N, blk)), keys, xr, values, indices, N,
-               inner, TILE=tile, TP=tp, STEPS=tile.bit_length(), BLOCK=blk, num_warps=4)
         return
     keys = _sorted_keys(xr, M, N, descending)
     _decode(keys, xr, values, indices, N, N, N, inner, False)
@@ -639,7 +596,7 @@ def topk(x, k, dim, largest, values, indices):
             return
     # a chunk holds at least 2*KP keys, so each candidate round at least halves the list
     chunk = max(2 * kp, min(_p2(N), cfg["topk_chunk"],
-                            _p2(_cdiv(M * N, cfg["topk_programs"]))))
+                            _p2(_cdiv(M * N, _programs(cfg, "topk_programs", xr.device)))))
     isf = xr.dtype.is_floating_point
     src, n, from_keys = xr, N, False
     while True:

@@ -1,4 +1,4 @@
-"""A block bitonic sort in Gluon for rows of <= 8192 keys on Hopper (issue 4, session 5).
+"""A block bitonic sort in Gluon for rows of <= 8192 keys on Hopper.
 
 One program sorts one tile of NP = next pow2 keys (a whole row, or one tile of the "ml" path)
 in shared memory + registers, with the packed int64 keys of kernels/sort.py (`_key32`: the

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-import numbers
-import os
+from .. import config as _config
 import sys
 
 import numpy as np
@@ -43,9 +42,7 @@ _DEFER = [0]     # > 0 inside deferred_index_checks()
 _CHECK_MODES = ("async", "sync")
 # cuda: 'async' reads the out-of-range flag at the next synchronising call, 'sync' after
 # every op (a device->host read each time; for debugging, as CUDA_LAUNCH_BLOCKING)
-_CHECK_MODE = [os.environ.get("NBX_INDEX_CHECK", "async")]
-if _CHECK_MODE[0] not in _CHECK_MODES:
-    raise ValueError(f"NBX_INDEX_CHECK must be one of {_CHECK_MODES}, got {_CHECK_MODE[0]!r}")
+_CHECK_MODE = [_config.get("NBX_INDEX_CHECK")]
 
 
 def set_index_check(mode: str) -> str:
@@ -128,27 +125,14 @@ def _cast_scalar(value, dtype, op, argname="value"):
             raise ValueError(f"{op}: {argname} must be a number or a 0-dim tensor, got a tensor "
                              f"of shape {tuple(value.shape)}")
         value = value.item()
-    if isinstance(value, np.generic):
-        value = value.item()
-    if not isinstance(value, numbers.Real):
-        raise TypeError(f"{op}: {argname} must be a number, got {type(value).__name__}")
-    if dtype.kind == "b":
-        return bool(value)
-    if dtype.kind in "ui":
-        if isinstance(value, float):
-            if not math.isfinite(value):
-                raise ValueError(f"{op}: {argname} {value} cannot be converted to {dtype.name}")
-            value = int(value)  # truncates toward zero, as torch
-        info = np.iinfo(dtype.np)
-        if not info.min <= int(value) <= info.max:
-            raise ValueError(f"{op}: {argname} {value} cannot be converted to {dtype.name} "
-                             f"without overflow (range [{info.min}, {info.max}])")
-        return int(value)
+    value = _dt.check_scalar(value, dtype, op, argname)
+    if dtype.kind != "f":
+        return value
     with np.errstate(all="ignore"):
-        v = float(np.array(float(value), np.float64).astype(dtype.np).astype(np.float64))
+        v = float(_dt.cast(float(value), dtype).astype(np.float64))
     if math.isfinite(value) and not math.isfinite(v):
-        raise ValueError(f"{op}: {argname} {value} cannot be converted to {dtype.name} without "
-                         f"overflow")
+        raise OverflowError(f"{op}: {argname} {value} cannot be converted to {dtype.name} without "
+                            f"overflow")
     return v
 
 
