@@ -26,6 +26,7 @@ __all__ = [
     "event_synchronize", "event_query", "event_elapsed_ms", "ctx_synchronize", "module_load_data",
     "module_unload", "module_get_function", "func_get_attribute", "func_set_attribute", "fn_raw",
     "func_set_cache_config", "launch_kernel", "launch_kernel_ex", "fn", "error_name",
+    "stream_wait_event", "pointer_device",
 ]
 
 # ----------------------------------------------------------------------------- errors
@@ -137,6 +138,8 @@ _SIGNATURES = {
     "cuEventSynchronize": (("cuEventSynchronize",), [_P]),
     "cuEventQuery": (("cuEventQuery",), [_P]),
     "cuEventElapsedTime": (("cuEventElapsedTime_v2", "cuEventElapsedTime"), [POINTER(c_float), _P, _P]),
+    "cuStreamWaitEvent": (("cuStreamWaitEvent",), [_P, _P, c_uint]),
+    "cuPointerGetAttribute": (("cuPointerGetAttribute",), [_P, c_int, c_uint64]),
     "cuModuleLoadData": (("cuModuleLoadData",), [_PP, c_char_p]),
     "cuModuleUnload": (("cuModuleUnload",), [_P]),
     "cuModuleGetFunction": (("cuModuleGetFunction",), [_PP, _P, c_char_p]),
@@ -271,8 +274,9 @@ _ATTR = {  # CUdevice_attribute values used by device_properties
     "max_grid_dim_z": 7, "max_shared_memory_per_block": 8, "warp_size": 10,
     "max_registers_per_block": 12, "clock_rate_khz": 13, "multiprocessors": 16,
     "pci_bus": 33, "pci_device": 34, "memory_clock_rate_khz": 36, "memory_bus_width": 37,
-    "l2_cache_size": 38, "pci_domain": 50, "major": 75, "minor": 76,
-    "max_shared_memory_per_multiprocessor": 81, "max_shared_memory_per_block_optin": 97,
+    "l2_cache_size": 38, "max_threads_per_multiprocessor": 39, "pci_domain": 50, "major": 75, "minor": 76,
+    "max_shared_memory_per_multiprocessor": 81, "max_registers_per_multiprocessor": 82,
+    "max_shared_memory_per_block_optin": 97,
     "cluster_launch": 120,
 }
 
@@ -493,6 +497,23 @@ def event_elapsed_ms(start: int, end: int) -> float:
     _call("cuEventElapsedTime", byref(ms), c_void_p(start), c_void_p(end),
           desc=f"start={start:#x}, end={end:#x}")
     return ms.value
+
+
+def stream_wait_event(s: int, e: int) -> None:
+    """Make stream `s` wait (on the device, the host does not block) for event `e`'s work."""
+    _call("cuStreamWaitEvent", c_void_p(s), c_void_p(e), 0, desc=f"stream={s or 0:#x}, event={e:#x}")
+
+
+_POINTER_DEVICE_ORDINAL = 9   # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+
+
+def pointer_device(ptr: int) -> int:
+    """The index of the device whose memory `ptr` (a device or managed address) lies in."""
+    ensure_context()
+    v = c_int()
+    _call("cuPointerGetAttribute", byref(v), _POINTER_DEVICE_ORDINAL, ptr,
+          desc=f"CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr={ptr:#x}")
+    return v.value
 
 
 # ----------------------------------------------------------------------------- modules, launch

@@ -43,6 +43,13 @@ _MODES = {"global": _drv.CAPTURE_MODE_GLOBAL, "thread_local": _drv.CAPTURE_MODE_
           "relaxed": _drv.CAPTURE_MODE_RELAXED}
 _side_streams: dict = {}      # device index -> the side Stream graph() captures on by default
 _lock = threading.Lock()
+_active = [None]              # the CUDAGraph being captured (one capture at a time)
+
+
+def capturing_graph():
+    """The CUDAGraph being captured now, or None (random generators register their replay
+    prologue with it: each replay then draws fresh numbers, as torch's)."""
+    return _active[0]
 
 
 def _cuda():
@@ -81,6 +88,7 @@ class CUDAGraph:
         self._stream = None       # the Stream captured on (kept alive while capturing)
         self._capturing = False
         self.node_types: dict = {}
+        self._replay_hooks: list = []   # called before each launch (random generators' state)
 
     # ------------------------------------------------------------------ capture
     def capture_begin(self, stream, capture_error_mode: str = "global") -> None:
@@ -120,12 +128,15 @@ class CUDAGraph:
         self._pool_ctx = ctx
         self._pool, self._alloc, self._device, self._stream = pool, alloc, dev, stream
         self._capturing = True
+        self._replay_hooks = []
+        _active[0] = self
 
     def capture_end(self, failed: bool = False) -> None:
         """End the capture; instantiate the graph unless `failed` (then discard it)."""
         if not self._capturing:
             raise CaptureError("capture_end: this graph is not capturing")
         self._capturing = False
+        _active[0] = None
         alloc, stream = self._alloc, self._stream
         graph = None
         try:
@@ -164,6 +175,8 @@ class CUDAGraph:
             raise CaptureError("CUDAGraph.replay: cannot replay a graph while a capture is in "
                                "progress")
         _drv.set_device(self._device)
+        for hook in self._replay_hooks:
+            hook()
         _drv.graph_launch(e, _cuda().current_stream(self._device).handle)
 
     def reset(self) -> None:
@@ -174,6 +187,7 @@ class CUDAGraph:
         e, g = self._exec, self._graph
         self._exec = self._graph = None
         self.node_types = {}
+        self._replay_hooks = []
         if e is not None:
             _drv.graph_exec_destroy(e)
         if g is not None:
