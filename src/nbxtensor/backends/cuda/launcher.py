@@ -8,7 +8,9 @@ and the GPU is ours:
             `tt.divisibility=16`) when its address is; an int becomes i32/i64/u64 by
             range, marked divisible by 16 when it is, and the constant 1 when it equals
             1; a float is fp32; a bool u1; None a constexpr.
-  compile   `triton.compile(ASTSource(...), target=GPUTarget('cuda', cc, 32))`; Triton's
+  compile   first the kernel archive (aot.py: cubins built ahead of time by `nbx
+            build-kernels`, looked up by launch key without Triton); else
+            `triton.compile(ASTSource(...), target=GPUTarget('cuda', cc, 32))`; Triton's
             on-disk cache makes a second process's compile a file read.
   load      cuModuleLoadData through our driver; above 48 KB of shared memory the
             dynamic shared-memory opt-in, above the device's opt-in limit a refusal.
@@ -142,11 +144,18 @@ def _sig_of(kernel) -> _Sig:
 
 
 def _option_names():
-    from triton.backends.nvidia.compiler import CUDAOptions
-    return set(CUDAOptions.__dataclass_fields__)
+    # Triton 3.6's CUDAOptions fields, kept here so binding needs no Triton (a test keeps the
+    # two equal where Triton is installed)
+    return {"allowed_dot_input_precisions", "arch", "backend_name", "debug",
+            "default_dot_input_precision", "deprecated_fp8_dot_operand_dtypes", "enable_fp_fusion",
+            "enable_reflect_ftz", "extern_libs", "instrumentation_mode", "ir_override",
+            "launch_cooperative_grid", "launch_pdl", "max_num_imprecise_acc_default", "maxnreg",
+            "num_ctas", "num_stages", "num_warps", "ptx_options", "ptx_version", "sanitize_overflow",
+            "supported_fp8_dtypes", "warp_size"}
 
 
 _OPTIONS: set | None = None
+_recorder = None     # census.record(): called with every binding (kernel, signature, ...)
 
 
 def bind(kernel, args, kwargs):
@@ -230,6 +239,8 @@ def bind(kernel, args, kwargs):
             # as Triton: every string attr gets an entry ('' -> []), so the compile key matches
             attrs[(i,)] = [["tt.divisibility", 16]] if "D" in attr else []
         runtime.append((i, ty, v))
+    if _recorder is not None:
+        _recorder(kernel, signature, constexprs, attrs, options)
     return signature, constexprs, attrs, options, runtime
 
 
@@ -251,13 +262,31 @@ def _device_info(index: int):
 def _compile(kernel, signature, constexprs, attrs, options, cc: int):
     import triton
     from triton.backends.compiler import GPUTarget
+
+    from .aot import compile_target
     if getattr(kernel, "is_gluon", lambda: False)():
         # a @gluon.jit kernel compiles from its own source class (Gluon's language)
         from triton.experimental.gluon._runtime import GluonASTSource as source
     else:
         from triton.compiler import ASTSource as source
-    src = source(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    src = source(fn=compile_target(kernel), signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", cc, 32), options=options)
+
+
+def _compiled(kernel, signature, constexprs, attrs, options, cc: int):
+    """(metadata, cubin, parameters the PTX .entry declares) of a binding: from the kernel
+    archive when it holds the variant, else compiled by Triton (imported only then)."""
+    from . import aot
+    key = aot.key_of(kernel, signature, constexprs, attrs, options)
+    hit = aot.lookup(kernel, key, cc)
+    if hit is not None:
+        md, cubin = hit
+        return md, cubin, md.nparams
+    err = aot.triton_importable()
+    if err is not None:
+        raise aot.missing(kernel, key, cc, err)
+    ck = _compile(kernel, signature, constexprs, attrs, options, cc)
+    return ck.metadata, ck.asm["cubin"], declared_param_count(ck.asm["ptx"])
 
 
 _ENTRY_RE = re.compile(r"\.entry\s+[\w$]+\s*\(([^)]*)\)", re.S)
@@ -359,8 +388,7 @@ def _prepare(kernel, args, kwargs, dev: int, variant: bool = False) -> _Entry:
     check_keywords(sig, kwargs)
     signature, constexprs, attrs, options, runtime = bind(kernel, args, kwargs)
     cc, optin, _ = _device_info(dev)
-    ck = _compile(kernel, signature, constexprs, attrs, options, cc)
-    md = ck.metadata
+    md, cubin, declared = _compiled(kernel, signature, constexprs, attrs, options, cc)
     check_shared(sig.name, md.shared, optin)
     if md.profile_scratch_size:
         raise OutOfResourcesError(f"launch: kernel {sig.name} needs a profile scratch buffer "
@@ -368,12 +396,11 @@ def _prepare(kernel, args, kwargs, dev: int, variant: bool = False) -> _Entry:
     if getattr(md, "tensordesc_meta", None):
         raise KernelArgumentError(f"launch: kernel {sig.name} takes tensor descriptors; the "
                                   f"nbxtensor launcher does not support them")
-    declared = declared_param_count(ck.asm["ptx"])
     if declared != len(runtime) + 2:
         raise KernelArgumentError(
             f"launch: kernel {sig.name} declares {declared} parameters, but the binder prepared "
             f"{len(runtime)} arguments + 2 scratch pointers; refusing to launch")
-    f = _load(md, ck.asm["cubin"], dev)
+    f = _load(md, cubin, dev)
 
     e = _Entry()
     e.f, e.name = ctypes.c_void_p(f), sig.name

@@ -1,0 +1,476 @@
+"""Ahead-of-time kernels: an archive of compiled cubins, looked up by launch key.
+
+The launcher asks `lookup` where it would otherwise compile (a miss of its prepared
+launches); Triton is imported only when the archive lacks the variant. Without Triton a
+missing variant raises `MissingKernelError`, which names the kernel, the key and the fix.
+
+A launch key is what Triton's compile depends on, as the binder computes it (no Triton
+needed): the kernel's qualified name, its signature with dtypes, which arguments carry
+the 16-byte divisibility attribute, the constexprs (the constant 1 included), the compile
+options; the archive is per target architecture. `key_of` writes it as one canonical
+JSON string.
+
+Archive file (one per arch, `nbx-kernels-sm_90.bin`):
+
+    b"NBXKERN1"  u64 index length  index (JSON, utf-8)  blobs (zlib-compressed cubins)
+
+The index: {"format", "arch", "cc", "triton", "kernels": {key: entry}} where an entry is
+{"blob": [offset, length], "meta": {name, shared, num_warps, num_ctas, cluster_dims,
+global_scratch_size, global_scratch_align, profile_scratch_size, launch_pdl,
+launch_cooperative_grid, tensordesc_meta, hash, nparams}, "src": source hash}.
+Offsets count from the end of the index; identical cubins are stored once. `nparams` is
+the parameter count the kernel's PTX `.entry` declares (the launcher checks its binding
+against it, as after a compile). `src` is the hash of the kernel's defining module file:
+an entry built from other source is not used.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import struct
+import threading
+import zlib
+
+__all__ = ["MissingKernelError", "StaleArchiveError", "Archive", "ArchiveWriter", "key_of",
+           "kernel_name", "lookup", "set_archive_dir", "archive_dir", "archive_path", "jit",
+           "Param", "params_of", "arch_name", "encode_value", "decode_value", "source_hash"]
+
+MAGIC = b"NBXKERN1"
+FORMAT = 1
+META_FIELDS = ("name", "shared", "num_warps", "num_ctas", "global_scratch_size",
+               "global_scratch_align", "profile_scratch_size", "launch_pdl",
+               "launch_cooperative_grid", "tensordesc_meta", "hash")
+
+
+class MissingKernelError(RuntimeError):
+    """The archive lacks a kernel variant and Triton is not installed to compile it."""
+
+
+class StaleArchiveError(ValueError):
+    """An archive file is unreadable or of another format."""
+
+
+def arch_name(cc: int) -> str:
+    return f"sm_{cc}"
+
+
+# ----------------------------------------------------------------------------- kernel identity
+
+def kernel_name(kernel) -> str:
+    """`module:qualname` of the kernel's Python function (a @triton.jit kernel, a @gluon.jit
+    one, or one of ours from `jit`)."""
+    fn = getattr(kernel, "fn", kernel)
+    return f"{fn.__module__}:{fn.__qualname__}"
+
+
+_src_hashes: dict = {}
+
+
+def source_hash(kernel) -> str:
+    """Hash of the file that defines the kernel's function (read once per file): an archive
+    entry built from another version of that file is not used."""
+    fn = getattr(kernel, "fn", kernel)
+    path = getattr(fn, "__code__", None) and fn.__code__.co_filename
+    h = _src_hashes.get(path)
+    if h is None:
+        try:
+            with open(path, "rb") as f:
+                h = hashlib.sha256(f.read()).hexdigest()[:16]
+        except (OSError, TypeError):
+            h = "unknown"
+        _src_hashes[path] = h
+    return h
+
+
+# ----------------------------------------------------------------------------- keys
+
+def encode_value(v):
+    """A constexpr or option value as JSON, its type kept (2, 2.0 and True compile
+    differently). Triton dtypes are recognised by their class, without importing Triton."""
+    if v is None:
+        return ["n"]
+    t = type(v)
+    if t is bool:
+        return ["b", v]
+    if t is int:
+        return ["i", v]
+    if t is float:
+        return ["f", repr(v)]     # repr keeps nan/inf and every bit
+    if t is str:
+        return ["s", v]
+    if t in (tuple, list):
+        return ["t" if t is tuple else "l", [encode_value(x) for x in v]]
+    mod = getattr(t, "__module__", "") or ""
+    if mod.startswith("triton.language") and t.__name__ in ("dtype", "pointer_type"):
+        return ["tl", str(v)]
+    if mod.startswith("nbxtensor") and t.__name__ == "DType":
+        return ["nbx", v.name]
+    raise TypeError(f"aot: cannot key a value of type {t.__module__}.{t.__name__}: {v!r}")
+
+
+def decode_value(e):
+    """The value `encode_value` encoded (Triton dtypes need Triton: used by the builder)."""
+    tag = e[0]
+    if tag == "n":
+        return None
+    if tag in ("b", "i", "s"):
+        return e[1]
+    if tag == "f":
+        return float(e[1])
+    if tag in ("t", "l"):
+        vals = [decode_value(x) for x in e[1]]
+        return tuple(vals) if tag == "t" else vals
+    if tag == "tl":
+        import triton.language as tl
+        s = e[1]
+        if s.startswith("pointer<"):
+            return tl.pointer_type(tl.dtype(s[len("pointer<"):-1]))
+        return tl.dtype(s)
+    if tag == "nbx":
+        from ... import dtypes
+        return dtypes.as_dtype(e[1])
+    raise ValueError(f"aot: unknown value tag {tag!r}")
+
+
+def key_of(kernel, signature: dict, constexprs: dict, attrs: dict, options: dict) -> str:
+    """The launch key of a binding (the binder's output, see launcher.bind)."""
+    return key_from_parts(kernel_name(kernel), signature, constexprs, attrs, options)
+
+
+def key_from_parts(name, signature, constexprs, attrs, options) -> str:
+    return json.dumps([
+        name,
+        [[k, v] for k, v in signature.items()],
+        sorted([i[0], "D" if a else ""] for i, a in attrs.items()),
+        sorted([i[0], encode_value(v)] for i, v in constexprs.items()),
+        sorted([k, encode_value(v)] for k, v in options.items()),
+    ], separators=(",", ":"))
+
+
+def parts_of(key: str):
+    """(name, signature, constexprs, attrs, options) of a key, as the builder compiles it."""
+    name, sig, div, cx, opts = json.loads(key)
+    signature = {k: v for k, v in sig}
+    constexprs = {(i,): decode_value(v) for i, v in cx}
+    attrs = {(i,): ([["tt.divisibility", 16]] if d else []) for i, d in div}
+    options = {k: decode_value(v) for k, v in opts}
+    return name, signature, constexprs, attrs, options
+
+
+# ----------------------------------------------------------------------------- archive
+
+class _Meta:
+    """The compiled kernel's metadata the launcher reads (as Triton's KernelMetadata)."""
+
+    def __init__(self, d: dict):
+        self.__dict__.update(d)
+
+
+class Archive:
+    """A read-only archive file: the index is read on open, a cubin on its first lookup."""
+
+    def __init__(self, path: str):
+        self.path = path
+        with open(path, "rb") as f:
+            head = f.read(16)
+            if len(head) < 16 or head[:8] != MAGIC:
+                raise StaleArchiveError(f"aot: {path} is not an nbxtensor kernel archive")
+            (n,) = struct.unpack("<Q", head[8:])
+            self.index = json.loads(f.read(n))
+        if self.index.get("format") != FORMAT:
+            raise StaleArchiveError(f"aot: {path} has archive format {self.index.get('format')}, "
+                                    f"this nbxtensor reads format {FORMAT}; rebuild it")
+        self.base = 16 + n
+        self.kernels = self.index["kernels"]
+        self.arch = self.index["arch"]
+
+    def get(self, key: str):
+        """(metadata, cubin bytes, source hash) for `key`, or None."""
+        e = self.kernels.get(key)
+        if e is None:
+            return None
+        off, ln = e["blob"]
+        with open(self.path, "rb") as f:
+            f.seek(self.base + off)
+            cubin = zlib.decompress(f.read(ln))
+        return _Meta(e["meta"]), cubin, e.get("src")
+
+
+class ArchiveWriter:
+    """Collects compiled kernels and writes one archive file."""
+
+    def __init__(self, arch: str, cc: int, triton_version: str):
+        self.index = {"format": FORMAT, "arch": arch, "cc": cc, "triton": triton_version,
+                      "kernels": {}}
+        self.blobs: list = []
+        self.by_digest: dict = {}
+        self.size = 0
+
+    def add(self, key: str, meta: dict, cubin: bytes, src: str) -> None:
+        d = hashlib.sha256(cubin).digest()
+        blob = self.by_digest.get(d)
+        if blob is None:
+            z = zlib.compress(cubin, 9)
+            blob = self.by_digest[d] = [self.size, len(z)]
+            self.blobs.append(z)
+            self.size += len(z)
+        self.index["kernels"][key] = {"blob": blob, "meta": meta, "src": src}
+
+    def write(self, path: str) -> int:
+        idx = json.dumps(self.index, separators=(",", ":"), sort_keys=True).encode()
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(MAGIC + struct.pack("<Q", len(idx)) + idx)
+            for b in self.blobs:
+                f.write(b)
+        os.replace(tmp, path)
+        return os.path.getsize(path)
+
+
+def meta_of(md, ptx_params: int) -> dict:
+    """What the launcher needs of Triton's compiled metadata, as JSON."""
+    d = {f: getattr(md, f) for f in META_FIELDS}
+    d["tensordesc_meta"] = list(d["tensordesc_meta"] or [])
+    d["cluster_dims"] = [md.num_ctas, 1, 1]
+    d["nparams"] = ptx_params
+    return d
+
+
+# ----------------------------------------------------------------------------- lookup
+
+_DEFAULT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "kernel_archives")
+_dir = _DEFAULT_DIR
+_archives: dict = {}          # cc -> Archive or None (no file)
+_lock = threading.Lock()
+
+
+def archive_dir() -> str:
+    return _dir
+
+
+def set_archive_dir(path: str | None) -> None:
+    """Where the archives are looked for (None: the package's own `kernel_archives`)."""
+    global _dir
+    with _lock:
+        _dir = _DEFAULT_DIR if path is None else str(path)
+        _archives.clear()
+
+
+def archive_path(cc: int, directory: str | None = None) -> str:
+    return os.path.join(directory or _dir, f"nbx-kernels-{arch_name(cc)}.bin")
+
+
+def _archive(cc: int):
+    a = _archives.get(cc, False)
+    if a is False:
+        with _lock:
+            p = archive_path(cc)
+            a = _archives[cc] = Archive(p) if os.path.exists(p) else None
+    return a
+
+
+def lookup(kernel, key: str, cc: int):
+    """(metadata, cubin) of `key` from the archive for `cc`, or None when it lacks it (or
+    holds it built from another version of the kernel's source)."""
+    a = _archive(cc)
+    if a is None:
+        return None
+    hit = a.get(key)
+    if hit is None or hit[2] != source_hash(kernel):
+        return None
+    return hit[0], hit[1]
+
+
+def missing(kernel, key: str, cc: int, err: ImportError) -> MissingKernelError:
+    a = _archive(cc)
+    where = (f"the kernel archive {a.path} does not hold it" if a is not None else
+             f"no kernel archive for {arch_name(cc)} in {_dir}")
+    if a is not None and key in a.kernels:
+        where = f"the kernel archive {a.path} holds it built from another version of its source"
+    return MissingKernelError(
+        f"kernel {kernel_name(kernel)}: no compiled variant for {arch_name(cc)} with launch key "
+        f"{key}: {where}, and Triton, which would compile it, cannot be imported ({err}). "
+        f"Install the cuda extra (pip install 'nbxtensor[cuda]'), or rebuild the archive with "
+        f"`nbx build-kernels --arch {arch_name(cc)}` from a census that includes this launch")
+
+
+def triton_importable() -> ImportError | None:
+    """None when Triton imports, else the ImportError."""
+    try:
+        import triton  # noqa: F401
+    except ImportError as e:
+        return e
+    return None
+
+
+# ----------------------------------------------------------------- kernels without Triton
+
+_CANON = {"bool": "u1", "int1": "u1", "uint1": "u1", "i1": "u1", "float16": "fp16", "half": "fp16",
+          "bfloat16": "bf16", "float": "fp32", "float32": "fp32", "double": "fp64",
+          "float64": "fp64", "int8": "i8", "int16": "i16", "int": "i32", "int32": "i32",
+          "int64": "i64", "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+          "float8e4nv": "fp8e4nv", "float8e5": "fp8e5", "float8e4b15": "fp8e4b15",
+          "float8e4b8": "fp8e4b8", "float8e5b16": "fp8e5b16"}
+_CANON.update({v: v for v in list(_CANON.values())})
+
+
+def _normalize(ann) -> str:
+    """Triton 3.6's `_normalize_ty` for string annotations (a module with `from __future__
+    import annotations` keeps them as strings, so no Triton object is needed)."""
+    if ann is inspect.Parameter.empty or not ann:
+        return ""
+    if not isinstance(ann, str):
+        name = getattr(ann, "__name__", None) or str(ann)
+        if name == "constexpr" or type(ann).__name__ == "constexpr_type":
+            return "constexpr"
+        ann = str(ann)
+    ty = ann.strip()
+    if ty.startswith("const "):
+        return "*k" + _normalize(ty.removeprefix("const"))[1:]
+    if ty.endswith("*"):
+        return "*" + _normalize(ty[:-1])
+    if ty.startswith("*"):
+        return "*" + _normalize(ty[1:])
+    if ty.startswith("tl."):
+        return _normalize(ty.removeprefix("tl."))
+    if ty.startswith("triton.language."):
+        return _normalize(ty.removeprefix("triton.language."))
+    return _CANON.get(ty, ty)
+
+
+class Param:
+    """One parameter of a kernel, with the attributes the binder reads of Triton's
+    KernelParam, computed from the Python function alone."""
+
+    __slots__ = ("num", "name", "annotation", "default", "has_default", "do_not_specialize",
+                 "do_not_specialize_on_alignment")
+
+    def __init__(self, num, p: inspect.Parameter, dns: bool, dnsa: bool):
+        self.num, self.name = num, p.name
+        self.annotation = _normalize(p.annotation)
+        self.default = p.default
+        self.has_default = p.default is not inspect.Parameter.empty
+        self.do_not_specialize, self.do_not_specialize_on_alignment = dns, dnsa
+
+    @property
+    def is_constexpr(self) -> bool:
+        return "constexpr" in self.annotation
+
+    @property
+    def is_const(self) -> bool:
+        return not self.is_constexpr and ("const" in self.annotation
+                                          or self.annotation.startswith("*k"))
+
+    @property
+    def annotation_type(self) -> str:
+        a = self.annotation
+        a = a[2:] if a.startswith("*k") else a[1:] if a.startswith("*") else a
+        return self.annotation if a in _CANON.values() else ""
+
+
+def params_of(fn, do_not_specialize=(), do_not_specialize_on_alignment=()) -> list:
+    """The kernel parameters of a Python function (names or positions in the two lists,
+    as @triton.jit takes them)."""
+    sig = inspect.signature(fn)
+    names = list(sig.parameters)
+
+    def pos(lst):
+        return {names.index(x) if isinstance(x, str) else x for x in lst}
+
+    dns, dnsa = pos(do_not_specialize), pos(do_not_specialize_on_alignment)
+    return [Param(i, p, i in dns, i in dnsa) for i, p in enumerate(sig.parameters.values())]
+
+
+class Kernel:
+    """A kernel whose Triton JIT function is made on first need: launching from the archive
+    needs only `fn` and `params` (both without Triton); a compile (a variant the archive
+    lacks, or the interpreter) makes the @triton.jit function then."""
+
+    def __init__(self, fn, do_not_specialize=(), do_not_specialize_on_alignment=(), **jit_kwargs):
+        self.fn = fn
+        self.__name__, self.__doc__ = fn.__name__, fn.__doc__
+        self.params = params_of(fn, do_not_specialize, do_not_specialize_on_alignment)
+        self.arg_names = [p.name for p in self.params]
+        self.debug = jit_kwargs.get("debug")
+        self._jit_kwargs = dict(jit_kwargs, do_not_specialize=list(do_not_specialize),
+                                do_not_specialize_on_alignment=list(do_not_specialize_on_alignment))
+        self._jit = None
+
+    @property
+    def cache_key(self) -> str:
+        return kernel_name(self)
+
+    def jit_function(self):
+        """The @triton.jit function of this kernel (imports Triton)."""
+        if self._jit is None:
+            import triton
+            self._jit = triton.jit(self.fn, **self._jit_kwargs)
+        return self._jit
+
+    def is_gluon(self) -> bool:
+        return False
+
+    def __repr__(self):
+        return f"<nbx kernel {kernel_name(self)}>"
+
+
+def jit(fn=None, **kwargs):
+    """`@aot.jit` (or `@aot.jit(do_not_specialize=[...])`): a kernel launchable from the
+    archive without Triton; Triton's @triton.jit is applied on the first compile."""
+    if fn is None:
+        return lambda f: Kernel(f, **kwargs)
+    return Kernel(fn, **kwargs)
+
+
+def compile_target(kernel):
+    """What Triton compiles for `kernel`: its JIT function (ours are made here)."""
+    return kernel.jit_function() if isinstance(kernel, Kernel) else kernel
+
+
+# ----------------------------------------------------------------------------- build
+
+def resolve(name: str):
+    """The kernel object `module:qualname` names (imports its module)."""
+    import importlib
+    mod, _, qual = name.partition(":")
+    obj = importlib.import_module(mod)
+    for part in qual.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def build(keys, cc: int, out_dir: str, log=None) -> dict:
+    """Compile every launch key in `keys` for compute capability `cc` with Triton and write
+    the archive into `out_dir`. Returns {"path", "size", "kernels", "failed": {key: error},
+    "seconds"}."""
+    import time
+
+    import triton
+
+    from .launcher import _compile, declared_param_count
+    t0 = time.time()
+    w = ArchiveWriter(arch_name(cc), cc, triton.__version__)
+    failed: dict = {}
+    keys = sorted(keys)
+    for n, key in enumerate(keys, 1):
+        name, signature, constexprs, attrs, options = parts_of(key)
+        try:
+            kernel = resolve(name)
+            ck = _compile(kernel, signature, constexprs, attrs, options, cc)
+        except Exception as e:  # noqa: BLE001 - reported per key; the others still build
+            failed[key] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            if log:
+                log(f"[{arch_name(cc)} {n}/{len(keys)}] {name}: FAILED {failed[key]}")
+            continue
+        w.add(key, meta_of(ck.metadata, declared_param_count(ck.asm["ptx"])), ck.asm["cubin"],
+              source_hash(kernel))
+        if log and (n % 10 == 0 or n == len(keys)):
+            log(f"[{arch_name(cc)} {n}/{len(keys)}] {name} ({time.time() - t0:.0f} s)")
+    os.makedirs(out_dir, exist_ok=True)
+    path = archive_path(cc, out_dir)
+    size = w.write(path)
+    return {"path": path, "size": size, "kernels": len(w.index["kernels"]), "failed": failed,
+            "seconds": time.time() - t0}
