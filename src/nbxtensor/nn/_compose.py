@@ -159,7 +159,7 @@ def _check_p(p, op):
 
 
 def _keep_mask(input, shape, p):
-    # Bernoulli(1 - p) draws from nbx.random (cpu; other devices refuse there, clearly)
+    # Bernoulli(1 - p) draws from nbx.random (MT19937 on cpu, Philox on cuda/interp)
     from ..creation import empty
     mask = empty(shape, dtype=input.dtype, device=input.device)
     return mask.bernoulli_(1.0 - p)

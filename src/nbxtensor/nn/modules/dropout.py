@@ -1,5 +1,5 @@
 """Dropout modules (torch.nn's): the identity in eval mode. In training mode they draw from
-nbx.random, which has cpu generators only (other devices raise NotImplementedError there)."""
+nbx.random (MT19937 on cpu, as torch's CPU generator; Philox4x32-10 on cuda and interp)."""
 from __future__ import annotations
 
 from .. import _compose as C
