@@ -221,108 +221,19 @@ class TensorParallelLlama(LlamaModel):
                                                                 source._device_rope_ok, 0)
         self._ensure_rope(min(cfg.max_position_embeddings, 4096))
 
+    # LlamaModel's seams: one all_reduce per block half joins the ranks' partial outputs;
+    # rank 0 alone adds the residual, so the sum holds it once
     def _combine(self, x, partial):
-        """The new residual stream: rank 0's x + every rank's partial, one all_reduce."""
         s = O.add(x, partial) if self.rank == 0 else partial
         all_reduce(s)
         return s
 
+    def _residual(self, x):
+        return x if self.rank == 0 else None
+
+    def _reduced(self, y):
+        all_reduce(y)
+        return y
+
     def _logits(self, y):
         return _gather_last(y, self.world_size) if self.vocab_parallel else y
-
-    def forward(self, ids, cache, all_logits: bool = False):
-        """LlamaModel.forward on this rank's shard (the eager path)."""
-        cfg = self.cfg
-        if not isinstance(ids, nbx.Tensor):
-            ids = nbx.tensor(self.check_token_ids(ids, "forward"), device=self.device)
-        T = ids.shape[0]
-        pos = cache.pos
-        if pos + T > cache.max_len:
-            raise ValueError(f"forward: {pos} cached + {T} new tokens exceed the KV cache's "
-                             f"max_len {cache.max_len}")
-        Hq, Hkv, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        cos, sin = self._cos[pos:pos + T], self._sin[pos:pos + T]
-        x = O.embedding(ids, self.w["embed"])
-        if x.dtype != self.dtype:
-            x = x.to(self.dtype)
-        from ..models.llama import _qk_norm
-        for i, L in enumerate(self.w["layers"]):
-            h = O.rms_norm(x, L["attn_norm"], cfg.rms_norm_eps)
-            q, k = _qk_norm(L, O.linear(h, L["wq"], L.get("bq")),
-                            O.linear(h, L["wk"], L.get("bk")), cfg.rms_norm_eps)
-            q = q.view(1, T, Hq, D).transpose(1, 2)
-            k = k.view(1, T, Hkv, D).transpose(1, 2)
-            v = O.linear(h, L["wv"], L.get("bv")).view(1, T, Hkv, D).transpose(1, 2)
-            q, k = O.rope(q, cos, sin), O.rope(k, cos, sin)
-            cache.k[i][:, :, pos:pos + T] = k
-            cache.v[i][:, :, pos:pos + T] = v
-            a = O.attention(q, cache.k[i][:, :, :pos + T], cache.v[i][:, :, :pos + T],
-                            causal=True, q_offset=pos)
-            a = a.transpose(1, 2).reshape(T, Hq * D)
-            x = self._combine(x, O.linear(a, L["wo"]))
-            h = O.rms_norm(x, L["ffn_norm"], cfg.rms_norm_eps)
-            x = self._combine(x, self._mlp(L, h))
-        cache.advance(T)
-        if not all_logits:
-            x = x[T - 1:T]
-        x = O.rms_norm(x, self.w["norm"], cfg.rms_norm_eps)
-        logits = self._logits(O.linear(x, self.w["lm_head"]))
-        return logits if all_logits else logits[0]
-
-    def _step(self, tokens, positions, cache, fused):
-        """LlamaModel._step on this rank's shard: capturable (the all_reduces and the
-        logits' all_gather only enqueue work on the current stream)."""
-        cfg, w = self.cfg, self.w
-        B, T = tokens.shape
-        Hq, Hkv, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        nq, nk = Hq * D, Hkv * D
-        eps = cfg.rms_norm_eps
-        r0 = self.rank == 0
-        from ..models.llama import _qk_norm
-        x = O.embedding(tokens.reshape(B * T), w["embed"])
-        if x.dtype != self.dtype:
-            x = x.to(self.dtype)
-        for i, L in enumerate(w["layers"]):
-            fz = fused and self.fused[i]
-            if fz and T == 1:
-                q = O.fused_qkv_rope(x, L["wqkv"], cache, i, positions, num_heads=Hq,
-                                     norm_weight=L["attn_norm"], eps=eps, bias=L.get("bqkv"),
-                                     theta=cfg.rope_theta, scaling=cfg.rope_scaling or None)
-            else:
-                if fz:
-                    qkv = O.fused_linear(x, L["wqkv"], norm_weight=L["attn_norm"], eps=eps,
-                                         bias=L.get("bqkv"))
-                    q, k, v = qkv[:, :nq], qkv[:, nq:nq + nk], qkv[:, nq + nk:]
-                else:
-                    h = O.rms_norm(x, L["attn_norm"], eps)
-                    q, k, v = (O.linear(h, L["wq"], L.get("bq")),
-                               O.linear(h, L["wk"], L.get("bk")), O.linear(h, L["wv"], L.get("bv")))
-                    q, k = _qk_norm(L, q, k, eps)
-                q = q.view(B, T, Hq, D).transpose(1, 2)
-                k = k.view(B, T, Hkv, D).transpose(1, 2)
-                v = v.view(B, T, Hkv, D).transpose(1, 2)
-                cache.append_rope(i, q, k, v, positions, theta=cfg.rope_theta,
-                                  scaling=cfg.rope_scaling or None)
-            kl, vl, lengths = cache.view(i)
-            if T == 1:
-                a = nbx.decode_attention(q, kl, vl, lengths)
-            else:
-                a = O.attention(q.contiguous(), kl[:, :, :T], vl[:, :, :T], causal=True)
-            a = a.transpose(1, 2).reshape(B * T, Hq * D)
-            if fz:      # rank 0's o_proj/down_proj epilogue adds the residual; one all_reduce
-                x = O.fused_linear(a, L["wo"], residual=x if r0 else None)
-                all_reduce(x)
-                f = O.fused_linear(x, L["w_gateup"], norm_weight=L["ffn_norm"], eps=eps, glu=True)
-                x = O.fused_linear(f, L["w_down"], residual=x if r0 else None)
-                all_reduce(x)
-            else:
-                x = self._combine(x, O.linear(a, L["wo"]))
-                h = O.rms_norm(x, L["ffn_norm"], eps)
-                x = self._combine(x, self._mlp(L, h))
-        if T > 1:
-            x = x.reshape(B, T, -1)[:, T - 1]
-        if fused and self.fused_head:
-            return self._logits(O.fused_linear(x, w["lm_head"], norm_weight=w["norm"], eps=eps,
-                                               out_dtype=nbx.float32))
-        x = O.rms_norm(x, w["norm"], eps)
-        return self._logits(O.linear(x, w["lm_head"]))

@@ -341,9 +341,9 @@ class LlamaModel:
             a = O.attention(q, cache.k[i][:, :, :pos + T], cache.v[i][:, :, :pos + T],
                             causal=True, q_offset=pos)
             a = a.transpose(1, 2).reshape(T, Hq * D)
-            x = O.add(x, O.linear(a, L["wo"]))
+            x = self._combine(x, O.linear(a, L["wo"]))
             h = O.rms_norm(x, L["ffn_norm"], cfg.rms_norm_eps)
-            x = O.add(x, self._mlp(L, h))
+            x = self._combine(x, self._mlp(L, h))
         cache.advance(T)
         if not all_logits:
             x = x[T - 1:T]
@@ -351,7 +351,7 @@ class LlamaModel:
         if isinstance(self.w["lm_head"], O.QuantWeight) and x.dtype is not nbx.float32:
             # fp32 logits: bf16 rounding would create false argmax ties over 49k entries
             x = x.to(nbx.float32)
-        logits = O.linear(x, self.w["lm_head"])
+        logits = self._logits(O.linear(x, self.w["lm_head"]))
         return logits if all_logits else logits[0]
 
     @property
@@ -467,25 +467,40 @@ class LlamaModel:
             else:          # prefill into an empty cache: causal over the first T slots
                 a = O.attention(q.contiguous(), kl[:, :, :T], vl[:, :, :T], causal=True)
             a = a.transpose(1, 2).reshape(B * T, Hq * D)
-            if fz:
-                x = O.fused_linear(a, L["wo"], residual=x)
+            if fz:        # o_proj and down_proj add the residual in their epilogue
+                x = self._reduced(O.fused_linear(a, L["wo"], residual=self._residual(x)))
                 f = O.fused_linear(x, L["w_gateup"], norm_weight=L["ffn_norm"], eps=eps, glu=True)
-                x = O.fused_linear(f, L["w_down"], residual=x)
+                x = self._reduced(O.fused_linear(f, L["w_down"], residual=self._residual(x)))
             else:
-                x = O.add(x, O.linear(a, L["wo"]))
+                x = self._combine(x, O.linear(a, L["wo"]))
                 h = O.rms_norm(x, L["ffn_norm"], eps)
-                x = O.add(x, self._mlp(L, h))
+                x = self._combine(x, self._mlp(L, h))
         if T > 1:
             x = x.reshape(B, T, -1)[:, T - 1]
         if fused and self.fused_head:
             # final RMSNorm fused into the lm_head; fp32 logits (bf16 rounding would create
             # false argmax ties over tens of thousands of entries)
-            return O.fused_linear(x, w["lm_head"], norm_weight=w["norm"], eps=eps,
-                                  out_dtype=nbx.float32)
+            return self._logits(O.fused_linear(x, w["lm_head"], norm_weight=w["norm"], eps=eps,
+                                               out_dtype=nbx.float32))
         x = O.rms_norm(x, w["norm"], eps)
         if isinstance(w["lm_head"], O.QuantWeight) and x.dtype is not nbx.float32:
             x = x.to(nbx.float32)     # as forward: fp32 logits for the quantised head
-        return O.linear(x, w["lm_head"])
+        return self._logits(O.linear(x, w["lm_head"]))
+
+    # The seams a sharded model (distributed.tensor_parallel) overrides; here one process
+    # holds every weight: a block half's output joins the residual stream by an add, the
+    # fused epilogues add the residual themselves, and the logits are whole.
+    def _combine(self, x, partial):
+        return O.add(x, partial)
+
+    def _residual(self, x):
+        return x
+
+    def _reduced(self, y):
+        return y
+
+    def _logits(self, y):
+        return y
 
     # ------------------------------------------------------------ paged KV cache [paged]
     def new_paged_cache(self, num_blocks: int, block_size: int = 16):
