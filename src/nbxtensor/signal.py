@@ -9,8 +9,8 @@ stft and istft are compositions, so they run on every device with the kernels of
 families: `pad` for `center`, an `as_strided` view of overlapping frames times the window,
 nbx.fft's rfft / fft of the frames; istft inverts each frame, weights it by the window and
 overlap-adds the frames with ceil(n_fft / hop_length) strided adds (each add touches
-non-overlapping samples), then divides by the overlap-added squared window. Differences
-from torch: a complex input is padded through its real view (the same values); istft with
+non-overlapping samples), then divides by the overlap-added squared window. Where this
+differs from torch: a complex input is padded through its real view (the same values); istft with
 length=0 returns an empty tensor (torch fails in its envelope check); torch 2.x's
 `align_to_window` is not taken.
 """
