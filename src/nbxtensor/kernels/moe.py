@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
 from ..dispatch import register
 from ._host import cdiv as _cdiv, next_pow2 as _np2
+from .elementwise import _erf_any as _erf
 
 # slots (tokens x top-k) up to which fused_experts takes the GEMV decode path; above it the
 # aligned grouped GEMM (whose padding costs a whole BLOCK_M tile per chosen expert)
@@ -45,15 +45,6 @@ DECODE_MAX_SLOTS = 16
 GEMM_TILES = {2: (64, 64, 64, 8, 4, 3), 4: (32, 32, 32, 8, 4, 2)}
 # decode GEMV tiles: (BLOCK_N, BLOCK_K, warps)
 GEMV_TILE = (16, 128, 4)
-
-
-@triton.jit
-def _erf(x, INTERP: tl.constexpr):
-    if INTERP:
-        r = tl.erf(x)
-    else:
-        r = libdevice.erf(x)
-    return r
 
 
 @triton.jit

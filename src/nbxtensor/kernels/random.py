@@ -42,6 +42,7 @@ from triton.language.extra import libdevice
 
 from ._common import device_facts
 from ._host import cdiv as _cdiv
+from .elementwise import _log
 
 BLOCK_THREADS = 256        # torch's block_size_bound
 OFFSETS_PER_CALL = 4       # torch's max_generator_offsets_per_curand_call
@@ -122,15 +123,6 @@ def _uniform64(x, y):
     # curand's _curand_uniform_double_hq: 53 bits z = x ^ (y << 21), z * 2**-53 + 2**-54
     z = x.to(tl.uint64) ^ (y.to(tl.uint64) << 21)
     return z.to(tl.float64) * 1.1102230246251565e-16 + 5.551115123125783e-17
-
-
-@triton.jit
-def _log(x, INTERP: tl.constexpr):
-    if INTERP:
-        r = tl.log(x)
-    else:
-        r = libdevice.log(x)
-    return r
 
 
 @triton.jit
