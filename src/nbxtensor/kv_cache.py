@@ -48,20 +48,25 @@ from .tensor import Tensor
 __all__ = ["KVCache", "PagedKVCache"]
 
 
+def _checked_dims(who, dtype, value_dim, **dims):
+    """Every size a positive int (value_dim too, when given) and a floating dtype: the dtype."""
+    if value_dim is not None:
+        dims["value_dim"] = value_dim
+    for n, x in dims.items():
+        if not isinstance(x, int) or isinstance(x, bool) or x <= 0:
+            raise ValueError(f"{who}: {n} must be a positive int, got {x!r}")
+    dtype = _dt.as_dtype(dtype) if dtype is not None else _dt.get_default_dtype()
+    if not dtype.is_floating_point:
+        raise TypeError(f"{who}: dtype must be floating point, got {dtype.name}")
+    return dtype
+
+
 class KVCache:
     def __init__(self, num_layers, batch, num_kv_heads, capacity, head_dim, *, dtype=None,
                  device="cpu", value_dim=None):
         from .creation import zeros
-        dims = dict(num_layers=num_layers, batch=batch, num_kv_heads=num_kv_heads,
-                    capacity=capacity, head_dim=head_dim)
-        if value_dim is not None:
-            dims["value_dim"] = value_dim
-        for n, x in dims.items():
-            if not isinstance(x, int) or isinstance(x, bool) or x <= 0:
-                raise ValueError(f"KVCache: {n} must be a positive int, got {x!r}")
-        dtype = _dt.as_dtype(dtype) if dtype is not None else _dt.get_default_dtype()
-        if not dtype.is_floating_point:
-            raise TypeError(f"KVCache: dtype must be floating point, got {dtype.name}")
+        dtype = _checked_dims("KVCache", dtype, value_dim, num_layers=num_layers, batch=batch,
+                              num_kv_heads=num_kv_heads, capacity=capacity, head_dim=head_dim)
         self.device = Device(device)
         self.dtype = dtype
         self.num_layers, self.batch, self.num_kv_heads = num_layers, batch, num_kv_heads
@@ -155,16 +160,9 @@ class PagedKVCache:
     def __init__(self, num_blocks, block_size, num_layers, num_kv_heads, head_dim, dtype=None,
                  device="cpu", *, value_dim=None):
         from .creation import zeros
-        dims = dict(num_blocks=num_blocks, block_size=block_size, num_layers=num_layers,
-                    num_kv_heads=num_kv_heads, head_dim=head_dim)
-        if value_dim is not None:
-            dims["value_dim"] = value_dim
-        for n, x in dims.items():
-            if not isinstance(x, int) or isinstance(x, bool) or x <= 0:
-                raise ValueError(f"PagedKVCache: {n} must be a positive int, got {x!r}")
-        dtype = _dt.as_dtype(dtype) if dtype is not None else _dt.get_default_dtype()
-        if not dtype.is_floating_point:
-            raise TypeError(f"PagedKVCache: dtype must be floating point, got {dtype.name}")
+        dtype = _checked_dims("PagedKVCache", dtype, value_dim, num_blocks=num_blocks,
+                              block_size=block_size, num_layers=num_layers,
+                              num_kv_heads=num_kv_heads, head_dim=head_dim)
         self.device = Device(device)
         self.dtype = dtype
         self.num_blocks, self.block_size, self.num_layers = num_blocks, block_size, num_layers
