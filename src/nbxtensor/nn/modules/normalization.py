@@ -20,6 +20,19 @@ def _shape(normalized_shape):
     return tuple(normalized_shape)
 
 
+def _affine(module, shape, affine, bias, device, dtype) -> None:
+    """weight (and bias, if asked) of `shape` as Parameters, or None entries as torch has."""
+    module.register_parameter("weight", param(shape, device, dtype) if affine else None)
+    module.register_parameter("bias", param(shape, device, dtype) if affine and bias else None)
+
+
+def _reset_affine(module) -> None:
+    if module.weight is not None:
+        init.ones_(module.weight)
+    if module.bias is not None:
+        init.zeros_(module.bias)
+
+
 class LayerNorm(Module):
     def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True,
                  bias: bool = True, device=None, dtype=None):
@@ -27,22 +40,11 @@ class LayerNorm(Module):
         self.normalized_shape = _shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = param(self.normalized_shape, device, dtype)
-            if bias:
-                self.bias = param(self.normalized_shape, device, dtype)
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, self.normalized_shape, elementwise_affine, bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.elementwise_affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self)
 
     def forward(self, input):  # noqa: A002
         return _ops.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -87,22 +89,11 @@ class GroupNorm(Module):
         self.num_channels = num_channels
         self.eps = eps
         self.affine = affine
-        if affine:
-            self.weight = param((num_channels,), device, dtype)
-            if bias:
-                self.bias = param((num_channels,), device, dtype)
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, (num_channels,), affine, bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self)
 
     def forward(self, input):  # noqa: A002
         return _ops.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
