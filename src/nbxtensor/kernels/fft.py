@@ -53,7 +53,8 @@ def _stockham_pass(x, y, total, N, half_n, s, SIGN: tl.constexpr, INTERP: tl.con
     ai = tl.load(x + 2 * ia + 1, mask=mask, other=0.0)
     br = tl.load(x + 2 * ib, mask=mask, other=0.0)
     bi = tl.load(x + 2 * ib + 1, mask=mask, other=0.0)
-    t = p.to(tl.float64) * (SIGN * 3.141592653589793) / half_n.to(tl.float64)
+    # half_n arrives as a Python int when Triton specialises it (== 1): no .to on it
+    t = p.to(tl.float64) * (SIGN * 3.141592653589793) / half_n
     c, sn = _sincos64(t, INTERP)
     wr = c.to(ar.dtype)
     wi = sn.to(ar.dtype)

@@ -33,7 +33,7 @@ from ..dispatch import register
 from ..backends.launch import launch, launch_items
 from ..tensor import _CONTIG, Size, Tensor
 from ._common import device_facts
-from ._host import cdiv as _cdiv
+from ._host import cdiv as _cdiv, f64_bits
 
 # PRE codes
 P_ID, P_ABS, P_NZ, P_SQDEV, P_SQ, P_POW, P_EXPDEV = range(7)
@@ -128,6 +128,16 @@ def _pre(v, c, p, PRE: tl.constexpr, ACC: tl.constexpr):
 
 
 @triton.jit
+def _acc_scalar(v, ACC: tl.constexpr):
+    """scale / p as the kernel reads them: float64 accumulations get them as their int64 bit
+    pattern (a Python float argument is fp32 in a compiled kernel: mean's 1/n would be
+    rounded to 24 bits), the others as fp32."""
+    if ACC == 1:
+        v = v.to(tl.int64).to(tl.float64, bitcast=True)
+    return v
+
+
+@triton.jit
 def _post(res, scale, p, c, POST: tl.constexpr):
     """The reduction's finishing step (mean's scale, norms' roots, logsumexp's log + shift)."""
     if POST == 1:
@@ -153,6 +163,8 @@ def _reduce_kernel(x_ptr, xi_ptr, c_ptr, v_ptr, i_ptr,
                    BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr):
     pid = tl.program_id(0)
     pid_s = tl.program_id(1)
+    scale = _acc_scalar(scale, ACC)
+    p = _acc_scalar(p, ACC)
     r_begin = pid_s * r_chunk
     r_end = tl.minimum(r_begin + r_chunk, R)
     kk = tl.arange(0, BLOCK_K)
@@ -297,6 +309,8 @@ def _row_pipe_kernel(x_ptr, v_ptr, O, R, sxo, svo, scale, p,
     the store. PRE without a center, COMB sum/max/min; run where PIPE says."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
+    scale = _acc_scalar(scale, ACC)
+    p = _acc_scalar(p, ACC)
     kk = tl.arange(0, BLOCK_K)
     rr = tl.arange(0, BLOCK_R)
     rmask = rr < R
@@ -510,14 +524,22 @@ def _recipe(devtype, sms, itemsize, numel, O, R, I, sxo, sxr, sxi, svo, svi, cod
     return "row", _reduce_kernel, (nprog, 1), (O, R, I, sxo, sxr, sxi, svo, 0, svi, chunk), items
 
 
+def _scalars(acc, scale, p):
+    """The (scale, p) arguments as _acc_scalar reads them."""
+    if acc == A_F64:
+        return f64_bits(float(scale)), f64_bits(float(p))
+    return float(scale), float(p)
+
+
 def _launch_recipe(rec, xt, c, v, i, scale, p):
     form, kernel, grid, ints, items = rec
+    sp = _scalars(items[3][1], scale, p)     # items[3] is ("ACC", code)
     if form == "pipe":
-        launch_items(kernel, grid, (xt, v, *ints, float(scale), float(p)), items)
+        launch_items(kernel, grid, (xt, v, *ints, *sp), items)
     else:
         launch_items(kernel, grid, (xt, xt, c if c is not None else xt,
                                     v if v is not None else i, i if i is not None else xt,
-                                    *ints, float(scale), float(p)), items)
+                                    *ints, *sp), items)
 
 
 def _reduce3(geo, codes, v, i, c=None, scale=1.0, p=1.0):
@@ -538,7 +560,7 @@ def _reduce3(geo, codes, v, i, c=None, scale=1.0, p=1.0):
     wv = Tensor._empty((O, split, I), _acc_dtype(ACC), xt.device)
     wi = Tensor._empty((O, split, I), _dt.int64, xt.device) if arg else wv
     launch(_reduce_kernel, (nprog, split), xt, xt, ctens, wv, wi,
-           O, R, I, sxo, sxr, sxi, split * I, I, 1, chunk, float(scale), float(p),
+           O, R, I, sxo, sxr, sxi, split * I, I, 1, chunk, *_scalars(ACC, scale, p),
            PRE=PRE, COMB=COMB, POST=Q_NONE, ACC=ACC, ROW=(I == 1), HAS_XI=False,
            HAS_C=c is not None, WRITE_V=True, WRITE_I=arg, IDX64=idx64,
            BLOCK_K=block_k, BLOCK_R=block_r, num_warps=nw)
@@ -546,7 +568,7 @@ def _reduce3(geo, codes, v, i, c=None, scale=1.0, p=1.0):
     block_k2, block_r2, nprog2, _, _, nw2 = _plan(devtype, sms, O, split, I, wv.dtype.itemsize)
     launch(_reduce_kernel, (nprog2, 1), wv, wi, ctens, v if v is not None else i,
            i if i is not None else wv,
-           O, split, I, split * I, I, 1, svo, 0, svi, split, float(scale), float(p),
+           O, split, I, split * I, I, 1, svo, 0, svi, split, *_scalars(ACC, scale, p),
            PRE=P_ID, COMB=COMB, POST=POST, ACC=ACC, ROW=(I == 1), HAS_XI=arg,
            HAS_C=c is not None, WRITE_V=v is not None, WRITE_I=i is not None,
            IDX64=idx64, BLOCK_K=block_k2, BLOCK_R=block_r2, num_warps=nw2)
