@@ -102,3 +102,19 @@ def _no_torch_from_the_package():
     yield
     if _TORCH_FROM_PACKAGE:
         raise AssertionError("the package imported torch: " + "; ".join(_TORCH_FROM_PACKAGE[:5]))
+
+
+# ---- NBX_TEST_CENSUS=PREFIX records every kernel binding of the session (interp binds each
+# launch) into PREFIX.<worker>.json, for scripts/compile-check to build for sm_90 on a machine
+# without a GPU: compile errors and shared-memory overruns show before the GPU run
+@pytest.fixture(autouse=True, scope="session")
+def _census_of_the_run():
+    prefix = os.environ.get("NBX_TEST_CENSUS")
+    if not prefix:
+        yield
+        return
+    from nbxtensor.backends.cuda import census
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with census.record() as c:
+        yield
+    c.save(f"{prefix}.{worker}.json")
