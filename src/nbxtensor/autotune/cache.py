@@ -33,6 +33,11 @@ def cache_path() -> str:
 
 def triton_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
+
+    from ..backends.cuda import aot
+    built = aot.kernels_built_with()     # kernels from the archive only: the Triton that built them
+    if built is not None:
+        return built
     try:
         return version("triton")      # metadata only: does not import triton
     except PackageNotFoundError:

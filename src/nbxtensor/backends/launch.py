@@ -68,6 +68,13 @@ def launch_other(kernel, grid, args, kwargs) -> None:
 
 
 def _interp_launch(kernel, grid, args, kwargs) -> None:
+    if getattr(kernel, "archive_only", False) is True:
+        from .cuda import aot
+        raise RuntimeError(
+            f"launch: kernel {aot.kernel_name(kernel)} on interp: the interpreter runs kernels "
+            f"through Triton, and this process imported nbxtensor's kernels without it "
+            f"({aot.compile_blocker(kernel)}); install the cuda extra (pip install "
+            f"'nbxtensor[cuda]') and leave NBX_ARCHIVE_ONLY unset to use the interp device")
     from .cuda.launcher import GridError, _meta, _sig_of, bind, check_keywords
     from .interp.runner import HostPointer, run
     # the same checks as on cuda: argument count, keywords, kinds of values

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from .. import config as _config
 
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 # ------------------------------------------------------------------ PDL policy
 # Programmatic Dependent Launch (sm_90+): a kernel launched with launch_pdl=True may start

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from .. import config as _config
 
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from .. import autotune as _autotune
 from ..dispatch import register

@@ -26,10 +26,9 @@ scratch, as `_flash_fwd_tma`), so GQA and (B, S, H, D) strided views work.
 """
 from __future__ import annotations
 
-from triton.experimental import gluon
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+from ._triton import gluon, gl, hopper  # Triton, or its stand-in without Triton
+fence_async_shared, mbarrier, tma = hopper.fence_async_shared, hopper.mbarrier, hopper.tma
+warpgroup_mma, warpgroup_mma_wait = hopper.warpgroup_mma, hopper.warpgroup_mma_wait
 
 BLOCK = 128          # query rows per program = keys per block = head dim
 CONSUMER_WARPS = 8   # two warpgroups

@@ -11,9 +11,7 @@ kernels' business, not this kernel's.
 """
 from __future__ import annotations
 
-import triton
-import triton.language as tl
-from triton.language.extra import libdevice
+from ._triton import triton, tl, libdevice  # Triton, or its stand-in without Triton
 
 from .. import dtypes as _dt
 from ..backends.launch import launch

@@ -26,8 +26,7 @@ multiplier) would waste the tensor cores' K dimension on a single channel, so th
 """
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from ..dispatch import register
 from ._host import cdiv as _cdiv, next_pow2 as _next_pow2

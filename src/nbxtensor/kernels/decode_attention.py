@@ -28,8 +28,7 @@ compare on the good path; inside a CUDA-graph capture the flag is read after rep
 """
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from .. import autotune as _autotune
 from ..dispatch import register

@@ -27,8 +27,7 @@ GEMV_TABLE's entries measured on the H200 for the shapes swept there).
 """
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 from ._common import device_facts
 from ._host import cdiv as _cdiv, next_pow2 as _np2
 

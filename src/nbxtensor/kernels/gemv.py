@@ -14,8 +14,7 @@ second kernel sums them in a fixed order (deterministic) and applies the epilogu
 """
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from .. import autotune as _autotune   # autotune seam (autotune engineer): pick() below
 from .. import dtypes as _dt

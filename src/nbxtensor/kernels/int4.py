@@ -21,8 +21,7 @@ and the sum factorises: sum_k x_k s (q_kn - z_n) = s_n (sum_k x_k q_kn - z_n sum
 """
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 GPTQ, AWQ = 0, 1
 

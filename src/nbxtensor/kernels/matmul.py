@@ -30,8 +30,7 @@ from __future__ import annotations
 import contextlib
 import math
 
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from .. import autotune as _autotune   # autotune seam (autotune engineer): pick() below
 from .. import dtypes as _dt

@@ -30,8 +30,7 @@ The op layer (ops/moe.py) validates and allocates; these entries only launch.
 """
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from ..dispatch import register
 from ._host import cdiv as _cdiv, next_pow2 as _np2

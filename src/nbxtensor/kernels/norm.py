@@ -10,8 +10,7 @@ registers (one read of each input, one write of each output); longer rows loop.
 """
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from ..dispatch import register
 from ._host import cdiv as _cdiv

@@ -19,8 +19,7 @@ page and sets lengths[b] = positions[b, -1] + 1 (the same value from every layer
 """
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from ..dispatch import register
 from ._common import device_facts

@@ -10,8 +10,7 @@ are fp32 (fp64 for fp64 tensors), rounded once.
 """
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from ..dispatch import register
 from ._host import cdiv as _cdiv

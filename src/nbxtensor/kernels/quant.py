@@ -31,8 +31,7 @@ change a bit. Other dtypes are one rounding of that float32 value.
 """
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 import nbxtensor as nbx
 from ..tensor import Tensor

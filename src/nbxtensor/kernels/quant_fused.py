@@ -32,8 +32,7 @@ Two kernels share the dot-product loop (`_qdot`):
 """
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from ._common import device_facts
 from ._host import cdiv as _cdiv, next_pow2 as _np2

@@ -25,8 +25,7 @@ from __future__ import annotations
 import functools
 import math
 
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from .. import dtypes as _dt
 from ..dispatch import register

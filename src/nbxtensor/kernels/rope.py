@@ -13,8 +13,7 @@ cuda) and the cache length stays within [0, capacity], so no later read leaves t
 """
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from ..dispatch import register
 from ._host import cdiv as _cdiv, next_pow2 as _np2

@@ -17,8 +17,7 @@ Order (HF's): repetition penalty -> temperature -> top-k -> top-p -> draw.
 """
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from ..dispatch import register
 from ._host import cdiv as _cdiv, next_pow2 as _np2

@@ -23,8 +23,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from .. import dtypes as _dt
 from ..backends.launch import launch, launch_items

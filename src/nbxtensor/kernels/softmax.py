@@ -16,8 +16,7 @@ A row that is all -inf gives NaN, as torch (exp(-inf - -inf) is NaN).
 """
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from .. import autotune as _autotune
 from .. import dtypes as _dtypes

@@ -28,8 +28,7 @@ No interpreter: Gluon kernels run on cuda only (the routing in kernels/sort.py).
 """
 from __future__ import annotations
 
-from triton.experimental import gluon
-from triton.experimental.gluon import language as gl
+from ._triton import gluon, gl  # Triton, or its stand-in without Triton
 
 from ..backends.launch import launch
 from ._host import cdiv

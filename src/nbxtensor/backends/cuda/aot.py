@@ -20,8 +20,12 @@ global_scratch_size, global_scratch_align, profile_scratch_size, launch_pdl,
 launch_cooperative_grid, tensordesc_meta, hash, nparams}, "src": source hash}.
 Offsets count from the end of the index; identical cubins are stored once. `nparams` is
 the parameter count the kernel's PTX `.entry` declares (the launcher checks its binding
-against it, as after a compile). `src` is the hash of the kernel's defining module file:
-an entry built from other source is not used.
+against it, as after a compile). `src` is `source_hash(kernel)`: the files of the kernel
+and of every kernel function it calls, and the module constants it reads; an entry built
+from other source is not used.
+
+Without Triton the kernel modules import against the stand-in of `_notriton.py` (see
+docs/design/aot.md); `NBX_KERNEL_ARCHIVES` names another folder of archives.
 """
 from __future__ import annotations
 
@@ -65,23 +69,88 @@ def kernel_name(kernel) -> str:
     return f"{fn.__module__}:{fn.__qualname__}"
 
 
-_src_hashes: dict = {}
+_src_hashes: dict = {}        # file -> hash of its bytes (read once)
+_deps: dict = {}              # id(kernel) -> (kernel, files, constants) it is built from
 
 
-def source_hash(kernel) -> str:
-    """Hash of the file that defines the kernel's function (read once per file): an archive
-    entry built from another version of that file is not used."""
-    fn = getattr(kernel, "fn", kernel)
-    path = getattr(fn, "__code__", None) and fn.__code__.co_filename
+def _file_hash(path) -> str:
     h = _src_hashes.get(path)
     if h is None:
         try:
             with open(path, "rb") as f:
                 h = hashlib.sha256(f.read()).hexdigest()[:16]
         except (OSError, TypeError):
-            h = "unknown"
+            # generated code (a `<...>` name): its source as registered in linecache, where
+            # Triton reads it too
+            import linecache
+            lines = linecache.getlines(path) if isinstance(path, str) else []
+            h = hashlib.sha256("".join(lines).encode()).hexdigest()[:16] if lines else "unknown"
         _src_hashes[path] = h
     return h
+
+
+def _names(code, out: set) -> set:
+    """The names a code object (and the code nested in it) reads: its globals and attributes
+    (a superset of the globals it loads: an attribute that shares a global's name only adds
+    to the hash)."""
+    out.update(code.co_names)
+    for c in code.co_consts:
+        if hasattr(c, "co_names"):
+            _names(c, out)
+    return out
+
+
+def _ours(fn) -> bool:
+    # Triton's own functions (builtins, Gluon's wrappers) belong to the Triton version, which
+    # the archive records; ours (nbxtensor's, a user's) are hashed
+    return not (getattr(fn, "__module__", None) or "triton").startswith("triton")
+
+
+def _reach(fn, files: set, consts: dict, seen: set) -> None:
+    """The files of the kernel functions `fn` calls, transitively (helpers of other modules
+    compile into it), and the plain constants it reads from module globals."""
+    if id(fn) in seen or not hasattr(fn, "__code__"):
+        return
+    seen.add(id(fn))
+    files.add(fn.__code__.co_filename)
+    g = getattr(fn, "__globals__", {})
+    for name in sorted(_names(fn.__code__, set())):
+        obj = g.get(name)
+        if obj is None:
+            continue
+        if type(obj).__name__ == "module":
+            f = getattr(obj, "__file__", None)
+            if f and obj.__name__.startswith("nbxtensor."):
+                files.add(f)      # helpers read as module.attribute (tl, libdevice: Triton's)
+            continue
+        inner = getattr(obj, "fn", None)
+        if hasattr(inner, "__code__"):
+            if _ours(inner):       # a @triton.jit / @gluon.jit / constexpr function, or a stand-in
+                _reach(inner, files, consts, seen)
+        elif not hasattr(obj, "__code__"):       # plain functions: host code, not compiled
+            v = getattr(obj, "value", obj)       # tl.constexpr(...) or a plain value
+            if v is None or type(v) in (int, float, bool, str):
+                consts[f"{fn.__module__}.{name}"] = repr(v)
+
+
+def source_hash(kernel) -> str:
+    """Hash of what the kernel is compiled from, beyond its launch key: the files that
+    define it and every function it calls (transitively), and the constants it reads from
+    module globals. An archive entry built from other sources is not used. Computed from
+    the Python functions alone, so Triton's kernels and the stand-in's hash alike."""
+    d = _deps.get(id(kernel))
+    if d is None:
+        fn = getattr(kernel, "fn", kernel)
+        files, consts = set(), {}
+        _reach(fn, files, consts, set())
+        d = _deps[id(kernel)] = (kernel, sorted(files), sorted(consts.items()))
+    _, files, consts = d
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{os.path.basename(f)}={_file_hash(f)};".encode())
+    for k, v in consts:
+        h.update(f"{k}={v};".encode())
+    return h.hexdigest()[:16]
 
 
 # ----------------------------------------------------------------------------- keys
@@ -103,11 +172,15 @@ def encode_value(v):
     if t in (tuple, list):
         return ["t" if t is tuple else "l", [encode_value(x) for x in v]]
     mod = getattr(t, "__module__", "") or ""
-    if mod.startswith("triton.language") and t.__name__ in ("dtype", "pointer_type"):
-        return ["tl", str(v)]
+    if (mod.startswith("triton.language") and t.__name__ in ("dtype", "pointer_type")
+            or mod == _STAND_IN and t.__name__ == "dtype"):
+        return ["tl", str(v)]     # the stand-in's dtypes print as Triton's: one key
     if mod.startswith("nbxtensor") and t.__name__ == "DType":
         return ["nbx", v.name]
     raise TypeError(f"aot: cannot key a value of type {t.__module__}.{t.__name__}: {v!r}")
+
+
+_STAND_IN = __name__.rpartition(".")[0] + "._notriton"
 
 
 def decode_value(e):
@@ -242,25 +315,30 @@ def meta_of(md, ptx_params: int) -> dict:
 
 _DEFAULT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "kernel_archives")
-_dir = _DEFAULT_DIR
+_dir: str | None = None       # None: NBX_KERNEL_ARCHIVES, else the package's own folder
 _archives: dict = {}          # cc -> Archive or None (no file)
 _lock = threading.Lock()
 
 
 def archive_dir() -> str:
-    return _dir
+    if _dir is not None:
+        return _dir
+    from ... import config
+    return config.get("NBX_KERNEL_ARCHIVES") or _DEFAULT_DIR
 
 
 def set_archive_dir(path: str | None) -> None:
-    """Where the archives are looked for (None: the package's own `kernel_archives`)."""
+    """Where the archives are looked for (None: NBX_KERNEL_ARCHIVES, else the package's own
+    `kernel_archives`)."""
     global _dir
     with _lock:
-        _dir = _DEFAULT_DIR if path is None else str(path)
+        _dir = None if path is None else str(path)
         _archives.clear()
+        _built_with.clear()
 
 
 def archive_path(cc: int, directory: str | None = None) -> str:
-    return os.path.join(directory or _dir, f"nbx-kernels-{arch_name(cc)}.bin")
+    return os.path.join(directory or archive_dir(), f"nbx-kernels-{arch_name(cc)}.bin")
 
 
 def _archive(cc: int):
@@ -284,17 +362,86 @@ def lookup(kernel, key: str, cc: int):
     return hit[0], hit[1]
 
 
-def missing(kernel, key: str, cc: int, err: ImportError) -> MissingKernelError:
+def describe_key(key: str) -> str:
+    """A launch key in words: the constexprs, the argument types (with Triton's
+    specialisations) and the compile options."""
+    try:
+        name, sig, div, cx, opts = json.loads(key)
+        names = [k for k, _ in sig]
+        divisible = {i for i, d in div if d}
+        consts = ", ".join(f"{names[i]}={_show(decode_plain(v))}" for i, v in cx)
+        args = ", ".join(f"{n}: {t}" + (" (16-divisible)" if i in divisible else "")
+                         for i, (n, t) in enumerate(sig) if t != "constexpr")
+        options = ", ".join(f"{k}={_show(decode_plain(v))}" for k, v in opts)
+    except (ValueError, TypeError, IndexError):
+        return key
+    return f"constexprs {{{consts}}}, arguments {{{args}}}, options {{{options or 'defaults'}}}"
+
+
+def decode_plain(e):
+    """As decode_value, a Triton dtype kept as its name (no Triton needed)."""
+    return ("tl", e[1]) if e[0] == "tl" else decode_value(e)
+
+
+def _show(v):
+    return f"tl.{v[1]}" if isinstance(v, tuple) and len(v) == 2 and v[0] == "tl" else repr(v)
+
+
+def compile_blocker(kernel) -> str | None:
+    """Why `kernel` cannot be compiled in this process (None: it can, Triton imports)."""
+    if getattr(kernel, "archive_only", False) is True:
+        from ... import config
+        if config.get("NBX_ARCHIVE_ONLY"):
+            return ("its module was imported without Triton (NBX_ARCHIVE_ONLY=1: kernels come "
+                    "from the archive only)")
+        err = triton_importable()
+        return f"Triton, which would compile it, cannot be imported ({err})"
+    err = triton_importable()
+    if err is not None:
+        return f"Triton, which would compile it, cannot be imported ({err})"
+    return None
+
+
+def missing(kernel, key: str, cc: int, why) -> MissingKernelError:
+    """The error for a variant the archive for `cc` lacks and this process cannot compile
+    (`why`: compile_blocker's answer, or an ImportError)."""
     a = _archive(cc)
     where = (f"the kernel archive {a.path} does not hold it" if a is not None else
-             f"no kernel archive for {arch_name(cc)} in {_dir}")
+             f"no kernel archive for {arch_name(cc)} in {archive_dir()}")
     if a is not None and key in a.kernels:
         where = f"the kernel archive {a.path} holds it built from another version of its source"
+    if isinstance(why, ImportError):
+        why = f"Triton, which would compile it, cannot be imported ({why})"
     return MissingKernelError(
-        f"kernel {kernel_name(kernel)}: no compiled variant for {arch_name(cc)} with launch key "
-        f"{key}: {where}, and Triton, which would compile it, cannot be imported ({err}). "
-        f"Install the cuda extra (pip install 'nbxtensor[cuda]'), or rebuild the archive with "
-        f"`nbx build-kernels --arch {arch_name(cc)}` from a census that includes this launch")
+        f"kernel {kernel_name(kernel)}: no compiled variant for {arch_name(cc)} with "
+        f"{describe_key(key)}: {where}, and {why}. Install the cuda extra "
+        f"(pip install 'nbxtensor[cuda]') to compile it on first use, or rebuild the archive "
+        f"with `nbx build-kernels --arch {arch_name(cc)}` from a census that includes this "
+        f"launch (python -m nbxtensor.backends.cuda.census OUT --device cuda). Launch key: {key}")
+
+
+_built_with: list = []
+
+
+def kernels_built_with() -> str | None:
+    """The Triton version that built the kernel archives, where kernels come from the archives
+    only (the stand-in is in use: no Triton, or NBX_ARCHIVE_ONLY=1); None where Triton
+    compiles. Tuned configurations are chosen for that version (autotune's tables)."""
+    from . import _notriton
+    if not _notriton.IN_USE:
+        return None
+    if not _built_with:
+        d, v = archive_dir(), None
+        names = sorted(os.listdir(d)) if os.path.isdir(d) else []
+        for f in names:
+            if f.startswith("nbx-kernels-") and f.endswith(".bin"):
+                try:
+                    v = Archive(os.path.join(d, f)).index.get("triton")
+                except (StaleArchiveError, OSError, ValueError):
+                    continue
+                break
+        _built_with.append(v)
+    return _built_with[0]
 
 
 def triton_importable() -> ImportError | None:
@@ -392,12 +539,23 @@ class Kernel:
     def __init__(self, fn, do_not_specialize=(), do_not_specialize_on_alignment=(), **jit_kwargs):
         self.fn = fn
         self.__name__, self.__doc__ = fn.__name__, fn.__doc__
-        self.params = params_of(fn, do_not_specialize, do_not_specialize_on_alignment)
-        self.arg_names = [p.name for p in self.params]
+        self._dns = (do_not_specialize, do_not_specialize_on_alignment)
+        self._params = None
         self.debug = jit_kwargs.get("debug")
         self._jit_kwargs = dict(jit_kwargs, do_not_specialize=list(do_not_specialize),
                                 do_not_specialize_on_alignment=list(do_not_specialize_on_alignment))
         self._jit = None
+
+    @property
+    def params(self) -> list:
+        # read on the first bind: a module defines many kernels, a process launches few
+        if self._params is None:
+            self._params = params_of(self.fn, *self._dns)
+        return self._params
+
+    @property
+    def arg_names(self) -> list:
+        return [p.name for p in self.params]
 
     @property
     def cache_key(self) -> str:
@@ -442,19 +600,73 @@ def resolve(name: str):
     return obj
 
 
-def build(keys, cc: int, out_dir: str, log=None) -> dict:
+def _warm(keys, cc: int, fresh: bool) -> int:
+    """A build worker: compile `keys` into Triton's on-disk cache (failures are left for the
+    parent, which compiles them again and reports them)."""
+    import triton
+
+    from .launcher import _compile
+    triton.knobs.compilation.always_compile = fresh
+    n = 0
+    for key in keys:
+        name, signature, constexprs, attrs, options = parts_of(key)
+        try:
+            _compile(resolve(name), signature, constexprs, attrs, options, cc)
+            n += 1
+        except Exception:  # noqa: BLE001 - the parent's compile reports it
+            pass
+    return n
+
+
+def build(keys, cc: int, out_dir: str, log=None, jobs: int = 1, fresh: bool = True) -> dict:
     """Compile every launch key in `keys` for compute capability `cc` with Triton and write
     the archive into `out_dir`. Returns {"path", "size", "kernels", "failed": {key: error},
-    "seconds"}."""
+    "seconds"}. `jobs` > 1 compiles in that many processes first (through Triton's on-disk
+    cache, which the archive is then read from); `fresh` compiles every key even where
+    Triton's cache holds it (False: where this run's own compiles filled the cache)."""
     import time
 
     import triton
 
-    from .launcher import _compile, declared_param_count
+    from ... import config
+    if config.get("NBX_ARCHIVE_ONLY"):
+        raise RuntimeError("aot.build compiles Triton's kernels; with NBX_ARCHIVE_ONLY=1 the "
+                           "kernel modules import against the stand-in, which does not compile: "
+                           "unset it")
     t0 = time.time()
     w = ArchiveWriter(arch_name(cc), cc, triton.__version__)
     failed: dict = {}
     keys = sorted(keys)
+    # fresh: Triton's cache key ignores where a function sits in its file, so a cached cubin
+    # can carry the line numbers of an older layout of it (debug info only, but other bytes)
+    always = triton.knobs.compilation.always_compile
+    if jobs > 1 and len(keys) > 1:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+        # round robin: one kernel's variants spread over the workers
+        parts = [keys[i::jobs] for i in range(min(jobs, len(keys)))]
+        with cf.ProcessPoolExecutor(len(parts), mp_context=mp.get_context("spawn")) as ex:
+            done = sum(ex.map(_warm, parts, [cc] * len(parts), [fresh] * len(parts)))
+        if log:
+            log(f"[{arch_name(cc)}] {done}/{len(keys)} compiled by {len(parts)} processes "
+                f"({time.time() - t0:.0f} s)")
+        fresh = False          # the workers' results, from Triton's cache
+    triton.knobs.compilation.always_compile = fresh
+    try:
+        _build_keys(keys, cc, w, failed, log, t0)
+    finally:
+        triton.knobs.compilation.always_compile = always
+    os.makedirs(out_dir, exist_ok=True)
+    path = archive_path(cc, out_dir)
+    size = w.write(path)
+    return {"path": path, "size": size, "kernels": len(w.index["kernels"]), "failed": failed,
+            "seconds": time.time() - t0}
+
+
+def _build_keys(keys, cc, w, failed, log, t0) -> None:
+    import time
+
+    from .launcher import _compile, declared_param_count
     for n, key in enumerate(keys, 1):
         name, signature, constexprs, attrs, options = parts_of(key)
         try:
@@ -469,8 +681,3 @@ def build(keys, cc: int, out_dir: str, log=None) -> dict:
               source_hash(kernel))
         if log and (n % 10 == 0 or n == len(keys)):
             log(f"[{arch_name(cc)} {n}/{len(keys)}] {name} ({time.time() - t0:.0f} s)")
-    os.makedirs(out_dir, exist_ok=True)
-    path = archive_path(cc, out_dir)
-    size = w.write(path)
-    return {"path": path, "size": size, "kernels": len(w.index["kernels"]), "failed": failed,
-            "seconds": time.time() - t0}

@@ -119,12 +119,15 @@ def static_keys() -> Census:
 
 # ----------------------------------------------------------------------------- workload
 
-def run_workload(device: str = "interp", log=None, models: bool = False) -> None:
+def run_workload(device: str = "interp", log=None, models: bool = False,
+                 only=None) -> None:
     """A representative op workload on `device`: the element-wise, reduction, matmul, norm,
     softmax, indexing, shape, sort and sampling families over the dtypes the models use, at
     sizes that overhang the block sizes, contiguous and strided; with `models`, the shipped
     reference models too (an embedding with minilm, a few tokens of smollm2, their default
-    dtypes on `device`)."""
+    dtypes on `device`). `only`: the names of the steps to run (default all: "elementwise",
+    "reduction", "softmax, norm", "matmul", "attention", "indexing, shape", "sort, sampling",
+    and "models" with `models`)."""
     import numpy as np
 
     import nbxtensor as nbx
@@ -209,6 +212,12 @@ def run_workload(device: str = "interp", log=None, models: bool = False) -> None
             M.generate(m, ids, max_new_tokens=4, sampler=M.Sampler(0.0, 0, 1.0, 1.0, None))
             M.generate(m, ids, max_new_tokens=4, sampler=M.Sampler(0.7, 40, 0.9, 1.1, 0))
 
+    if only is not None:
+        unknown = set(only) - {n for n, _ in steps}
+        if unknown:
+            raise ValueError(f"run_workload: only={sorted(unknown)} names no step; the steps "
+                             f"are {[n for n, _ in steps]}")
+        steps = [(n, f) for n, f in steps if n in only]
     for name, f in steps:
         t = time.time()
         try:

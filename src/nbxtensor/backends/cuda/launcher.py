@@ -282,9 +282,9 @@ def _compiled(kernel, signature, constexprs, attrs, options, cc: int):
     if hit is not None:
         md, cubin = hit
         return md, cubin, md.nparams
-    err = aot.triton_importable()
-    if err is not None:
-        raise aot.missing(kernel, key, cc, err)
+    why = aot.compile_blocker(kernel)
+    if why is not None:
+        raise aot.missing(kernel, key, cc, why)
     ck = _compile(kernel, signature, constexprs, attrs, options, cc)
     return ck.metadata, ck.asm["cubin"], declared_param_count(ck.asm["ptx"])
 
