@@ -553,3 +553,19 @@ def test_hostile_wav_files(tmp_path):
 def _write(p, data):
     p.write_bytes(data)
     return p
+
+
+@pytest.mark.parametrize("n_fft,hop", [(400, 160), (512, 128), (255, 100)])
+def test_stft_whisper_framing_on_the_fast_kernels(device, n_fft, hop):
+    # n_fft 400: the half-length rfft (200 points) by the one-launch Bluestein; 512: the
+    # on-chip power of two; 255: odd, the complex transform. istft inverts each.
+    g = np.random.default_rng(n_fft)
+    x = (0.1 * g.standard_normal((2, 4000))).astype(np.float32)
+    wnp = _np_window("hann_window", n_fft, True)
+    w = nbx.tensor(wnp.astype(np.float32), device=device)
+    t = nbx.tensor(x, device=device)
+    got = nbx.stft(t, n_fft, hop, window=w, return_complex=True)
+    want = _np_stft(x, n_fft, hop, n_fft, wnp, True, "reflect", False, True)
+    _close(got, want, _tol(nbx.float32))
+    back = nbx.istft(got, n_fft, hop, window=w, length=4000)
+    _close(back, x.astype(np.float64), _tol(nbx.float32))

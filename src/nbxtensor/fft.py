@@ -5,8 +5,9 @@ Names, signatures and `norm` modes are torch's: "backward" (default: no scaling 
 
   * cpu: numpy.fft (pocketfft) on the input in complex128/float64, rounded once to the
     result dtype.
-  * cuda and interp: kernels/fft.py (radix-2 Stockham passes; Bluestein's chirp-z through
-    power-of-two transforms for every other length).
+  * cuda and interp: kernels/fft.py (on-chip DFT-by-dot kernels, the four-step form for
+    long powers of two, Bluestein's chirp-z for other lengths; rfft / irfft of even length
+    through one complex FFT of half the length). See docs/design/fft.md.
 
 Dtypes: float32 and integer/bool inputs give complex64, float64 gives complex128 (torch's
 promotion); float16/bfloat16 are refused (torch computes half only on cuda for powers of
@@ -118,13 +119,14 @@ def _resize(x, dim, n):
 def _c2c_dim(x, dim, inverse, scale):
     """The complex DFT of x (complex) along dim on cuda/interp, times `scale`."""
     from .kernels.fft import c2c
-    from .ops.elementwise import mul
+    return c2c(x, dim, inverse, scale)
+
+
+def _last_contiguous(x, dim):
+    """x with dim moved last, contiguous and at an even offset (a complex view of it exists)."""
     last = x.ndim - 1
     xt = x.transpose(dim, last).contiguous() if dim != last else x.contiguous()
-    y = c2c(xt, inverse)
-    if scale != 1.0:
-        y = mul(y, scale)
-    return y.transpose(dim, last) if dim != last else y
+    return xt.clone() if xt._offset % 2 else xt
 
 
 def _flip_conj(x, dim):
@@ -146,14 +148,21 @@ def _dev_fft(x, n, dim, norm, inverse):
 
 def _dev_irfft(x, n, dim, norm):
     """c2r: the hermitian spectrum X[0..n//2] of a real signal of length n, inverted."""
+    from .kernels.fft import irfft_rows
     from .ops.complex import real
     ct = _complex_dtype(x)
     half = n // 2 + 1
     x = _resize(x.to(ct), dim, half)
+    if n % 2 == 0:
+        # one inverse complex FFT of length n // 2 (kernels/fft.py: irfft_rows)
+        last = x.ndim - 1
+        xt = x.transpose(dim, last).contiguous() if dim != last else x.contiguous()
+        y = irfft_rows(xt, n, _scale(norm, n, True))
+        return y.transpose(dim, last).contiguous() if dim != last else y
     full = _resize(x, dim, n)                 # X[k] for k <= n // 2, zeros above
     mirror = _flip_conj(full, dim)            # conj(X[n - k])
-    # k > n // 2 takes the mirror; X[0] (and X[n/2] for even n) keep only their real parts,
-    # which the real part of the inverse below gives anyway
+    # k > n // 2 takes the mirror; X[0] keeps only its real part, which the real part of
+    # the inverse below gives anyway
     if n - half > 0:
         full.narrow(dim, half, n - half).copy_(mirror.narrow(dim, half, n - half))
     y = _c2c_dim(full, dim, True, _scale(norm, n, True))
@@ -161,6 +170,14 @@ def _dev_irfft(x, n, dim, norm):
 
 
 def _dev_rfft(x, n, dim, norm):
+    if n % 2 == 0:
+        # one complex FFT of length n // 2 and a post-twiddle (kernels/fft.py: rfft_rows)
+        from .kernels.fft import rfft_rows
+        rt = _dt.to_real(_complex_dtype(x))
+        x = _resize(x.to(rt), dim, n)
+        last = x.ndim - 1
+        y = rfft_rows(_last_contiguous(x, dim), _scale(norm, n, False))
+        return y.transpose(dim, last).contiguous() if dim != last else y
     y = _dev_fft(x, n, dim, norm, False)
     return y.narrow(dim, 0, n // 2 + 1).contiguous()
 

@@ -11,7 +11,7 @@ to a real dtype is refused (torch drops the imaginary part with a warning).
 from __future__ import annotations
 
 from .. import dtypes as _dt
-from ..tensor import Tensor, _real_view, broadcast_shapes
+from ..tensor import Tensor, _as_complex_view, _real_view, broadcast_shapes
 from . import _methods
 
 __all__ = ["real", "imag", "conj", "conj_physical", "resolve_conj", "angle", "polar", "complex",
@@ -22,12 +22,6 @@ def _check(x, op, argname="input"):
     if not isinstance(x, Tensor):
         raise TypeError(f"{op}: {argname} must be a Tensor, got {type(x).__name__}")
     return x
-
-
-def _as_complex_view(r: Tensor) -> Tensor:
-    """A real tensor whose last dim is (re, im) with stride 1, read as complex (no checks)."""
-    return Tensor._make(r._storage, r._shape[:-1], tuple(s // 2 for s in r._stride[:-1]),
-                        r._offset // 2, _dt.to_complex(r._dtype))
 
 
 def is_complex(input) -> bool:  # noqa: A002
