@@ -571,10 +571,16 @@ def test_float64_scalars_exact(device):
 
 def test_dispatch_names_agree():
     from nbxtensor.backends.cpu import elementwise as cpu
-    from nbxtensor.ops import elementwise as ops
-    assert set(ops.DISPATCH_NAMES) == set(cpu._OPS)
-    pytest.importorskip("triton")
     from nbxtensor.dispatch import impl
+    from nbxtensor.ops import _declare
+    from nbxtensor.ops import elementwise as ops
+    # the hand-written entries are the cpu module's table, the rest are the declarations
+    assert set(ops.HAND_NAMES) == set(cpu._OPS)
+    assert set(ops.DISPATCH_NAMES) == set(ops.HAND_NAMES) | set(_declare.OPS)
+    assert not set(ops.HAND_NAMES) & set(_declare.OPS)
+    for name in ops.DISPATCH_NAMES:
+        assert impl(name, nbx.device("cpu")) is not None
+    pytest.importorskip("triton")
     for name in ops.DISPATCH_NAMES:     # the triton family registers every name
         assert impl(name, nbx.device("interp")) is not None
 

@@ -298,3 +298,91 @@ __all__ += ["CUDAGraph", "graph", "is_current_stream_capturing", "CaptureError"]
 # ============================================================================================
 # end of the CUDA graphs section
 # ============================================================================================
+
+
+# ============================================================================================
+# Seeding (torch.cuda.manual_seed & co): the per-device default generators of nbx.random
+# ============================================================================================
+# As torch's lazy seeding, these do nothing without a GPU (torch queues the call for a CUDA
+# that never initialises); with one they seed nbx.random.default_generator_for("cuda:i"), the
+# generator nbx.sample and the random fills on that device draw from.
+
+def _default_generator(i):
+    from . import random as _random
+    return _random.default_generator_for(f"cuda:{i}")
+
+
+def _check_seed(seed, op):
+    from . import random as _random
+    return _random._check_seed(seed, op)
+
+
+def manual_seed(seed) -> None:
+    """Seed the current cuda device's default generator (a no-op without a GPU)."""
+    seed = _check_seed(seed, "cuda.manual_seed")
+    if is_available():
+        _default_generator(current_device()).manual_seed(seed)
+
+
+def manual_seed_all(seed) -> None:
+    """Seed every cuda device's default generator (a no-op without a GPU)."""
+    seed = _check_seed(seed, "cuda.manual_seed_all")
+    if is_available():
+        for i in range(device_count()):
+            _default_generator(i).manual_seed(seed)
+
+
+def seed() -> None:
+    """Seed the current cuda device's default generator with a random number."""
+    if is_available():
+        _default_generator(current_device()).seed()
+
+
+def seed_all() -> None:
+    """Seed every cuda device's default generator with one random number."""
+    if is_available():
+        import secrets
+        manual_seed_all(secrets.randbits(64))
+
+
+def initial_seed() -> int:
+    """The current cuda device's default generator's seed (torch.cuda.initial_seed)."""
+    if not is_available():
+        raise CudaUnavailable(f"cuda.initial_seed: no cuda device ({availability()[1]})")
+    return _default_generator(current_device()).initial_seed()
+
+
+__all__ += ["manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed"]
+
+
+# ============================================================================================
+# torch.backends.cuda.matmul flags: allow_tf32 is set_float32_matmul_precision's switch
+# ============================================================================================
+class _MatmulFlags:
+    """torch.backends.cuda.matmul: `allow_tf32` reads and sets nbx's float32 matmul precision
+    ("high" allows TF32, "highest" is IEEE), as torch's does; the reduced-precision reduction
+    flags are accepted and read back (nbxtensor's half-precision GEMMs accumulate in fp32)."""
+
+    allow_fp16_reduced_precision_reduction = True
+    allow_bf16_reduced_precision_reduction = True
+
+    @property
+    def allow_tf32(self) -> bool:
+        from .ops.linalg import get_float32_matmul_precision
+        return get_float32_matmul_precision() != "highest"
+
+    @allow_tf32.setter
+    def allow_tf32(self, value) -> None:
+        from .ops.linalg import set_float32_matmul_precision
+        if not isinstance(value, bool):
+            raise TypeError(f"backends.cuda.matmul.allow_tf32 must be a bool, got {value!r}")
+        set_float32_matmul_precision("high" if value else "highest")
+
+
+def _install_backend_flags() -> None:
+    from .backends import cuda as _backends_cuda
+    if not hasattr(_backends_cuda, "matmul"):
+        _backends_cuda.matmul = _MatmulFlags()
+
+
+_install_backend_flags()

@@ -1,8 +1,10 @@
 """Element-wise kernels (cuda and interp): one generic template for every op, copy_, fill_.
 
 Reading order: storage codecs (bf16/fp8/bool are moved as raw integers and decoded by
-hand, so interp and cuda round bit-for-bit the same way), the scalar op table, the
-kernel, then the launch plan (dim collapsing) and the registered entries.
+hand, so interp and cuda round bit-for-bit the same way), the math helpers, the
+hand-written scalar ops (`_apply_hand`), the kernels, the launch plan (dim collapsing),
+the registered entries, and last the generated scalar op `_apply`: one branch per op
+declared in ops/_declare.py (its Triton expression), falling through to `_apply_hand`.
 
 Casting rules (see dtypes.py) as implemented here:
   * float -> bfloat16 / float8: exact round-to-nearest-even from float32 bits, in
@@ -17,16 +19,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import triton
-import triton.language as tl
-from triton.language.extra import libdevice
+from ._triton import triton, tl, libdevice  # Triton, or its stand-in without Triton
 
 from .. import dtypes as _dt
 from ..backends.launch import launch_items
 from ..dispatch import register
-# every element-wise op by its dispatch name (the kernel's OP): the ops layer's one list; each
-# name is a branch of the kernel, and the element-wise tests run every op through it on interp
-from ..ops.elementwise import DISPATCH_NAMES as OPS
+# the element-wise ops by dispatch name (the kernel's OP): the hand-written branches of
+# `_apply_hand`, and the declared ops (ops/_declare.py) whose Triton expressions make `_apply`
+from ..ops.elementwise import HAND_NAMES as OPS, subscribe_declared
 from ..tensor import Tensor
 from ._host import cdiv as _cdiv, f64_bits as _f64_bits, next_pow2 as _np2
 
@@ -143,7 +143,9 @@ def _expm1(x, INTERP: tl.constexpr):
         u = tl.exp(x)
         r = tl.where(u == 1.0, x, (u - 1.0) * x / tl.log(u))   # Kahan's trick
         r = tl.where(u - 1.0 == -1.0, -1.0, r)
-        r = tl.where(x > 700.0, u, r)
+        # above 1, u - 1 loses nothing and cannot overflow where u does not (the trick's
+        # (u - 1) * x can, and inf / inf is NaN)
+        r = tl.where(x > 1.0, u - 1.0, r)
     else:
         r = libdevice.expm1(x)
     return r
@@ -366,100 +368,163 @@ def _remainder(x, y, IS_FLOAT: tl.constexpr, INTERP: tl.constexpr):
 
 
 @triton.jit
-def _apply(OP: tl.constexpr, x, y, z, p0, p1, INTERP: tl.constexpr):
-    """The scalar op. x, y, z are in the compute type; p0, p1 are op parameters."""
+def _abs(x):
+    if x.dtype.is_floating():
+        r = tl.abs(x)
+    else:
+        r = tl.where(x < 0, -x, x)
+    return r
+
+
+@triton.jit
+def _sign(x):
+    r = tl.where(x > 0, 1, tl.where(x < 0, -1, 0)).to(x.dtype)
+    if x.dtype.is_floating():
+        r = tl.where(x != x, x, r)
+    return r
+
+
+@triton.jit
+def _exp2(x, INTERP: tl.constexpr):
+    if INTERP:
+        r = tl.exp2(x)
+    else:
+        r = libdevice.exp2(x)
+    return r
+
+
+@triton.jit
+def _log2(x, INTERP: tl.constexpr):
+    if INTERP:
+        r = tl.log2(x)
+    else:
+        r = libdevice.log2(x)
+    return r
+
+
+@triton.jit
+def _log10(x, INTERP: tl.constexpr):
+    if INTERP:
+        r = (tl.log(x.to(tl.float64)) * 0.4342944819032518).to(x.dtype)
+    else:
+        r = libdevice.log10(x)
+    return r
+
+
+@triton.jit
+def _sqrt(x, INTERP: tl.constexpr):
+    if x.dtype == tl.float32 and not INTERP:
+        r = tl.sqrt_rn(x)           # IEEE (tl.sqrt may be approximate for fp32)
+    else:
+        r = tl.sqrt(x)
+    return r
+
+
+@triton.jit
+def _rsqrt(x, INTERP: tl.constexpr):
+    if INTERP:
+        r = 1.0 / tl.sqrt(x)
+    else:
+        r = libdevice.rsqrt(x)
+    return r
+
+
+@triton.jit
+def _sin(x, INTERP: tl.constexpr):
+    if INTERP:
+        r = tl.sin(x)
+    else:
+        r = libdevice.sin(x)
+    return r
+
+
+@triton.jit
+def _cos(x, INTERP: tl.constexpr):
+    if INTERP:
+        r = tl.cos(x)
+    else:
+        r = libdevice.cos(x)
+    return r
+
+
+@triton.jit
+def _tan(x, INTERP: tl.constexpr):
+    if INTERP:
+        xd = x.to(tl.float64)
+        r = (tl.sin(xd) / tl.cos(xd)).to(x.dtype)
+    else:
+        r = libdevice.tan(x)
+    return r
+
+
+@triton.jit
+def _invert(x):
+    # unsigned: xor with all ones (the interpreter's `~` on uint8 overflows NumPy's -1)
+    if x.dtype.is_int_unsigned():
+        r = x ^ tl.full(x.shape, (1 << x.dtype.primitive_bitwidth) - 1, x.dtype)
+    else:
+        r = ~x
+    return r
+
+
+@triton.jit
+def _hardsigmoid(x):
+    r = _fdiv(tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0), _one(x) * 6.0)
+    return tl.where(x != x, x, r)
+
+
+@triton.jit
+def _fmod_any(x, y, IS_FLOAT: tl.constexpr, INTERP: tl.constexpr):
+    if IS_FLOAT:
+        r = _fmod(x, y, INTERP)
+    else:
+        ys = tl.where(y == 0, 1, y)
+        r = tl.where(y == 0, 0, x % ys)
+    return r
+
+
+@triton.jit
+def _maximum(x, y):
+    """NaN propagates from either side."""
+    if x.dtype.is_floating():
+        r = _max_nan(x, y)
+        r = tl.where(y != y, y, r)
+    else:
+        r = tl.maximum(x, y)
+    return r
+
+
+@triton.jit
+def _minimum(x, y):
+    if x.dtype.is_floating():
+        r = _min_nan(x, y)
+        r = tl.where(y != y, y, r)
+    else:
+        r = tl.minimum(x, y)
+    return r
+
+
+@triton.jit
+def _lshift(x, y):
+    """Shifts by a negative amount or by the width or more give 0 (torch)."""
+    ok = (y >= 0) & (y < x.dtype.primitive_bitwidth)
+    return tl.where(ok, x << tl.where(ok, y, 0), 0)
+
+
+@triton.jit
+def _rshift(x, y):
+    """Arithmetic: by the width or more, negative values give -1 and the rest 0."""
+    ok = (y >= 0) & (y < x.dtype.primitive_bitwidth)
+    sh = tl.where(ok, y, x.dtype.primitive_bitwidth - 1)
+    return tl.where(ok | (x < 0), x >> sh, 0)
+
+
+@triton.jit
+def _apply_hand(OP: tl.constexpr, x, y, z, p0, p1, INTERP: tl.constexpr):
+    """The ops not declared in ops/_declare.py (the generated `_apply` falls through here)."""
     IS_FLOAT: tl.constexpr = x.dtype.is_floating()
     if OP == "copy":
         r = x
-    elif OP == "neg":
-        r = _negf(x)
-    elif OP == "abs":
-        if IS_FLOAT:
-            r = tl.abs(x)
-        else:
-            r = tl.where(x < 0, -x, x)
-    elif OP == "sign":
-        r = tl.where(x > 0, 1, tl.where(x < 0, -1, 0)).to(x.dtype)
-        if IS_FLOAT:
-            r = tl.where(x != x, x, r)
-    elif OP == "exp":
-        r = _exp(x, INTERP)
-    elif OP == "exp2":
-        if INTERP:
-            r = tl.exp2(x)
-        else:
-            r = libdevice.exp2(x)
-    elif OP == "expm1":
-        r = _expm1(x, INTERP)
-    elif OP == "log":
-        r = _log(x, INTERP)
-    elif OP == "log2":
-        if INTERP:
-            r = tl.log2(x)
-        else:
-            r = libdevice.log2(x)
-    elif OP == "log10":
-        if INTERP:
-            r = (tl.log(x.to(tl.float64)) * 0.4342944819032518).to(x.dtype)
-        else:
-            r = libdevice.log10(x)
-    elif OP == "log1p":
-        r = _log1p(x, INTERP)
-    elif OP == "sqrt":
-        if x.dtype == tl.float32 and not INTERP:
-            r = tl.sqrt_rn(x)           # IEEE (tl.sqrt may be approximate for fp32)
-        else:
-            r = tl.sqrt(x)
-    elif OP == "rsqrt":
-        if INTERP:
-            r = 1.0 / tl.sqrt(x)
-        else:
-            r = libdevice.rsqrt(x)
-    elif OP == "reciprocal":
-        r = _fdiv(_one(x), x)
-    elif OP == "sin":
-        if INTERP:
-            r = tl.sin(x)
-        else:
-            r = libdevice.sin(x)
-    elif OP == "cos":
-        if INTERP:
-            r = tl.cos(x)
-        else:
-            r = libdevice.cos(x)
-    elif OP == "tan":
-        if INTERP:
-            xd = x.to(tl.float64)
-            r = (tl.sin(xd) / tl.cos(xd)).to(x.dtype)
-        else:
-            r = libdevice.tan(x)
-    elif OP == "tanh":
-        r = _tanh(x, INTERP)
-    elif OP == "sigmoid":
-        r = _fdiv(_one(x), 1.0 + _exp(-x, INTERP))
-    elif OP == "erf":
-        if INTERP:
-            r = tl.erf(x)
-        else:
-            r = libdevice.erf(x)
-    elif OP == "floor":
-        r = tl.floor(x)
-    elif OP == "ceil":
-        r = tl.ceil(x)
-    elif OP == "round":
-        r = _rint(x, INTERP)
-    elif OP == "trunc":
-        r = _trunc(x)
-    elif OP == "isnan":
-        r = x != x
-    elif OP == "isinf":
-        r = (x == _INF) | (x == -_INF)
-    elif OP == "isfinite":
-        r = (x == x) & (x != _INF) & (x != -_INF)
-    elif OP == "logical_not":
-        r = x == 0
-    elif OP == "bitwise_not":
-        r = ~x
     elif OP == "nan_to_num":      # y = posinf, z = neginf, p0 = nan
         r = tl.where(x != x, p0, x)
         r = tl.where(x == _INF, y, r)
@@ -482,30 +547,6 @@ def _apply(OP: tl.constexpr, x, y, z, p0, p1, INTERP: tl.constexpr):
             r = tl.where(y != y, y, r)
         else:
             r = tl.minimum(x, y)
-    # ------------------------------------------------------------ activations
-    elif OP == "relu":
-        r = tl.where(x < 0, 0, x).to(x.dtype)
-    elif OP == "gelu":
-        r = 0.5 * x * (1.0 + _erf_any(x * 0.7071067811865476, INTERP))
-    elif OP == "gelu_tanh":
-        r = 0.5 * x * (1.0 + _tanh(0.7978845608028654 * (x + 0.044715 * x * x * x), INTERP))
-    elif OP == "silu":
-        r = _fdiv(x, 1.0 + _exp(-x, INTERP))
-    elif OP == "mish":
-        r = x * _tanh(_softplus(x, 1.0, 20.0, INTERP), INTERP)
-    elif OP == "softplus":
-        r = _softplus(x, p0, p1, INTERP)
-    elif OP == "elu":
-        r = tl.where(x > 0, x, p0 * _expm1(x, INTERP))
-    elif OP == "leaky_relu":
-        r = tl.where(x > 0, x, x * p0)
-    elif OP == "hardsigmoid":
-        r = _fdiv(tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0), _one(x) * 6.0)
-        r = tl.where(x != x, x, r)
-    elif OP == "hardswish":
-        r = _fdiv(x * tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0), _one(x) * 6.0)
-    elif OP == "glu":
-        r = _fdiv(x, 1.0 + _exp(-y, INTERP))
     # ------------------------------------------------------------ binary
     elif OP == "add":
         r = x + y
@@ -527,64 +568,11 @@ def _apply(OP: tl.constexpr, x, y, z, p0, p1, INTERP: tl.constexpr):
         else:
             ys = tl.where(y == 0, 1, y)
             r = tl.where(y == 0, 0, x // ys)
-    elif OP == "remainder":
-        r = _remainder(x, y, IS_FLOAT, INTERP)
-    elif OP == "fmod":
-        if IS_FLOAT:
-            r = _fmod(x, y, INTERP)
-        else:
-            ys = tl.where(y == 0, 1, y)
-            r = tl.where(y == 0, 0, x % ys)
     elif OP == "pow":
         if IS_FLOAT:
             r = _pow_f(x, y, INTERP)
         else:
             r = _pow_i(x, y)
-    elif OP == "maximum":
-        if IS_FLOAT:
-            r = _max_nan(x, y)
-            r = tl.where(y != y, y, r)
-        else:
-            r = tl.maximum(x, y)
-    elif OP == "minimum":
-        if IS_FLOAT:
-            r = _min_nan(x, y)
-            r = tl.where(y != y, y, r)
-        else:
-            r = tl.minimum(x, y)
-    elif OP == "atan2":
-        r = _atan2(x, y, INTERP)
-    elif OP == "eq":
-        r = x == y
-    elif OP == "ne":
-        r = x != y
-    elif OP == "lt":
-        r = x < y
-    elif OP == "le":
-        r = x <= y
-    elif OP == "gt":
-        r = x > y
-    elif OP == "ge":
-        r = x >= y
-    elif OP == "logical_and":
-        r = (x != 0) & (y != 0)
-    elif OP == "logical_or":
-        r = (x != 0) | (y != 0)
-    elif OP == "logical_xor":
-        r = (x != 0) ^ (y != 0)
-    elif OP == "bitwise_and":
-        r = x & y
-    elif OP == "bitwise_or":
-        r = x | y
-    elif OP == "bitwise_xor":
-        r = x ^ y
-    elif OP == "lshift":
-        ok = (y >= 0) & (y < x.dtype.primitive_bitwidth)
-        r = tl.where(ok, x << tl.where(ok, y, 0), 0)
-    elif OP == "rshift":
-        ok = (y >= 0) & (y < x.dtype.primitive_bitwidth)
-        sh = tl.where(ok, y, x.dtype.primitive_bitwidth - 1)
-        r = tl.where(ok | (x < 0), x >> sh, 0)
     # ------------------------------------------------------------ ternary
     elif OP == "where":          # x = condition
         r = tl.where(x != 0, y, z)
@@ -607,6 +595,274 @@ def _erf_any(x, INTERP: tl.constexpr):
     else:
         r = libdevice.erf(x)
     return r
+
+
+# torch's element-wise ops beyond the basic math (ops/_declare.py). On interp they compute
+# in float64 from the NumPy-backed primitives and round once into the compute type.
+_LN2 = tl.constexpr(0.6931471805599453)
+
+
+@triton.jit
+def _signbit(x):
+    """The sign bit (set for -0.0 and negative NaNs); x < 0 for integers."""
+    if x.dtype == tl.float64:
+        r = x.to(tl.int64, bitcast=True) < 0
+    elif x.dtype.is_floating():
+        r = x.to(tl.float32).to(tl.int32, bitcast=True) < 0
+    else:
+        r = x < 0
+    return r
+
+
+@triton.jit
+def _copysign(x, y):
+    a = tl.abs(x)
+    return tl.where(_signbit(y), _negf(a), a)
+
+
+@triton.jit
+def _sinh(x, INTERP: tl.constexpr):
+    if INTERP:
+        xd = x.to(tl.float64)
+        ax = tl.abs(xd)
+        t = _expm1(ax, INTERP)
+        r = tl.where(ax > 20.0, tl.exp(ax - _LN2), 0.5 * (t + t / (t + 1.0)))
+        r = tl.where(xd < 0, -r, r)
+        r = tl.where(xd == 0, xd, r).to(x.dtype)           # keeps -0
+    else:
+        r = libdevice.sinh(x)
+    return r
+
+
+@triton.jit
+def _cosh(x, INTERP: tl.constexpr):
+    if INTERP:
+        ax = tl.abs(x.to(tl.float64))
+        e = tl.exp(ax)
+        r = tl.where(ax > 20.0, tl.exp(ax - _LN2), 0.5 * (e + 1.0 / e)).to(x.dtype)
+    else:
+        r = libdevice.cosh(x)
+    return r
+
+
+@triton.jit
+def _asinh(x, INTERP: tl.constexpr):
+    if INTERP:
+        xd = x.to(tl.float64)
+        ax = tl.abs(xd)
+        small = _log1p(ax + ax * ax / (1.0 + tl.sqrt(1.0 + ax * ax)), INTERP)
+        r = tl.where(ax > 1e8, tl.log(ax) + _LN2, small)
+        r = tl.where(xd < 0, -r, r)
+        r = tl.where(xd == 0, xd, r).to(x.dtype)
+    else:
+        r = libdevice.asinh(x)
+    return r
+
+
+@triton.jit
+def _acosh(x, INTERP: tl.constexpr):
+    if INTERP:
+        xd = x.to(tl.float64)
+        t = xd - 1.0
+        small = _log1p(t + tl.sqrt(2.0 * t + t * t), INTERP)
+        r = tl.where(xd > 1e8, tl.log(xd) + _LN2, small)
+        r = tl.where(xd < 1.0, (_INF - _INF), r).to(x.dtype)
+    else:
+        r = libdevice.acosh(x)
+    return r
+
+
+@triton.jit
+def _atanh(x, INTERP: tl.constexpr):
+    if INTERP:
+        xd = x.to(tl.float64)
+        ax = tl.abs(xd)
+        r = 0.5 * _log1p(2.0 * ax / (1.0 - ax), INTERP)
+        r = tl.where(ax > 1.0, (_INF - _INF), r)
+        r = tl.where(xd < 0, -r, r)
+        r = tl.where(xd == 0, xd, r).to(x.dtype)
+    else:
+        r = libdevice.atanh(x)
+    return r
+
+
+@triton.jit
+def _atan64(xd):
+    """arctan in float64 for interp: _atan2's argument reduction, NaN through unchanged."""
+    ax = tl.abs(xd)
+    big = ax > 1.0
+    t = tl.where(big, 1.0 / ax, ax)               # in [0, 1]; 1/inf = 0
+    SQ3: tl.constexpr = 1.7320508075688772
+    red = t > 0.2679491924311227
+    tr = tl.where(red, (t * SQ3 - 1.0) / (SQ3 + t), t)
+    a = _atan_small(tr)
+    a = tl.where(red, a + 0.5235987755982989, a)
+    a = tl.where(big, 1.5707963267948966 - a, a)
+    a = tl.where(xd < 0, -a, a)
+    return tl.where(xd == 0, xd, a)               # keeps -0
+
+
+@triton.jit
+def _asin(x, INTERP: tl.constexpr):
+    if INTERP:
+        xd = x.to(tl.float64)
+        r = _atan64(xd / tl.sqrt((1.0 - xd) * (1.0 + xd))).to(x.dtype)   # +-1: +-pi/2
+    else:
+        r = libdevice.asin(x)
+    return r
+
+
+@triton.jit
+def _acos(x, INTERP: tl.constexpr):
+    if INTERP:
+        xd = x.to(tl.float64)
+        # 2 atan(sqrt((1 - x) / (1 + x))): accurate near 1, pi at -1, NaN beyond +-1
+        r = (2.0 * _atan64(tl.sqrt((1.0 - xd) / (1.0 + xd)))).to(x.dtype)
+    else:
+        r = libdevice.acos(x)
+    return r
+
+
+@triton.jit
+def _atan(x, INTERP: tl.constexpr):
+    if INTERP:
+        r = _atan64(x.to(tl.float64)).to(x.dtype)
+    else:
+        r = libdevice.atan(x)
+    return r
+
+
+@triton.jit
+def _erfinv(x, INTERP: tl.constexpr):
+    if INTERP:
+        # Giles' single-precision approximation, then Newton steps on erf in float64
+        xd = x.to(tl.float64)
+        w = -tl.log((1.0 - xd) * (1.0 + xd))
+        wa = w - 2.5
+        pa = 2.81022636e-08
+        pa = 3.43273939e-07 + pa * wa
+        pa = -3.5233877e-06 + pa * wa
+        pa = -4.39150654e-06 + pa * wa
+        pa = 0.00021858087 + pa * wa
+        pa = -0.00125372503 + pa * wa
+        pa = -0.00417768164 + pa * wa
+        pa = 0.246640727 + pa * wa
+        pa = 1.50140941 + pa * wa
+        wb = tl.sqrt(tl.where(w < 5.0, 5.0, w)) - 3.0
+        pb = -0.000200214257
+        pb = 0.000100950558 + pb * wb
+        pb = 0.00134934322 + pb * wb
+        pb = -0.00367342844 + pb * wb
+        pb = 0.00573950773 + pb * wb
+        pb = -0.0076224613 + pb * wb
+        pb = 0.00943887047 + pb * wb
+        pb = 1.00167406 + pb * wb
+        pb = 2.83297682 + pb * wb
+        r = tl.where(w < 5.0, pa, pb) * xd
+        for _ in tl.static_range(3):
+            r = r - (tl.erf(r) - xd) / (1.1283791670955126 * tl.exp(-r * r))
+        ax = tl.abs(xd)
+        r = tl.where(ax == 1.0, xd * _INF, r)
+        r = tl.where(ax > 1.0, (_INF - _INF), r)
+        r = tl.where(xd == 0, xd, r).to(x.dtype)
+    else:
+        r = libdevice.erfinv(x)
+    return r
+
+
+@triton.jit
+def _logit(x, eps, USE_EPS, INTERP: tl.constexpr):
+    """log(x / (1 - x)), x clamped to [eps, 1 - eps] when USE_EPS != 0 (NaN stays NaN)."""
+    lo = tl.where(x < eps, eps, x)
+    c = tl.where(lo > 1.0 - eps, 1.0 - eps, lo).to(x.dtype)
+    x = tl.where((USE_EPS != 0) & (x == x), c, x)
+    return _log(_fdiv(x, 1.0 - x), INTERP)
+
+
+@triton.jit
+def _sinc(x, INTERP: tl.constexpr):
+    px = x * 3.141592653589793
+    return tl.where(x == 0, _one(x), _fdiv(_sin(px, INTERP), px))
+
+
+@triton.jit
+def _hypot(x, y, INTERP: tl.constexpr):
+    if INTERP:
+        ax = tl.abs(x.to(tl.float64))
+        ay = tl.abs(y.to(tl.float64))
+        m = tl.where(ax > ay, ax, ay)
+        n = tl.where(ax > ay, ay, ax)
+        q = n / tl.where(m == 0, 1.0, m)
+        r = m * tl.sqrt(1.0 + q * q)
+        r = tl.where((ax != ax) | (ay != ay), (_INF - _INF), r)
+        r = tl.where((ax == _INF) | (ay == _INF), _INF, r).to(x.dtype)
+    else:
+        r = libdevice.hypot(x, y)
+    return r
+
+
+@triton.jit
+def _fmax(x, y):
+    """NaN ignored unless both are NaN."""
+    if x.dtype.is_floating():
+        r = tl.where(x != x, y, tl.where(y != y, x, tl.where(x > y, x, y)))
+    else:
+        r = tl.maximum(x, y)
+    return r
+
+
+@triton.jit
+def _fmin(x, y):
+    if x.dtype.is_floating():
+        r = tl.where(x != x, y, tl.where(y != y, x, tl.where(x < y, x, y)))
+    else:
+        r = tl.minimum(x, y)
+    return r
+
+
+@triton.jit
+def _xlogy(x, y, INTERP: tl.constexpr):
+    r = tl.where(x == 0, x - x, x * _log(y, INTERP))
+    return tl.where(y != y, y, r)
+
+
+@triton.jit
+def _logaddexp(x, y, INTERP: tl.constexpr):
+    m = tl.where(x > y, x, y)
+    d = tl.abs(x - y)
+    r = m + _log1p(_exp(-d, INTERP), INTERP)
+    # torch's: one infinity on both sides is itself (no inf - inf); NaN propagates through d
+    return tl.where((x == y) & ((x == _INF) | (x == -_INF)), x, r)
+
+
+@triton.jit
+def _logaddexp2(x, y, INTERP: tl.constexpr):
+    m = tl.where(x > y, x, y)
+    d = tl.abs(x - y)
+    r = m + _fdiv(_log1p(_exp2(-d, INTERP), INTERP), _one(x) * _LN2)
+    return tl.where((x == y) & ((x == _INF) | (x == -_INF)), x, r)
+
+
+@triton.jit
+def _heaviside(x, y):
+    return tl.where(x == 0, y, (x > 0).to(y.dtype))
+
+
+@triton.jit
+def _nextafter(x, y):
+    """The next representable value after x towards y, by the bits (float32 / float64)."""
+    up = (y > x) == (x >= 0)                  # magnitude grows
+    if x.dtype == tl.float64:
+        b = x.to(tl.int64, bitcast=True)
+        r = tl.where(up, b + 1, b - 1).to(tl.float64, bitcast=True)
+        tiny = tl.full(x.shape, 1, tl.int64).to(tl.float64, bitcast=True)
+    else:
+        b = x.to(tl.int32, bitcast=True)
+        r = tl.where(up, b + 1, b - 1).to(tl.float32, bitcast=True)
+        tiny = tl.full(x.shape, 1, tl.int32).to(tl.float32, bitcast=True)
+    r = tl.where(x == 0, tl.where(y > 0, tiny, -tiny), r)
+    r = tl.where(x == y, y, r)
+    return tl.where((x != x) | (y != y), x + y, r)
 
 
 # ----------------------------------------------------------------------------- the kernel
@@ -1069,3 +1325,80 @@ def _make(op):
 
 for _op in OPS:
     register(_op, "triton")(_make(_op))
+
+
+# ----------------------------------------------------------------------------- declared ops
+# `_apply`, the scalar op every kernel above calls, is generated: one branch per declared op
+# (its Triton expression, ops/_declare.py), then `_apply_hand` for the rest. It is Python
+# source compiled in this module's namespace (so the expressions reach the helpers above) and
+# kept in linecache, where Triton's JIT and interpreter read a function's source.
+
+_APPLY_FILE = "<nbxtensor.kernels.elementwise: _apply generated from ops/_declare.py>"
+_EXPR_ARGS = frozenset(("x", "y", "z", "p0", "p1", "INTERP", "IS_FLOAT"))
+_DECLARED: dict = {}            # entry -> Triton expression, in declaration order
+_CALLERS = (_ew_flat_block, _ew_flat_kernel, _ew_2d_kernel, _ew_kernel)
+_batch = True                   # while the table is read at import: one rebuild at the end
+
+
+def _checked_expr(op) -> str:
+    """op's Triton expression, refused (at declaration, not at the first compile) when it does
+    not parse or names something that is neither an operand nor in this module."""
+    import ast
+    import builtins
+    try:
+        tree = ast.parse(op.tl, mode="eval")
+    except SyntaxError as e:
+        raise ValueError(f"declare {op.name}: the Triton expression {op.tl!r} does not parse: "
+                         f"{e.msg}") from None
+    g = globals()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id not in _EXPR_ARGS and node.id not in g \
+                and not hasattr(builtins, node.id):
+            raise ValueError(f"declare {op.name}: the Triton expression {op.tl!r} names "
+                             f"{node.id!r}, which is neither an operand "
+                             f"({', '.join(sorted(_EXPR_ARGS))}) nor a helper of "
+                             f"kernels/elementwise.py")
+    return op.tl
+
+
+def apply_source(declared: dict) -> str:
+    """The Python source of `_apply` for {entry: Triton expression}."""
+    lines = ["def _apply(OP: tl.constexpr, x, y, z, p0, p1, INTERP: tl.constexpr):",
+             '    """The scalar op: x, y, z in the compute type, p0, p1 op parameters."""',
+             "    IS_FLOAT: tl.constexpr = x.dtype.is_floating()"]
+    kw = "if"
+    for entry, expr in declared.items():
+        lines += [f"    {kw} OP == {entry!r}:", f"        r = {expr}"]
+        kw = "elif"
+    fall = "        r = _apply_hand(OP, x, y, z, p0, p1, INTERP)"
+    lines += (["    else:", fall] if declared else [fall[4:]]) + ["    return r", ""]
+    return "\n".join(lines)
+
+
+def _rebuild_apply() -> None:
+    import linecache
+    src = apply_source(_DECLARED)
+    linecache.cache[_APPLY_FILE] = (len(src), None, src.splitlines(True), _APPLY_FILE)
+    local: dict = {}
+    exec(compile(src, _APPLY_FILE, "exec"), globals(), local)
+    globals()["_apply"] = triton.jit(local["_apply"])
+    for k in _CALLERS:          # their cache keys hash `_apply`'s source: recompute them
+        k.hash = None
+
+
+def _on_declare(op) -> None:
+    _DECLARED[op.entry] = _checked_expr(op)
+    if not _batch:
+        _rebuild_apply()
+    register(op.entry, "triton")(_make(op.entry))
+
+
+def _on_undeclare(op) -> None:
+    # (ops/elementwise.py unregisters the entry)
+    _DECLARED.pop(op.entry, None)
+    _rebuild_apply()
+
+
+subscribe_declared(_on_declare, _on_undeclare)
+_batch = False
+_rebuild_apply()

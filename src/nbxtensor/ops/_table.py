@@ -1,8 +1,9 @@
 """The op-support table (docs/ops.md), generated from the code.
 
-Two parts: the public functions of each op family (each family module's `__all__`),
-and every dispatch entry with the devices that implement it, read from the dispatch
-registry (numpy -> cpu; triton -> interp and cuda). A family may declare the dtypes
+Three parts: the public functions of each op family (each family module's `__all__`),
+the declared element-wise ops (ops/_declare.py: one row per declaration), and every
+dispatch entry with the devices that implement it, read from the dispatch registry
+(numpy -> cpu; triton -> interp and cuda). A family may declare the dtypes
 an entry accepts in a module-level `SUPPORTED_DTYPES = {dispatch_name: (dtype names)}`;
 entries without a declaration show "-".
 
@@ -47,6 +48,34 @@ def _dtypes_of(name: str, declared: dict) -> str:
     return " ".join(_SHORT.get(x, x) for x in d)
 
 
+def _short(names) -> str:
+    return " ".join(_SHORT.get(x, x) for x in names)
+
+
+def declared_rows() -> list:
+    """The declared element-wise ops' table (one row per ops/_declare.py declaration)."""
+    from . import _declare
+    rows = ["| op | aliases | form | dtype rule | dtypes | method | in-place | out= | operators "
+            "| entry |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for op in _declare.OPS.values():
+        public = op.form != "entry"
+        method = (f"`x.{op.name}()`" if op.method and public else "-")
+        if op.form == "activation":
+            inplace = "`inplace=True`" if op.inplace else "-"
+            if op.inplace and op.method:
+                inplace += f", `{op.name}_`"
+            out = "-"
+        else:
+            inplace = f"`{op.name}_`" if op.inplace and public else "-"
+            out = "yes" if public else "-"
+        rows.append(
+            f"| `{op.name}` | {', '.join(f'`{a}`' for a in op.aliases) or '-'} | "
+            f"{op.form if public else 'entry (hand-written function)'} | {op.rule}: "
+            f"{_declare.RULES[op.rule][1]} | {_short(op.dtypes)} | {method} | {inplace} | {out} | "
+            f"{' '.join(f'`{o}`' for o in op.operators) or '-'} | `{op.entry}` |")
+    return rows
+
+
 def generate() -> str:
     """The markdown text of docs/ops.md."""
     declared: dict = {}
@@ -63,6 +92,11 @@ def generate() -> str:
             owner[k] = fam
         lines.append(f"- **{fam}** ({len(names)}): " + (", ".join(f"`{n}`" for n in names)
                                                        if names else "(none yet)"))
+    lines += ["", "## Declared element-wise ops", "",
+              "Each row is one declaration in `ops/_declare.py` (docs/design/ops-as-data.md): the "
+              "function, its Tensor method and operators, the cpu implementation and the kernel "
+              "branch are generated from it.", ""]
+    lines += declared_rows()
     reg = _registry()
     lines += ["", "## Dispatch entries", "",
               "Every entry that an op dispatches to, the devices that implement it, and the "

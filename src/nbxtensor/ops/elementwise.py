@@ -1,5 +1,10 @@
 """Element-wise ops: unary, activations, binary, ternary, and the Python operators.
 
+The unary, activation, comparison, logical, bitwise and most binary ops are declarations
+(ops/_declare.py): their functions, methods and operators are generated at the end of this
+module; the rest (add/sub/mul/div/pow with alpha and rounding modes, clamp, nan_to_num, round's
+decimals, the ternaries) are written here by hand.
+
 Every op follows one path (`_run`): validate the operands (tensors or Python numbers),
 work out the result dtype with torch's promotion (`result_type`, which knows about
 Python scalars and 0-dim tensors) and the broadcast shape, allocate the output (or
@@ -21,28 +26,17 @@ import math
 import numpy as np
 
 from .. import dtypes as _dt
-from ..dispatch import impl
+from ..backends.cpu import elementwise as _cpu
+from ..dispatch import impl, register
 from ..tensor import Tensor, broadcast_shapes, normalize_dim
-from . import _methods
+from . import _declare, _methods
 
+# the hand-written functions; every declared op (ops/_declare.py) appends its names in `_build`
 __all__ = [
-    # unary
-    "abs", "absolute", "neg", "negative", "sign", "exp", "exp2", "expm1", "log", "log2", "log10",
-    "log1p", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tan", "tanh", "sigmoid", "erf",
-    "floor", "ceil", "round", "trunc", "isnan", "isinf", "isfinite", "logical_not",
-    "bitwise_not", "nan_to_num", "clamp", "clip", "clamp_min", "clamp_max", "square",
-    # activations
-    "relu", "gelu", "silu", "mish", "softplus", "elu", "leaky_relu", "hardswish", "hardsigmoid",
-    "glu",
-    # binary
+    "round", "nan_to_num", "clamp", "clip", "clamp_min", "clamp_max", "square", "gelu", "glu",
     "add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "floor_divide",
-    "remainder", "fmod", "pow", "maximum", "minimum", "atan2", "eq", "ne", "lt", "le", "gt",
-    "ge", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or",
-    "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift",
-    # ternary
-    "where", "lerp", "addcmul", "addcdiv",
-    # casts
-    "can_cast",
+    "pow", "where", "lerp", "addcmul", "addcdiv", "can_cast", "logit", "rsub", "float_power",
+    "positive",
 ]
 
 _NUMBER = (bool, int, float, complex, np.bool_, np.integer, np.floating, np.complexfloating)
@@ -235,109 +229,53 @@ def _run(name, fname, inputs, argnames, result_dtype, *, out=None, params=(0, 0)
 
 
 # ----------------------------------------------------------------------------- unary
-# kind: "float"   ints/bool promote to the default float (torch's int-to-float ops)
-#       "same"    result has the input dtype
-#       "intcopy" float: the op; ints/bool: unchanged copy (floor, ceil, round, trunc)
-#       "pred"    result is bool
-_UNARY = {
-    "exp": "float", "exp2": "float", "expm1": "float", "log": "float", "log2": "float",
-    "log10": "float", "log1p": "float", "sqrt": "float", "rsqrt": "float", "reciprocal": "float",
-    "sin": "float", "cos": "float", "tan": "float", "tanh": "float", "sigmoid": "float",
-    "erf": "float",
-    "abs": "same", "neg": "same", "sign": "same",
-    "floor": "intcopy", "ceil": "intcopy", "round": "intcopy", "trunc": "intcopy",
-    "isnan": "pred", "isinf": "pred", "isfinite": "pred", "logical_not": "pred",
-    "bitwise_not": "same",
-}
-
-
-def _unary(name, x, out=None, inplace=False, fname=None):
-    fname = fname or name
-    if not isinstance(x, Tensor):
+# The unary, activation and binary ops declared in ops/_declare.py get their functions from
+# `_build` (end of this module); these run them. `op` is the declaration (an _declare.Op).
+def _unary(op, x, out, inplace, fname):
+    """A declared unary op (form "math") by its dtype rule; see _declare.RULES."""
+    if x.__class__ is not Tensor and not isinstance(x, Tensor):
         raise TypeError(f"{fname}: input must be a Tensor, got {type(x).__name__}")
-    kind = _UNARY[name]
-    d = x.dtype
-    op = name
-    if kind == "float":
+    d = x._dtype
+    rule = op.rule
+    name = op.entry
+    if rule == "float":
         res = _default_float_if_int(d)
-    elif kind == "pred":
+        ct = _compute_dtype(res)
+    elif rule == "pred":
+        if inplace and d is not _dt.bool:
+            raise TypeError(f"{fname}: the bool result can't be written in place into {d.name}")
         res = _dt.bool
+        ct = _compute_dtype(d) if d.kind == "f" else d
     else:
         res = d
-    if name == "neg" and d is _dt.bool:
-        raise TypeError(f"{fname}: negation of a bool tensor is not supported; use logical_not")
-    if name in ("abs", "sign") and d is _dt.bool:
-        raise TypeError(f"{fname}: not supported for bool tensors")
-    if name == "abs" and d.kind == "c":     # |z| is real, computed from the complex value
-        if inplace:
-            raise TypeError(f"{fname}: in-place abs is not supported for complex tensors")
-        return _run(op, fname, [x], ["input"], _dt.to_real(d), out=out, compute_dtype=d)
-    if name == "bitwise_not":
-        if d.kind == "f":
-            raise TypeError(f"{fname}: expected an integer or bool tensor, got {d.name}")
+        if rule == "floatonly" and d.kind != "f":
+            raise TypeError(f"{fname}: expected a floating point tensor, got {d.name}")
         if d is _dt.bool:
-            op = "logical_not"
-    if kind == "intcopy" and d.kind in "bui":
-        op = "copy"
-    if kind == "pred" and inplace and d is not _dt.bool:
-        raise TypeError(f"{fname}: the bool result can't be written in place into {d.name}")
-    ct = _compute_dtype(res) if kind != "pred" else (_compute_dtype(d) if d.kind == "f" else d)
-    return _run(op, fname, [x], ["input"], res, out=out, compute_dtype=ct,
+            if rule == "nobool":
+                raise TypeError(f"{fname}: {op.bool_error}")
+            if rule == "bits":
+                name = "logical_not"
+            elif rule == "round":
+                name = "copy"
+        elif d.kind == "c" and op.complex == "real":     # |z| is real, computed from z
+            if inplace:
+                raise TypeError(f"{fname}: in-place {op.name} is not supported for complex "
+                                f"tensors")
+            return _run(name, fname, [x], ["input"], _dt.to_real(d), out=out, compute_dtype=d)
+        elif rule == "bits" and d.kind == "f":
+            raise TypeError(f"{fname}: expected an integer or bool tensor, got {d.name}")
+        elif rule == "round" and d.kind in "ui":
+            name = "copy"
+        ct = _compute_dtype(d)
+    return _run(name, fname, [x], ["input"], res, out=out, compute_dtype=ct,
                 inplace=x if inplace else None)
 
 
-def _make_unary(name, public=None):
-    public = public or name
-
-    def f(input, *, out=None):  # noqa: A002
-        return _unary(name, input, out=out, fname=public)
-
-    def f_(self):
-        return _unary(name, self, inplace=True, fname=public + "_")
-
-    f.__name__ = public
-    f.__qualname__ = public
-    f.__doc__ = f"torch.{public}: element-wise {name}."
-    f_.__name__ = public + "_"
-    return f, f_
-
-
-abs, abs_ = _make_unary("abs")  # noqa: A001
-absolute, absolute_ = abs, abs_
-neg, neg_ = _make_unary("neg")
-negative, negative_ = neg, neg_
-sign, sign_ = _make_unary("sign")
-exp, exp_ = _make_unary("exp")
-exp2, exp2_ = _make_unary("exp2")
-expm1, expm1_ = _make_unary("expm1")
-log, log_ = _make_unary("log")
-log2, log2_ = _make_unary("log2")
-log10, log10_ = _make_unary("log10")
-log1p, log1p_ = _make_unary("log1p")
-sqrt, sqrt_ = _make_unary("sqrt")
-rsqrt, rsqrt_ = _make_unary("rsqrt")
-reciprocal, reciprocal_ = _make_unary("reciprocal")
-sin, sin_ = _make_unary("sin")
-cos, cos_ = _make_unary("cos")
-tan, tan_ = _make_unary("tan")
-tanh, tanh_ = _make_unary("tanh")
-sigmoid, sigmoid_ = _make_unary("sigmoid")
-erf, erf_ = _make_unary("erf")
-floor, floor_ = _make_unary("floor")
-ceil, ceil_ = _make_unary("ceil")
-trunc, trunc_ = _make_unary("trunc")
-isnan, _ = _make_unary("isnan")
-isinf, _ = _make_unary("isinf")
-isfinite, _ = _make_unary("isfinite")
-logical_not, _ = _make_unary("logical_not")
-bitwise_not, bitwise_not_ = _make_unary("bitwise_not")
-
-
-def logical_not_(self):
-    # in place keeps self's dtype (torch): the bool result is cast back
-    return _run("logical_not", "logical_not_", [self], ["self"], _dt.bool,
+def _unary_cast_(op, self, fname):
+    """In place keeps self's dtype (torch's logical_not_): the bool result is cast back."""
+    return _run(op.entry, fname, [self], ["self"], _dt.bool,
                 compute_dtype=_compute_dtype(self.dtype), out_dtype=_dt.bool,
-                inplace=_check_self(self, "logical_not_"))
+                inplace=_check_self(self, fname))
 
 
 def _check_self(x, fname):
@@ -351,11 +289,11 @@ def round(input, *, decimals=0, out=None):  # noqa: A001,A002
     if not isinstance(decimals, int) or isinstance(decimals, bool):
         raise TypeError(f"round: decimals must be an int, got {decimals!r}")
     if decimals == 0:
-        return _unary("round", input, out=out)
+        return _unary(_ROUND, input, out, False, "round")
     if not isinstance(input, Tensor) or not input.dtype.is_floating_point:
         raise TypeError("round: decimals is only supported for floating tensors")
     scale = 10.0 ** decimals
-    r = div(_unary("round", mul(input, scale)), scale)
+    r = div(_unary(_ROUND, mul(input, scale), None, False, "round"), scale)
     return r if out is None else out.copy_(r)
 
 
@@ -365,6 +303,67 @@ def round_(self, *, decimals=0):
 
 def square(input, *, out=None):  # noqa: A002
     return mul(input, input, out=out)
+
+
+def logit(input, eps=None, *, out=None):  # noqa: A002
+    """torch.logit: log(x / (1 - x)); with `eps`, x is first clamped to [eps, 1 - eps]
+    (NaN stays NaN). Integer/bool inputs give the default float."""
+    return _logit(input, eps, out, False, "logit")
+
+
+def logit_(self, eps=None):
+    return _logit(_check_self(self, "logit_"), eps, None, True, "logit_")
+
+
+def _logit(x, eps, out, inplace, fname):
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{fname}: input must be a Tensor, got {type(x).__name__}")
+    if eps is not None and (not isinstance(eps, (int, float)) or isinstance(eps, bool)):
+        raise TypeError(f"{fname}: eps must be a float or None, got {eps!r}")
+    res = _default_float_if_int(x.dtype)
+    params = (0.0, 0.0) if eps is None else (float(eps), 1.0)
+    return _run("logit", fname, [x], ["input"], res, out=out, params=params,
+                compute_dtype=_compute_dtype(res), inplace=x if inplace else None)
+
+
+def rsub(input, other, *, alpha=1):  # noqa: A002
+    """torch.rsub: other - alpha * input."""
+    return sub(other, input, alpha=alpha)
+
+
+def float_power(input, exponent, *, out=None):  # noqa: A002
+    """torch.float_power: pow computed and returned in float64."""
+    return pow(_to_f64(input, "float_power", "input"), _to_f64(exponent, "float_power",
+                                                               "exponent"), out=out)
+
+
+def float_power_(self, exponent):
+    _check_self(self, "float_power_")
+    if self.dtype is not _dt.float64:
+        raise TypeError(f"float_power_: the float64 result can't be written in place into "
+                        f"{self.dtype.name} (self must be float64)")
+    return _pow(self, _to_f64(exponent, "float_power_", "exponent"), inplace=True,
+                fname="float_power_")
+
+
+def _to_f64(x, fname, argname):
+    x = _check_operand(x, fname, argname)
+    if isinstance(x, Tensor):
+        if x.dtype.kind == "c":
+            raise TypeError(f"{fname}: complex {argname} is not supported")
+        return x if x.dtype is _dt.float64 else x.to(_dt.float64)
+    if isinstance(x, complex):
+        raise TypeError(f"{fname}: complex {argname} is not supported")
+    return float(x)
+
+
+def positive(input):  # noqa: A002
+    """torch.positive: input itself (bool refused, as torch)."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"positive: input must be a Tensor, got {type(input).__name__}")
+    if input.dtype is _dt.bool:
+        raise TypeError("positive: not supported for bool tensors")
+    return input
 
 
 def nan_to_num(input, nan=0.0, posinf=None, neginf=None, *, out=None):  # noqa: A002
@@ -438,60 +437,24 @@ def _float_input(x, fname, allow_int=False):
     return x
 
 
-def _activation(op, x, fname, params=(0, 0), inplace=False, out=None):
-    _float_input(x, fname)
-    return _run(op, fname, [x], ["input"], x.dtype, params=params, out=out,
+def _act(op, x, params, inplace, fname):
+    """A declared activation (form "activation"): floats only, or (relu) anything but bool."""
+    if op.rule == "nobool":
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{fname}: input must be a Tensor, got {type(x).__name__}")
+        if x.dtype is _dt.bool:
+            raise TypeError(f"{fname}: {op.bool_error}")
+    else:
+        _float_input(x, fname)
+    return _run(op.entry, fname, [x], ["input"], x.dtype, params=params,
                 inplace=x if inplace else None)
-
-
-def relu(input, inplace=False):  # noqa: A002
-    """torch.relu: max(x, 0) (NaN stays NaN); integer tensors allowed."""
-    if not isinstance(input, Tensor):
-        raise TypeError(f"relu: input must be a Tensor, got {type(input).__name__}")
-    if input.dtype is _dt.bool:
-        raise TypeError("relu: not supported for bool tensors")
-    return _run("relu", "relu", [input], ["input"], input.dtype, inplace=input if inplace else None)
-
-
-def relu_(self):
-    return relu(self, inplace=True)
 
 
 def gelu(input, approximate="none"):  # noqa: A002
     """torch.nn.functional.gelu: exact (erf) or approximate='tanh'."""
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _activation("gelu" if approximate == "none" else "gelu_tanh", input, "gelu")
-
-
-def silu(input, inplace=False):  # noqa: A002
-    return _activation("silu", input, "silu", inplace=inplace)
-
-
-def mish(input, inplace=False):  # noqa: A002
-    return _activation("mish", input, "mish", inplace=inplace)
-
-
-def softplus(input, beta=1.0, threshold=20.0):  # noqa: A002
-    """torch.nn.functional.softplus: log(1 + exp(beta x)) / beta, linear above threshold."""
-    return _activation("softplus", input, "softplus", params=(float(beta), float(threshold)))
-
-
-def elu(input, alpha=1.0, inplace=False):  # noqa: A002
-    return _activation("elu", input, "elu", params=(float(alpha), 0), inplace=inplace)
-
-
-def leaky_relu(input, negative_slope=0.01, inplace=False):  # noqa: A002
-    return _activation("leaky_relu", input, "leaky_relu", params=(float(negative_slope), 0),
-                       inplace=inplace)
-
-
-def hardswish(input, inplace=False):  # noqa: A002
-    return _activation("hardswish", input, "hardswish", inplace=inplace)
-
-
-def hardsigmoid(input, inplace=False):  # noqa: A002
-    return _activation("hardsigmoid", input, "hardsigmoid", inplace=inplace)
+    return _act(_GELU if approximate == "none" else _GELU_TANH, input, (0, 0), False, "gelu")
 
 
 def glu(input, dim=-1):  # noqa: A002
@@ -505,7 +468,7 @@ def glu(input, dim=-1):  # noqa: A002
         raise ValueError(f"glu: halving dimension must be even, but dimension {dim} is size {n}")
     a = input.narrow(d, 0, n // 2)
     b = input.narrow(d, n // 2, n // 2)
-    return _run("glu", "glu", [a, b], ["input", "input"], input.dtype)
+    return _run(_GLU.entry, "glu", [a, b], ["input", "input"], input.dtype)
 
 
 # ----------------------------------------------------------------------------- binary
@@ -615,6 +578,12 @@ def _binary(name, fname, a, b, out=None, inplace=False, params=(0, 0), kind="ari
     elif kind == "shift":
         if res.kind not in "ui":
             raise TypeError(f"{fname}: expected integer operands, got {res.name}")
+    elif kind == "floatonly":
+        if res.kind != "f":
+            raise TypeError(f"{fname}: expected floating point operands, got {res.name}")
+    elif kind == "f3264":
+        if res not in (_dt.float32, _dt.float64):
+            raise TypeError(f"{fname}: expected float32 or float64 operands, got {res.name}")
     if kind in ("cmp", "logical") and inplace:
         # torch writes the bool result into self's dtype
         return _run(name, fname, [a, b], ["input", "other"], _dt.bool, compute_dtype=ct,
@@ -723,16 +692,6 @@ def floor_divide(input, other, *, out=None):  # noqa: A002
     return _div(input, other, "floor", out=out, fname="floor_divide")
 
 
-def remainder(input, other, *, out=None):  # noqa: A002
-    """torch.remainder: the result has the sign of the divisor (Python's %)."""
-    return _binary("remainder", "remainder", input, other, out=out)
-
-
-def fmod(input, other, *, out=None):  # noqa: A002
-    """torch.fmod: C's fmod; the result has the sign of the dividend."""
-    return _binary("fmod", "fmod", input, other, out=out)
-
-
 def pow(input, exponent, *, out=None):  # noqa: A002,A001
     """torch.pow. Integer tensors to negative integer powers: 0, except bases 1 and -1."""
     return _pow(input, exponent, out=out)
@@ -748,54 +707,6 @@ def _pow(input, exponent, out=None, inplace=False, fname="pow"):  # noqa: A002
     return _run("pow", fname, [a, b], ["input", "exponent"], res, out=out,
                 compute_dtype=_dt.uint8 if res is _dt.bool else None,
                 inplace=a if inplace else None)
-
-
-def maximum(input, other, *, out=None):  # noqa: A002
-    """torch.maximum: NaN propagates."""
-    return _binary("maximum", "maximum", input, other, out=out)
-
-
-def minimum(input, other, *, out=None):  # noqa: A002
-    return _binary("minimum", "minimum", input, other, out=out)
-
-
-def atan2(input, other, *, out=None):  # noqa: A002
-    return _binary("atan2", "atan2", input, other, out=out, kind="float")
-
-
-def _binary_pair(name, public, kind, doc=None):
-    # (out-of-place, in-place) pair of one binary op family: comparison, logical, bitwise
-    def f(input, other, *, out=None):  # noqa: A002
-        return _binary(name, public, input, other, out=out, kind=kind)
-    f.__name__ = f.__qualname__ = public
-    if doc is not None:
-        f.__doc__ = doc
-
-    def f_(self, other):
-        return _binary(name, public + "_", self, other, inplace=True, kind=kind)
-    return f, f_
-
-
-def _cmp(name):
-    return _binary_pair(name, name, "cmp", f"torch.{name}: element-wise comparison, a bool tensor.")
-
-
-eq, eq_ = _cmp("eq")
-ne, ne_ = _cmp("ne")
-lt, lt_ = _cmp("lt")
-le, le_ = _cmp("le")
-gt, gt_ = _cmp("gt")
-ge, ge_ = _cmp("ge")
-
-logical_and, logical_and_ = _binary_pair("logical_and", "logical_and", "logical")
-logical_or, logical_or_ = _binary_pair("logical_or", "logical_or", "logical")
-logical_xor, logical_xor_ = _binary_pair("logical_xor", "logical_xor", "logical")
-
-bitwise_and, bitwise_and_ = _binary_pair("bitwise_and", "bitwise_and", "int")
-bitwise_or, bitwise_or_ = _binary_pair("bitwise_or", "bitwise_or", "int")
-bitwise_xor, bitwise_xor_ = _binary_pair("bitwise_xor", "bitwise_xor", "int")
-bitwise_left_shift, bitwise_left_shift_ = _binary_pair("lshift", "bitwise_left_shift", "shift")
-bitwise_right_shift, bitwise_right_shift_ = _binary_pair("rshift", "bitwise_right_shift", "shift")
 
 
 # ----------------------------------------------------------------------------- ternary
@@ -911,20 +822,8 @@ def _floor_divide_(self, other):
     return _div(self, other, "floor", inplace=True, fname="floor_divide_")
 
 
-def _remainder_(self, other):
-    return _binary("remainder", "remainder_", self, other, inplace=True)
-
-
-def _fmod_(self, other):
-    return _binary("fmod", "fmod_", self, other, inplace=True)
-
-
 def _pow_(self, exponent):
     return _pow(self, exponent, inplace=True, fname="pow_")
-
-
-def _atan2_(self, other):
-    return _binary("atan2", "atan2_", self, other, inplace=True, kind="float")
 
 
 def _where_method(self, condition, other):
@@ -963,42 +862,22 @@ def _method(fn):
 
 
 _methods.install(
-    abs=_method(abs), abs_=abs_, absolute=_method(abs), absolute_=abs_,
-    neg=_method(neg), neg_=neg_, negative=_method(neg), negative_=neg_,
-    sign=_method(sign), sign_=sign_,
-    exp=_method(exp), exp_=exp_, exp2=_method(exp2), exp2_=exp2_, expm1=_method(expm1),
-    expm1_=expm1_, log=_method(log), log_=log_, log2=_method(log2), log2_=log2_,
-    log10=_method(log10), log10_=log10_, log1p=_method(log1p), log1p_=log1p_,
-    sqrt=_method(sqrt), sqrt_=sqrt_, rsqrt=_method(rsqrt), rsqrt_=rsqrt_,
-    reciprocal=_method(reciprocal), reciprocal_=reciprocal_, sin=_method(sin), sin_=sin_,
-    cos=_method(cos), cos_=cos_, tan=_method(tan), tan_=tan_, tanh=_method(tanh), tanh_=tanh_,
-    sigmoid=_method(sigmoid), sigmoid_=sigmoid_, erf=_method(erf), erf_=erf_,
-    floor=_method(floor), floor_=floor_, ceil=_method(ceil), ceil_=ceil_,
-    round=_method(round), round_=round_, trunc=_method(trunc), trunc_=trunc_,
-    isnan=_method(isnan), isinf=_method(isinf), isfinite=_method(isfinite),
-    logical_not=_method(logical_not), logical_not_=logical_not_,
-    bitwise_not=_method(bitwise_not), bitwise_not_=bitwise_not_,
+    round=_method(round), round_=round_,
     nan_to_num=_method(nan_to_num), nan_to_num_=nan_to_num_,
     clamp=_method(clamp), clamp_=clamp_, clip=_method(clamp), clip_=clamp_,
     clamp_min=_method(clamp_min), clamp_max=_method(clamp_max),
-    square=_method(square), relu=_method(relu), relu_=relu_,
+    square=_method(square), logit=_method(logit), logit_=logit_,
+    float_power=_method(float_power), float_power_=float_power_, positive=positive,
+    # torch's spellings of the in-place arithmetic
+    subtract_=lambda self, other, *, alpha=1: _sub_(self, other, alpha=alpha),
+    multiply_=lambda self, other: _mul_(self, other),
+    divide_=lambda self, other, *, rounding_mode=None: _div_(self, other,
+                                                             rounding_mode=rounding_mode),
+    true_divide_=lambda self, other: _div_(self, other),
     add=_method(add), add_=_add_, sub=_method(sub), sub_=_sub_, subtract=_method(sub),
     mul=_method(mul), mul_=_mul_, multiply=_method(mul), div=_method(div), div_=_div_,
     divide=_method(div), true_divide=_method(true_divide), floor_divide=_method(floor_divide),
-    floor_divide_=_floor_divide_, remainder=_method(remainder), remainder_=_remainder_,
-    fmod=_method(fmod), fmod_=_fmod_, pow=_method(pow), pow_=_pow_,
-    maximum=_method(maximum), minimum=_method(minimum), atan2=_method(atan2), atan2_=_atan2_,
-    eq=_method(eq), eq_=eq_, ne=_method(ne), ne_=ne_, lt=_method(lt), lt_=lt_,
-    le=_method(le), le_=le_, gt=_method(gt), gt_=gt_, ge=_method(ge), ge_=ge_,
-    logical_and=_method(logical_and), logical_and_=logical_and_,
-    logical_or=_method(logical_or), logical_or_=logical_or_,
-    logical_xor=_method(logical_xor), logical_xor_=logical_xor_,
-    bitwise_and=_method(bitwise_and), bitwise_and_=bitwise_and_,
-    bitwise_or=_method(bitwise_or), bitwise_or_=bitwise_or_,
-    bitwise_xor=_method(bitwise_xor), bitwise_xor_=bitwise_xor_,
-    bitwise_left_shift=_method(bitwise_left_shift), bitwise_left_shift_=bitwise_left_shift_,
-    bitwise_right_shift=_method(bitwise_right_shift),
-    bitwise_right_shift_=bitwise_right_shift_,
+    floor_divide_=_floor_divide_, pow=_method(pow), pow_=_pow_,
     where=_where_method, lerp=_method(lerp), lerp_=_lerp_,
     addcmul=_method(addcmul), addcmul_=_addcmul_, addcdiv=_method(addcdiv), addcdiv_=_addcdiv_,
     # Python operators
@@ -1008,51 +887,186 @@ _methods.install(
     __truediv__=_fwd(div), __rtruediv__=_rev(div), __itruediv__=_inplace(_div_),
     __floordiv__=_fwd(_floordiv), __rfloordiv__=_rev(_floordiv),
     __ifloordiv__=_inplace(_floor_divide_),
-    __mod__=_fwd(remainder), __rmod__=_rev(remainder), __imod__=_inplace(_remainder_),
     __pow__=_fwd(pow), __rpow__=_rpow, __ipow__=_inplace(_pow_),
-    __and__=_fwd(bitwise_and), __rand__=_rev(bitwise_and), __iand__=_inplace(bitwise_and_),
-    __or__=_fwd(bitwise_or), __ror__=_rev(bitwise_or), __ior__=_inplace(bitwise_or_),
-    __xor__=_fwd(bitwise_xor), __rxor__=_rev(bitwise_xor), __ixor__=_inplace(bitwise_xor_),
-    __lshift__=_fwd(bitwise_left_shift), __rlshift__=_rev(bitwise_left_shift),
-    __ilshift__=_inplace(bitwise_left_shift_),
-    __rshift__=_fwd(bitwise_right_shift), __rrshift__=_rev(bitwise_right_shift),
-    __irshift__=_inplace(bitwise_right_shift_),
-    __invert__=lambda self: bitwise_not(self), __neg__=lambda self: neg(self),
-    __pos__=lambda self: self, __abs__=lambda self: abs(self),
-    __eq__=_fwd(eq), __ne__=_fwd(ne), __lt__=_fwd(lt), __le__=_fwd(le), __gt__=_fwd(gt),
-    __ge__=_fwd(ge),
+    __pos__=lambda self: self,
 )
 # __matmul__ / __rmatmul__ are installed by ops.linalg (matmul lives there).
 
-# ops registered by the backends under these dispatch names (the op-support table reads them)
-DISPATCH_NAMES = (
-    "copy", "neg", "abs", "sign", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p",
-    "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "floor",
-    "ceil", "round", "trunc", "isnan", "isinf", "isfinite", "logical_not", "bitwise_not",
-    "nan_to_num", "clamp", "clamp_min", "clamp_max", "relu", "gelu", "gelu_tanh", "silu", "mish",
-    "softplus", "elu", "leaky_relu", "hardsigmoid", "hardswish", "glu", "add", "add_alpha",
-    "sub", "sub_alpha", "mul", "div", "div_floor", "div_trunc", "remainder", "fmod", "pow",
-    "maximum", "minimum", "atan2", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
-    "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "lshift", "rshift",
-    "where", "lerp", "addcmul", "addcdiv",
-)
 
+# ----------------------------------------------------------------------------- declared ops
+# Every op of ops/_declare.py gets here: its public function(s) in this module (and so in
+# nbx.ops / nbx), its Tensor methods and operators, its cpu entry (the NumPy expression, by
+# backends/cpu/elementwise.py), its dtypes for docs/ops.md. kernels/elementwise.py subscribes
+# to the same table for the kernel branch. The functions are generated as source so that
+# each has torch's signature and calls its runner (`_unary`, `_act`, `_binary`) directly.
+
+HAND_NAMES = (     # dispatch entries of the ops not declared (yet): hand-written here
+    "copy", "nan_to_num", "clamp", "clamp_min", "clamp_max", "add", "add_alpha", "sub",
+    "sub_alpha", "mul", "div", "div_floor", "div_trunc", "pow", "where", "lerp", "addcmul",
+    "addcdiv",
+)
 # the dispatch names that take complex operands (cpu: NumPy; cuda/interp: kernels/complex.py);
-# every other element-wise op refuses a complex compute dtype in `_run`
-COMPLEX_NAMES = frozenset((
-    "copy", "neg", "abs", "exp", "log", "sqrt", "reciprocal", "sin", "cos", "isnan", "isinf",
-    "isfinite", "add", "add_alpha", "sub", "sub_alpha", "mul", "div", "pow", "eq", "ne"))
+# every other element-wise op refuses a complex compute dtype in `_run`. Declared ops join
+# with complex=True.
+COMPLEX_NAMES = {"copy", "add", "add_alpha", "sub", "sub_alpha", "mul", "div", "pow"}
 
 # dtypes each dispatch entry accepts (the op-support table in docs/ops.md shows them)
 _FLOATS = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
 _INTS = ("uint8", "int8", "int16", "int32", "int64")
 _ALL = ("bool",) + _INTS + _FLOATS
-SUPPORTED_DTYPES = {name: _ALL for name in DISPATCH_NAMES}
-SUPPORTED_DTYPES.update({n: _FLOATS for n in (
-    "gelu", "gelu_tanh", "silu", "mish", "softplus", "elu", "leaky_relu", "hardsigmoid",
-    "hardswish", "glu", "lerp", "addcdiv", "nan_to_num")})
-SUPPORTED_DTYPES.update({n: _INTS for n in ("lshift", "rshift")})
-SUPPORTED_DTYPES.update({n: ("bool",) + _INTS for n in ("bitwise_not", "bitwise_and",
-                                                       "bitwise_or", "bitwise_xor")})
-SUPPORTED_DTYPES.update({n: _INTS + _FLOATS for n in ("neg", "abs", "sign", "relu", "sub",
-                                                      "sub_alpha")})
+SUPPORTED_DTYPES = {name: _ALL for name in HAND_NAMES}
+SUPPORTED_DTYPES.update({n: _FLOATS for n in ("lerp", "addcdiv", "nan_to_num")})
+SUPPORTED_DTYPES.update({n: _INTS + _FLOATS for n in ("sub", "sub_alpha")})
+
+
+def _source(op) -> list:
+    """(name, python source) of the functions and methods `op`'s form calls for."""
+    n, e = op.name, op.entry
+    fns = []
+    if op.form == "math":
+        fns.append((n, f"def {n}(input, *, out=None):\n"
+                       f"    return _unary(_OP, input, out, False, {n!r})\n"))
+        if op.inplace == "cast":
+            fns.append((n + "_", f"def {n}_(self):\n"
+                                 f"    return _unary_cast_(_OP, self, {n + '_'!r})\n"))
+        elif op.inplace:
+            fns.append((n + "_", f"def {n}_(self):\n"
+                                 f"    return _unary(_OP, self, None, True, {n + '_'!r})\n"))
+    elif op.form == "activation":
+        names = [p for p, _ in op.params]
+        sig = "".join(f", {p}={v!r}" for p, v in op.params)
+        conv = [f"float({p})" for p in names] + ["0"] * (2 - len(names))
+        args = f"({conv[0]}, {conv[1]})"
+        if op.inplace:
+            fns.append((n, f"def {n}(input{sig}, inplace=False):\n"
+                           f"    return _act(_OP, input, {args}, inplace, {n!r})\n"))
+            if op.method:
+                fns.append((n + "_", f"def {n}_(self):\n"
+                                     f"    return _act(_OP, self, (0, 0), True, {n!r})\n"))
+        else:
+            fns.append((n, f"def {n}(input{sig}):\n"
+                           f"    return _act(_OP, input, {args}, False, {n!r})\n"))
+    elif op.form == "binary":
+        k = op.kind
+        fns.append((n, f"def {n}(input, other, *, out=None):\n"
+                       f"    return _binary({e!r}, {n!r}, input, other, out=out, kind={k!r})\n"))
+        if op.inplace:
+            fns.append((n + "_", f"def {n}_(self, other):\n    return _binary("
+                                 f"{e!r}, {n + '_'!r}, self, other, inplace=True, kind={k!r})\n"))
+    return fns
+
+
+_GENERATED: dict = {}     # entry -> {attribute name: object} placed in this module
+_METHODS: dict = {}       # entry -> the Tensor attributes installed for it
+_PUBLISHED = False        # set once the module is loaded: later ops also go to nbx.ops / nbx
+
+
+def _build(op) -> None:
+    ns = {"__name__": __name__, "_OP": op, "_unary": _unary, "_unary_cast_": _unary_cast_,
+          "_act": _act, "_binary": _binary}
+    made = {}
+    for fname, src in _source(op):
+        exec(compile(src, f"<declared element-wise op {op.name}>", "exec"), ns)
+        f = ns[fname]
+        if fname != op.name:
+            f.__doc__ = f"In-place {op.name} (Tensor.{fname})."
+        elif op.doc:
+            f.__doc__ = op.doc
+        elif op.rule == "cmp":
+            f.__doc__ = f"torch.{fname}: element-wise comparison, a bool tensor."
+        else:
+            f.__doc__ = f"torch.{fname}: element-wise {op.name}."
+        made[fname] = f
+    fn, fn_ = made.get(op.name), made.get(op.name + "_")
+    for alias in op.aliases:
+        made[alias] = fn
+        if fn_ is not None:
+            made[alias + "_"] = fn_
+    methods = {}
+    if op.method and fn is not None:
+        for m in (op.name,) + op.aliases:
+            methods[m] = fn
+            if fn_ is not None:
+                methods[m + "_"] = fn_
+    for dunder in op.operators:
+        if op.arity == 1:
+            methods[dunder] = _dunder_unary(fn)
+        elif dunder.startswith("__r") and dunder[3:] != "shift__":
+            methods[dunder] = _rev(fn)
+        elif dunder.startswith("__i"):
+            methods[dunder] = _inplace(fn_)
+        else:
+            methods[dunder] = _fwd(fn)
+    if op.entry in HAND_NAMES:
+        raise ValueError(f"declare {op.name}: entry {op.entry!r} is hand-written here")
+    g = globals()
+    for k in made:
+        if k in g:
+            raise ValueError(f"declare {op.name}: nbx.{k} already exists")
+    for k in methods:
+        if k in Tensor.__dict__:
+            raise ValueError(f"declare {op.name}: Tensor.{k} already exists")
+    cpu_entry = _cpu.numpy_entry(op.entry, op.np)       # refuses a bad expression
+    register(op.entry, "numpy")(cpu_entry)
+    if op.complex:
+        COMPLEX_NAMES.add(op.entry)
+    SUPPORTED_DTYPES[op.entry] = op.dtypes
+    for k, v in made.items():
+        g[k] = v
+    public = [k for k in made if not k.endswith("_")]
+    __all__.extend(k for k in public if k not in __all__)
+    if _PUBLISHED:
+        import importlib
+        for mod in (importlib.import_module("nbxtensor.ops"), importlib.import_module("nbxtensor")):
+            for k in public:
+                setattr(mod, k, made[k])
+    _methods.install(**methods)
+    _GENERATED[op.entry] = made
+    _METHODS[op.entry] = methods
+
+
+def _remove(op) -> None:
+    """Undo `_build` (ops/_declare.undeclare)."""
+    import importlib
+    made = _GENERATED.pop(op.entry, {})
+    g = globals()
+    mods = [importlib.import_module("nbxtensor.ops"), importlib.import_module("nbxtensor")]
+    for k in made:
+        g.pop(k, None)
+        if k in __all__:
+            __all__.remove(k)
+        for mod in mods:
+            if getattr(mod, k, None) is made[k]:
+                delattr(mod, k)
+    _methods.uninstall(_METHODS.pop(op.entry, {}))
+    if op.entry in HAND_NAMES:
+        return
+    _unregister(op.entry, "numpy")
+    _unregister(op.entry, "triton")
+    COMPLEX_NAMES.discard(op.entry)
+    SUPPORTED_DTYPES.pop(op.entry, None)
+
+
+def _unregister(name, family) -> None:
+    from .. import dispatch
+    dispatch._IMPLS.pop((name, family), None)
+    dispatch._BY_DEVTYPE.clear()
+
+
+def _dunder_unary(fn):
+    def f(self):
+        return fn(self)
+    return f
+
+
+def subscribe_declared(build, remove=None) -> None:
+    """kernels/elementwise.py's hook into the declarations (ops/_declare.subscribe)."""
+    _declare.subscribe(build, remove)
+
+
+_declare.subscribe(_build, _remove)
+_ROUND, _GELU, _GELU_TANH, _GLU = (_declare.OPS[n] for n in ("round", "gelu", "gelu_tanh", "glu"))
+# every element-wise dispatch entry at import (the kernels register the declared ones as
+# they are declared)
+DISPATCH_NAMES = HAND_NAMES + tuple(_declare.OPS)
+_PUBLISHED = True

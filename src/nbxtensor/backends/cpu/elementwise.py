@@ -4,7 +4,8 @@ Each entry gets (out, inputs, params, compute_dtype) from ops.elementwise: input
 host tensors expanded to out's shape or Python numbers. Every input is converted to
 the compute dtype (float32 for every float below float64, so a float16 add computes in
 float32 and rounds once), the op runs in NumPy, and the result is cast into `out` by the
-dtype table's cast rule (dtypes.copy_into).
+dtype table's cast rule (dtypes.copy_into). The ops declared in ops/_declare.py come as NumPy
+expressions: ops/elementwise.py registers `numpy_entry(name, expr)` for each.
 """
 from __future__ import annotations
 
@@ -67,63 +68,56 @@ def _hard(x):
     return np.minimum(np.maximum(x + 3, 0), 6) / 6
 
 
-def _on_x(f):
-    # every entry takes (x, y, z, p, q); most apply one function to x, or to x and y
-    return lambda x, y, z, p, q: f(x)
+_GILES_A = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+            -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_GILES_B = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+            -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+
+
+def _erfinv(x):
+    """Inverse erf in float64: Giles' single-precision approximation, then Newton steps on
+    math.erf (exact); +-1 give +-inf, |x| > 1 and NaN give NaN."""
+    x64 = x.astype(np.float64)
+    ax = np.abs(x64)
+    inside = ax < 1
+    y = np.where(inside, x64, 0.0)
+    w = -np.log((1 - y) * (1 + y))
+    wa, wb = w - 2.5, np.sqrt(np.maximum(w, 5.0)) - 3.0
+    pa, pb = np.zeros_like(w), np.zeros_like(w)
+    for a, b in zip(_GILES_A, _GILES_B):
+        pa, pb = a + pa * wa, b + pb * wb
+    r = np.where(w < 5, pa, pb) * y
+    for _ in range(3):
+        r = r - (_erf64(r).astype(np.float64) - y) / (1.1283791670955126 * np.exp(-r * r))
+    r = np.where(y == 0, x64, r)                   # keeps -0
+    r = np.where(ax == 1, x64 * np.inf, np.where(inside, r, np.nan))
+    return r.astype(x.dtype)
+
+
+def _logit(x, eps, use_eps):
+    if use_eps:
+        x = np.where(np.isnan(x), x, np.clip(x, eps, 1 - eps))
+    return np.log(x / (1 - x))
+
+
+def _heaviside(x, y):
+    return np.where(x == 0, y, x > 0).astype(y.dtype)
 
 
 def _on_xy(f):
+    # every entry takes (x, y, z, p, q); most apply one function to x and y
     return lambda x, y, z, p, q: f(x, y)
 
 
+# the ops not (yet) declared in ops/_declare.py; the declared ones arrive as NumPy expressions
+# through `numpy_entry`
 _OPS = {
     "copy": lambda x, y, z, p, q: x,
-    "neg": _on_x(np.negative),
-    "abs": _on_x(np.abs),
-    "sign": _on_x(np.sign),
-    "exp": _on_x(np.exp),
-    "exp2": _on_x(np.exp2),
-    "expm1": _on_x(np.expm1),
-    "log": _on_x(np.log),
-    "log2": _on_x(np.log2),
-    "log10": _on_x(np.log10),
-    "log1p": _on_x(np.log1p),
-    "sqrt": _on_x(np.sqrt),
-    "rsqrt": lambda x, y, z, p, q: 1 / np.sqrt(x),
-    "reciprocal": lambda x, y, z, p, q: 1 / x,
-    "sin": _on_x(np.sin),
-    "cos": _on_x(np.cos),
-    "tan": _on_x(np.tan),
-    "tanh": _on_x(np.tanh),
-    "sigmoid": lambda x, y, z, p, q: 1 / (1 + np.exp(-x)),
-    "erf": _on_x(_erf),
-    "floor": _on_x(np.floor),
-    "ceil": _on_x(np.ceil),
-    "round": _on_x(np.round),
-    "trunc": _on_x(np.trunc),
-    "isnan": _on_x(np.isnan),
-    "isinf": _on_x(np.isinf),
-    "isfinite": _on_x(np.isfinite),
-    "logical_not": lambda x, y, z, p, q: x == 0,
-    "bitwise_not": _on_x(np.invert),
     "nan_to_num": lambda x, y, z, p, q: np.where(np.isnan(x), p, np.where(
         x == np.inf, y, np.where(x == -np.inf, z, x))),
     "clamp": lambda x, y, z, p, q: np.minimum(np.maximum(x, y), z),
     "clamp_min": _on_xy(np.maximum),
     "clamp_max": _on_xy(np.minimum),
-    # activations
-    "relu": lambda x, y, z, p, q: np.where(x < 0, x.dtype.type(0), x),
-    "gelu": lambda x, y, z, p, q: 0.5 * x * (1 + _erf(x * x.dtype.type(0.7071067811865476))),
-    "gelu_tanh": lambda x, y, z, p, q: 0.5 * x * (1 + np.tanh(
-        x.dtype.type(0.7978845608028654) * (x + x.dtype.type(0.044715) * x * x * x))),
-    "silu": lambda x, y, z, p, q: x / (1 + np.exp(-x)),
-    "mish": lambda x, y, z, p, q: x * np.tanh(_softplus(x, x.dtype.type(1), x.dtype.type(20))),
-    "softplus": lambda x, y, z, p, q: _softplus(x, p, q),
-    "elu": lambda x, y, z, p, q: np.where(x > 0, x, p * np.expm1(x)),
-    "leaky_relu": lambda x, y, z, p, q: np.where(x > 0, x, x * p),
-    "hardsigmoid": _on_x(_hard),
-    "hardswish": lambda x, y, z, p, q: x * _hard(x),
-    "glu": lambda x, y, z, p, q: x / (1 + np.exp(-y)),
     # binary
     "add": _on_xy(operator.add),
     "add_alpha": lambda x, y, z, p, q: x + p * y,
@@ -133,26 +127,7 @@ _OPS = {
     "div": _on_xy(operator.truediv),
     "div_floor": _on_xy(np.floor_divide),
     "div_trunc": _on_xy(_div_trunc),
-    "remainder": _on_xy(np.remainder),
-    "fmod": _on_xy(np.fmod),
     "pow": _on_xy(_pow),
-    "maximum": _on_xy(np.maximum),
-    "minimum": _on_xy(np.minimum),
-    "atan2": _on_xy(np.arctan2),
-    "eq": _on_xy(operator.eq),
-    "ne": _on_xy(operator.ne),
-    "lt": _on_xy(operator.lt),
-    "le": _on_xy(operator.le),
-    "gt": _on_xy(operator.gt),
-    "ge": _on_xy(operator.ge),
-    "logical_and": lambda x, y, z, p, q: (x != 0) & (y != 0),
-    "logical_or": lambda x, y, z, p, q: (x != 0) | (y != 0),
-    "logical_xor": lambda x, y, z, p, q: (x != 0) ^ (y != 0),
-    "bitwise_and": _on_xy(operator.and_),
-    "bitwise_or": _on_xy(operator.or_),
-    "bitwise_xor": _on_xy(operator.xor),
-    "lshift": lambda x, y, z, p, q: _shift(x, y, True),
-    "rshift": lambda x, y, z, p, q: _shift(x, y, False),
     # ternary
     "where": lambda x, y, z, p, q: np.where(x != 0, y, z),
     "lerp": lambda x, y, z, p, q: np.where(np.abs(z) < 0.5, x + z * (y - x),
@@ -160,6 +135,12 @@ _OPS = {
     "addcmul": lambda x, y, z, p, q: x + p * (y * z),
     "addcdiv": lambda x, y, z, p, q: x + p * (y / z),
 }
+
+# what a declared op's NumPy expression may name besides its operands x, y and parameters p, q
+EXPR_NAMESPACE = {"np": np, "_erf": _erf, "_softplus": _softplus, "_hard": _hard,
+                  "_shift": _shift, "_erfinv": _erfinv, "_logit": _logit,
+                  "_heaviside": _heaviside}
+EXPR_ARGS = ("x", "y", "p", "q")
 
 
 def _as_ct(x, ct):
@@ -170,9 +151,7 @@ def _as_ct(x, ct):
     return np.asarray(x).astype(ct.np)
 
 
-def _make(name):
-    fn = _OPS[name]
-
+def _make(name, fn):
     def run(out, inputs, params, ct):
         args = [_as_ct(x, ct) for x in inputs] + [None] * (3 - len(inputs))
         p = [np.asarray(v).astype(ct.np)[()] for v in params]
@@ -183,5 +162,26 @@ def _make(name):
     return run
 
 
-for _name in _OPS:
-    register(_name, "numpy")(_make(_name))
+def numpy_entry(name: str, expr: str):
+    """The cpu entry of a declared op from its NumPy expression over x, y, p, q; refused
+    (ValueError) when the expression does not parse or names anything else."""
+    import ast
+    import builtins
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as e:
+        raise ValueError(f"declare {name}: the NumPy expression {expr!r} does not parse: "
+                         f"{e.msg}") from None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id not in EXPR_ARGS \
+                and node.id not in EXPR_NAMESPACE and not hasattr(builtins, node.id):
+            raise ValueError(f"declare {name}: the NumPy expression {expr!r} names {node.id!r}, "
+                             f"which is neither an operand ({', '.join(EXPR_ARGS)}) nor one of "
+                             f"{', '.join(sorted(EXPR_NAMESPACE))}")
+    fn = eval(compile(f"lambda x, y, z, p, q: ({expr})", f"<numpy expression of {name}>", "eval"),
+              dict(EXPR_NAMESPACE))
+    return _make(name, fn)
+
+
+for _name, _fn in _OPS.items():
+    register(_name, "numpy")(_make(_name, _fn))
