@@ -396,6 +396,59 @@ def test_multinomial(device):
         assert len(set(w[row].tolist())) == 3 and all(p[row][w[row]] > 0)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
+def test_multinomial_race_frequencies(device, dtype):
+    """One sample a row (the fused race): chi-square of n rows' draws against p (7 dof:
+    p < 1e-4 at 29.9; n = 300 on interp, which runs one program a row), rows read strided;
+    without replacement two draws a row are distinct; rows of several blocks pick each
+    block's elements."""
+    _dev(device)
+    g = nbx.Generator(device).manual_seed(11)
+    p = np.array([0.05, 0.1, 0.2, 0.05, 0.3, 0.1, 0.15, 0.05])
+    n = 300 if device == "interp" else 3000
+    wide = np.zeros((n, 16))
+    wide[:, ::2] = p * 3.0                                   # unnormalised, every other column
+    pt = nbx.tensor(wide, device=device).to(getattr(nbx, dtype))[:, ::2]
+    for repl in (True, False):
+        idx = nbx.multinomial(pt, 1, repl, generator=g).cpu().numpy()
+        assert idx.shape == (n, 1) and idx.dtype == np.int64
+        counts = np.bincount(idx[:, 0], minlength=8)
+        assert ((counts - n * p) ** 2 / (n * p)).sum() < 29.9
+    two = nbx.multinomial(pt[:40], 2, False, generator=g).cpu().numpy()
+    assert all(a != b for a, b in two.tolist())
+    if device == "interp" and dtype != "float32":
+        return                                  # the block walk is dtype-blind; interp is slow
+    K = 3 * (8192 if device == "interp" else 1024) + 1      # blocks of the race kernel, overhung
+    for hot in (0, K // 2, K - 1):
+        q = np.full(K, 1e-30)
+        q[hot] = 1.0
+        got = nbx.multinomial(nbx.tensor(q, device=device).to(getattr(nbx, dtype)), 1,
+                              generator=g).cpu().numpy()
+        assert got.tolist() == [hot]
+
+
+def test_multinomial_refusals_on_the_device(device):
+    """A bad row is refused: at the op on interp, at the next synchronising call on cuda (the
+    race records it in the device's error flag, as a bad index is recorded)."""
+    _dev(device)
+    g = nbx.Generator(device).manual_seed(1)
+
+    def draw(p, k, repl=False):
+        r = nbx.multinomial(nbx.tensor(p, device=device), k, repl, generator=g)
+        nbx.check_index_errors()
+        return r
+    for bad in ([0.5, -0.1, 0.6], [0.5, float("nan")], [0.5, float("inf")]):
+        with pytest.raises(ValueError, match="finite and >= 0"):
+            draw(bad, 1)
+    with pytest.raises(ValueError, match="sum to 0"):
+        draw([[0.5, 0.5], [0.0, 0.0]], 1)
+    with pytest.raises(ValueError, match="fewer than num_samples=2"):
+        draw([0.5, 0.0, 0.0], 2)
+    with pytest.raises(ValueError, match="finite, >= 0"):
+        draw([0.5, -1.0], 3, True)
+    assert draw([0.0, 2.0, 0.0], 1).cpu().numpy().tolist() == [1]     # the flag was reset
+
+
 def test_dropout_training(device):
     _dev(device)
     nbx.manual_seed(5)

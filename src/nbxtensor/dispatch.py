@@ -27,6 +27,11 @@ _loaded: set[str] = set()
 _BY_DEVTYPE: dict[tuple[str, str], object] = {}   # (name, device.type) -> fn: impl()'s hot path
 
 
+class DeviceValueError(str):
+    """The `what` of an error record (kernels/indexing's flag) for a value check a kernel
+    makes rather than an index range: the flag reports it as ValueError(f"{op}: {what}")."""
+
+
 class NotImplementedOnDevice(NotImplementedError):
     """An op has no implementation for the device it was called on."""
 

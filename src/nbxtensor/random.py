@@ -1252,30 +1252,33 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
 
 def _multinomial_device(input, num_samples, replacement, g, op):
     """cuda/interp (correct and reproducible, not torch-identical): without replacement
-    (or one sample) the top num_samples of p / Exp(1) (exponential races); with replacement
-    a search of u * sum(p) (u uniform) in the cumulative sums. The checks read one flag."""
+    (or one sample) the top num_samples of p / Exp(1) (exponential races, fused with the
+    validity counts in kernels/random.race: an invalid row raises at the next synchronising
+    call on cuda, as a bad index does); with replacement a search of u * sum(p) (u
+    uniform) in the cumulative sums, checked with one small device read."""
+    from .kernels import random as _kr
     from .ops.order import searchsorted
     from .ops.reduction import cumsum, topk
     if g.device != input.device:
         raise ValueError(f"{op}: generator is on {g.device} but input is on {input.device}")
-    cdt = _dt.float64 if input.dtype.name == "float64" else _dt.float32
-    p = (input if input.ndim == 2 else input.unsqueeze(0)).to(cdt)
+    wide = input.dtype.name == "float64"
+    cdt = _dt.float64 if wide else _dt.float32
+    p = input if input.ndim == 2 else input.unsqueeze(0)
     B, K = p.shape
-    total = p.sum(-1, keepdim=True)
-    ok = ((p >= 0) & (p < math.inf)).all() & (total > 0).all()
-    if not replacement:
-        ok = ok & ((p > 0).sum(-1) >= num_samples).all()
-    if not bool(ok.item()):
-        raise ValueError(f"{op}: invalid distribution: probabilities must be finite, >= 0 "
-                         f"with a positive sum" + ("" if replacement else
-                                                   f", and at least {num_samples} > 0 a row"))
     if not replacement or num_samples == 1:
-        q = Tensor._empty((B, K), cdt, input.device)
-        exponential_(q, 1.0, generator=g)
-        # an Exp(1) draw of exactly 0 (u == 1) wins its row, as a tiny one would
-        q = q.clamp(min=_dt.finfo(cdt).tiny)
-        idx = topk(p / q, num_samples, -1)[1]
+        win = Tensor._empty((B,), _dt.int64, input.device)
+        keys = Tensor._empty((B, K), cdt, input.device) if num_samples > 1 else None
+        pair, seed, off = g._philox(4)
+        _kr.race(p, keys, win, seed, off, pair=pair, need=1 if replacement else num_samples,
+                 op=op)
+        idx = win.unsqueeze(1) if keys is None else topk(keys, num_samples, -1)[1]
     else:
+        p = p.to(cdt)
+        total = p.sum(-1, keepdim=True)
+        ok = ((p >= 0) & (p < math.inf)).all() & (total > 0).all()
+        if not bool(ok.item()):
+            raise ValueError(f"{op}: invalid distribution: probabilities must be finite, >= 0 "
+                             f"with a positive sum")
         u = Tensor._empty((B, num_samples), cdt, input.device)
         uniform_(u, 0.0, 1.0, generator=g)
         idx = searchsorted(cumsum(p, -1).contiguous(), (u * total).contiguous(), right=True)

@@ -28,8 +28,7 @@ import functools
 import threading
 
 import numpy as np
-import triton
-import triton.language as tl
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from .. import dtypes as _dt
 from ..dispatch import NotImplementedOnDevice, register
@@ -529,9 +528,9 @@ def _read_flag(device, deferred) -> None:
         err = _ERR_OF.get(tag) or ("indexing", "its dimension", None, None)
         e = _oob_error(err, bad)
         if deferred:
-            e = IndexError(f"{e.args[0]} (recorded by an earlier op on {device} and reported at "
-                           f"a later synchronising call; nbx.set_index_check('sync') reports "
-                           f"it at the op)")
+            e = type(e)(f"{e.args[0]} (recorded by an earlier op on {device} and reported at "
+                        f"a later synchronising call; nbx.set_index_check('sync') reports "
+                        f"it at the op)")
         raise e
 
 

@@ -36,13 +36,12 @@ fma rounds twice).
 """
 from __future__ import annotations
 
-import triton
-import triton.language as tl
-from triton.language.extra import libdevice
+from ._triton import triton, tl, libdevice  # Triton, or its stand-in without Triton
 
 from ._common import device_facts
 from ._host import cdiv as _cdiv
 from .elementwise import _log
+from .indexing import _flag_bad_lanes
 
 BLOCK_THREADS = 256        # torch's block_size_bound
 OFFSETS_PER_CALL = 4       # torch's max_generator_offsets_per_curand_call
@@ -308,3 +307,131 @@ def set_pair(pair, seed: int, offset: int) -> None:
     """pair[0], pair[1] = seed, offset on the device, in stream order (a graph's prologue)."""
     from ..backends.launch import launch
     launch(_set_pair_kernel, (1,), pair, seed, offset, num_warps=1)
+
+
+# ------------------------------------------------------------------------------- multinomial
+# Exponential races (p / Exp(1): the largest keys are a draw without replacement, the
+# largest alone a draw of one sample), fused: one pass reads p, draws an Exp(1) for each
+# element from its own Philox subsequence (element b*K + k, one call), and reduces each
+# block of a row to its largest key, with the block's counts of invalid (< 0, NaN, inf) and
+# positive probabilities; a second tiny launch picks the row's winner and records an invalid
+# row in the device's error flag (kernels/indexing), so no host round trip is needed.
+RACE = {"cuda": dict(BLOCK=1024, num_warps=4), "interp": dict(BLOCK=8192, num_warps=4)}
+
+
+@triton.jit(do_not_specialize=["seed", "offset"])
+def _race_kernel(p_ptr, key_ptr, best_ptr, bidx_ptr, cnt_ptr, pair_ptr, seed, offset, K, NB,
+                 s_pb, s_pk, WIDE: tl.constexpr, FROM_PAIR: tl.constexpr,
+                 WRITE_KEYS: tl.constexpr, INTERP: tl.constexpr, BLOCK: tl.constexpr):
+    blk = tl.program_id(0)
+    row = tl.program_id(1).to(tl.int64)
+    k = blk * BLOCK + tl.arange(0, BLOCK)
+    m = k < K
+    if FROM_PAIR:
+        sd = tl.load(pair_ptr)
+        off = tl.load(pair_ptr + 1) + offset.to(tl.int64)
+    else:
+        sd = seed.to(tl.int64)
+        off = offset.to(tl.int64)
+    k0 = (sd & 0xFFFFFFFF).to(tl.uint32)
+    k1 = ((sd >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    cnt = off >> 2
+    e = row * K + k
+    c0 = (k * 0 + (cnt & 0xFFFFFFFF)).to(tl.uint32)
+    c1 = (k * 0 + ((cnt >> 32) & 0xFFFFFFFF)).to(tl.uint32)
+    r0, r1, r2, r3 = philox4x32_10(c0, c1, (e & 0xFFFFFFFF).to(tl.uint32),
+                                   ((e >> 32) & 0xFFFFFFFF).to(tl.uint32), k0, k1)
+    if WIDE:
+        p = tl.load(p_ptr + row * s_pb + k * s_pk, mask=m, other=0.0).to(tl.float64)
+        u = _uniform64(r0, r1)
+        tiny = 2.2250738585072014e-308
+    else:
+        p = tl.load(p_ptr + row * s_pb + k * s_pk, mask=m, other=0.0).to(tl.float32)
+        u = _uniform32(r0)
+        tiny = 1.1754943508222875e-38
+    # Exp(1) = -log u, u in (0, 1]; an exact 0 (u == 1) wins its row as a tiny draw would
+    q = tl.maximum(-_log(u, INTERP), tiny)
+    key = tl.where(m, p / q, -1.0)
+    if WRITE_KEYS:
+        tl.store(key_ptr + row * K + k, key, mask=m)
+    bad = m & ((p < 0) | (p != p) | (p == float("inf")))
+    pos = m & (p > 0)
+    best = tl.max(key, 0)
+    idx = tl.min(tl.where(key == best, k, K), 0)
+    slot = row * NB + blk
+    tl.store(best_ptr + slot, best)
+    tl.store(bidx_ptr + slot, idx.to(tl.int64))
+    tl.store(cnt_ptr + 2 * slot, tl.sum(bad.to(tl.int32), 0))
+    tl.store(cnt_ptr + 2 * slot + 1, tl.sum(pos.to(tl.int32), 0))
+
+
+@triton.jit
+def _race_finish_kernel(best_ptr, bidx_ptr, cnt_ptr, out_ptr, flag_ptr, tag_bad, tag_few, NB,
+                        need, BLOCK: tl.constexpr):
+    """Row `row`'s winner over its NB block winners (the first block of the largest key);
+    a row with an invalid probability, or with fewer than `need` positive ones, is recorded
+    in the error flag (tag_bad / tag_few name the error; the value is the row)."""
+    row = tl.program_id(0).to(tl.int64)
+    j = tl.arange(0, BLOCK)
+    top = tl.load(best_ptr + row * NB + j, mask=j < NB, other=-1.0)
+    topi = tl.load(bidx_ptr + row * NB + j, mask=j < NB, other=0)
+    nbad = tl.load(cnt_ptr + 2 * (row * NB + j), mask=j < NB, other=0)
+    npos = tl.load(cnt_ptr + 2 * (row * NB + j) + 1, mask=j < NB, other=0)
+    for s in range(BLOCK, NB, BLOCK):
+        mk = s + j < NB
+        v = tl.load(best_ptr + row * NB + s + j, mask=mk, other=-1.0)
+        vi = tl.load(bidx_ptr + row * NB + s + j, mask=mk, other=0)
+        nbad += tl.load(cnt_ptr + 2 * (row * NB + s + j), mask=mk, other=0)
+        npos += tl.load(cnt_ptr + 2 * (row * NB + s + j) + 1, mask=mk, other=0)
+        take = v > top
+        top = tl.where(take, v, top)
+        topi = tl.where(take, vi, topi)
+    best = tl.max(top, 0)
+    idx = tl.min(tl.where(top == best, topi, 9223372036854775807), 0)
+    tl.store(out_ptr + row, idx)
+    nb = tl.sum(nbad, 0)
+    npo = tl.sum(npos, 0)
+    lane0 = j == 0
+    _flag_bad_lanes(flag_ptr, lane0 & (nb > 0), row + j * 0, tag_bad)
+    _flag_bad_lanes(flag_ptr, lane0 & (nb == 0) & (npo < need), row + j * 0, tag_few)
+
+
+def race_errors(op: str, need: int, replacement: bool):
+    """The two error records the race reports through the flag (see ops.indexing)."""
+    from ..dispatch import DeviceValueError
+    few = ("the probabilities of a row sum to 0" if need == 1 else
+           f"a row has fewer than num_samples={need} positive probabilities")
+    return ((op, DeviceValueError("invalid distribution: probabilities must be finite and "
+                                  ">= 0"), None, None),
+            (op, DeviceValueError(f"invalid distribution: {few}"), None, None))
+
+
+def race(p, keys, out, seed: int, offset: int, pair=None, need: int = 1,
+         op: str = "multinomial") -> None:
+    """Exponential races over the rows of the 2-D p (float32/float64 read as such, 16-bit
+    floats widened): out (B,) int64 the winners, keys (B, K) the keys when given (else
+    None). An invalid row raises ValueError at the op (interp, or 'sync' index checks) or
+    at the next synchronising call (cuda), as the index checks do."""
+    from .. import dtypes as _dt
+    from ..backends.launch import launch
+    from ..tensor import Tensor
+    from .indexing import _after, _flag, _tag
+    B, K = p.shape
+    interp = p.device.type == "interp"
+    cfg = RACE["interp" if interp else "cuda"]
+    block = min(cfg["BLOCK"], max(16, 1 << (K - 1).bit_length()))   # short rows: small blocks
+    NB = _cdiv(K, block)
+    wide = p.dtype.name == "float64"
+    acc = _dt.float64 if wide else _dt.float32
+    best = Tensor._empty((B, NB), acc, p.device)
+    bidx = Tensor._empty((B, NB), _dt.int64, p.device)
+    cnt = Tensor._empty((B, NB, 2), _dt.int32, p.device)
+    launch(_race_kernel, (NB, B), p, keys if keys is not None else best, best, bidx, cnt,
+           pair if pair is not None else cnt, seed, offset, K, NB, p.stride(0), p.stride(1),
+           WIDE=wide, FROM_PAIR=pair is not None, WRITE_KEYS=keys is not None, INTERP=interp,
+           BLOCK=block, num_warps=cfg["num_warps"])
+    e_bad, e_few = race_errors(op, need, True)
+    fb = min(1024, max(16, 1 << (NB - 1).bit_length()))
+    launch(_race_finish_kernel, (B,), best, bidx, cnt, out, _flag(p.device), _tag(e_bad),
+           _tag(e_few), NB, need, BLOCK=fb, num_warps=4)
+    _after(p.device, e_bad)

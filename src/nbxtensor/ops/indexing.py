@@ -92,8 +92,11 @@ def deferred_index_checks():
 
 
 # ---------------------------------------------------------------------------- helpers
-def _oob_error(err, bad) -> IndexError:
+def _oob_error(err, bad) -> Exception:
+    from ..dispatch import DeviceValueError
     op, what, lo, hi = err
+    if isinstance(what, DeviceValueError):
+        return ValueError(f"{op}: {what}")
     if lo is None:
         return IndexError(f"{op}: index {bad} is out of range for {what}")
     rng = f"[{lo}, {hi - 1}]" if hi > lo else "empty (the dimension has size 0)"
