@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 
 __all__ = ["Switch", "SWITCHES", "get", "refresh", "override", "markdown_table",
-           "LAUNCH_VARS", "launch_env", "child_env", "set_nccl_env"]
+           "LAUNCH_VARS", "launch_env", "child_env", "set_nccl_env", "set_omp_env"]
 
 _TRUE = ("1", "true", "on", "yes")
 _FALSE = ("0", "false", "off", "no")
@@ -25,7 +25,7 @@ _FALSE = ("0", "false", "off", "no")
 @dataclass(frozen=True)
 class Switch:
     name: str
-    kind: str                 # "bool", "str" or "choice"
+    kind: str                 # "bool", "str", "choice" or "int" (>= 0)
     default: object
     doc: str
     choices: tuple = ()
@@ -40,6 +40,10 @@ class Switch:
             if v.lower() in _FALSE:
                 return False
             raise ValueError(f"{self.name}={raw!r}: expected one of {_TRUE + _FALSE}")
+        if self.kind == "int":
+            if not v.isdigit():
+                raise ValueError(f"{self.name}={raw!r}: expected an integer >= 0")
+            return int(v)
         if self.kind == "choice" and v not in self.choices:
             raise ValueError(f"{self.name}={raw!r}: expected one of {self.choices}")
         return v
@@ -71,10 +75,21 @@ SWITCHES: dict[str, Switch] = {s.name: s for s in (
            "which ops the reference models use on cpu: `auto` (the verified public ops, "
            "NumPy stand-ins for the rest), `real` (every public op), `numpy` (the stand-ins)",
            ("auto", "real", "numpy")),
+    Switch("NBX_ARCHIVE_ONLY", "bool", False,
+           "cuda kernels come from the kernel archive only: the kernel modules import "
+           "against nbxtensor's Triton stand-in even where Triton is installed, and a "
+           "variant the archive lacks raises MissingKernelError (read at the kernels' "
+           "import; no interp device then)"),
+    Switch("NBX_KERNEL_ARCHIVES", "str", "",
+           "the folder the cuda launcher reads kernel archives (`nbx-kernels-sm_XX.bin`) "
+           "from (default: the package's `kernel_archives`)"),
     Switch("NBX_DIST_DEBUG", "bool", False,
            "nbx.distributed checks every collective across ranks: the ranks exchange "
            "(op, shape, dtype) through the store and raise naming the ranks that differ "
            "(a store round trip per call)"),
+    Switch("NBX_CPU_THREADS", "int", 0,
+           "threads of the cpu quantised GGUF kernels (numba); `0`: the cores this process "
+           "may run on; `backends.cpu.quant.set_threads` changes it at run time"),
 )}
 
 _values: dict[str, object] = {}
@@ -144,6 +159,15 @@ def set_nccl_env() -> None:
     (NVLS) stays off whatever the caller's environment says, because its multicast objects
     are not to be created on the machines this package runs on."""
     os.environ["NCCL_NVLS_ENABLE"] = "0"
+
+
+def set_omp_env() -> None:
+    """The OpenMP runtime's wait policy for the cpu quantised kernels (numba's omp layer),
+    set before numba starts its threads, unless the caller's environment chose one: threads
+    sleep between parallel regions instead of spinning. A decode step opens ~150 regions; on
+    a machine whose cores are busy with other work, spinning threads took the cores from
+    each other and decode ran 20x slower (0.5 tok/s against 10.8 with passive waiting)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def markdown_table() -> str:

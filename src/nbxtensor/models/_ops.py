@@ -11,7 +11,7 @@ an explicit choice, not a guess:
   exists on cpu too; NBX_MODELS_OPS=numpy forces the stand-ins.
 
 Quantised weights (`QuantWeight`) go to the fused dequantise-GEMV kernel
-(kernels/quant.py) on cuda/interp and are dequantised on the host for cpu.
+(kernels/quant.py) on cuda/interp and to backends/cpu/quant.py's kernels on cpu.
 """
 from __future__ import annotations
 
@@ -70,6 +70,9 @@ class QuantWeight:
 def linear(x, w, b=None):
     """x @ w.T (+ b); w is (out, in) or a QuantWeight."""
     if isinstance(w, QuantWeight):
+        if w.device.type == "cpu":          # backends/cpu/quant.py (numba)
+            from ..dispatch import impl
+            return impl("quant_linear", w.device)(x, w, b)
         from ..kernels.quant import quant_linear
         return quant_linear(x, w, b)
     f = _real("linear", x)
@@ -152,6 +155,9 @@ def gelu(x):
 def embedding(ids, w):
     """Rows of `w` (a Tensor or QuantWeight) at integer `ids` (a Tensor)."""
     if isinstance(w, QuantWeight):
+        if w.device.type == "cpu":          # backends/cpu/quant.py (numba)
+            from ..dispatch import impl
+            return impl("quant_embedding", w.device)(ids, w)
         from ..kernels.quant import dequantize_rows
         return dequantize_rows(w, ids)
     f = _real("embedding", w)

@@ -7,7 +7,10 @@ RoPE; we undo that at load so one rotate_half RoPE serves every source.
 
 On cuda, Q8_0 / Q4_1 weights stay quantised and run through the fused dequantise-GEMV
 kernel; every other GGUF type is dequantised at load to the compute dtype (block formats
-on the device by kernels/quant.py [quantgpu]; float types, and everything on cpu, on the host).
+on the device by kernels/quant.py [quantgpu]; float types on the host). On cpu with numba
+installed [cpuquant], the block formats stay quantised and `forward` runs
+models/cpu_decode.py's plan (backends/cpu/quant.py's compiled GEMVs); without numba they are
+dequantised to float32 at load and `cpu_path` says so.
 
 Two compute paths:
 * `forward(ids, cache)` -- the original eager path (host position, this module's batch-1
@@ -41,6 +44,8 @@ __all__ = ["LlamaModel", "KVCache"]
 
 # GGUF types with a fused dequant-GEMV kernel: kept quantised on the GPU
 GPU_QUANT_TYPES = ("Q8_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")   # K-quants: kernels/quant.py's GEMV
+# [cpuquant] kept quantised on cpu when numba is installed (backends/cpu/quant.py's GEMVs)
+CPU_QUANT_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
 # [quantgpu] block formats dequantised on the device at load (cuda/interp) when not kept
 DEVICE_DEQUANT_TYPES = ("Q8_0", "Q4_1", "Q4_0", "Q4_K", "Q5_K", "Q6_K")
 
@@ -131,7 +136,27 @@ class LlamaModel:
             self._device_rope_ok = bool(np.allclose(ref, inv, rtol=1e-9, atol=0))
         except (ValueError, KeyError, TypeError):      # a scaling type the device RoPE lacks
             self._device_rope_ok = False
-        self._prepare_fused()
+        self._cpu_plan = None
+        if self.device.type == "cpu" and _has_quant(weights):    # [cpuquant]
+            from .cpu_decode import CpuPlan
+            self.fused, self.fused_head = [False] * len(weights["layers"]), False
+            if CpuPlan.supports(self):
+                self._cpu_plan = CpuPlan(self)
+        else:
+            self._prepare_fused()
+
+    @property
+    def cpu_path(self) -> str:
+        """How this model computes, in words (for progress lines): the cpu kernels in use."""
+        if self.device.type != "cpu":
+            return f"{self.device.type} kernels"
+        from ..backends.cpu import quant as Q
+        if self._cpu_plan is not None:
+            return Q.describe()
+        if _has_quant(self.w):
+            return "quantised weights through the Tensor ops (a layer the cpu plan lacks)"
+        return "float32 NumPy" + ("" if Q.available() else
+                                  " (numba not installed: " + Q.describe() + ")")
 
     def _prepare_fused(self) -> None:
         """Concatenate Q/K/V (and their biases) and gate/up per layer for the fused decode
@@ -163,7 +188,8 @@ class LlamaModel:
     # ----------------------------------------------------------------- loading
     @classmethod
     def from_gguf(cls, path, device="cpu", dtype=None, quantized: bool | None = None):
-        """Load a GGUF file. quantized=None keeps Q8_0/Q4_1 quantised on cuda only.
+        """Load a GGUF file. quantized=None keeps Q8_0/Q4_1 (and the K-quants) quantised on
+        cuda, and the block formats on cpu when numba is installed ([cpuquant]).
 
         dtype=None computes in float32 on cpu/interp and bfloat16 on cuda. On the cpu, bf16
         activations derail SmolLM2 Q4_1 (its unfused path rounds after every op); on cuda
@@ -176,10 +202,18 @@ class LlamaModel:
         dev = as_device(device)
         dtype = nbx.dtypes.as_dtype(dtype) if dtype is not None else (
             nbx.bfloat16 if dev.type == "cuda" else nbx.float32)
-        keep_q = (dev.type != "cpu") if quantized is None else quantized
-        if keep_q and dev.type == "cpu":
-            raise ValueError("from_gguf: quantized=True needs a cuda or interp device; on cpu "
-                             "weights are dequantised to the compute dtype")
+        from ..backends.cpu import quant as cpu_quant       # [cpuquant] (imports no numba)
+        # cpu keeps weights quantised by default where its kernels can (numba, float32);
+        # another dtype asked for on cpu means dequantised weights of that dtype
+        keep_q = (dev.type != "cpu" or (cpu_quant.available() and dtype is nbx.float32)) \
+            if quantized is None else quantized
+        if keep_q and dev.type == "cpu" and not cpu_quant.available():
+            raise ValueError("from_gguf: quantized=True on cpu needs numba (pip install "
+                             "'nbxtensor[cpu]'); without it weights are dequantised to float32")
+        if keep_q and dev.type == "cpu" and dtype is not nbx.float32:
+            raise ValueError(f"from_gguf: quantised weights on cpu compute in float32, got "
+                             f"dtype={dtype.name} (pass quantized=False)")
+        kept = CPU_QUANT_TYPES if dev.type == "cpu" else GPU_QUANT_TYPES
         g = GGUFFile(path)
         cfg = LlamaConfig.from_gguf(g)
         permuted = g.architecture in ("llama", "mistral")
@@ -187,7 +221,7 @@ class LlamaModel:
         with _staging(dev) as up:      # [staging] pinned-ring uploads on cuda
             def get(name, heads=None):
                 t = g.tensor(name)
-                if keep_q and t.qtype in GPU_QUANT_TYPES and len(t.shape) == 2:
+                if keep_q and t.qtype in kept and len(t.shape) == 2:
                     blocks = t.blocks()
                     if heads and permuted:
                         blocks = _unpermute_rows(blocks, heads)
@@ -228,6 +262,7 @@ class LlamaModel:
                     L["bv"] = get(p + "attn_v.bias")
                 w["layers"].append(L)
         ff = g.tensor("rope_freqs.weight").dequantize() if "rope_freqs.weight" in g.tensors else None
+        _check_weight_shapes(cfg, w, f"GGUF {g.path!r}", _GGUF_NAMES)
         tok = Tokenizer.from_gguf(g)
         m = cls(cfg, w, tok, dev, dtype, ff)
         m.load_seconds = time.perf_counter() - t0
@@ -290,6 +325,7 @@ class LlamaModel:
                     L["bv"] = get(p + "self_attn.v_proj.bias")
                 w["layers"].append(L)
         prog.close()
+        _check_weight_shapes(cfg, w, f"{folder}", _HF_NAMES)
         tok = Tokenizer.from_folder(folder, cfg.eos_token_ids)
         m = cls(cfg, w, tok, dev, dtype)
         m.load_seconds = time.perf_counter() - t0
@@ -316,6 +352,10 @@ class LlamaModel:
         Returns logits (vocab,) for the last token, or (T, vocab) with all_logits.
         """
         cfg = self.cfg
+        if self._cpu_plan is not None:    # [cpuquant] the compiled cpu step
+            a = ids.numpy().astype(np.int64) if isinstance(ids, nbx.Tensor) else \
+                self.check_token_ids(ids, "forward")
+            return self._cpu_plan.forward(self, a.reshape(-1), cache, all_logits)
         if not isinstance(ids, nbx.Tensor):
             ids = nbx.tensor(self.check_token_ids(ids, "forward"), device=self.device)
         T = ids.shape[0]
@@ -565,6 +605,11 @@ class LlamaModel:
         return generate(self, prompt_ids, max_new_tokens=max_new_tokens, **kw)
 
 
+def _has_quant(weights) -> bool:
+    return any(isinstance(w, O.QuantWeight) for L in weights["layers"] for w in L.values()) \
+        or isinstance(weights["embed"], O.QuantWeight)
+
+
 def _qk_norm(L, q, k, eps):
     """RMSNorm of the q and k projections (tokens, heads*D) where the layer has one:
     per head (Qwen3, a (D,) weight) or over the whole projection (OLMoE); the weight's
@@ -634,6 +679,46 @@ def _float_weight(f, name) -> np.ndarray:
         raise ValueError(f"safetensors {f.path!r}: tensor {name!r} is stored as "
                          f"{dt.safetensors}, expected a float weight (F32, F16, BF16, ...)")
     return f.get_numpy(name)
+
+
+# the file's names of the weights, for the messages of _check_weight_shapes
+_GGUF_NAMES = {"embed": "token_embd.weight", "norm": "output_norm.weight",
+               "lm_head": "output.weight", "attn_norm": "attn_norm.weight",
+               "ffn_norm": "ffn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight",
+               "wv": "attn_v.weight", "wo": "attn_output.weight", "w_gate": "ffn_gate.weight",
+               "w_up": "ffn_up.weight", "w_down": "ffn_down.weight", "bq": "attn_q.bias",
+               "bk": "attn_k.bias", "bv": "attn_v.bias", "layer": "blk.{}."}
+_HF_NAMES = {"embed": "model.embed_tokens.weight", "norm": "model.norm.weight",
+             "lm_head": "lm_head.weight", "attn_norm": "input_layernorm.weight",
+             "ffn_norm": "post_attention_layernorm.weight", "wq": "self_attn.q_proj.weight",
+             "wk": "self_attn.k_proj.weight", "wv": "self_attn.v_proj.weight",
+             "wo": "self_attn.o_proj.weight", "w_gate": "mlp.gate_proj.weight",
+             "w_up": "mlp.up_proj.weight", "w_down": "mlp.down_proj.weight",
+             "bq": "self_attn.q_proj.bias", "bk": "self_attn.k_proj.bias",
+             "bv": "self_attn.v_proj.bias", "layer": "model.layers.{}."}
+
+
+def _check_weight_shapes(cfg, w, where: str, names: dict) -> None:
+    """Every weight has the shape the config implies (as llama.cpp and HF check at load): a
+    config that lies about a size (vocab_size 10**20 beside a 16-row embedding) is refused
+    by name here, not accepted with the weights' sizes or met as a view error mid-forward."""
+    H, V, F = cfg.hidden_size, cfg.vocab_size, cfg.intermediate_size
+    q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    want = {"embed": (V, H), "norm": (H,), "lm_head": (V, H)}
+    per_layer = {"attn_norm": (H,), "ffn_norm": (H,), "wq": (q, H), "wk": (kv, H),
+                 "wv": (kv, H), "wo": (H, q), "w_gate": (F, H), "w_up": (F, H),
+                 "w_down": (H, F), "bq": (q,), "bk": (kv,), "bv": (kv,)}
+    checks = [(names[k], w[k], s) for k, s in want.items() if w.get(k) is not None]
+    for i, L in enumerate(w["layers"]):
+        checks += [(names["layer"].format(i) + names[k], L[k], s)
+                   for k, s in per_layer.items() if L.get(k) is not None]
+    for name, t, shape in checks:
+        got = tuple(getattr(t, "shape", ()))
+        if got != shape:
+            raise ValueError(f"{where}: tensor {name!r} has shape {got}, but the config "
+                             f"(hidden {H}, vocab {V}, intermediate {F}, "
+                             f"{cfg.num_attention_heads}/{cfg.num_key_value_heads} heads of "
+                             f"{cfg.head_dim}) needs {shape}")
 
 
 def _to_device(a: np.ndarray, dtype, dev, up=None, name=None):
