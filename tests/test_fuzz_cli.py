@@ -229,3 +229,19 @@ def test_missing_config_key_names_the_key(tmp_path):
     rc, _, err = nbx("generate", str(tmp_path), "--prompt", "x", "--device", "cpu")
     assert_one_line_error(rc, err)
     assert err.strip() != "nbx: error: 'num_attention_heads'"
+
+
+@pytest.mark.parametrize("case", ["census_fifo", "census_dir", "out_missing_parent",
+                                  "out_is_a_file"])
+def test_build_kernels_refuses_bad_paths_before_compiling(tmp_path, case):
+    """A FIFO as --census blocked the read forever; an --out that cannot be created failed
+    only after minutes of compiling (each case here must answer in seconds, not build)."""
+    import os
+    fifo, blocker = tmp_path / "census.fifo", tmp_path / "a_file"
+    os.mkfifo(fifo)
+    blocker.write_text("x")
+    args = {"census_fifo": ["--census", str(fifo)], "census_dir": ["--census", str(tmp_path)],
+            "out_missing_parent": ["--out", str(blocker / "sub")],
+            "out_is_a_file": ["--out", str(blocker)]}[case]
+    rc, _, err = nbx("build-kernels", "--arch", "sm_90", *args, timeout=60)
+    assert_one_line_error(rc, err, "--census" if case.startswith("census") else "--out")

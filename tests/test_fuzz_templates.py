@@ -208,3 +208,81 @@ def test_lone_surrogates_are_refused(smol_tok):
         smol_tok.encode("ab\udcff")
     with pytest.raises(ValueError, match="lone surrogate"):
         smol_tok.apply_chat_template("ab\udcff")
+
+
+# ----------------------------------------------------------------------------- printed sizes
+# Cheap to build, huge to print: a list of references to one big string (or a tuple, a
+# dict, a namespace holding one) costs its length in pointers, but str(), join, tojson,
+# pprint, `~`, `%` and str.format turn it into len x 10**5 characters in one C call --
+# minutes and gigabytes with nothing checked on the way. Each must be refused by its
+# printed size before the call. All run in one child under an address-space cap, so a
+# regression is a MemoryError or a timeout there, not a swapping machine.
+S = "{% set s = 'x' * 100000 %}"
+NESTED = "[[s] * 1000] * 1000"
+PRINTED = {
+    "print_nested": (S + "{{ " + NESTED + " }}", "a printed value"),
+    "print_tuple": (S + "{{ ((s,) * 1000) * 1000 }}", "a printed value"),
+    "print_dict": (S + "{{ {'a': " + NESTED + "} }}", "a printed value"),
+    "print_namespace": (S + "{% set ns = namespace(l=" + NESTED + ") %}{{ ns }}",
+                        "a printed value"),
+    "concat_nested": (S + "{{ '' ~ " + NESTED + " }}", "a string"),
+    "join_items": (S + "{{ ([s] * 10000)|join }}", "join filter"),
+    "join_nested": (S + "{{ (" + NESTED + ")|join(',')|length }}", "join filter"),
+    "string_filter": (S + "{{ (" + NESTED + ")|string|length }}", "string filter"),
+    "tojson_filter": (S + "{{ (" + NESTED + ")|tojson|length }}", "tojson filter"),
+    "pprint_filter": (S + "{{ (" + NESTED + ")|pprint|length }}", "pprint filter"),
+    "upper_filter": (S + "{{ (" + NESTED + ")|upper|length }}", "upper filter"),
+    "map_string": (S + "{{ ([" + NESTED + "]|map('string')|list)|length }}", "string filter"),
+    "printf_arg": (S + "{{ ('%s' % (" + NESTED + ",))|length }}", "formatted argument"),
+    "printf_dict": (S + "{{ '%(a)s' % {'a': " + NESTED + "} }}", "formatted argument"),
+    "format_arg": (S + "{{ '{}'.format(" + NESTED + ")|length }}", "formatted argument"),
+    "sum_lists": ("{{ ([[1] * 1000] * 3000)|sum(start=[])|length }}", "adds numbers only"),
+}
+_PRINTED_CHILD = r"""
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+from nbxtensor.models.tokenizer import ChatTemplate, ChatTemplateError
+out = {}
+for name, source in json.loads(sys.argv[1]).items():
+    t = time.perf_counter()
+    try:
+        out[name] = {"ok": len(ChatTemplate(source).render([{"role": "user", "content": "hi"}]))}
+    except ChatTemplateError as e:
+        out[name] = {"error": str(e)}
+    out[name]["seconds"] = time.perf_counter() - t
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def printed_results():
+    src = {k: v[0] for k, v in PRINTED.items()}
+    r = subprocess.run([sys.executable, "-c", _PRINTED_CHILD, json.dumps(src)],
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("name", sorted(PRINTED))
+def test_printed_size_is_checked_before_printing(printed_results, name):
+    res = printed_results[name]
+    assert "error" in res, f"{name}: rendered {res}"
+    assert re.search(PRINTED[name][1], res["error"]), res["error"]
+    assert "MemoryError" not in res["error"] and res["seconds"] < 5, res
+
+
+def test_printing_small_containers_still_works():
+    """The size walk is a bound, not a ban: lists, dicts and namespaces print as jinja2's
+    sandbox prints them, and numbers still sum."""
+    jinja2 = pytest.importorskip("jinja2")
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from nbxtensor.models.tokenizer import ChatTemplate
+    source = ("{% set ns = namespace(a=[1, 'b']) %}{{ [[1, 'x'], {'k': (2, 3)}] }}|{{ ns.a }}|"
+              "{{ [1, 2]|join('-') }}|{{ {'a': [1]}|tojson }}|{{ '%s/%s' % ([1], {'b': 2}) }}|"
+              "{{ '{}'.format([3]) }}|{{ [1, 2, 3]|sum }}|{{ [1.5, 2]|sum(start=1) }}|"
+              "{{ 'ab' ~ [1] ~ none }}|{{ ['a', 'b']|map('upper')|join }}")
+    got = ChatTemplate(source).render([])
+    ref = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    ref.filters["tojson"] = lambda x, indent=None: json.dumps(x, indent=indent)
+    assert got == ref.from_string(source).render(messages=[]), (got, jinja2.__version__)

@@ -24,7 +24,8 @@ def cmd_info(args) -> int:
     triton_version = _triton_version()
     print(f"Triton    {triton_version}")
     print("devices:")
-    print("  cpu      available")
+    from .backends.cpu import quant as cpu_quant          # imports no numba
+    print(f"  cpu      available; GGUF weights: {cpu_quant.describe()}")
     interp_ok = triton_version != "not installed"
     print(f"  interp   {'available' if interp_ok else 'unavailable: triton is not installed'}")
     try:

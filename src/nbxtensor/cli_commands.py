@@ -186,8 +186,9 @@ def cmd_generate(args) -> int:
         return _fail(f"the prompt's {len(ids)} tokens and --max-new-tokens {args.max_new_tokens} "
                      f"exceed the model's context of {context} tokens; use --max-new-tokens "
                      f"{context - len(ids)} or less")
-    print(f"[{model.cfg.model_type}, {model.cfg.num_hidden_layers} layers, on {model.device}, "
-          f"{model.dtype.name}; loaded in {load_s:.1f} s; prompt {len(ids)} tokens]",
+    how = f" ({model.cpu_path})" if model.device.type == "cpu" else ""
+    print(f"[{model.cfg.model_type}, {model.cfg.num_hidden_layers} layers, on {model.device}"
+          f"{how}, {model.dtype.name}; loaded in {load_s:.1f} s; prompt {len(ids)} tokens]",
           file=sys.stderr)
 
     def out(s):
@@ -336,19 +337,31 @@ def cmd_build_kernels(args) -> int:
     import os
 
     from .backends.cuda import aot, census
+    from .io._files import NotARegularFileError, regular_file
     path = args.census or os.path.join(aot.archive_dir(), "census.json")
     if not os.path.exists(path):
         return _fail(f"--census: no census file at {path}; record one with "
                      f"`python -m nbxtensor.backends.cuda.census FILE` and pass --census FILE")
     try:
+        regular_file(path, "--census")       # a FIFO would block the read forever
+    except NotARegularFileError as e:
+        return _fail(str(e))
+    try:
         c = census.load(path)
     except ValueError as e:
         return _fail(f"--census: {e}")
+    out = args.out or aot.archive_dir()
+    # the build takes minutes: an output folder that cannot be written is refused first
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        return _fail(f"--out {out!r}: cannot create the folder ({e.strerror or e})")
+    if not os.path.isdir(out) or not os.access(out, os.W_OK | os.X_OK):
+        return _fail(f"--out {out!r}: not a writable folder")
     err = aot.triton_importable()
     if err is not None:
         return _fail(f"build-kernels compiles with Triton, which cannot be imported ({err}); "
                      f"install the cuda extra (pip install 'nbxtensor[cuda]')")
-    out = args.out or aot.archive_dir()
     print(f"[{len(c)} launch keys of {len(c.kernels())} kernels from {path}]", file=sys.stderr)
     failed = 0
     for cc in args.arch:

@@ -242,9 +242,11 @@ class GGUFFile:
             qtype, bs, ts = GGML_TYPES[tid]
             shape = tuple(int(n) for n in reversed(ne))
             numel = math.prod(shape)
-            if any(n > _INT64_MAX for n in ne) or numel > _INT64_MAX:
+            # an empty tensor's other dims count too: NumPy cannot make (0, 2**62) either
+            if any(n > _INT64_MAX for n in ne) or math.prod(max(n, 1) for n in shape) * 8 > \
+                    _INT64_MAX:
                 raise ValueError(f"{where}: corrupt: tensor {name!r} has shape {shape}, whose "
-                                 f"size does not fit int64")
+                                 f"size in bytes does not fit int64")
             row = shape[-1] if shape else 1
             if row % bs:
                 raise ValueError(f"{where}: tensor {name!r} ({qtype}, shape {shape}): rows of "

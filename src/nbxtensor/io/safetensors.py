@@ -30,6 +30,8 @@ from ._files import regular_file
 __all__ = ["safe_open", "load_file", "save_file", "SafetensorsFile", "save", "load"]
 
 _MAX_HEADER = 100 * 2**20
+_MAX_NDIM = 64            # NumPy's limit on an array's dimensions
+_INT64_MAX = 2**63 - 1
 _BY_CODE = {d.safetensors: d for d in _dt.all_dtypes}
 # shown on loads at least this large, when stderr is a terminal (NBX_PROGRESS=1 forces it)
 PROGRESS_MIN_BYTES = 256 * 2**20
@@ -117,6 +119,13 @@ def _validate(header: dict, data_size: int, where: str) -> tuple[dict, dict]:
         if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
             raise ValueError(f"{where}: tensor {name!r}: shape must be a list of ints >= 0, "
                              f"got {shape!r:.200}")
+        if len(shape) > _MAX_NDIM:
+            raise ValueError(f"{where}: tensor {name!r}: shape has {len(shape)} dimensions, "
+                             f"more than the {_MAX_NDIM} an array can have")
+        # an empty tensor's other dims must still make a shape an array can have
+        if math.prod(max(s, 1) for s in shape) * dtype.itemsize > _INT64_MAX:
+            raise ValueError(f"{where}: tensor {name!r}: shape {shape!r:.200} of {code} is "
+                             f"too large (its byte size does not fit int64)")
         offs = info["data_offsets"]
         if not isinstance(offs, list) or len(offs) != 2 or not all(_is_int(o) for o in offs):
             raise ValueError(f"{where}: tensor {name!r}: data_offsets must be [begin, end], "

@@ -8,7 +8,11 @@ string doubled forty times all run inside it. A render here has a budget:
   call (macros, methods, recursive `loop()`) costs one; the deadline is checked at each step;
 * size: no string, list or output may grow past `max_chars`; the operators and the methods
   and filters that multiply sizes (`*`, `**`, `%`, `~`, `center`, `replace`, `indent`, ...)
-  are checked *before* they allocate.
+  are checked *before* they allocate;
+* printed size: whatever becomes text (`{{ x }}`, `~`, `%`, `.format`, and every filter
+  that may stringify or serialise, such as join, string, tojson, pprint) has its printed
+  length bounded first by a walk over its containers: a list of 10**4 references to one
+  10**5-character string costs nothing to build but 10**9 characters to print.
 
 Imported only when a template is compiled (it imports jinja2).
 """
@@ -22,6 +26,7 @@ from jinja2 import TemplateError, TemplateSyntaxError, nodes
 from jinja2.compiler import CodeGenerator
 from jinja2.runtime import LoopContext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.utils import Namespace
 
 from .tokenizer import ChatTemplateError
 
@@ -82,10 +87,59 @@ def _check_format(fmt: str, args, b: _Budget, printf: bool) -> None:
             dynamic |= field.count("{") > 1
             for d in re.findall(r"\d+", field):
                 b.size(int(d) if len(d) < 12 else 10 ** 12, "a formatted field")
+    items = args if isinstance(args, (tuple, list)) else (args,)
     if dynamic:
-        for a in args if isinstance(args, (tuple, list)) else (args,):
+        for a in items:
             if isinstance(a, int):
                 b.size(abs(a), "a formatted field")
+    # each argument is converted by str() or repr(): a container of big strings is too big
+    _check_str(b, "a formatted argument",
+               *(items[0].values() if len(items) == 1 and isinstance(items[0], dict)
+                 else items))
+
+
+_CONTAINERS = (list, tuple, set, frozenset, dict, type({}.keys()), type({}.values()),
+               type({}.items()))
+
+
+def _str_len(x, limit: int) -> int:
+    """A lower bound of len(str(x)), counted without building the string and given up
+    once past `limit`: a list of 10**4 references to one 10**5-character string costs
+    nothing to build but 10**9 characters to print, join or serialise. Each item visited
+    adds at least one character, so the walk takes at most `limit` steps."""
+    b = _BUDGET.get(None)
+    n, todo, seen = 0, [x], 0
+    while todo and n <= limit:
+        v = todo.pop()
+        seen += 1
+        if b is not None and not seen & 0xFFF:
+            b.check_time()
+        if isinstance(v, str):
+            n += len(v) + 2 if v is not x else len(v)
+        elif isinstance(v, dict):
+            n += 2 + 4 * len(v)
+            todo.extend(v.keys())
+            todo.extend(v.values())
+        elif isinstance(v, _CONTAINERS):
+            n += 2 + 2 * len(v)
+            todo.extend(v)
+        elif isinstance(v, Namespace):
+            n += 13
+            todo.append(object.__getattribute__(v, "_Namespace__attrs"))
+        elif isinstance(v, int) and not isinstance(v, bool):
+            n += 1 + v.bit_length() * 3 // 10
+        else:
+            n += 1
+    return n
+
+
+def _check_str(b: "_Budget", what: str, *values) -> None:
+    """Refuse before str(), join or a serialiser turns `values` into more than max_chars."""
+    total = 0
+    for v in values:
+        if not isinstance(v, str):
+            total += _str_len(v, b.max_chars - total)
+            b.size(total, what)
 
 
 def _method_size(s: str, name: str, args, kwargs) -> int:
@@ -140,6 +194,44 @@ def _sized_filters(env) -> None:
         return fmt(value, *args, **kwargs)
     f["format"] = format_
 
+    sum_ = f["sum"]
+
+    def sum_filter(*args, **kwargs):
+        # list/str "sums" copy the running total at every item: quadratic, in one C call
+        start = kwargs.get("start", args[3] if len(args) > 3 else 0)
+        if not isinstance(start, (int, float)) or isinstance(start, bool):
+            raise ChatTemplateError(f"chat template: the sum filter adds numbers only, got "
+                                    f"start={type(start).__name__}")
+        return sum_(*args, **kwargs)
+    sum_filter.__dict__.update(sum_.__dict__)
+    f["sum"] = sum_filter
+
+
+# filters that never turn their arguments into one string (their results are checked where
+# they are printed or joined)
+_NO_STR_FILTERS = frozenset((
+    "length", "count", "first", "last", "list", "select", "reject", "selectattr",
+    "rejectattr", "map", "reverse", "batch", "slice", "items", "dictsort", "sort", "unique",
+    "min", "max", "groupby", "default", "d", "attr", "random", "abs", "int", "float", "round",
+    "bool", "safe", "sum"))
+
+
+def _guard_filters(env) -> None:
+    """Every filter that may stringify or serialise its arguments (string, join, tojson,
+    pprint, upper, ...) first checks their printed size, whoever registered it."""
+    for name, fn in list(env.filters.items()):
+        if name in _NO_STR_FILTERS or getattr(fn, "_nbx_guarded", False):
+            continue
+
+        def guarded(*args, _fn=fn, _name=name, **kwargs):
+            _check_str(_budget(), f"the {_name} filter's input",
+                       *(a for a in args if not hasattr(a, "environment")),
+                       *kwargs.values())
+            return _fn(*args, **kwargs)
+        guarded.__dict__.update(fn.__dict__)    # keeps jinja2's pass_context marks
+        guarded._nbx_guarded = True
+        env.filters[name] = guarded
+
 
 # ----------------------------------------------------------------------------- codegen and env
 def bounded(iterable):
@@ -152,12 +244,12 @@ def bounded(iterable):
 
 class _CodeGenerator(CodeGenerator):
     def visit_Concat(self, node, frame):
-        # `a ~ b`: through environment.concat, which checks the size before joining
-        self.write("environment.concat(map(str, (")
+        # `a ~ b`: through environment.concat, which checks the printed sizes before str()
+        self.write("environment.concat((")
         for arg in node.nodes:
             self.visit(arg, frame)
             self.write(", ")
-        self.write(")))")
+        self.write("))")
 
 
 class BoundedEnvironment(ImmutableSandboxedEnvironment):
@@ -170,12 +262,22 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         super().__init__(**kwargs)
         self.globals.pop("lipsum", None)     # lipsum(10 ** 9) loops in Python; no template needs it
         self.concat = self._concat           # macro results, {% set %} blocks, `~`
+        self.finalize = self._finalize
         _sized_filters(self)
 
     def _concat(self, pieces) -> str:
+        pieces = list(pieces)
+        _check_str(_budget(), "a string", *pieces)
         pieces = [p if isinstance(p, str) else str(p) for p in pieces]
         _budget().size(sum(map(len, pieces)), "a string")
         return "".join(pieces)
+
+    @staticmethod
+    def _finalize(value):
+        # `{{ value }}` prints str(value): its size is checked before it is built
+        if not isinstance(value, str):
+            _check_str(_budget(), "a printed value", value)
+        return value
 
     def call_binop(self, context, operator, left, right):
         b = _budget()
@@ -215,6 +317,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
 
 def compile_template(env: BoundedEnvironment, source: str):
+    _guard_filters(env)          # here, so filters added after the environment are guarded
     try:
         ast = env.parse(source)
         for loop in ast.find_all(nodes.For):

@@ -17,6 +17,23 @@ from .llama import _float_weight, _staging, _to_device
 __all__ = ["BertModel"]
 
 
+def _weight_shapes(cfg) -> dict:
+    """The shape config.json implies for each weight (layer weights without their prefix)."""
+    H, F = cfg.hidden_size, cfg.intermediate_size
+    w = {"embeddings.word_embeddings.weight": (cfg.vocab_size, H),
+         "embeddings.position_embeddings.weight": (cfg.max_position_embeddings, H),
+         "embeddings.token_type_embeddings.weight": (cfg.type_vocab_size, H),
+         "embeddings.LayerNorm.weight": (H,), "embeddings.LayerNorm.bias": (H,)}
+    for n in ("attention.self.query", "attention.self.key", "attention.self.value",
+              "attention.output.dense"):
+        w[n + ".weight"], w[n + ".bias"] = (H, H), (H,)
+    w["intermediate.dense.weight"], w["intermediate.dense.bias"] = (F, H), (F,)
+    w["output.dense.weight"], w["output.dense.bias"] = (H, F), (H,)
+    for n in ("attention.output.LayerNorm", "output.LayerNorm"):
+        w[n + ".weight"], w[n + ".bias"] = (H,), (H,)
+    return w
+
+
 class BertModel:
     def __init__(self, cfg: BertConfig, weights: dict, tokenizer, device, dtype, max_seq_length=256):
         self.cfg, self.w, self.tokenizer = cfg, weights, tokenizer
@@ -36,11 +53,20 @@ class BertModel:
         f = SafetensorsFile(os.path.join(folder, "model.safetensors"))
         prefix = "bert." if "bert.embeddings.word_embeddings.weight" in f else ""
 
+        want = _weight_shapes(cfg)
         with _staging(dev, f.nbytes()) as up:      # [staging] pinned-ring uploads on cuda
             def get(name):
                 full = prefix + name
                 if full not in f:
                     raise KeyError(f"{folder}: tensor {full!r} missing from model.safetensors")
+                shape = want[name.split(".", 3)[3] if name.startswith("encoder.") else name]
+                if f.info(full)[1] != shape:    # as HF refuses a size mismatch at load
+                    raise ValueError(f"{f.path}: tensor {full!r} has shape {f.info(full)[1]}, "
+                                     f"but config.json (hidden_size {cfg.hidden_size}, "
+                                     f"vocab_size {cfg.vocab_size}, intermediate_size "
+                                     f"{cfg.intermediate_size}, max_position_embeddings "
+                                     f"{cfg.max_position_embeddings}, type_vocab_size "
+                                     f"{cfg.type_vocab_size}) needs {shape}")
                 return _to_device(_float_weight(f, full), dtype, dev, up, full)
             w = {k: get(f"embeddings.{k}") for k in
                  ("word_embeddings.weight", "position_embeddings.weight",

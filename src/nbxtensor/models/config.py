@@ -76,6 +76,14 @@ class _Keys:
         return list(ids)
 
 
+def _named(where: str, cls, **fields):
+    """cls(**fields), its checks' ValueError naming the file the fields came from."""
+    try:
+        return cls(**fields)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
 @dataclass
 class LlamaConfig:
     vocab_size: int
@@ -128,7 +136,7 @@ class LlamaConfig:
             head_dim = hidden // heads
         vocab = k("vocab_size", "int", positive=True)
         bos = k.token_ids("bos_token_id", vocab, many=False)
-        return cls(
+        return _named(where, cls,
             vocab_size=vocab, hidden_size=hidden,
             intermediate_size=k("intermediate_size", "int", positive=True),
             num_hidden_layers=k("num_hidden_layers", "int", positive=True),
@@ -171,7 +179,7 @@ class LlamaConfig:
                 raise ValueError(f"{where}: {arch}.embedding_length {hidden} is not a multiple "
                                  f"of {arch}.attention.head_count {heads}")
             head_dim = hidden // heads
-        return cls(
+        return _named(where, cls,
             vocab_size=vocab, hidden_size=hidden,
             intermediate_size=count("feed_forward_length"), num_hidden_layers=count("block_count"),
             num_attention_heads=heads,

@@ -28,7 +28,7 @@ import numpy as np
 import nbxtensor as nbx
 from . import _ops as O
 from ..device import as_device
-from .config import LlamaConfig, _Keys, read_json
+from .config import LlamaConfig, _is_int, _Keys, read_json
 from .llama import LlamaModel, _float_weight, _staging, _to_device
 
 __all__ = ["MoeConfig", "MoeModel", "MOE_TYPES", "is_moe_config"]
@@ -96,7 +96,7 @@ class MoeConfig(LlamaConfig):
         if mt in ("qwen2_moe", "qwen3_moe"):
             step = k("decoder_sparse_step", "int", 1, positive=True)
             only = cfg.get("mlp_only_layers") or []
-            if not isinstance(only, list) or not all(isinstance(i, int) for i in only):
+            if not isinstance(only, list) or not all(_is_int(i) for i in only):
                 raise ValueError(f"{where}: mlp_only_layers must be a list of layer indices, "
                                  f"got {only!r:.80}")
             sparse = [i for i in range(L) if i not in only and (i + 1) % step == 0]
