@@ -20,6 +20,7 @@ LAYER = {
     "backends": 1,
     "kernels": 2, "autotune": 2, "kernel_archives": 2,
     "ops": 3, "cuda": 3, "random": 3, "fft": 3, "signal": 3, "dlpack": 3, "kv_cache": 3,
+    "linalg": 3, "special": 3, "testing": 3, "jit": 3,
     "__root__": 3,
     "nn": 4,
     "io": 5, "audio": 5,

@@ -36,6 +36,23 @@ class Size(tuple):
         r = tuple.__getitem__(self, i)
         return Size(r) if isinstance(i, slice) else r
 
+    # torch.Size arithmetic stays a Size (x.shape[:-1] + (n,), x.shape * 2)
+    def __add__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return Size(tuple.__add__(self, other))
+
+    def __radd__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return Size(tuple.__add__(other, self))
+
+    def __mul__(self, n):
+        r = tuple.__mul__(self, n)
+        return r if r is NotImplemented else Size(r)
+
+    __rmul__ = __mul__
+
 
 _prod = math.prod
 _CONTIG: dict = {}   # shape -> contiguous strides, for Tensor._empty (small shapes repeat)
@@ -116,6 +133,64 @@ def contiguous_strides(shape) -> tuple[int, ...]:
         strides.append(acc)
         acc *= max(n, 1)
     return tuple(reversed(strides))
+
+
+# NumPy functions that forward to a same-named method (fromnumeric's _wrapreduction and
+# _wrapfunc); see Tensor.__array_function__
+_NP_METHOD_FUNCS = frozenset((
+    "sum", "mean", "prod", "max", "amax", "min", "amin", "std", "var", "any", "all", "argmax",
+    "argmin", "cumsum", "cumprod", "round", "around", "clip"))
+
+
+_LEGACY_TYPE_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor",
+                      "bfloat16": "BFloat16Tensor", "int64": "LongTensor", "int32": "IntTensor",
+                      "int16": "ShortTensor", "int8": "CharTensor", "uint8": "ByteTensor",
+                      "bool": "BoolTensor", "complex64": "ComplexFloatTensor",
+                      "complex128": "ComplexDoubleTensor"}
+
+
+class memory_format:  # noqa: N801 - torch's spelling (torch.memory_format)
+    """A tensor layout name: torch.contiguous_format, channels_last, channels_last_3d,
+    preserve_format. channels_last stores (N, C, H, W) as (N, H, W, C), a strided view."""
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"nbxtensor.{self.name}"
+
+    def __reduce__(self):
+        return self.name
+
+
+contiguous_format = memory_format("contiguous_format")
+channels_last = memory_format("channels_last")
+channels_last_3d = memory_format("channels_last_3d")
+preserve_format = memory_format("preserve_format")
+
+
+def _layout_perm(fmt, ndim, op):
+    """None for the row-major layout; else the dim order channels_last stores."""
+    if fmt is None or fmt is contiguous_format:
+        return None
+    if fmt is channels_last or fmt is channels_last_3d:
+        need = 4 if fmt is channels_last else 5
+        if ndim != need:
+            raise RuntimeError(f"{op}: required rank {need} tensor to use {fmt.name} format, "
+                               f"got rank {ndim}")
+        return (0,) + tuple(range(2, ndim)) + (1,)
+    if fmt is preserve_format:
+        raise RuntimeError(f"{op}: preserve memory format is unsupported by the contiguous "
+                           f"operator")
+    raise TypeError(f"{op}: memory_format must be a nbxtensor memory format, got {fmt!r}")
+
+
+def _inverse(perm):
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return inv
 
 
 def normalize_dim(dim, ndim: int, argname: str = "dim") -> int:
@@ -232,6 +307,11 @@ class Tensor:
         raise TypeError("Tensor cannot be constructed directly; use nbxtensor.tensor(), "
                         "nbxtensor.empty() or nbxtensor.from_numpy()")
 
+    def get_device(self) -> int:
+        """The cuda device index; -1 for host tensors (cpu, interp), as torch for cpu."""
+        d = self.device
+        return d.index if d.type == "cuda" else -1
+
     @classmethod
     def _make(cls, storage, shape, stride, offset, dtype) -> "Tensor":
         t = object.__new__(cls)
@@ -289,6 +369,10 @@ class Tensor:
         return self.device.type == "cuda"
 
     @property
+    def is_cpu(self) -> bool:
+        return self.device.type == "cpu"
+
+    @property
     def ndim(self) -> int:
         return len(self._shape)
 
@@ -317,9 +401,12 @@ class Tensor:
     def untyped_storage(self):
         return self._storage
 
-    def is_contiguous(self) -> bool:
+    def is_contiguous(self, memory_format=None) -> bool:
         if 0 in self._shape:    # no element to place: contiguous whatever the strides (torch)
             return True
+        perm = _layout_perm(memory_format, self.ndim, "is_contiguous")
+        if perm is not None:
+            return self.permute(*perm).is_contiguous()
         expected = 1
         for n, s in zip(reversed(self._shape), reversed(self._stride)):
             if n != 1 and s != expected:
@@ -501,6 +588,48 @@ class Tensor:
         shape.insert(d, 1)
         stride.insert(d, new_stride)
         return self._view(shape, stride)
+
+    def _become(self, view: "Tensor") -> "Tensor":
+        # the in-place view ops (unsqueeze_, t_, ...): self takes the view's layout
+        self._shape, self._stride, self._offset = view._shape, view._stride, view._offset
+        return self
+
+    def unsqueeze_(self, dim) -> "Tensor":
+        return self._become(self.unsqueeze(dim))
+
+    def squeeze_(self, dim=None) -> "Tensor":
+        return self._become(self.squeeze(dim))
+
+    def t_(self) -> "Tensor":
+        return self._become(self.t())
+
+    def transpose_(self, dim0, dim1) -> "Tensor":
+        return self._become(self.transpose(dim0, dim1))
+
+    def as_strided_(self, size, stride, storage_offset=None) -> "Tensor":
+        return self._become(self.as_strided(size, stride, storage_offset))
+
+    def ravel(self) -> "Tensor":
+        """The flattened tensor (a view where the strides allow, else a copy)."""
+        return self.reshape(-1)
+
+    def unfold(self, dimension, size, step) -> "Tensor":
+        """A view of every slice of `size` elements along `dimension`, `step` apart: that dim
+        becomes the number of slices and a new last dim of `size` is appended."""
+        d = normalize_dim(dimension, max(self.ndim, 1), "dimension")
+        n = self._shape[d] if self.ndim else 1
+        st = self._stride[d] if self.ndim else 1
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0 or size > n:
+            raise ValueError(f"unfold: maximum size for tensor at dimension {d} is {n} but "
+                             f"size is {size}")
+        if isinstance(step, bool) or not isinstance(step, int) or step <= 0:
+            raise ValueError(f"unfold: step is {step} but must be > 0")
+        count = (n - size) // step + 1
+        shape, stride = list(self._shape), list(self._stride)
+        if self.ndim == 0:
+            return self._view((size,), (1,))
+        shape[d], stride[d] = count, st * step
+        return self._view(tuple(shape) + (size,), tuple(stride) + (st,))
 
     def flatten(self, start_dim=0, end_dim=-1) -> "Tensor":
         if self.ndim == 0:
@@ -697,10 +826,18 @@ class Tensor:
     def zero_(self) -> "Tensor":
         return self.fill_(0)
 
-    def contiguous(self) -> "Tensor":
+    def contiguous(self, memory_format=None) -> "Tensor":
+        perm = _layout_perm(memory_format, self.ndim, "contiguous")
+        if perm is not None:
+            # channels_last: the dims stored in `perm` order, viewed back in torch's order
+            if self.is_contiguous(memory_format=memory_format):
+                return self
+            return self.permute(*perm).clone().permute(*_inverse(perm))
         return self if self.is_contiguous() else self.clone()
 
-    def clone(self) -> "Tensor":
+    def clone(self, *, memory_format=None) -> "Tensor":
+        if memory_format is not None and memory_format is not preserve_format:
+            return self.clone().contiguous(memory_format)
         # out is fresh, contiguous and of self's shape: no broadcast or overlap to check
         device = self._storage.device
         out = Tensor._empty(self._shape, self._dtype, device)
@@ -734,6 +871,12 @@ class Tensor:
         device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
         copy = kwargs.pop("copy", False)
         kwargs.pop("non_blocking", None)
+        memory_format = kwargs.pop("memory_format", None)
+        if memory_format is not None and memory_format is not preserve_format:
+            _layout_perm(memory_format, self.ndim, "to")   # checked before any copy
+            kwargs_left = {k: v for k, v in (("device", device), ("dtype", dtype), ("copy", copy))
+                           if v is not None}
+            return self.to(*args, **kwargs_left, **kwargs).contiguous(memory_format)
         if kwargs:
             raise TypeError(f"to: unexpected keyword arguments {sorted(kwargs)}")
         for a in args:
@@ -761,9 +904,18 @@ class Tensor:
             impl("copy_", device)(out, src)
         return out
 
-    def type(self, dtype=None):
+    def type(self, dtype=None, non_blocking=False):
+        """type(): torch's legacy type name ('torch.FloatTensor', 'torch.cuda.HalfTensor'; host
+        devices use the cpu names); type(dtype or such a name): a cast."""
         if dtype is None:
-            return f"nbxtensor.{self._dtype.name}"
+            prefix = "torch.cuda." if self.device.type == "cuda" else "torch."
+            return prefix + _LEGACY_TYPE_NAMES.get(self._dtype.name, self._dtype.name)
+        if isinstance(dtype, str) and dtype.startswith("torch.") and dtype.endswith("Tensor"):
+            names = {v: k for k, v in _LEGACY_TYPE_NAMES.items()}
+            base = dtype.rsplit(".", 1)[-1]
+            if base not in names:
+                raise ValueError(f"type: invalid type {dtype!r}")
+            return self.to(dtype=_dt.as_dtype(names[base]))
         return self.to(dtype=dtype)
 
     def cpu(self) -> "Tensor":
@@ -859,9 +1011,28 @@ class Tensor:
         return tuple(_wrap_host(r) for r in res) if isinstance(res, tuple) else _wrap_host(res)
 
     def __array_function__(self, func, types, args, kwargs):
-        # NumPy's own implementation, which converts tensors with __array__ (or calls their
-        # methods): the results torch's tensors get from NumPy functions, which have no
-        # __array_function__ of their own
+        # NumPy's reductions and the functions it forwards to a method (np.sum(t, axis=1) calls
+        # t.sum(axis=1, out=None)) run on host arrays with NumPy's keywords and semantics
+        # (np.std's ddof=0), their results as cpu Tensors, as a method call would give
+        if func.__name__ in _NP_METHOD_FUNCS:
+            def host(x):
+                if isinstance(x, Tensor):
+                    return x.numpy()
+                if isinstance(x, (list, tuple)):
+                    return type(x)(host(v) for v in x)
+                return x
+            out = kwargs.get("out")
+            if out is not None:
+                raise TypeError(f"numpy.{func.__name__}: out= is not supported with an "
+                                f"nbxtensor Tensor argument; assign the result instead")
+            res = func._implementation(*[host(a) for a in args],
+                                       **{k: host(v) for k, v in kwargs.items()})
+            if isinstance(res, (np.ndarray, np.generic)):
+                return _wrap_host(np.asarray(res))
+            return res
+        # the rest: NumPy's own implementation, which converts tensors with __array__ (or
+        # calls their methods): the results torch's tensors get from NumPy functions, which
+        # have no __array_function__ of their own
         return func._implementation(*args, **kwargs)
 
     def __array_wrap__(self, arr, context=None, return_scalar=False):
@@ -949,6 +1120,13 @@ def _real_view(t: Tensor) -> Tensor:
     (real, imaginary) of the part dtype, every stride doubled. The kernels' view of complex."""
     return Tensor._make(t._storage, t._shape + (2,), tuple(2 * s for s in t._stride) + (1,),
                         2 * t._offset, _dt.to_real(t._dtype))
+
+
+def _as_complex_view(r: Tensor) -> Tensor:
+    """_real_view's inverse: a real `r` whose last dim is (re, im) with stride 1, read as
+    complex (no checks: torch.view_as_complex checks first)."""
+    return Tensor._make(r._storage, r._shape[:-1], tuple(s // 2 for s in r._stride[:-1]),
+                        r._offset // 2, _dt.to_complex(r._dtype))
 
 
 def _wrap_host(r):

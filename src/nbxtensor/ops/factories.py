@@ -40,6 +40,17 @@ def _new_tensor(self, data, dtype=None, device=None, requires_grad=False, pin_me
     return _cr.tensor(data, dtype=dtype, device=device)
 
 
+def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, layout=None,
+             requires_grad=False, out=None):
+    """base ** linspace(start, end, steps), in float64 before the cast to `dtype` (default:
+    the default float dtype), as torch computes its steps."""
+    from .. import dtypes as _dt
+    dt = _dt.get_default_dtype() if dtype is None else _dt.as_dtype(dtype)
+    exps = _cr.linspace(start, end, steps, dtype=_dt.float64, device=device)
+    res = (float(base) ** exps).to(dt)
+    return res if out is None else out.copy_(res)
+
+
 def _type_as(self, other):
     """This tensor as `other`'s dtype and device (a no-op when they already match)."""
     if not isinstance(other, Tensor):

@@ -21,7 +21,7 @@ from . import shape as _sh
 from ._common import check_tensor
 
 __all__ = ["searchsorted", "bucketize", "kthvalue", "median", "nanmedian", "cummax", "cummin",
-           "argwhere"]
+           "argwhere", "unique_consecutive", "msort", "quantile", "nanquantile"]
 
 kthvalue_result = namedtuple("kthvalue", ["values", "indices"])
 median_result = namedtuple("median", ["values", "indices"])
@@ -262,5 +262,130 @@ def argwhere(input):  # noqa: A002
     return _red.nonzero(check_tensor(input, "input", "argwhere"))
 
 
+def unique_consecutive(input, return_inverse=False, return_counts=False, dim=None):  # noqa: A002
+    """Each run of equal consecutive elements (dim=None: of the flattened input) or slices
+    along `dim` kept once; optionally the inverse (run number of each element) and the run
+    lengths. NaN equals nothing, so each NaN is its own run, as torch. Syncs with the host
+    once (the number of runs sizes the output)."""
+    x = check_tensor(input, "input", "unique_consecutive")
+    if dim is None:
+        flat, d = x.reshape(-1), 0
+    else:
+        flat, d = x, normalize_dim(dim, x.ndim, "dim")
+    n = flat.shape[d]
+    dev = x.device
+    start = Tensor._empty((n,), _dt.bool, dev)
+    if n:
+        start[:1] = True
+        if n > 1:
+            ne = _ew.ne(flat.narrow(d, 1, n - 1), flat.narrow(d, 0, n - 1))
+            if flat.ndim > 1:
+                ne = ne.movedim(d, 0).reshape(n - 1, -1).any(1)
+            start[1:] = ne
+    pos = _red.nonzero(start).reshape(-1)
+    vals = _ix.index_select(flat, d, pos)
+    res = [vals]
+    if return_inverse:
+        inv = _red.cumsum(start.long(), 0) - 1
+        res.append(inv.view(x.shape) if dim is None else inv)
+    if return_counts:
+        ends = _sh.cat([pos[1:], Tensor._empty((1,), _dt.int64, dev).fill_(n)]) if n else pos
+        res.append(ends - pos)
+    return tuple(res) if len(res) > 1 else vals
+
+
+def _quantile(input, q, dim, keepdim, interpolation, op, ignore_nan):
+    """torch.quantile: sort along dim (NaN last), then interpolate between the ranks
+    q * (n - 1) (n: the non-NaN count for nanquantile); a NaN in a row gives NaN (quantile)."""
+    from ..creation import tensor as _tensor
+    x = check_tensor(input, "input", op)
+    if x.dtype not in (_dt.float32, _dt.float64):
+        raise TypeError(f"{op}() input tensor must be either float or double dtype, got "
+                        f"{x.dtype.name}")
+    if interpolation not in ("linear", "lower", "higher", "midpoint", "nearest"):
+        raise ValueError(f"{op}() interpolation must be one of linear, lower, higher, midpoint "
+                         f"or nearest. Got {interpolation}")
+    scalar_q = not isinstance(q, Tensor)
+    qt = _tensor(float(q), dtype=x.dtype, device=x.device) if scalar_q else q
+    if qt.ndim > 1:
+        raise ValueError(f"{op}() q must be a scalar or 1D tensor, got shape {tuple(qt.shape)}")
+    if qt.dtype is not x.dtype:
+        raise TypeError(f"{op}() q tensor must be same dtype as the input tensor, got "
+                        f"{qt.dtype.name} and {x.dtype.name}")
+    qv = qt.cpu().numpy().reshape(-1)
+    if ((qv < 0) | (qv > 1)).any():
+        raise ValueError(f"{op}() q values must be in the range [0, 1]")
+    if dim is None:
+        src, d = x.reshape(-1), 0
+    else:
+        src, d = x, normalize_dim(dim, x.ndim, "dim")
+    n = src.shape[d]
+    if n == 0:
+        raise IndexError(f"{op}() input tensor must be non-empty")
+    srt = _red.sort(src, dim=d).values.movedim(d, -1)          # NaN sorts last
+    nan = _ew.isnan(srt)
+    if ignore_nan:
+        count = _ew.logical_not(nan).sum(-1, keepdim=True).to(x.dtype)
+    else:
+        count = Tensor._empty(tuple(srt.shape[:-1]) + (1,), x.dtype, x.device).fill_(n)
+    outs = []
+    for qi in qv.tolist():
+        rank = _ew.mul(_ew.sub(count, 1.0).clamp(min=0.0), qi)
+        lo = rank.floor()
+        hi = rank.ceil()
+        if interpolation == "lower":
+            hi = lo
+        elif interpolation == "higher":
+            lo = hi
+        elif interpolation == "nearest":
+            lo = hi = rank.round()
+        li, hi_i = lo.long(), hi.long()
+        a = _ix.gather(srt, -1, li)
+        b = _ix.gather(srt, -1, hi_i)
+        if interpolation == "midpoint":
+            w = _ew.where(_ew.eq(li, hi_i), 0.0, 0.5).to(x.dtype)
+        elif interpolation == "linear":
+            w = _ew.sub(rank, lo)
+        else:
+            w = None
+        v = a if w is None else _ew.add(a, _ew.mul(_ew.sub(b, a), w))
+        if ignore_nan:
+            v = _ew.where(_ew.eq(count, 0.0), float("nan"), v)
+        else:
+            v = _ew.where(nan.any(-1, keepdim=True), float("nan"), v)
+        v = v.squeeze(-1)
+        if keepdim:
+            if dim is None:
+                v = v.reshape((1,) * x.ndim)
+            else:
+                v = v.unsqueeze(d)
+        outs.append(v)
+    if scalar_q or qt.ndim == 0:
+        return outs[0]
+    return _sh.stack(outs, 0)
+
+
+def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear", out=None):  # noqa: A002
+    """The q-th quantiles along dim (None: of the flattened input), torch's interpolation
+    modes; a row holding NaN gives NaN."""
+    v = _quantile(input, q, dim, keepdim, interpolation, "quantile", False)
+    return v if out is None else out.copy_(v)
+
+
+def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear", out=None):  # noqa: A002
+    """quantile ignoring NaN (a row of only NaN gives NaN)."""
+    v = _quantile(input, q, dim, keepdim, interpolation, "nanquantile", True)
+    return v if out is None else out.copy_(v)
+
+
+def msort(input, *, out=None):  # noqa: A002
+    """`input` sorted along dim 0 (the values of sort(input, dim=0))."""
+    v = _red.sort(check_tensor(input, "input", "msort"), dim=0).values
+    if out is not None:
+        return out.copy_(v)
+    return v
+
+
 _methods.install(kthvalue=kthvalue, median=median, nanmedian=nanmedian, cummax=cummax,
-                 cummin=cummin, argwhere=argwhere)
+                 cummin=cummin, argwhere=argwhere, unique_consecutive=unique_consecutive,
+                 msort=msort, quantile=quantile, nanquantile=nanquantile)

@@ -29,7 +29,8 @@ from ._common import check_tensor, out_overlaps
 
 __all__ = ["sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "var", "std",
            "logsumexp", "any", "all", "count_nonzero", "cumsum", "cumprod", "sort", "argsort",
-           "topk", "nonzero", "unique", "vector_norm", "aminmax", "norm"]
+           "topk", "nonzero", "unique", "vector_norm", "aminmax", "norm", "std_mean", "var_mean",
+           "nansum", "nanmean"]
 
 # torch.return_types.* equivalents: tuples with .values / .indices
 max_result = namedtuple("max", ["values", "indices"])
@@ -324,6 +325,50 @@ def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None, out=N
     return _var_std("std", input, dim, correction, keepdim, out, unbiased)
 
 
+def _nan_zeroed(input, op):
+    from . import elementwise as _ew
+    x = check_tensor(input, "input", op)
+    if not x.dtype.is_floating_point:
+        return x, None
+    nan = _ew.isnan(x)
+    return _ew.where(nan, 0.0, x), nan
+
+
+def nansum(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
+    """sum treating NaN as zero."""
+    x, _ = _nan_zeroed(input, "nansum")
+    return sum(x, dim, keepdim, dtype=dtype) if dim is not None else sum(x, dtype=dtype)
+
+
+def nanmean(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
+    """mean over the non-NaN elements (NaN where all are NaN)."""
+    x, nan = _nan_zeroed(input, "nanmean")
+    if nan is None:
+        raise TypeError(f"nanmean(): expected a floating point tensor as input, got "
+                        f"{x.dtype.name}")
+    from . import elementwise as _ew
+    d = () if dim is None else dim
+    total = sum(x, d, keepdim, dtype=dtype) if dim is not None else sum(x, dtype=dtype)
+    count = sum(_ew.logical_not(nan), d, keepdim) if dim is not None else sum(_ew.logical_not(nan))
+    return _ew.div(total, count.to(total.dtype))
+
+
+def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
+    """(var, mean) over the same dims, as torch.var_mean."""
+    if isinstance(unbiased, (int, tuple, list)) and not isinstance(unbiased, bool) and dim is None:
+        dim, unbiased = unbiased, None
+    v = _var_std("var", input, dim, correction, keepdim, None, unbiased)
+    return v, mean(input, dim, keepdim) if dim is not None else mean(input)
+
+
+def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
+    """(std, mean) over the same dims, as torch.std_mean."""
+    if isinstance(unbiased, (int, tuple, list)) and not isinstance(unbiased, bool) and dim is None:
+        dim, unbiased = unbiased, None
+    v = _var_std("std", input, dim, correction, keepdim, None, unbiased)
+    return v, mean(input, dim, keepdim) if dim is not None else mean(input)
+
+
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A002
     """torch.linalg.vector_norm: ord 2, 1, inf, -inf, 0 or any other float p."""
     check_tensor(x, "x", "vector_norm")
@@ -521,8 +566,10 @@ def _max_min(kind, input, dim, keepdim, out):
     check_tensor(input, "input", kind)
     _no_float8(input, kind)
     if isinstance(dim, Tensor):
-        raise TypeError(f"{kind}: for the element-wise {kind} of two tensors use "
-                        f"{'maximum' if kind == 'max' else 'minimum'}")
+        # torch.max(a, b): the element-wise maximum (torch's overload)
+        from . import elementwise as _ew
+        fn = _ew.maximum if kind == "max" else _ew.minimum
+        return fn(input, dim) if out is None else fn(input, dim, out=out)
     if dim is None:
         if input.numel() == 0:
             raise IndexError(f"{kind}(): expected reduction dim to be specified for "
@@ -784,6 +831,7 @@ _methods.install(
     argmin=argmin, var=var, std=std, logsumexp=logsumexp, any=any, all=all,
     count_nonzero=count_nonzero, cumsum=cumsum, cumprod=cumprod, sort=sort, argsort=argsort,
     topk=topk, nonzero=nonzero, unique=unique, aminmax=aminmax, norm=norm,
+    nansum=nansum, nanmean=nanmean,
     cumsum_=lambda self, dim, *, dtype=None: self.copy_(cumsum(self, dim, dtype=dtype)),
     cumprod_=lambda self, dim, *, dtype=None: self.copy_(cumprod(self, dim, dtype=dtype)),
 )

@@ -22,7 +22,7 @@ __all__ = ["cat", "concat", "concatenate", "stack", "hstack", "vstack", "split",
            "unbind", "flip", "fliplr", "flipud", "roll", "tile", "repeat_interleave", "tril",
            "triu", "pad", "movedim", "moveaxis", "narrow", "select", "permute", "transpose",
            "swapaxes", "swapdims", "squeeze", "unsqueeze", "flatten", "unflatten", "reshape",
-           "t", "atleast_1d", "atleast_2d"]
+           "t", "atleast_1d", "atleast_2d", "atleast_3d"]
 
 
 def _write(out, user_out, srcs, run):
@@ -124,6 +124,16 @@ def atleast_1d(input):  # noqa: A002
 def atleast_2d(input):  # noqa: A002
     x = check_tensor(input, "input", "atleast_2d")
     return x.reshape(1, -1) if x.ndim < 2 else x
+
+
+def atleast_3d(input):  # noqa: A002
+    """0-D -> (1, 1, 1); 1-D (n,) -> (1, n, 1); 2-D (m, n) -> (m, n, 1); else as is."""
+    x = check_tensor(input, "input", "atleast_3d")
+    if x.ndim == 0:
+        return x.reshape(1, 1, 1)
+    if x.ndim == 1:
+        return x.reshape(1, -1, 1)
+    return x.unsqueeze(-1) if x.ndim == 2 else x
 
 
 # ---------------------------------------------------------------- cat / stack
@@ -526,6 +536,19 @@ def pad(input, pad, mode="constant", value=None):  # noqa: A002
     return out
 
 
-install(flip=flip, fliplr=fliplr, flipud=flipud, roll=roll, repeat=_repeat, tile=tile,
+def _flip_method(self, *dims):
+    # x.flip(0, 1) as well as x.flip((0, 1)) / x.flip(dims=[0, 1]), as torch's method
+    return flip(self, dims[0] if len(dims) == 1 else dims)
+
+
+def _flip_method_kw(self, *dims, **kwargs):
+    if kwargs:
+        if dims or set(kwargs) != {"dims"}:
+            raise TypeError(f"flip() got unexpected arguments {sorted(kwargs)}")
+        return flip(self, kwargs["dims"])
+    return _flip_method(self, *dims)
+
+
+install(flip=_flip_method_kw, fliplr=fliplr, flipud=flipud, roll=roll, repeat=_repeat, tile=tile,
         repeat_interleave=repeat_interleave, tril=tril, triu=triu, tril_=_tril_, triu_=_triu_,
         movedim=movedim, moveaxis=movedim)

@@ -13,4 +13,8 @@ from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell  # noqa: F4
 from .sparse import Embedding, EmbeddingBag  # noqa: F401
 from .conv import *  # noqa: F401,F403
 from .pooling import *  # noqa: F401,F403
+from .transformer import *  # noqa: F401,F403
+from .loss import *  # noqa: F401,F403
+from .distance import CosineSimilarity, PairwiseDistance  # noqa: F401
+from .padding import *  # noqa: F401,F403
 # convolution, pooling and upsampling layers live in conv.py / pooling.py (their own family)

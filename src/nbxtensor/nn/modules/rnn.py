@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from .. import init
+from ... import dtypes as _dt
 from ... import ops as _ops
 from ...creation import zeros
 from ...tensor import Tensor
@@ -147,9 +148,38 @@ class RNNBase(Module):
 
     def forward(self, input, hx=None):  # noqa: A002
         name = type(self).__name__
+        from ..utils.rnn import PackedSequence
+        if isinstance(input, PackedSequence):
+            return self._forward_packed(input, hx)
         if not isinstance(input, Tensor):
-            raise TypeError(f"{name}: input must be a Tensor (PackedSequence is not supported), "
-                            f"got {type(input).__name__}")
+            raise TypeError(f"{name}: input must be a Tensor or a PackedSequence, got "
+                            f"{type(input).__name__}")
+        return self._forward(input, hx, None)
+
+    def _forward_packed(self, packed, hx):
+        """A PackedSequence: run padded (sorted order) with each sequence's length, pack the
+        output again; h_n (and c_n) in the caller's order, as torch."""
+        from ..utils.rnn import PackedSequence, _padded
+        x, lens = _padded(packed)
+        perm, unperm = packed.sorted_indices, packed.unsorted_indices
+        if hx is not None and perm is not None:      # the caller's order -> sorted
+            hx = tuple(_ops.index_select(h, 1, perm) for h in hx) if isinstance(hx, tuple) \
+                else _ops.index_select(hx, 1, perm)
+        bf = self.batch_first
+        try:
+            self.__dict__["batch_first"] = False
+            out, hn = self._forward(x, hx, lens)
+        finally:
+            self.__dict__["batch_first"] = bf
+        bs = [int(v) for v in packed.batch_sizes.tolist()]
+        data = _ops.cat([out[t, :b] for t, b in enumerate(bs)], 0)
+        if unperm is not None:
+            hn = tuple(_ops.index_select(h, 1, unperm) for h in hn) if isinstance(hn, tuple) \
+                else _ops.index_select(hn, 1, unperm)
+        return PackedSequence(data, packed.batch_sizes, perm, unperm), hn
+
+    def _forward(self, input, hx, lengths):  # noqa: A002
+        name = type(self).__name__
         if input.ndim not in (2, 3):
             raise ValueError(f"{name}: Expected input to be 2D or 3D, got {input.ndim}D instead")
         batched = input.ndim == 3
@@ -173,6 +203,11 @@ class RNNBase(Module):
         else:
             h0 = self._initial(hx, N, self.hidden_size, x.dtype, x.device, batched, "hx")
         D = 2 if self.bidirectional else 1
+        masks = None
+        if lengths is not None:
+            from ...creation import tensor as _tensor
+            lens_t = _tensor(lengths, dtype=_dt.int64, device=x.device).unsqueeze(1)
+            masks = [None if min(lengths) > t else _ops.gt(lens_t, t) for t in range(L)]
         h_n, c_n = [], []
         for layer in range(self.num_layers):
             outs = []
@@ -184,12 +219,22 @@ class RNNBase(Module):
                 seq = [None] * L
                 for t in (range(L - 1, -1, -1) if direction == 1 else range(L)):
                     gi = gi_all[t]
+                    h_prev, c_prev = h, c
                     if lstm:
                         h, c = _lstm_step(gi, h, c, w_hh, b_hh, w_hr)
                     elif self.mode == "GRU":
                         h = _gru_step(gi, h, w_hh, b_hh)
                     else:
                         h = _rnn_step(gi, h, w_hh, b_hh, self.mode == "RNN_RELU")
+                    if lengths is not None and masks[t] is not None:
+                        # sequences already ended (or, reversed, not yet started) keep
+                        # their state; their output rows are 0, as torch's packed output
+                        m = masks[t]
+                        h = _ops.where(m, h, h_prev)
+                        if lstm:
+                            c = _ops.where(m, c, c_prev)
+                        seq[t] = _ops.where(m, h, 0.0)
+                        continue
                     seq[t] = h
                 outs.append(_ops.stack(seq) if L else
                             zeros((0, N, h.shape[-1]), dtype=x.dtype, device=x.device))

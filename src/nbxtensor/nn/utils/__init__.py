@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 
-from ..tensor import Tensor
+from ...tensor import Tensor
 
 __all__ = ["load_sharded", "parameters_to_vector", "vector_to_parameters"]
 
@@ -14,9 +14,9 @@ _SINGLE = ("model.safetensors", "pytorch_model.bin")
 
 def _load_file(path, device):
     if path.endswith(".safetensors"):
-        from ..io.safetensors import load_file
+        from ...io.safetensors import load_file
         return load_file(path, device=device)
-    from ..io.torch_checkpoint import load_torch
+    from ...io.torch_checkpoint import load_torch
     return load_torch(path, map_location=device)
 
 
@@ -60,7 +60,7 @@ def load_sharded(folder, device=None) -> dict:
 
 
 def parameters_to_vector(parameters) -> Tensor:
-    from ..ops import cat
+    from ...ops import cat
     return cat([p.reshape(-1) for p in parameters])
 
 
@@ -72,3 +72,6 @@ def vector_to_parameters(vec, parameters) -> None:
         n = p.numel()
         p.copy_(vec[offset:offset + n].view_as(p))
         offset += n
+
+
+from . import rnn  # noqa: E402,F401 - torch.nn.utils.rnn
