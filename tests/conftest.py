@@ -33,8 +33,12 @@ def _is_torch(name) -> bool:
 
 
 def _record_if_from_package(name, f) -> None:
+    # the nearest frame decides: torch's own code importing its parts (a torch tensor's
+    # __dlpack__ called by nbx.from_dlpack imports torch.utils.dlpack) is not the package's
     while f is not None:
         fn = f.f_code.co_filename
+        if f"{os.sep}torch{os.sep}" in fn:
+            return
         if fn.startswith(_PKG_DIR) or "/site-packages/nbxtensor/" in fn:
             _TORCH_FROM_PACKAGE.append(f"{name} from {fn}:{f.f_lineno}")
             return
