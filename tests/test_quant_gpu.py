@@ -373,7 +373,8 @@ def test_gguf_loader_dequantises_on_device(device, tinyk_gguf, dtype, monkeypatc
     _skip_cpu(device)
     from nbxtensor.io import gguf as io_gguf
     from nbxtensor.models import LlamaModel
-    ref = {k: v.numpy() for k, v in _loaded(LlamaModel.from_gguf(tinyk_gguf)).items()}
+    ref = {k: v.numpy() for k, v in
+           _loaded(LlamaModel.from_gguf(tinyk_gguf, quantized=False)).items()}
     host_calls = []
     orig = io_gguf.GGUFTensor.dequantize
 
