@@ -220,15 +220,12 @@ def _emit(out_ptr, aux_ptr, li, m, r, a, b, c, KIND: tl.constexpr, WIDE: tl.cons
 # seed and offset only feed the Philox counter (never an address or a mask): specialising
 # them (== 1, divisible by 16) would compile new variants as the offset advances, for the
 # same code (the cubins are byte-identical with and without the divisibility attribute)
-@triton.jit(do_not_specialize=["seed", "offset"])
-def _draw_kernel(out_ptr, aux_ptr, pair_ptr, seed, offset, n, T, R, a, b, c,
-                 KIND: tl.constexpr, WIDE: tl.constexpr, FROM_PAIR: tl.constexpr,
-                 INTERP: tl.constexpr, BLOCK: tl.constexpr):
-    t = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tmask = t < T
+@triton.jit
+def _philox_key(pair_ptr, seed, offset, FROM_PAIR: tl.constexpr):
+    """(key words k0, k1, first counter = offset / 4) of one draw. A captured launch reads
+    the generator's seed and offset from the device at each replay (pair_ptr), plus this
+    launch's offset within the graph."""
     if FROM_PAIR:
-        # a captured launch: the generator's seed and offset are read from the device at
-        # each replay, plus this launch's offset within the graph
         sd = tl.load(pair_ptr)
         off = tl.load(pair_ptr + 1) + offset.to(tl.int64)
     else:
@@ -236,7 +233,16 @@ def _draw_kernel(out_ptr, aux_ptr, pair_ptr, seed, offset, n, T, R, a, b, c,
         off = offset.to(tl.int64)
     k0 = (sd & 0xFFFFFFFF).to(tl.uint32)
     k1 = ((sd >> 32) & 0xFFFFFFFF).to(tl.uint32)
-    base = off >> 2
+    return k0, k1, off >> 2
+
+
+@triton.jit(do_not_specialize=["seed", "offset"])
+def _draw_kernel(out_ptr, aux_ptr, pair_ptr, seed, offset, n, T, R, a, b, c,
+                 KIND: tl.constexpr, WIDE: tl.constexpr, FROM_PAIR: tl.constexpr,
+                 INTERP: tl.constexpr, BLOCK: tl.constexpr):
+    t = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tmask = t < T
+    k0, k1, base = _philox_key(pair_ptr, seed, offset, FROM_PAIR)
     c2 = t.to(tl.uint32)
     c3 = (t * 0).to(tl.uint32)
     T64 = T.to(tl.int64)
@@ -327,15 +333,7 @@ def _race_kernel(p_ptr, key_ptr, best_ptr, bidx_ptr, cnt_ptr, pair_ptr, seed, of
     row = tl.program_id(1).to(tl.int64)
     k = blk * BLOCK + tl.arange(0, BLOCK)
     m = k < K
-    if FROM_PAIR:
-        sd = tl.load(pair_ptr)
-        off = tl.load(pair_ptr + 1) + offset.to(tl.int64)
-    else:
-        sd = seed.to(tl.int64)
-        off = offset.to(tl.int64)
-    k0 = (sd & 0xFFFFFFFF).to(tl.uint32)
-    k1 = ((sd >> 32) & 0xFFFFFFFF).to(tl.uint32)
-    cnt = off >> 2
+    k0, k1, cnt = _philox_key(pair_ptr, seed, offset, FROM_PAIR)
     e = row * K + k
     c0 = (k * 0 + (cnt & 0xFFFFFFFF)).to(tl.uint32)
     c1 = (k * 0 + ((cnt >> 32) & 0xFFFFFFFF)).to(tl.uint32)
