@@ -70,6 +70,9 @@ def _fail(msg: str) -> int:
     return 2
 
 
+MAX_OPERAND_ELEMENTS = 1 << 33     # 16 GiB of bf16: far above any shape a model has
+
+
 def parse_shapes(text: str) -> list[tuple[int, int, int]]:
     out = []
     for part in text.split(","):
@@ -83,6 +86,12 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
             dims = ()
         if len(dims) != 3 or min(dims) < 1:
             raise ValueError(f"--shapes: {part!r} is not MxNxK with positive ints (e.g. 1x4096x4096)")
+        M, N, K = dims
+        big = max(M * K, K * N, M * N)
+        if big > MAX_OPERAND_ELEMENTS:      # refused before any allocation
+            raise ValueError(f"--shapes: {part!r} has an operand of {big:,} elements "
+                             f"({big * 2 / 2**30:,.0f} GiB in bf16); at most "
+                             f"{MAX_OPERAND_ELEMENTS:,} elements an operand can be tuned")
         out.append(dims)
     if not out:
         raise ValueError("--shapes: no shape given")
@@ -211,6 +220,8 @@ class Progress:
 def cmd_tune(args) -> int:
     from . import autotune
     from .autotune import cache
+    if args.clear and (args.list or args.json or args.model or args.shapes):
+        return _fail("--clear goes alone (not with --list, --json, a MODEL or --shapes)")
     if args.clear:
         n = cache.clear()
         autotune.reload()

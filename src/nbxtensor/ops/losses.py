@@ -59,6 +59,11 @@ def _same_device(a, b, an, bn, op):
 
 
 # ------------------------------------------------------------------ encodings, distances
+class ClassIndexError(IndexError, ValueError):
+    """A class index outside [0, num_classes): an index out of range (IndexError, as the
+    indexing ops raise) and a bad value (ValueError), as NumPy's AxisError is both."""
+
+
 def one_hot(tensor, num_classes=-1):
     """int64 (*, num_classes): 1 at each index of the int64 `tensor`, 0 elsewhere."""
     x = check_tensor(tensor, "tensor", "one_hot")
@@ -67,14 +72,14 @@ def one_hot(tensor, num_classes=-1):
     if x.numel():
         lo, hi = _red.min(x).item(), _red.max(x).item()
         if lo < 0:
-            raise ValueError(f"one_hot: class values must be non-negative, got {lo}")
+            raise ClassIndexError(f"one_hot: class values must be non-negative, got {lo}")
     elif num_classes < 0:
         raise ValueError("one_hot: cannot infer num_classes from an empty tensor")
     if num_classes == -1:
         num_classes = hi + 1
     elif x.numel() and hi >= num_classes:
-        raise ValueError(f"one_hot: class values must be smaller than num_classes "
-                         f"({num_classes}), got {hi}")
+        raise ClassIndexError(f"one_hot: class values must be smaller than num_classes "
+                              f"({num_classes}), got {hi}")
     from ..creation import arange
     return _ew.eq(x.unsqueeze(-1), arange(num_classes, device=x.device)).to(_dt.int64)
 
