@@ -533,3 +533,13 @@ def test_matches_torch_cuda(device, seed):
             gi = nbx.randint(-9, 1 << 30, (n,), generator=g, device="cuda")
             np.testing.assert_array_equal(gi.cpu().numpy(), ti.cpu().numpy())
             assert bytes(tg.get_state().numpy()) == bytes(g.get_state().numpy())
+
+
+@pytest.mark.parametrize("dev", ["cpu", "interp"])
+def test_bernoulli_tensor_p_refusals(dev):
+    """bernoulli_'s tensor p is checked the same way on every device (one helper)."""
+    t = nbx.empty(3, 4, device=dev)
+    with pytest.raises(TypeError, match="p must be a float16/bfloat16/float32/float64"):
+        t.bernoulli_(nbx.ones(3, 4, dtype=nbx.int32, device=dev))
+    with pytest.raises(ValueError, match=r"p of shape \(5,\) does not broadcast to \(3, 4\)"):
+        t.bernoulli_(nbx.full((5,), 0.5, device=dev))

@@ -888,19 +888,10 @@ def bernoulli_(self, p=0.5, *, generator=None):
         raise TypeError(f"{op}: self must not be {self.dtype.name}")
     n = self.numel()
     if isinstance(p, Tensor):
+        _check_p_tensor(p, self, op)
         if mt is None:
             return _bernoulli_tensor_device(self, g, p, op)
         _cpu_only(p.device, op)
-        if not p.dtype.is_floating_point or p.dtype.is_float8:
-            raise TypeError(f"{op}: p must be a float16/bfloat16/float32/float64 tensor, got "
-                            f"{p.dtype.name}")
-        try:
-            ok = broadcast_shapes(tuple(p.shape), tuple(self.shape)) == self.shape
-        except (ValueError, RuntimeError):
-            ok = False
-        if not ok:
-            raise ValueError(f"{op}: p of shape {tuple(p.shape)} does not broadcast to "
-                             f"{tuple(self.shape)}")
         pa = np.broadcast_to(p.numpy(), tuple(self.shape))
         if not np.all((pa >= 0) & (pa <= 1)):
             raise ValueError(f"{op}: p must be in [0, 1] (and not NaN)")
@@ -919,11 +910,8 @@ def bernoulli_(self, p=0.5, *, generator=None):
     return _write(self, mt.uniform_f64(n) < p)
 
 
-def _bernoulli_tensor_device(t, g, p, op):
-    """u <= p[i] (torch's bernoulli_tensor_cuda_kernel compares so), p as float32 (float64
-    for a float64 self) on t's device, one uniform an element in the nullary mapping
-    (torch draws this one with another thread layout: not torch-identical)."""
-    from .kernels import random as _kr
+def _check_p_tensor(p, t, op):
+    """bernoulli_'s tensor p: a float dtype, broadcasting to t's shape (every device)."""
     if not p.dtype.is_floating_point or p.dtype.is_float8:
         raise TypeError(f"{op}: p must be a float16/bfloat16/float32/float64 tensor, got "
                         f"{p.dtype.name}")
@@ -934,6 +922,13 @@ def _bernoulli_tensor_device(t, g, p, op):
     if not ok:
         raise ValueError(f"{op}: p of shape {tuple(p.shape)} does not broadcast to "
                          f"{tuple(t.shape)}")
+
+
+def _bernoulli_tensor_device(t, g, p, op):
+    """u <= p[i] (torch's bernoulli_tensor_cuda_kernel compares so), p as float32 (float64
+    for a float64 self) on t's device, one uniform an element in the nullary mapping
+    (torch draws this one with another thread layout: not torch-identical)."""
+    from .kernels import random as _kr
     wide = t.dtype.name == "float64"
     pa = p.to(t.device).to(_dt.float64 if wide else _dt.float32).expand(*t.shape)
     perm = _order_perm(t)
