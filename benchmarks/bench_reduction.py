@@ -329,7 +329,7 @@ SORT_CANDS = ["default",
 # = (R, warps, S)) and both regimes' tile = `tile` (block_sort_max_n = 0), on every shape.
 # `--gluon-only`: "default" + these only, on every shape (~55-75 s on the H200); the plain
 # --sort-sweep2 keeps session 4's candidates (the new shapes: "default" only).
-# The ("gluon", ...) variants are kernels/sort_gluon.py SWEEP (tests/test_sort_gluon.py compiles
+# The ("gluon", ...) variants are kernels/sort_gluon.py SWEEP (tests/ops/test_sort_gluon.py compiles
 # each for sm_90).
 from nbxtensor.kernels.sort_gluon import SWEEP as _GLUON_SWEEP  # noqa: E402
 

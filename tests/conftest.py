@@ -15,7 +15,21 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(__file__))
+# tests/ holds the shared modules (helpers, fakes, reference_models); the area folders hold
+# test modules that others import for their builders (test_graphs' tiny Llama, ...)
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+for _area in ("ops", "runtime", "io", "nn", "models", "cli"):
+    sys.path.insert(0, os.path.join(_TESTS, _area))
+sys.path.insert(0, _TESTS)
+
+
+@pytest.fixture
+def poison_outputs(monkeypatch):
+    """Every float tensor the ops allocate (outputs, workspaces) starts as NaN, so an element a
+    kernel fails to write shows. The one poison fixture: a test module opts in with
+    `pytestmark = pytest.mark.usefixtures("poison_outputs")`."""
+    from helpers import poison_allocations
+    poison_allocations(monkeypatch)
 
 
 # ---- torch stays out of the package: any import of torch while a frame of src/nbxtensor is on

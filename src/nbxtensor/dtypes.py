@@ -2,8 +2,8 @@
 
 Every other module asks this table; no second list of dtypes exists anywhere.
 
-Casts (the documented rule every device follows; tested in tests/test_dtypes.py and
-tests/test_casts.py; on the host `cast`/`copy_into` below implement it over NumPy):
+Casts (the documented rule every device follows; tested in tests/ops/test_dtypes.py and
+tests/ops/test_casts.py; on the host `cast`/`copy_into` below implement it over NumPy):
   * float -> narrower float rounds to nearest, ties to even. float32 -> any narrower
     float and float64 -> float16 round once. bfloat16 and float8 are reached from
     float32 only: a float64, int32 or int64 source is first rounded to float32 (as

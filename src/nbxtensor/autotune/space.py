@@ -229,7 +229,7 @@ def tma_head_dim(D: int) -> bool:
 
 
 # the head dims of kernels/attention.py WS_VERIFIED (non-causal only; kept equal to it by
-# tests/test_autotune.py -- this module does not import the kernels)
+# tests/runtime/test_autotune.py -- this module does not import the kernels)
 WS_HEAD_DIMS = (128,)
 
 

@@ -407,7 +407,7 @@ def _pad_copy_kernel(src_ptr, dst_ptr, R, C, CP8, B1, s_0, s_1, s_r, s_c,
 # The rule is `matmul_config` (tiles, warps, stages) + `splitk_factor` (K slices), both
 # driven by one cost model, `_estimate` (see its doc and docs/design/matmul-and-gemv.md).
 # GROUP_M = 8 everywhere. Shared memory of each candidate stays under 227 KB on sm_90
-# (checked in tests/test_linalg.py::test_configs_compile_for_sm90).
+# (checked in tests/ops/test_linalg.py::test_configs_compile_for_sm90).
 # On interp the same rule applies; `config_override` replaces it, which the tests use to
 # force tails with tiny tiles.
 

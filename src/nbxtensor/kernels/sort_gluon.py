@@ -6,7 +6,7 @@ same order-preserving value key, NaN largest, -0.0 as +0.0, inverted for descend
 bits = the element's index in the row). Packed keys are unique, so the unstable bitonic
 network gives torch's stable order; padding (positions >= N) = INT64_MAX sorts last.
 
-Schedule (`stages`, emulated in NumPy by tests/test_sort_gluon.py): the standard bitonic
+Schedule (`stages`, emulated in NumPy by tests/ops/test_sort_gluon.py): the standard bitonic
 sort, phases k = 2, 4, .., NP, each with steps j = k/2, .., 1; the pair (i, i ^ j) (i with
 bit j clear) is put in ascending order when bit k of i is clear, descending otherwise (the
 last phase, k = NP, is all ascending). Each thread holds R consecutive keys in registers

@@ -3,7 +3,7 @@
 Nothing is implemented here: each name is looked up lazily (on first use) in the family
 module that defines it. List a name only once its family provides it: __all__ is built from
 the table, so a missing one breaks `from nbxtensor.nn.functional import *`
-(tests/test_nn.py checks).
+(tests/nn/test_nn.py checks).
 """
 from __future__ import annotations
 

@@ -147,7 +147,7 @@ def test_unique(device, dtype):
     np.testing.assert_array_equal(inv.numpy(), rinv.reshape(a.shape))
     np.testing.assert_array_equal(cnt.numpy(), rcnt)
     _same(nbx.unique(x), rv)
-    _same(nbx.unique(x, dim=0), np.unique(a, axis=0))  # dim=: tests/test_opsgaps.py
+    _same(nbx.unique(x, dim=0), np.unique(a, axis=0))  # dim=: tests/ops/test_opsgaps.py
 
 
 @pytest.mark.parametrize("kind", ["random", "ties", "ascending", "descending", "nan"])

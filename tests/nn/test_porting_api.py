@@ -16,10 +16,10 @@ from nbxtensor import nn
 from nbxtensor.nn import functional as F
 from nbxtensor.nn import init
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "fixtures"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
 from make_porting_api_fixtures import CASES, INITS  # noqa: E402
 
-REF = np.load(os.path.join(os.path.dirname(__file__), "fixtures", "porting", "api_ref.npz"))
+REF = np.load(os.path.join(os.path.dirname(__file__), "..", "fixtures", "porting", "api_ref.npz"))
 CPU_ONLY = {"det", "inv", "solve", "solve_vec", "svdvals", "eigvalsh", "slogdet", "cholesky",
             "pinv"}
 _FACTORIES = ("tensor", "zeros", "ones", "arange", "linspace", "logspace", "eye", "empty", "full",

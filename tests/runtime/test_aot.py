@@ -557,7 +557,7 @@ def test_shipped_archives_within_the_size_budget():
 
 def test_pyproject_ships_the_archives_and_needs_no_triton():
     import tomllib
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(root, "pyproject.toml"), "rb") as f:
         pp = tomllib.load(f)
     deps = pp["project"]["dependencies"]

@@ -7,12 +7,9 @@ import numpy as np
 import pytest
 
 import nbxtensor as nbx
-from helpers import H200, poison_allocations, rng
+from helpers import H200, rng
 
-@pytest.fixture(autouse=True)
-def poison_new_tensors(monkeypatch):
-    """Every float tensor the ops allocate (outputs, split-K workspaces) starts as NaN."""
-    poison_allocations(monkeypatch)
+pytestmark = pytest.mark.usefixtures("poison_outputs")
 
 
 # relative tolerance of a K-term fp32-accumulated product, scaled by |A| @ |B|

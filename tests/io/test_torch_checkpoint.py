@@ -31,7 +31,7 @@ from helpers import rng
 from nbxtensor.io import UnsafeCheckpointError, load_torch
 from nbxtensor.io import torch_checkpoint as tc
 
-FIX = Path(__file__).parent / "fixtures" / "torch_ckpt"
+FIX = Path(__file__).parent.parent / "fixtures" / "torch_ckpt"
 META = json.loads((FIX / "expected.json").read_text())
 EXPECTED = dict(np.load(FIX / "expected.npz"))
 FORMATS = ("zip", "legacy")

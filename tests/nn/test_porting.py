@@ -19,7 +19,7 @@ import pytest
 
 import nbxtensor as nbx
 
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "porting")
+HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "porting")
 with open(os.path.join(HERE, "manifest.json"), encoding="utf-8") as _f:
     PROGRAMS = sorted(json.load(_f)["programs"])
 

@@ -234,7 +234,7 @@ def _model(device, embed):
     `embed` (F32, or a GGUF block format quantised by the gguf package; lm_head stays float).
     Built once per (device, embed): the tests give each call its own cache."""
     if embed != "F32" and device == "cpu":
-        pytest.skip("the cpu quantised path (numba) has its own tests: tests/test_cpu_quant.py")
+        pytest.skip("the cpu quantised path (numba) has its own tests: tests/models/test_cpu_quant.py")
     m = _MODELS.get((device, embed))
     if m is None:
         m = _MODELS[(device, embed)] = _build(device, embed)
@@ -334,7 +334,7 @@ def test_decode_step_at_the_capacity_raises(device, at_op):
 def test_quantised_decode_step_at_the_capacity_raises(device, at_op):
     """The same through the quantised fused QKV kernel (kernels/quant_fused.py)."""
     if device == "cpu":
-        pytest.skip("the cpu quantised path (numba) has its own tests: tests/test_cpu_quant.py")
+        pytest.skip("the cpu quantised path (numba) has its own tests: tests/models/test_cpu_quant.py")
     from test_quant_fused import _uniform_quantised_tiny
     m = _uniform_quantised_tiny(device, L=1)
     cache = m.new_kv_cache(1, 4)

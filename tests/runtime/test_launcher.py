@@ -1011,7 +1011,7 @@ def test_gpu_fast_launchers_and_prepare_compute_the_right_results():
 
 def test_bench_launch_cpu_overhead_mode_runs(tmp_path):
     # the no-GPU microbenchmark of benchmarks/bench_launch.py: runs, and reports each row
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     r = run_script(tmp_path, f"""
         import sys
         sys.path.insert(0, {os.path.join(root, 'benchmarks')!r})

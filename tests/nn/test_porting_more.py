@@ -24,7 +24,7 @@ import pytest
 import nbxtensor as nbx
 from test_porting import port
 
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "porting", "more")
+HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "porting", "more")
 with open(os.path.join(HERE, "manifest.json"), encoding="utf-8") as _f:
     MANIFEST = json.load(_f)["programs"]
 

@@ -12,14 +12,12 @@ import numpy as np
 import pytest
 
 import nbxtensor as nbx
-from helpers import poison_allocations, rng
+from helpers import rng
 
 F = nbx.nn.functional
 
 
-@pytest.fixture(autouse=True)
-def _poison(monkeypatch):
-    poison_allocations(monkeypatch)
+pytestmark = pytest.mark.usefixtures("poison_outputs")
 
 
 # ----------------------------------------------------------------------------- references

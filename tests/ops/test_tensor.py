@@ -215,7 +215,7 @@ def test_view_errors():
         t.as_strided((2, 2), (100, 1), 50)
     with pytest.raises(ValueError, match="stride: expected sizes >= 0"):
         t.as_strided((2, 2), (-1, 1))
-    assert t.view(nbx.int32).shape == t.shape   # view(dtype): tests/test_everyday_api.py
+    assert t.view(nbx.int32).shape == t.shape   # view(dtype): tests/ops/test_everyday_api.py
 
 
 def test_zero_dim_views():

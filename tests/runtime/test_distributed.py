@@ -3,7 +3,7 @@ linears and Llama on the fake communicator (host tensors, 2 real processes), and
 (skipped where libnccl is absent; world size 1 on one GPU, the 2-rank tests on two).
 
 Multi-process tests run this file as the rank script: `python -m nbxtensor.distributed.run
--n 2 tests/test_distributed.py WORKER OUTDIR ...` (see `_WORKERS` at the end). Every wait
+-n 2 tests/runtime/test_distributed.py WORKER OUTDIR ...` (see `_WORKERS` at the end). Every wait
 is bounded (store timeouts of seconds, subprocess timeouts), so a broken build fails
 instead of hanging.
 """
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 THIS = os.path.abspath(__file__)
 sys.path.insert(0, HERE)
 

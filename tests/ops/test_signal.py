@@ -18,7 +18,7 @@ import nbxtensor as nbx
 from nbxtensor.audio import WavFormatError
 from nbxtensor.io._files import NotARegularFileError
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH = np.load(os.path.join(HERE, "fixtures", "signal", "torch_signal.npz"))
 MEL = np.load(os.path.join(HERE, "fixtures", "signal", "librosa_mel.npz"))
 

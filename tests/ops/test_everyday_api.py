@@ -16,7 +16,7 @@ import pytest
 import nbxtensor as nbx
 import nbxtensor.nn.functional as F
 
-FIX = os.path.join(os.path.dirname(__file__), "fixtures", "everyday")
+FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "everyday")
 REF = np.load(os.path.join(FIX, "torch_ref.npz"))
 NAN = float("nan")
 

@@ -16,14 +16,12 @@ import pytest
 
 import nbxtensor as nbx
 import nbxtensor.nn.functional as F
-from helpers import RTOL, assert_close, poison_allocations, rng
+from helpers import RTOL, assert_close, rng
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "resample", "torch_resample.npz")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "resample", "torch_resample.npz")
 
 
-@pytest.fixture(autouse=True)
-def _poison(monkeypatch):
-    poison_allocations(monkeypatch)
+pytestmark = pytest.mark.usefixtures("poison_outputs")
 
 
 @pytest.fixture(scope="module")

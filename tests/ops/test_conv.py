@@ -14,16 +14,13 @@ import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
 import nbxtensor as nbx
-from helpers import poison_allocations, rng
+from helpers import rng
 
 F = nbx.nn.functional
 TOL = {nbx.float64: 1e-12, nbx.float32: 1e-5, nbx.float16: 2e-3, nbx.bfloat16: 8e-3}
 
 
-@pytest.fixture(autouse=True)
-def poison_new_tensors(monkeypatch):
-    """Every float tensor the ops allocate starts as NaN, so an unwritten element shows."""
-    poison_allocations(monkeypatch)
+pytestmark = pytest.mark.usefixtures("poison_outputs")
 
 
 def small_tiles(monkeypatch, device):

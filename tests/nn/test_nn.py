@@ -7,15 +7,12 @@ import numpy as np
 import pytest
 
 import nbxtensor as nbx
-from helpers import poison_allocations, rng
+from helpers import rng
 
 TOL = {nbx.float32: 2e-5, nbx.float16: 4e-3, nbx.bfloat16: 2.5e-2, nbx.float64: 1e-12}
 
 
-@pytest.fixture(autouse=True)
-def poison_new_tensors(monkeypatch):
-    """Every float tensor the ops allocate starts as NaN, so an unwritten element shows."""
-    poison_allocations(monkeypatch)
+pytestmark = pytest.mark.usefixtures("poison_outputs")
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 from nbxtensor import config
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- switches:begin -->", "<!-- switches:end -->"
 
 

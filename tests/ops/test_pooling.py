@@ -12,12 +12,10 @@ import pytest
 
 import nbxtensor as nbx
 import nbxtensor.nn.functional as F
-from helpers import RTOL, assert_close, poison_allocations, rng
+from helpers import RTOL, assert_close, rng
 
 
-@pytest.fixture(autouse=True)
-def _poison(monkeypatch):
-    poison_allocations(monkeypatch)
+pytestmark = pytest.mark.usefixtures("poison_outputs")
 
 
 # ------------------------------------------------------------------ references

@@ -361,7 +361,7 @@ def test_quantised_model_takes_the_fused_path(device):
     decode step equals forward() (unfused quant_linear) over prefill + 2 steps (cuda: with
     PDL as the policy says, 2 layers, 4 steps)."""
     if device == "cpu":
-        pytest.skip("the cpu quantised path (numba) has its own tests: tests/test_cpu_quant.py")
+        pytest.skip("the cpu quantised path (numba) has its own tests: tests/models/test_cpu_quant.py")
     from test_decode import _decode_vs_forward
     L, steps = (1, 2) if device == "interp" else (2, 4)
     m = _uniform_quantised_tiny(device, L=L)

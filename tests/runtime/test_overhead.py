@@ -319,12 +319,6 @@ def test_linear_plan_follows_the_fp32_precision(device, monkeypatch):
 # outputs, against float64 NumPy, for several rounds (the first fills the plans, later ones
 # hit them). A spy on the kernels' launch_items shows the switches that do not change values.
 
-@pytest.fixture
-def poisoned_allocs(monkeypatch):
-    from helpers import poison_allocations
-    poison_allocations(monkeypatch)
-
-
 def _items_spy(monkeypatch, mod, attr="launch_items"):
     """Record (kernel name, dict of constexprs) of every launch_items call that module mod
     makes through its attribute `attr`."""
@@ -338,7 +332,7 @@ def _items_spy(monkeypatch, mod, attr="launch_items"):
     return seen
 
 
-def test_elementwise_plans_follow_every_key(device, poisoned_allocs, monkeypatch):
+def test_elementwise_plans_follow_every_key(device, poison_outputs, monkeypatch):
     """kernels/elementwise.run's plans: op, out dtype, out strides, out offset, input dtype,
     input strides, input shape (broadcast), tensor vs number operand and its class, params
     and IDX64_LIMIT."""
@@ -406,7 +400,7 @@ def test_elementwise_plans_follow_every_key(device, poisoned_allocs, monkeypatch
         monkeypatch.setattr(ew, "IDX64_LIMIT", 2**31)
 
 
-def test_reduction_plans_follow_every_key(device, poisoned_allocs, monkeypatch):
+def test_reduction_plans_follow_every_key(device, poison_outputs, monkeypatch):
     """kernels/reduction.reduce's plans: kind, input dtype, shape, strides, offset, dims,
     values/indices outputs, the per-call mean scale, and PIPE; and the ops
     layer's plans (ops/reduction.py: op, dtype, shape, dim, keepdim), on every device."""
@@ -508,7 +502,7 @@ def test_reduction_plans_follow_every_key(device, poisoned_allocs, monkeypatch):
         rk.PIPE = shipped_pipe
 
 
-def test_gemv_plans_follow_every_key(device, poisoned_allocs, monkeypatch):
+def test_gemv_plans_follow_every_key(device, poison_outputs, monkeypatch):
     """kernels/gemv.py's plans (linear / addmm at M <= 16): M, K, N, weight strides, input
     offset, dtype, bias, residual with alpha/beta, activation, precision, TARGET_PROGRAMS
     (split-K or not)."""
@@ -649,7 +643,7 @@ def _lin64(x, w):
     return to64(x) @ to64(w).T
 
 
-def test_gemv_workspaces_follow_their_key_and_are_never_shared(device, poisoned_allocs,
+def test_gemv_workspaces_follow_their_key_and_are_never_shared(device, poison_outputs,
                                                                 monkeypatch):
     """kernels/gemv.py keeps split-K workspaces between calls, keyed on (ws shape, device,
     stream). Interleaved calls that differ in M, N or the split each get a big enough
@@ -755,7 +749,7 @@ def test_cuda_gemv_workspaces_follow_the_stream_and_skip_graph_capture(device, m
         assert ye.shape == (3, 65)
 
 
-def test_t_contiguous_follows_shape_strides_and_offset(device, poisoned_allocs):
+def test_t_contiguous_follows_shape_strides_and_offset(device, poison_outputs):
     """Tensor.t()'s 2-D swap (no permute): shapes overhanging a block, strided and offset
     views, transposed twice; 0-/1-D are returned as they are and 3-D is refused."""
     g = rng()

@@ -13,7 +13,7 @@ import pytest
 import nbxtensor as nbx
 
 _spec = importlib.util.spec_from_file_location(
-    "make_random_fixtures", os.path.join(os.path.dirname(__file__), "fixtures",
+    "make_random_fixtures", os.path.join(os.path.dirname(__file__), "..", "fixtures",
                                          "make_random_fixtures.py"))
 F = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(F)
@@ -99,7 +99,7 @@ def test_sampler_keeps_working_with_the_new_generator(device):
 
 
 def test_non_cpu_devices_refuse(device):
-    """cuda/interp draw with Philox (tests/test_random_cuda.py); the cpu-only rest refuses."""
+    """cuda/interp draw with Philox (tests/ops/test_random_cuda.py); the cpu-only rest refuses."""
     if device == "cpu":
         pytest.skip("cpu is implemented")
     for call in (lambda: nbx.poisson(nbx.ones(4, device=device)),

@@ -932,7 +932,7 @@ def test_merge_lays_new_entries_over_the_table_and_drops_out_of_space(tmp_path, 
                                                       "config does not apply to its key"}
     # the script's --merge writes the table file the loader reads
     spec = importlib.util.spec_from_file_location(
-        "make_sm90_table", os.path.join(os.path.dirname(__file__), "..", "scripts",
+        "make_sm90_table", os.path.join(os.path.dirname(__file__), "..", "..", "scripts",
                                         "make_sm90_table.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -1073,7 +1073,7 @@ def test_table_script_resume_carries_only_usable_entries():
     stay whole (screen record, timing)."""
     import importlib.util
     spec = importlib.util.spec_from_file_location(
-        "make_sm90_table", os.path.join(os.path.dirname(__file__), "..", "scripts",
+        "make_sm90_table", os.path.join(os.path.dirname(__file__), "..", "..", "scripts",
                                         "make_sm90_table.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import ast
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parents[1] / "src" / "nbxtensor"
+ROOT = pathlib.Path(__file__).resolve().parents[2] / "src" / "nbxtensor"
 
 # bottom to top; a module may import its own layer and those below. "nbxtensor" (the package
 # root, the public API) and the public nbx.cuda module sit with the ops surface.
 LAYER = {
     "config": 0, "dtypes": 0, "device": 0, "storage": 0, "tensor": 0, "_format": 0,
-    "creation": 0, "dispatch": 0, "grad_mode": 0,
+    "creation": 0, "dispatch": 0, "grad_mode": 0, "plans": 0,
     "backends": 1,
     "kernels": 2, "autotune": 2, "kernel_archives": 2,
     "ops": 3, "cuda": 3, "random": 3, "fft": 3, "signal": 3, "dlpack": 3, "kv_cache": 3,
