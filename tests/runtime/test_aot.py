@@ -53,7 +53,7 @@ def kmod(tmp_path, monkeypatch):
 
 
 def _fake_cuda(shape, ptr):
-    from test_launcher import fake_cuda
+    from fakes import fake_cuda
     return fake_cuda(shape, ptr=ptr)
 
 

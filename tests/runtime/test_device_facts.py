@@ -2,34 +2,13 @@
 asked from the driver; no chip's SM count is written in the kernels."""
 from __future__ import annotations
 
-import ctypes
 
 import pytest
 
 import nbxtensor as nbx
 from nbxtensor.backends.cuda import driver as drv
 from nbxtensor.kernels import _common
-
-# CUdevice_attribute codes (cuda.h) -> what a fake device reports
-MULTIPROCESSOR_COUNT, L2_CACHE_SIZE, MAX_REGISTERS_PER_MULTIPROCESSOR = 16, 38, 82
-MAX_THREADS_PER_MULTIPROCESSOR = 39
-MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
-
-
-class FakeAttributeDriver:
-    """cuDeviceGetAttribute of a fake GPU with `sms` SMs (the other facts an H200's)."""
-
-    def __init__(self, sms):
-        self.asked = []
-        self.values = {MULTIPROCESSOR_COUNT: sms, L2_CACHE_SIZE: 52428800,
-                       MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 232448,
-                       MAX_REGISTERS_PER_MULTIPROCESSOR: 65536,
-                       MAX_THREADS_PER_MULTIPROCESSOR: 2048}
-
-    def __call__(self, out, attr, index):
-        self.asked.append((attr, index))
-        ctypes.cast(out, ctypes.POINTER(ctypes.c_int))[0] = self.values[attr]
-        return 0
+from fakes import FakeAttributeDriver, MAX_THREADS_PER_MULTIPROCESSOR  # noqa: E402
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from nbxtensor.device import Device
 
 from conftest import DEVICES
 from helpers import randn, rng
+from fakes import FakeCuda  # noqa: E402
 
 HAVE_GPU = driver.availability()[0]
 # the NumPy exchanges are host memory's (cuda has its own tests below, with torch, CuPy, JAX)
@@ -443,36 +444,6 @@ def test_host_tensors_have_no_cuda_array_interface(device):
 
 
 # ----------------------------------------------------------------------------- fake cuda
-
-class FakeCuda:
-    """The driver calls DLPack makes on cuda, recorded (no GPU needed)."""
-
-    def __init__(self, monkeypatch, ndev=1):
-        self.calls = []
-        self.next = 0xE000
-        mp = monkeypatch
-        mp.setattr(driver, "availability", lambda: (True, "fake"))
-        mp.setattr(driver, "device_count", lambda: ndev)
-        mp.setattr(driver, "set_device", lambda i: None)
-        mp.setattr(driver, "current_device", lambda: 0)
-        mp.setattr(driver, "pointer_device", lambda p: self.calls.append(("pointer", p)) or 0)
-        mp.setattr(driver, "event_create", self.event_create)
-        mp.setattr(driver, "event_record", lambda e, s=0: self.calls.append(("record", e, s)))
-        mp.setattr(driver, "stream_wait_event", lambda s, e: self.calls.append(("wait", s, e)))
-        mp.setattr(driver, "event_destroy", lambda e: self.calls.append(("destroy", e)))
-
-    def event_create(self, timing=True):
-        assert timing is False      # an ordering event needs no timestamps
-        self.next += 1
-        self.calls.append(("create", self.next))
-        return self.next
-
-    def waits(self):
-        """[(waiting stream, stream recorded on)] of each ordering done."""
-        rec = {c[1]: c[2] for c in self.calls if c[0] == "record"}
-        out = [(c[1], rec[c[2]]) for c in self.calls if c[0] == "wait"]
-        assert sorted(c[1] for c in self.calls if c[0] == "destroy") == sorted(rec)
-        return out
 
 
 def _fake_cuda_tensor(shape=(3, 4), dtype=nbx.float32, ptr=0x7F0000001000, index=0):

@@ -15,6 +15,7 @@ import pytest
 
 import nbxtensor as nbx
 from nbxtensor.backends.cuda import driver as drv
+from fakes import FakeLib  # noqa: E402
 
 HAVE_GPU = drv.availability()[0]
 gpu = [pytest.mark.cuda, pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA device")]
@@ -85,28 +86,6 @@ def test_public_cuda_module_without_a_gpu():
     assert nbx.cuda.device_count() == 0
     with pytest.raises(drv.CudaUnavailable):
         nbx.cuda.synchronize()
-
-
-class _FakeFn:
-    def __init__(self, impl):
-        self.impl, self.argtypes, self.restype = impl, None, None
-
-    def __call__(self, *a):
-        return self.impl(*a)
-
-
-class FakeLib:
-    """Enough of libcuda for _load: cuInit fails like the stub library does."""
-
-    def __init__(self, init_rc):
-        def set_str(p, s):
-            p._obj.value = s
-            return 0
-        names = {34: b"CUDA_ERROR_STUB_LIBRARY", 100: b"CUDA_ERROR_NO_DEVICE"}
-        texts = {34: b"CUDA driver is a stub library", 100: b"no CUDA-capable device is detected"}
-        self.cuInit = _FakeFn(lambda flags: init_rc)
-        self.cuGetErrorName = _FakeFn(lambda c, p: set_str(p, names.get(c, b"CUDA_ERROR_UNKNOWN")))
-        self.cuGetErrorString = _FakeFn(lambda c, p: set_str(p, texts.get(c, b"unknown")))
 
 
 @pytest.mark.parametrize("rc,name", [(34, "CUDA_ERROR_STUB_LIBRARY"), (100, "CUDA_ERROR_NO_DEVICE")])

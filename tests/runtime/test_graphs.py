@@ -2,7 +2,6 @@
 replay of real nbx ops on the GPU (marked cuda)."""
 from __future__ import annotations
 
-import ctypes
 import gc
 
 import numpy as np
@@ -14,94 +13,12 @@ from nbxtensor.backends.cuda.memory import CachingAllocator, FakeRaw
 from nbxtensor.cuda import CaptureError
 
 from helpers import assert_graph_generate_equals_eager, prefilled_eager_and_graph
+from fakes import FakeDriver  # noqa: E402
 
 MiB = 1 << 20
 
 
 # ----------------------------------------------------------------------------- fake driver
-
-class FakeDriver:
-    """Stands in for libcuda behind driver.fn(name): records calls, hands out handles,
-    emulates stream capture (ops on a capturing stream are recorded into the graph, a
-    synchronising call during capture invalidates it, as the real driver does)."""
-
-    def __init__(self):
-        self.calls = []          # (name, args) in order
-        self.next = 0x1000
-        self.capturing = {}      # stream -> list of recorded ops
-        self.invalidated = set()
-        self.graphs = {}         # graph handle -> ops
-        self.execs = {}          # exec handle -> ops
-        self.launched = []       # (exec, stream)
-        self.destroyed = []
-        self.thread_mode = driver.CAPTURE_MODE_GLOBAL
-
-    def _handle(self):
-        self.next += 0x100
-        return self.next
-
-    @staticmethod
-    def _out(arg, value):
-        arg._obj.value = value          # byref(x) -> write x
-
-    def fn(self, name):
-        def call(*args):
-            a = [(x.value or 0) if isinstance(x, ctypes.c_void_p) else x for x in args]
-            self.calls.append((name, a))
-            return self.handle(name, args, a)
-        return call
-
-    def handle(self, name, args, a):
-        if name == "cuDeviceGetCount":
-            self._out(args[0], 1)
-        elif name == "cuThreadExchangeStreamCaptureMode":
-            prev = self.thread_mode
-            self.thread_mode = args[0]._obj.value
-            args[0]._obj.value = prev
-        elif name == "cuMemAlloc":
-            if self.capturing and self.thread_mode != driver.CAPTURE_MODE_RELAXED:
-                for s in self.capturing:     # unsafe under a global capture: invalidates it
-                    self.invalidated.add(s)
-                return 900
-            self._out(args[0], self._handle() << 20)
-        elif name == "cuStreamCreate":
-            self._out(args[0], self._handle())
-        elif name == "cuStreamBeginCapture":
-            if not a[0]:
-                return 1
-            self.capturing[a[0]] = []
-        elif name == "cuStreamEndCapture":
-            ops = self.capturing.pop(a[0], None)
-            if ops is None:
-                return 1
-            if a[0] in self.invalidated:
-                self.invalidated.discard(a[0])
-                return 901
-            h = self._handle()
-            self.graphs[h] = ops
-            self._out(args[1], h)
-        elif name == "cuGraphGetNodes":
-            ops = self.graphs[a[0]]
-            args[2]._obj.value = len(ops)
-        elif name == "cuGraphInstantiateWithFlags":
-            h = self._handle()
-            self.execs[h] = list(self.graphs[a[1]])
-            self._out(args[0], h)
-        elif name == "cuGraphLaunch":
-            self.launched.append((a[0], a[1]))
-        elif name in ("cuGraphExecDestroy", "cuGraphDestroy", "cuStreamDestroy"):
-            self.destroyed.append((name, a[0]))
-        elif name in ("cuMemsetD32Async", "cuMemcpyDtoDAsync", "cuMemcpyHtoDAsync"):
-            s = a[-1]
-            if s in self.capturing:
-                self.capturing[s].append((name, a[:-1]))
-        elif name in ("cuCtxSynchronize", "cuStreamSynchronize", "cuMemcpyDtoH", "cuMemcpyHtoD"):
-            for s in self.capturing:         # what the real driver does: the capture is lost
-                self.invalidated.add(s)
-        return 0
-
-    def names(self):
-        return [n for n, _ in self.calls]
 
 
 @pytest.fixture

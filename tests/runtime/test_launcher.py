@@ -25,6 +25,7 @@ import triton.language as tl  # noqa: E402
 
 from helpers import assert_close, poisoned, randn, rng  # noqa: E402
 from nbxtensor.backends.cuda import launcher as L  # noqa: E402
+from fakes import FakeAllocator, fake_cuda  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -83,40 +84,6 @@ def _big_smem(x, out, BLOCK: tl.constexpr):
 
 
 # ----------------------------------------------------------------------------- fakes
-
-class FakeStorage:
-    # _nbx_launch: the launcher's verification mark, as on CudaStorage
-    __slots__ = ("device", "ptr", "nbytes", "_nbx_launch", "__weakref__")
-
-    def __init__(self, ptr, nbytes=1 << 20, index=0):
-        self.device = Device("cuda", index)
-        self.ptr = ptr
-        self.nbytes = nbytes
-
-
-class FakeStorageNoMark:
-    """A storage class without the mark slot: verified by id (the `vd` dict) instead."""
-    __slots__ = ("device", "ptr", "nbytes", "__weakref__")
-
-    def __init__(self, ptr, nbytes=1 << 20, index=0):
-        self.device = Device("cuda", index)
-        self.ptr = ptr
-        self.nbytes = nbytes
-
-
-def fake_cuda(shape, dtype=nbx.float32, ptr=0x7F0000000000, offset=0, stride=None, index=0, mark=True):
-    from nbxtensor.tensor import contiguous_strides
-    st = (FakeStorage if mark else FakeStorageNoMark)(ptr, index=index)
-    return Tensor._make(st, shape, stride or contiguous_strides(shape), offset, nbx.dtypes.as_dtype(dtype))
-
-
-class FakeAllocator:
-    def __init__(self, lo=0x7F0000000000, hi=0x7F0000000000 + (1 << 30)):
-        self.lo, self.hi, self.calls = lo, hi, 0
-
-    def holds(self, ptr):
-        self.calls += 1
-        return self.lo <= ptr < self.hi
 
 
 class Recorder:

@@ -8,7 +8,6 @@ is recorded as a violation, so reusing a buffer before its event completed canno
 """
 from __future__ import annotations
 
-import ctypes
 import gc
 
 import ml_dtypes
@@ -17,169 +16,14 @@ import pytest
 
 import nbxtensor as nbx
 from nbxtensor.backends.cuda import driver, memory
-from nbxtensor.backends.cuda.memory import CachingAllocator, FakeRaw
+from nbxtensor.backends.cuda.memory import CachingAllocator
 from nbxtensor.io import staging
 from nbxtensor.io.staging import Uploader, UploadError, upload_many
 
+from fakes import FakeGPU, MemRaw
+
 HAVE_GPU = driver.availability()[0]
 gpu = [pytest.mark.cuda, pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA device")]
-
-
-class MemRaw(FakeRaw):
-    """FakeRaw whose segments are backed by host bytearrays (the 'device memory')."""
-
-    def __init__(self):
-        super().__init__()
-        self.mem = {}
-
-    def malloc(self, nbytes):
-        p = super().malloc(nbytes)
-        self.mem[p] = bytearray(b"\xee" * nbytes)    # poison: unwritten bytes show
-        return p
-
-    def free(self, ptr):
-        super().free(ptr)
-        del self.mem[ptr]
-
-    def locate(self, ptr, n):
-        for base, buf in self.mem.items():
-            if base <= ptr and ptr + n <= base + len(buf):
-                return buf, ptr - base
-        raise AssertionError(f"device range [{ptr:#x}, +{n}) not in any segment")
-
-
-class FakeGPU:
-    """The driver entry points the uploader uses, over host memory, with late execution."""
-
-    def __init__(self, raw: MemRaw):
-        self.raw = raw
-        self.pinned = {}          # ptr -> ctypes buffer
-        self.queues = {}          # stream -> [op]; op = ("copy", dst, src, n, snapshot) | ("event", e)
-        self.events = {}          # event -> "created" | "pending" | "done"
-        self.log = []
-        self.violations = []
-        self.fail_copy_at = None  # raise on the n-th async copy
-        self.fail_host_alloc = False
-        self.ncopies = 0
-        self.next = 0x5000
-
-    def _h(self):
-        self.next += 0x10
-        return self.next
-
-    # pinned memory
-    def mem_host_alloc(self, n, portable=True):
-        if self.fail_host_alloc:
-            raise driver.CudaError(2, f"cuMemHostAlloc(nbytes={n})")
-        buf = (ctypes.c_uint8 * n)()
-        p = ctypes.addressof(buf)
-        self.pinned[p] = buf
-        self.log.append(("host_alloc", p, n))
-        return p
-
-    def mem_free_host(self, p):
-        for q in self.queues.values():
-            for op in q:
-                if op[0] == "copy" and p <= op[2] < p + len(self.pinned[p]):
-                    self.violations.append(f"pinned {p:#x} freed with a copy from it in flight")
-        del self.pinned[p]
-        self.log.append(("host_free", p))
-
-    def _pinned_of(self, src, n):
-        for p, buf in self.pinned.items():
-            if p <= src and src + n <= p + len(buf):
-                return p
-        return None
-
-    # copies
-    def memcpy_htod(self, dst, src, n, stream=None):
-        self.ncopies += 1
-        if self.fail_copy_at == self.ncopies:
-            raise driver.CudaError(700, f"cuMemcpyHtoDAsync(nbytes={n})")
-        if stream is None or stream not in self.queues:
-            self.violations.append("synchronous copy or unknown stream")
-        p = self._pinned_of(src, n)
-        if p is None:
-            self.violations.append(f"copy source {src:#x} is not pinned memory")
-        for op in self.queues.get(stream, []):     # a queued copy from the same bytes?
-            if op[0] == "copy" and op[2] < src + n and src < op[2] + op[3]:
-                self.violations.append(f"staging bytes [{src:#x}, +{n}) reused before the copy "
-                                       f"queued from them ran")
-        snap = ctypes.string_at(src, n)
-        self.queues[stream].append(("copy", dst, src, n, snap))
-        self.log.append(("copy", dst, p, src - (p or 0), n))
-
-    def _run(self, stream, until=None):
-        q = self.queues[stream]
-        while q:
-            op = q.pop(0)
-            if op[0] == "copy":
-                _, dst, src, n, snap = op
-                if self._pinned_of(src, n) is None:
-                    self.violations.append("copy ran from freed pinned memory")
-                    continue
-                now = ctypes.string_at(src, n)
-                if now != snap:
-                    self.violations.append(f"staging bytes [{src:#x}, +{n}) overwritten before "
-                                           f"their copy ran")
-                buf, off = self.raw.locate(dst, n)
-                buf[off:off + n] = now
-            else:
-                self.events[op[1]] = "done"
-                if op[1] == until:
-                    return
-
-    # streams and events
-    def stream_create(self, nonblocking=True):
-        s = self._h()
-        self.queues[s] = []
-        self.log.append(("stream_create", s))
-        return s
-
-    def stream_destroy(self, s):
-        if self.queues.pop(s):
-            self.violations.append("stream destroyed with work queued")
-        self.log.append(("stream_destroy", s))
-
-    def stream_synchronize(self, s):
-        self.log.append(("stream_sync", s))
-        if s in self.queues:
-            self._run(s)
-
-    def event_create(self, timing=True):
-        e = self._h()
-        self.events[e] = "created"
-        return e
-
-    def event_destroy(self, e):
-        del self.events[e]
-
-    def event_record(self, e, stream=0):
-        self.events[e] = "pending"
-        self.queues[stream].append(("event", e))
-        self.log.append(("event_record", e))
-
-    def event_synchronize(self, e):
-        self.log.append(("event_sync", e))
-        if self.events[e] == "pending":
-            s = next(s for s, q in self.queues.items() if ("event", e) in q)
-            self._run(s, until=e)
-
-    def event_query(self, e):
-        return self.events[e] != "pending"
-
-    def read(self, t):
-        if t.nbytes == 0:
-            return b""
-        buf, off = self.raw.locate(t.data_ptr(), t.nbytes)
-        return bytes(buf[off:off + t.nbytes])
-
-    def leaks(self):
-        """Resources neither freed nor idle in the staging pool."""
-        pooled = {p for _, p in staging._POOL._free}
-        assert pooled <= set(self.pinned), "the pool holds freed pinned memory"
-        return {"pinned": len(set(self.pinned) - pooled), "streams": len(self.queues),
-                "events": len(self.events)}
 
 
 @pytest.fixture
