@@ -670,6 +670,61 @@ def _pad_copy(t, unit_dim):
 _GEMV = [None]
 
 
+def _aligned_operands(a, b, M, N, K):
+    """The operands as the kernel reads them: (a, b, strides, layouts, alignment divisors,
+    leading extents M_LD/N_LD). Operands that cannot be read in aligned 16-byte vectors
+    (odd leading strides such as K = 4093, N not a multiple of 8 along the unit-stride dim,
+    no unit stride, unaligned base) load element by element, ~5x slower; when the product
+    is big enough they are first copied into a padded buffer (one extra read + write)."""
+    sa, sb = _strides4(a), _strides4(b)
+    lay_a, lay_b = _layout(sa[2], sa[3]), _layout(sb[2], sb[3])
+    M_LD, N_LD = M, N
+    itemsize = a.dtype.itemsize
+    align = 16 // itemsize
+    div_a = _operand_div(a, sa, lay_a, M if lay_a == "rows" else None, align) if itemsize < 8 else 1
+    div_b = _operand_div(b, sb, lay_b, N if lay_b == "cols" else None, align) if itemsize < 8 else 1
+    force = _OVERRIDE.get("PAD") if _OVERRIDE else None
+    # by default only when the product amortises the copy, and not for a single row or
+    # column (a vector is cheap to read element-wise)
+    pad_a = force is True or (force is None and M * N * K >= PAD_MIN_MACS and M > 1)
+    pad_b = force is True or (force is None and M * N * K >= PAD_MIN_MACS and N > 1)
+    if itemsize < 8 and K > 0:
+        if pad_a and div_a == 1:
+            a, m_pad = _pad_copy(a, 2 if lay_a == "rows" else 3)
+            if lay_a == "rows":
+                M_LD = m_pad   # loads may run into the zero padding of the unit-stride dim
+            sa = _strides4(a)
+            lay_a = _layout(sa[2], sa[3])
+            div_a = _operand_div(a, sa, lay_a, None, align)
+        if pad_b and div_b == 1:
+            b, n_pad = _pad_copy(b, 2 if lay_b == "rows" else 3)
+            if lay_b != "rows":
+                N_LD = n_pad
+            sb = _strides4(b)
+            lay_b = _layout(sb[2], sb[3])
+            div_b = _operand_div(b, sb, lay_b, None, align)
+    return a, b, sa, sb, lay_a, lay_b, div_a, div_b, M_LD, N_LD
+
+
+def _launch_split_k(split, out, a, b, bias, residual, alpha, beta, act, M, N, K, BK, tiles,
+                    M_LD, N_LD, qa, qb, consts):
+    """Fewer tiles than SMs: split K into fp32 partials, then the epilogue in the reduce
+    kernel (B0 == B1 == 1 here, so out[0, 0] and residual[0, 0] are built directly)."""
+    from ..backends.launch import launch
+    from ..tensor import Tensor
+    from .gemv import splitk_reduce
+    k_split = _cdiv(_cdiv(K, BK), split) * BK
+    split = _cdiv(K, k_split)
+    ws = Tensor._empty((split, M, N), _dt.float32, out.device)
+    launch(_matmul_kernel, (tiles, 1, split), a, b, ws, ws, ws, M, N, K, 1, M_LD, N_LD,
+           *qa, *qb, 0, 0, N, 1, 0, 0, 0, 0, 0, 1.0, 1.0, k_split, M * N,
+           SPLIT_K=True, **dict(consts, HAS_ALPHA=False, HAS_BIAS=False, HAS_RES=False, ACT=0))
+    splitk_reduce(ws, out._view(out._shape[2:], out._stride[2:]), bias,
+                  residual._view(residual._shape[2:], residual._stride[2:])
+                  if residual is not None else None, alpha, beta, act)
+    return out
+
+
 @register("matmul", "triton")
 def matmul(out, a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=None,
            precision="ieee"):
@@ -706,37 +761,7 @@ def matmul(out, a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activati
         return out
     BM, BN, BK = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     from ..backends.launch import launch
-    sa, sb = _strides4(a), _strides4(b)
-    lay_a, lay_b = _layout(sa[2], sa[3]), _layout(sb[2], sb[3])
-    M_LD, N_LD = M, N
-    # Operands that cannot be read in aligned 16-byte vectors (odd leading strides such as
-    # K = 4093, N not a multiple of 8 along the unit-stride dim, no unit stride, unaligned
-    # base) load element by element, ~5x slower; when the product is big enough they are
-    # first copied into a padded buffer (one extra read + write of the operand).
-    itemsize = a.dtype.itemsize
-    align = 16 // itemsize
-    div_a = _operand_div(a, sa, lay_a, M if lay_a == "rows" else None, align) if itemsize < 8 else 1
-    div_b = _operand_div(b, sb, lay_b, N if lay_b == "cols" else None, align) if itemsize < 8 else 1
-    force = _OVERRIDE.get("PAD") if _OVERRIDE else None
-    # by default only when the product amortises the copy, and not for a single row or
-    # column (a vector is cheap to read element-wise)
-    pad_a = force is True or (force is None and M * N * K >= PAD_MIN_MACS and M > 1)
-    pad_b = force is True or (force is None and M * N * K >= PAD_MIN_MACS and N > 1)
-    if itemsize < 8 and K > 0:
-        if pad_a and div_a == 1:
-            a, m_pad = _pad_copy(a, 2 if lay_a == "rows" else 3)
-            if lay_a == "rows":
-                M_LD = m_pad   # loads may run into the zero padding of the unit-stride dim
-            sa = _strides4(a)
-            lay_a = _layout(sa[2], sa[3])
-            div_a = _operand_div(a, sa, lay_a, None, align)
-        if pad_b and div_b == 1:
-            b, n_pad = _pad_copy(b, 2 if lay_b == "rows" else 3)
-            if lay_b != "rows":
-                N_LD = n_pad
-            sb = _strides4(b)
-            lay_b = _layout(sb[2], sb[3])
-            div_b = _operand_div(b, sb, lay_b, None, align)
+    a, b, sa, sb, lay_a, lay_b, div_a, div_b, M_LD, N_LD = _aligned_operands(a, b, M, N, K)
     a_k1, a_m1 = lay_a == "cols", lay_a == "rows"
     b_n1, b_k1 = lay_b == "cols", lay_b == "rows"
     # strides handed over divided by the alignment the kernel multiplies back (A_DIV/B_DIV)
@@ -763,22 +788,10 @@ def matmul(out, a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activati
                *strides, tiles * B0 * B1, tiles,
                FLATTEN=cfg.get("FLATTEN", False), **consts)
         return out
-    split = splitk_factor(M, N, K, BK, tiles, itemsize, dev, BM, BN) if B0 * B1 == 1 else 1
+    split = splitk_factor(M, N, K, BK, tiles, a.dtype.itemsize, dev, BM, BN) if B0 * B1 == 1 else 1
     if split == 1:
         launch(_matmul_kernel, (tiles, B0 * B1), *tensors, M, N, K, B1, M_LD, N_LD, *strides,
                0, 0, SPLIT_K=False, **consts)
         return out
-    # fewer tiles than SMs: split K, fp32 partials, then the epilogue in the reduce kernel
-    from ..tensor import Tensor
-    from .gemv import splitk_reduce
-    k_split = _cdiv(_cdiv(K, BK), split) * BK
-    split = _cdiv(K, k_split)
-    ws = Tensor._empty((split, M, N), _dt.float32, out.device)
-    launch(_matmul_kernel, (tiles, 1, split), a, b, ws, ws, ws, M, N, K, 1, M_LD, N_LD,
-           *qa, *qb, 0, 0, N, 1, 0, 0, 0, 0, 0, 1.0, 1.0, k_split, M * N,
-           SPLIT_K=True, **dict(consts, HAS_ALPHA=False, HAS_BIAS=False, HAS_RES=False, ACT=0))
-    # out[0, 0] / residual[0, 0] built directly (B0 == B1 == 1 here)
-    splitk_reduce(ws, out._view(out._shape[2:], out._stride[2:]), bias,
-                  residual._view(residual._shape[2:], residual._stride[2:])
-                  if residual is not None else None, alpha, beta, act)
-    return out
+    return _launch_split_k(split, out, a, b, bias, residual, alpha, beta, act, M, N, K, BK,
+                           tiles, M_LD, N_LD, qa, qb, consts)
