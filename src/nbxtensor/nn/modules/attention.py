@@ -93,52 +93,12 @@ class MultiheadAttention(Module):
                                "the Transformer module method `generate_square_subsequent_mask`"
                                " to create this mask.")
         batched = query.ndim == 3
-        if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
-            raise ValueError(f"MultiheadAttention: query, key and value must all be 2-D "
-                             f"(unbatched) or 3-D (batched), got shapes {tuple(query.shape)}, "
-                             f"{tuple(key.shape)}, {tuple(value.shape)}")
-        if batched and self.batch_first:
-            query, key, value = (x.transpose(0, 1) for x in (query, key, value))
-        if not batched:
-            query, key, value = (x.unsqueeze(1) for x in (query, key, value))
-            if key_padding_mask is not None:
-                key_padding_mask = key_padding_mask.unsqueeze(0)
+        query, key, value, key_padding_mask = self._seq_first(query, key, value,
+                                                              key_padding_mask, batched)
         L, N, E = query.shape
-        if E != self.embed_dim:
-            raise ValueError(f"MultiheadAttention: was expecting embedding dimension of "
-                             f"{self.embed_dim}, but got {E}")
-        if key.shape[:2] != value.shape[:2]:
-            raise ValueError(f"MultiheadAttention: key shape {tuple(key.shape)} does not match "
-                             f"value shape {tuple(value.shape)}")
         H, hd, dt = self.num_heads, self.head_dim, query.dtype
-        if self._qkv_same_embed_dim:
-            w_q, w_k, w_v = self.in_proj_weight.chunk(3)
-        else:
-            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
-        b_q = b_k = b_v = None
-        if self.in_proj_bias is not None:
-            b_q, b_k, b_v = self.in_proj_bias.chunk(3)
-        if self._qkv_same_embed_dim and query is key and key is value:
-            q, k, v = _ops.linear(query, self.in_proj_weight, self.in_proj_bias).chunk(3, -1)
-        else:
-            q, k, v = (_ops.linear(query, w_q, b_q), _ops.linear(key, w_k, b_k),
-                       _ops.linear(value, w_v, b_v))
-
-        mask = None
-        if attn_mask is not None:
-            mask = _additive(attn_mask, dt, "attn_mask")
-            S0 = key.shape[0]
-            if mask.ndim == 2:
-                if tuple(mask.shape) != (L, S0):
-                    raise ValueError(f"The shape of the 2D attn_mask is {tuple(mask.shape)}, "
-                                     f"but should be {(L, S0)}.")
-                mask = mask.unsqueeze(0)
-            elif mask.ndim == 3:
-                if tuple(mask.shape) != (N * H, L, S0):
-                    raise ValueError(f"The shape of the 3D attn_mask is {tuple(mask.shape)}, "
-                                     f"but should be {(N * H, L, S0)}.")
-            else:
-                raise ValueError(f"attn_mask's dimension {mask.ndim} is not supported")
+        q, k, v = self._project(query, key, value)
+        mask = self._attn_mask(attn_mask, dt, L, N, key.shape[0])
         kpm = None
         if key_padding_mask is not None:
             kpm = _additive(key_padding_mask, dt, "key_padding_mask")
@@ -173,21 +133,7 @@ class MultiheadAttention(Module):
         if kpm is not None:
             k4 = kpm.reshape(N, 1, 1, S)
             full = k4 if full is None else full + k4
-
-        dropout_p = self.dropout if self.training else 0.0
-        if need_weights or dropout_p > 0.0:
-            scores = _ops.matmul(q * (1.0 / math.sqrt(hd)), k.transpose(-2, -1))
-            if full is not None:
-                scores = scores + full
-            weights = _ops.softmax(scores, -1)
-            used = _dropout(weights, dropout_p) if dropout_p > 0.0 else weights
-            out = _ops.matmul(used, v)
-        else:
-            if full is not None:
-                full = full.expand(N, H, L, S)
-            out = _ops.scaled_dot_product_attention(q.contiguous(), k.contiguous(),
-                                                    v.contiguous(), attn_mask=full)
-            weights = None
+        out, weights = self._attend(q, k, v, full, need_weights)
         out = out.permute(2, 0, 1, 3).reshape(L, N, E)
         out = self.out_proj(out)
         if self.batch_first and batched:
@@ -201,3 +147,71 @@ class MultiheadAttention(Module):
         if not batched:
             weights = weights.squeeze(0)
         return out, weights
+
+    def _seq_first(self, query, key, value, key_padding_mask, batched):
+        """The inputs as (len, N, E), checked; an unbatched call gains N = 1."""
+        if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
+            raise ValueError(f"MultiheadAttention: query, key and value must all be 2-D "
+                             f"(unbatched) or 3-D (batched), got shapes {tuple(query.shape)}, "
+                             f"{tuple(key.shape)}, {tuple(value.shape)}")
+        if batched and self.batch_first:
+            query, key, value = (x.transpose(0, 1) for x in (query, key, value))
+        if not batched:
+            query, key, value = (x.unsqueeze(1) for x in (query, key, value))
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+        if query.shape[2] != self.embed_dim:
+            raise ValueError(f"MultiheadAttention: was expecting embedding dimension of "
+                             f"{self.embed_dim}, but got {query.shape[2]}")
+        if key.shape[:2] != value.shape[:2]:
+            raise ValueError(f"MultiheadAttention: key shape {tuple(key.shape)} does not match "
+                             f"value shape {tuple(value.shape)}")
+        return query, key, value, key_padding_mask
+
+    def _project(self, query, key, value):
+        """q, k, v: the input projections (one packed linear for self-attention)."""
+        if self._qkv_same_embed_dim and query is key and key is value:
+            return _ops.linear(query, self.in_proj_weight, self.in_proj_bias).chunk(3, -1)
+        if self._qkv_same_embed_dim:
+            w_q, w_k, w_v = self.in_proj_weight.chunk(3)
+        else:
+            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        b_q = b_k = b_v = None
+        if self.in_proj_bias is not None:
+            b_q, b_k, b_v = self.in_proj_bias.chunk(3)
+        return (_ops.linear(query, w_q, b_q), _ops.linear(key, w_k, b_k),
+                _ops.linear(value, w_v, b_v))
+
+    def _attn_mask(self, attn_mask, dt, L, N, S0):
+        """attn_mask as an additive (1 or N*H, L, S0) tensor, or None; shapes as torch checks."""
+        if attn_mask is None:
+            return None
+        mask = _additive(attn_mask, dt, "attn_mask")
+        if mask.ndim == 2:
+            if tuple(mask.shape) != (L, S0):
+                raise ValueError(f"The shape of the 2D attn_mask is {tuple(mask.shape)}, "
+                                 f"but should be {(L, S0)}.")
+            return mask.unsqueeze(0)
+        if mask.ndim == 3:
+            if tuple(mask.shape) != (N * self.num_heads, L, S0):
+                raise ValueError(f"The shape of the 3D attn_mask is {tuple(mask.shape)}, "
+                                 f"but should be {(N * self.num_heads, L, S0)}.")
+            return mask
+        raise ValueError(f"attn_mask's dimension {mask.ndim} is not supported")
+
+    def _attend(self, q, k, v, full, need_weights):
+        """(N, H, L, hd) output and the (N, H, L, S) weights when asked for (or dropout
+        needs them); else the fused scaled_dot_product_attention."""
+        dropout_p = self.dropout if self.training else 0.0
+        if need_weights or dropout_p > 0.0:
+            scores = _ops.matmul(q * (1.0 / math.sqrt(self.head_dim)), k.transpose(-2, -1))
+            if full is not None:
+                scores = scores + full
+            weights = _ops.softmax(scores, -1)
+            used = _dropout(weights, dropout_p) if dropout_p > 0.0 else weights
+            return _ops.matmul(used, v), weights
+        if full is not None:
+            full = full.expand(*q.shape[:3], k.shape[2])
+        out = _ops.scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous(),
+                                                attn_mask=full)
+        return out, None
