@@ -398,16 +398,12 @@ _OVERRIDE: dict | None = None   # tests set e.g. {"BLOCK_M": 16, "BLOCK_N": 16}
 GLUON_CAUSAL = _config.get("NBX_GLUON_ATTN")
 
 
-@register("sdpa", "triton")
-def sdpa(out, q, k, v, mask, *, scale, is_causal):
-    from .. import dtypes as _dt
-    from ..backends.launch import launch
+def _sdpa_config(q, k, v, out, mask, scale, is_causal):
+    """(config, whether a TMA kernel runs it) for a flash-attention call: the rule's tile,
+    an override or the autotuned entry over it, then the TMA/WS kernels only where their
+    preconditions and verified settings hold."""
     B, H, L, D = q.shape
     Hk, S, DV = k.shape[1], k.shape[2], v.shape[3]
-    if GLUON_CAUSAL and is_causal and not _OVERRIDE and q.device.type == "cuda":
-        from . import attention_gluon as _ag
-        if _ag.applies(q, k, v, out, mask, scale, is_causal, L, S, D, DV):
-            return _ag.sdpa_gluon(out, q, k, v, scale * LOG2E, causal=True)
     # an override (tests, autotune, the sweep) applies on top of the untuned default
     cfg = flash_config(D, DV, q.dtype.itemsize, q.device.type == "interp", is_causal,
                        tuned=not _OVERRIDE)
@@ -446,6 +442,20 @@ def sdpa(out, q, k, v, mask, *, scale, is_causal):
         tma = False       # the tuned table never asks for it; the pointer kernel then
         cfg = flash_config(D, DV, q.dtype.itemsize, q.device.type == "interp", is_causal,
                            tuned=False)
+    return cfg, tma
+
+
+@register("sdpa", "triton")
+def sdpa(out, q, k, v, mask, *, scale, is_causal):
+    from .. import dtypes as _dt
+    from ..backends.launch import launch
+    B, H, L, D = q.shape
+    Hk, S, DV = k.shape[1], k.shape[2], v.shape[3]
+    if GLUON_CAUSAL and is_causal and not _OVERRIDE and q.device.type == "cuda":
+        from . import attention_gluon as _ag
+        if _ag.applies(q, k, v, out, mask, scale, is_causal, L, S, D, DV):
+            return _ag.sdpa_gluon(out, q, k, v, scale * LOG2E, causal=True)
+    cfg, tma = _sdpa_config(q, k, v, out, mask, scale, is_causal)
     if tma and cfg.get("WS"):
         grid = (_cdiv(L, cfg["BLOCK_M"]), B * H)
         launch(_flash_fwd_ws, grid, q, k, v, out, *q.stride()[:3], *k.stride()[:3],
