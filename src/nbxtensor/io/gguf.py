@@ -3,7 +3,7 @@
 Our own parser: the `gguf` package's reader builds a NumPy memmap view per field part
 (~250k views for a 49k-token vocabulary: ~2 s of a SmolLM2 load); this one walks the
 header with struct and decodes string arrays in one loop (~0.05 s). Dequantisation to
-float is ours too (io/quant.py on the host, kernels/quant.py on the GPU).
+float is ours too (backends/cpu/ggml_blocks.py on the host, kernels/quant.py on the GPU).
 
 Layout (GGUF v2/v3, little-endian): "GGUF" | u32 version | u64 n_tensors | u64 n_kv |
 n_kv x (string key, u32 type, value) | n_tensors x (string name, u32 n_dims,
@@ -23,8 +23,8 @@ import struct
 
 import numpy as np
 
-from . import quant as _quant
-from ._files import regular_file
+from ..backends.cpu import ggml_blocks as _quant
+from ..files import regular_file
 
 __all__ = ["GGUFFile", "GGUFTensor", "load_gguf", "GGML_TYPES"]
 
@@ -197,7 +197,22 @@ class GGUFFile:
         if n_kv * 12 + n_tensors * 24 > size:
             raise ValueError(f"{where}: truncated or corrupt: header claims {n_kv} metadata "
                              f"entries and {n_tensors} tensors in a {size}-byte file")
-        meta, types = {}, {}
+        self._raw_meta, self._types = self._read_metadata(r, n_kv)
+        infos = self._read_tensor_infos(r, n_tensors)
+        self._meta: dict = {}
+        align = self.typed("general.alignment", "int", 32)
+        if align <= 0 or align & (align - 1):
+            raise ValueError(f"{where}: corrupt: general.alignment {align!r} is not a power of two")
+        data_start = -(-r.off // align) * align
+        self.data_offset = data_start
+        self.alignment = align
+        self.version = version
+        self.tensors = self._place_tensors(infos, np.frombuffer(mm, np.uint8), data_start,
+                                           align, size)
+
+    def _read_metadata(self, r, n_kv):
+        """key -> raw value, and key -> (value type, array element type or None)."""
+        where, meta, types = self._where, {}, {}
         for i in range(n_kv):
             key = r.string(f"metadata key {i}")
             if key in meta:
@@ -205,12 +220,15 @@ class GGUFFile:
             vtype = r.u32(f"metadata {key!r} type")
             if vtype == _ARRAY:       # the element type, for typed reads (read again below)
                 r.need(4, f"metadata {key!r}")
-                types[key] = (vtype, _U32.unpack_from(mm, r.off)[0])
+                types[key] = (vtype, _U32.unpack_from(r.buf, r.off)[0])
             else:
                 types[key] = (vtype, None)
             meta[key] = r.value(vtype, f"metadata {key!r}")
-        self._raw_meta, self._types = meta, types
-        infos = []
+        return meta, types
+
+    def _read_tensor_infos(self, r, n_tensors):
+        """[(name, dims innermost first, GGML type id, data offset)] in file order."""
+        where, infos = self._where, []
         for i in range(n_tensors):
             name = r.string(f"tensor {i} name")
             nd = r.u32(f"tensor {name!r} n_dims")
@@ -221,21 +239,16 @@ class GGUFFile:
             tid = r.u32(f"tensor {name!r} type")
             off = r.u64(f"tensor {name!r} offset")
             infos.append((name, ne, tid, off))
-        self._meta: dict = {}
-        align = self.typed("general.alignment", "int", 32)
-        if align <= 0 or align & (align - 1):
-            raise ValueError(f"{where}: corrupt: general.alignment {align!r} is not a power of two")
-        data_start = -(-r.off // align) * align
-        self.data_offset = data_start
-        self.alignment = align
-        self.version = version
-        base = np.frombuffer(mm, np.uint8)
-        self.tensors: dict[str, GGUFTensor] = {}
-        # gguf.cpp's rule: in file order, each tensor's offset is the running total of the
-        # sizes before it, each padded to the alignment (no overlap, no gap, no reordering)
+        return infos
+
+    def _place_tensors(self, infos, base, data_start, align, size):
+        """name -> GGUFTensor over the mapped bytes, each checked against the file.
+        gguf.cpp's rule: in file order, each tensor's offset is the running total of the
+        sizes before it, each padded to the alignment (no overlap, no gap, no reordering)."""
+        where, tensors = self._where, {}
         expect = 0
         for name, ne, tid, off in infos:
-            if name in self.tensors:
+            if name in tensors:
                 raise ValueError(f"{where}: corrupt: tensor {name!r} appears twice")
             if tid not in GGML_TYPES:
                 raise ValueError(f"{where}: tensor {name!r} has unknown GGML type id {tid}")
@@ -260,8 +273,9 @@ class GGUFFile:
             if begin + want > size:
                 raise ValueError(f"{where}: truncated: tensor {name!r} ({qtype}, shape {shape}) "
                                  f"needs {want} bytes at offset {begin}, file has {size}")
-            self.tensors[name] = GGUFTensor(name, qtype, shape, base[begin:begin + want], begin)
+            tensors[name] = GGUFTensor(name, qtype, shape, base[begin:begin + want], begin)
             expect += -(-want // align) * align
+        return tensors
 
     def get(self, key, default=None):
         """A metadata value: int/float/bool/str, or a list for arrays (None-safe default)."""
