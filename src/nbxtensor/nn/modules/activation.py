@@ -4,6 +4,7 @@ from __future__ import annotations
 from .. import _compose as C
 from ... import ops as _ops
 from ...ops.elementwise import relu_ as _relu_inplace
+from ._call import REQUIRED, Call
 from ._factory import param
 from .module import Module
 
@@ -13,24 +14,9 @@ __all__ = ["ReLU", "ReLU6", "GELU", "SiLU", "Sigmoid", "Tanh", "Softmax", "Softm
            "LogSigmoid", "Softsign", "GLU", "Tanhshrink", "Softshrink", "Hardshrink"]
 
 
-def _inplace_repr(inplace, lead=""):
-    return (lead + "inplace=True") if inplace else ""
-
-
-class _Inplace(Module):
+class _Inplace(Call):
     """An activation with only torch's `inplace` flag."""
-
-    _fn = None
-
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-        self.inplace = inplace
-
-    def forward(self, input):  # noqa: A002
-        return type(self)._fn(input, inplace=self.inplace)
-
-    def extra_repr(self) -> str:
-        return _inplace_repr(self.inplace)
+    _args = (("inplace", False),)
 
 
 def _relu(input, inplace=False):  # noqa: A002
@@ -65,70 +51,47 @@ class SELU(_Inplace):
     _fn = staticmethod(C.selu)
 
 
-class _NoArgs(Module):
-    _fn = None
-
-    def forward(self, input):  # noqa: A002
-        return type(self)._fn(input)
-
-
-class Sigmoid(_NoArgs):
+class Sigmoid(Call):
     _fn = staticmethod(_ops.sigmoid)
 
 
-class Tanh(_NoArgs):
+class Tanh(Call):
     _fn = staticmethod(_ops.tanh)
 
 
-class LogSigmoid(_NoArgs):
+class LogSigmoid(Call):
     _fn = staticmethod(C.logsigmoid)
 
 
-class Softsign(_NoArgs):
+class Softsign(Call):
     _fn = staticmethod(C.softsign)
 
 
-class Tanhshrink(_NoArgs):
+class Tanhshrink(Call):
     _fn = staticmethod(C.tanhshrink)
 
 
-class GELU(Module):
-    def __init__(self, approximate: str = "none"):
-        super().__init__()
-        if approximate not in ("none", "tanh"):
-            raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
-        self.approximate = approximate
+class GELU(Call):
+    _fn = staticmethod(lambda x, approximate: _ops.gelu(x, approximate=approximate))
+    _args = (("approximate", "none"),)
+    _repr = "approximate={approximate!r}"
 
-    def forward(self, input):  # noqa: A002
-        return _ops.gelu(input, approximate=self.approximate)
-
-    def extra_repr(self) -> str:
-        return f"approximate={self.approximate!r}"
+    def _check(self):
+        if self.approximate not in ("none", "tanh"):
+            raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got "
+                             f"{self.approximate!r}")
 
 
-class _Dim(Module):
-    _fn = None
-
-    def __init__(self, dim=None):
-        super().__init__()
-        self.dim = dim
-
-    def forward(self, input):  # noqa: A002
-        return type(self)._fn(input, self.dim)
-
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}"
-
-
-class Softmax(_Dim):
+class Softmax(Call):
     _fn = staticmethod(_ops.softmax)
+    _args = (("dim", None),)
 
 
-class LogSoftmax(_Dim):
+class LogSoftmax(Softmax):
     _fn = staticmethod(_ops.log_softmax)
 
 
-class Softmin(_Dim):
+class Softmin(Softmax):
     _fn = staticmethod(C.softmin)
 
 
@@ -139,115 +102,57 @@ class Softmax2d(Module):
         return _ops.softmax(input, -3)
 
 
-class GLU(Module):
-    def __init__(self, dim: int = -1):
-        super().__init__()
-        self.dim = dim
-
-    def forward(self, input):  # noqa: A002
-        return _ops.glu(input, self.dim)
-
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}"
+class GLU(Call):
+    _fn = staticmethod(_ops.glu)
+    _args = (("dim", -1),)
 
 
-class LeakyReLU(Module):
-    def __init__(self, negative_slope: float = 1e-2, inplace: bool = False):
-        super().__init__()
-        self.negative_slope = negative_slope
-        self.inplace = inplace
-
-    def forward(self, input):  # noqa: A002
-        return _ops.leaky_relu(input, self.negative_slope, self.inplace)
-
-    def extra_repr(self) -> str:
-        return f"negative_slope={self.negative_slope}{_inplace_repr(self.inplace, ', ')}"
+class LeakyReLU(Call):
+    _fn = staticmethod(_ops.leaky_relu)
+    _args = (("negative_slope", 1e-2), ("inplace", False))
 
 
-class ELU(Module):
-    def __init__(self, alpha: float = 1.0, inplace: bool = False):
-        super().__init__()
-        self.alpha = alpha
-        self.inplace = inplace
-
-    def forward(self, input):  # noqa: A002
-        return _ops.elu(input, self.alpha, self.inplace)
-
-    def extra_repr(self) -> str:
-        return f"alpha={self.alpha}{_inplace_repr(self.inplace, ', ')}"
+class ELU(Call):
+    _fn = staticmethod(_ops.elu)
+    _args = (("alpha", 1.0), ("inplace", False))
 
 
 class CELU(ELU):
-    def forward(self, input):  # noqa: A002
-        return C.celu(input, self.alpha, self.inplace)
+    _fn = staticmethod(C.celu)
 
 
-class Hardtanh(Module):
-    def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
-        super().__init__()
-        if min_val > max_val:
-            raise ValueError(f"Hardtanh: min_val ({min_val}) cannot be greater than max_val "
-                             f"({max_val})")
-        self.min_val = min_val
-        self.max_val = max_val
-        self.inplace = inplace
+class Hardtanh(Call):
+    _fn = staticmethod(C.hardtanh)
+    _args = (("min_val", -1.0), ("max_val", 1.0), ("inplace", False))
 
-    def forward(self, input):  # noqa: A002
-        return C.hardtanh(input, self.min_val, self.max_val, self.inplace)
-
-    def extra_repr(self) -> str:
-        return (f"min_val={self.min_val}, max_val={self.max_val}"
-                f"{_inplace_repr(self.inplace, ', ')}")
+    def _check(self):
+        if self.min_val > self.max_val:
+            raise ValueError(f"Hardtanh: min_val ({self.min_val}) cannot be greater than "
+                             f"max_val ({self.max_val})")
 
 
 class ReLU6(Hardtanh):
-    def __init__(self, inplace: bool = False):
-        super().__init__(0.0, 6.0, inplace)
+    _args = (("inplace", False),)
+    _call = ("min_val", "max_val", "inplace")
+    min_val, max_val = 0.0, 6.0
 
     def extra_repr(self) -> str:
-        return _inplace_repr(self.inplace)
+        return "inplace=True" if self.inplace else ""
 
 
-class Threshold(Module):
-    def __init__(self, threshold: float, value: float, inplace: bool = False):
-        super().__init__()
-        self.threshold = threshold
-        self.value = value
-        self.inplace = inplace
-
-    def forward(self, input):  # noqa: A002
-        return C.threshold(input, self.threshold, self.value, self.inplace)
-
-    def extra_repr(self) -> str:
-        return (f"threshold={self.threshold}, value={self.value}"
-                f"{_inplace_repr(self.inplace, ', ')}")
+class Threshold(Call):
+    _fn = staticmethod(C.threshold)
+    _args = (("threshold", REQUIRED), ("value", REQUIRED), ("inplace", False))
 
 
-class Softplus(Module):
-    def __init__(self, beta: float = 1.0, threshold: float = 20.0):
-        super().__init__()
-        self.beta = beta
-        self.threshold = threshold
-
-    def forward(self, input):  # noqa: A002
-        return _ops.softplus(input, self.beta, self.threshold)
-
-    def extra_repr(self) -> str:
-        return f"beta={self.beta}, threshold={self.threshold}"
+class Softplus(Call):
+    _fn = staticmethod(_ops.softplus)
+    _args = (("beta", 1.0), ("threshold", 20.0))
 
 
-class _Shrink(Module):
-    _fn = None
-
-    def __init__(self, lambd: float = 0.5):
-        super().__init__()
-        self.lambd = lambd
-
-    def forward(self, input):  # noqa: A002
-        return type(self)._fn(input, self.lambd)
-
-    def extra_repr(self) -> str:
-        return f"{self.lambd}"
+class _Shrink(Call):
+    _args = (("lambd", 0.5),)
+    _repr = "{lambd}"
 
 
 class Softshrink(_Shrink):
@@ -276,18 +181,9 @@ class PReLU(Module):
         return f"num_parameters={self.num_parameters}"
 
 
-class RReLU(Module):
+class RReLU(Call):
     """The inference form (slope (lower + upper) / 2); training mode draws random slopes,
     which is refused (NotImplementedError)."""
-
-    def __init__(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, inplace: bool = False):
-        super().__init__()
-        self.lower = lower
-        self.upper = upper
-        self.inplace = inplace
-
-    def forward(self, input):  # noqa: A002
-        return C.rrelu(input, self.lower, self.upper, self.training, self.inplace)
-
-    def extra_repr(self) -> str:
-        return f"lower={self.lower}, upper={self.upper}{_inplace_repr(self.inplace, ', ')}"
+    _fn = staticmethod(C.rrelu)
+    _args = (("lower", 1.0 / 8), ("upper", 1.0 / 3), ("inplace", False))
+    _call = ("lower", "upper", "training", "inplace")

@@ -18,7 +18,34 @@ def _index(idx, n, what):
     return idx % n
 
 
-class Sequential(Module):
+class _ModuleSequence(Module):
+    """Children in order, indexed by position (Sequential, ModuleList): deleting renumbers
+    the rest 0..n-1, as torch does."""
+
+    def __setitem__(self, idx, module):
+        keys = list(self._modules)
+        setattr(self, keys[_index(idx, len(keys), type(self).__name__)], module)
+
+    def __delitem__(self, idx):
+        keys = list(self._modules)
+        if isinstance(idx, slice):
+            for key in keys[idx]:
+                delattr(self, key)
+        else:
+            delattr(self, keys[_index(idx, len(keys), type(self).__name__)])
+        self._renumber(self._modules.values())
+
+    def _renumber(self, modules) -> None:
+        self.__dict__["_modules"] = OrderedDict((str(i), m) for i, m in enumerate(modules))
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+
+class Sequential(_ModuleSequence):
     """Modules run in order: Sequential(m0, m1, ...) or Sequential(OrderedDict(name=m))."""
 
     def __init__(self, *args):
@@ -35,27 +62,6 @@ class Sequential(Module):
             return self.__class__(OrderedDict(list(self._modules.items())[idx]))
         keys = list(self._modules)
         return self._modules[keys[_index(idx, len(keys), "Sequential")]]
-
-    def __setitem__(self, idx, module):
-        keys = list(self._modules)
-        setattr(self, keys[_index(idx, len(keys), "Sequential")], module)
-
-    def __delitem__(self, idx):
-        keys = list(self._modules)
-        if isinstance(idx, slice):
-            for key in keys[idx]:
-                delattr(self, key)
-        else:
-            delattr(self, keys[_index(idx, len(keys), "Sequential")])
-        # torch renumbers the remaining modules 0..n-1
-        self.__dict__["_modules"] = OrderedDict((str(i), m) for i, m in
-                                                enumerate(self._modules.values()))
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
 
     def __add__(self, other):
         if not isinstance(other, Sequential):
@@ -93,7 +99,7 @@ class Sequential(Module):
             index += n
         mods = list(self._modules.values())
         mods.insert(index, module)
-        self.__dict__["_modules"] = OrderedDict((str(i), m) for i, m in enumerate(mods))
+        self._renumber(mods)
         return self
 
     def pop(self, key):
@@ -107,7 +113,7 @@ class Sequential(Module):
         return input
 
 
-class ModuleList(Module):
+class ModuleList(_ModuleSequence):
     """A list of modules, registered as children '0', '1', ..."""
 
     def __init__(self, modules=None):
@@ -120,23 +126,6 @@ class ModuleList(Module):
             return self.__class__(list(self._modules.values())[idx])
         return self._modules[str(_index(idx, len(self), "ModuleList"))]
 
-    def __setitem__(self, idx, module):
-        setattr(self, str(_index(idx, len(self), "ModuleList")), module)
-
-    def __delitem__(self, idx):
-        if isinstance(idx, slice):
-            for k in range(len(self._modules))[idx]:
-                delattr(self, str(k))
-        else:
-            delattr(self, str(_index(idx, len(self), "ModuleList")))
-        self.__dict__["_modules"] = OrderedDict((str(i), m) for i, m in
-                                                enumerate(self._modules.values()))
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
 
     def __iadd__(self, modules):
         return self.extend(modules)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 import numbers
 
-from .. import init
 from ...ops import conv as _conv
-from ._factory import param
+from ._factory import kaiming_reset, weight_and_bias
 from .module import Module
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
@@ -70,20 +69,12 @@ class _ConvNd(Module):
         self._reversed_padding_repeated_twice = [p for pair in reversed(lo_hi) for p in pair]
         shape = ((in_channels, out_channels // groups) if self._transposed
                  else (out_channels, in_channels // groups)) + kernel_size
-        self.weight = param(shape, device, dtype)
-        if bias:
-            self.bias = param((out_channels,), device, dtype)
-        else:
-            self.register_parameter("bias", None)
+        weight_and_bias(self, shape, (out_channels,), device, dtype, bias=bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in = self.weight.shape[1] * math.prod(self.weight.shape[2:])
-            if fan_in != 0:
-                bound = 1 / math.sqrt(fan_in)
-                init.uniform_(self.bias, -bound, bound)
+        kaiming_reset(self.weight, self.bias,
+                      self.weight.shape[1] * math.prod(self.weight.shape[2:]))
 
     def extra_repr(self) -> str:
         nd = self._nd

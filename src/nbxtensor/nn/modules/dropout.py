@@ -3,26 +3,19 @@ nbx.random (MT19937 on cpu, as torch's CPU generator; Philox4x32-10 on cuda and 
 from __future__ import annotations
 
 from .. import _compose as C
-from .module import Module
+from ._call import Call
 
 __all__ = ["Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
            "FeatureAlphaDropout"]
 
 
-class _DropoutNd(Module):
-    _fn = None
+class _DropoutNd(Call):
+    _args = (("p", 0.5), ("inplace", False))
+    _call = ("p", "training", "inplace")
+    _repr = "p={p}, inplace={inplace}"
 
-    def __init__(self, p: float = 0.5, inplace: bool = False):
-        super().__init__()
-        C._check_p(p, type(self).__name__)
-        self.p = p
-        self.inplace = inplace
-
-    def forward(self, input):  # noqa: A002
-        return type(self)._fn(input, self.p, self.training, self.inplace)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}, inplace={self.inplace}"
+    def _check(self):
+        C._check_p(self.p, type(self).__name__)
 
 
 class Dropout(_DropoutNd):

@@ -6,7 +6,7 @@ import math
 from .. import init
 from ... import ops as _ops
 from .._compose import bilinear
-from ._factory import param
+from ._factory import kaiming_reset, weight_and_bias
 from .module import Module
 
 __all__ = ["Identity", "Linear", "Bilinear", "NonDynamicallyQuantizableLinear"]
@@ -30,19 +30,12 @@ class Linear(Module):
         super().__init__()
         self.in_features = in_features
         self.out_features = out_features
-        self.weight = param((out_features, in_features), device, dtype)
-        if bias:
-            self.bias = param((out_features,), device, dtype)
-        else:
-            self.register_parameter("bias", None)
+        weight_and_bias(self, (out_features, in_features), (out_features,), device, dtype,
+                        bias=bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in = self.weight.shape[1]
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        kaiming_reset(self.weight, self.bias, self.weight.shape[1])
 
     def forward(self, input):  # noqa: A002
         return _ops.linear(input, self.weight, self.bias)
@@ -65,11 +58,8 @@ class Bilinear(Module):
         self.in1_features = in1_features
         self.in2_features = in2_features
         self.out_features = out_features
-        self.weight = param((out_features, in1_features, in2_features), device, dtype)
-        if bias:
-            self.bias = param((out_features,), device, dtype)
-        else:
-            self.register_parameter("bias", None)
+        weight_and_bias(self, (out_features, in1_features, in2_features), (out_features,),
+                        device, dtype, bias=bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

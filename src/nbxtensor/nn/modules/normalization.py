@@ -7,7 +7,7 @@ from .. import init
 from ... import dtypes as _dt
 from ... import ops as _ops
 from .._compose import instance_norm
-from ._factory import ones_buf, param, zeros_buf
+from ._factory import ones_buf, param, weight_and_bias, zeros_buf
 from .module import Module
 
 __all__ = ["LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
@@ -18,12 +18,6 @@ def _shape(normalized_shape):
     if isinstance(normalized_shape, numbers.Integral):
         return (int(normalized_shape),)
     return tuple(normalized_shape)
-
-
-def _affine(module, shape, affine, bias, device, dtype) -> None:
-    """weight (and bias, if asked) of `shape` as Parameters, or None entries as torch has."""
-    module.register_parameter("weight", param(shape, device, dtype) if affine else None)
-    module.register_parameter("bias", param(shape, device, dtype) if affine and bias else None)
 
 
 def _reset_affine(module) -> None:
@@ -40,7 +34,8 @@ class LayerNorm(Module):
         self.normalized_shape = _shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        _affine(self, self.normalized_shape, elementwise_affine, bias, device, dtype)
+        weight_and_bias(self, self.normalized_shape, self.normalized_shape, device, dtype,
+                        weight=elementwise_affine, bias=bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -89,7 +84,8 @@ class GroupNorm(Module):
         self.num_channels = num_channels
         self.eps = eps
         self.affine = affine
-        _affine(self, (num_channels,), affine, bias, device, dtype)
+        weight_and_bias(self, (num_channels,), (num_channels,), device, dtype, weight=affine,
+                        bias=bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -116,15 +112,8 @@ class _NormBase(Module):
         self.momentum = momentum
         self.affine = affine
         self.track_running_stats = track_running_stats
-        if affine:
-            self.weight = param((num_features,), device, dtype)
-            if bias:
-                self.bias = param((num_features,), device, dtype)
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        weight_and_bias(self, (num_features,), (num_features,), device, dtype, weight=affine,
+                        bias=bias)
         if track_running_stats:
             self.register_buffer("running_mean", zeros_buf((num_features,), device, dtype))
             self.register_buffer("running_var", ones_buf((num_features,), device, dtype))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ...ops import pooling as _P
 from ...ops import resample as _R
+from ._call import REQUIRED, Call
 from .module import Module
 
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
@@ -12,26 +13,16 @@ __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "Avg
            "UpsamplingBilinear2d", "PixelShuffle", "PixelUnshuffle", "Unfold", "Fold"]
 
 
-class _MaxPoolNd(Module):
-    _fn = None
+class _MaxPoolNd(Call):
+    _args = (("kernel_size", REQUIRED), ("stride", None), ("padding", 0), ("dilation", 1),
+             ("return_indices", False), ("ceil_mode", False))
+    _call = ("kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
+    _repr = ("kernel_size={kernel_size}, stride={stride}, padding={padding}, "
+             "dilation={dilation}, ceil_mode={ceil_mode}")
 
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
-                 ceil_mode=False):
-        super().__init__()
-        self.kernel_size = kernel_size
-        self.stride = stride if stride is not None else kernel_size
-        self.padding = padding
-        self.dilation = dilation
-        self.return_indices = return_indices
-        self.ceil_mode = ceil_mode
-
-    def forward(self, input):  # noqa: A002
-        return type(self)._fn(input, self.kernel_size, self.stride, self.padding, self.dilation,
-                              ceil_mode=self.ceil_mode, return_indices=self.return_indices)
-
-    def extra_repr(self) -> str:
-        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
-                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+    def _check(self):
+        if self.stride is None:
+            self.stride = self.kernel_size
 
 
 class MaxPool1d(_MaxPoolNd):
@@ -46,67 +37,38 @@ class MaxPool3d(_MaxPoolNd):
     _fn = staticmethod(_P.max_pool3d)
 
 
-class _AvgPoolNd(Module):
-    def extra_repr(self) -> str:
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+class _AvgPoolNd(Call):
+    _args = (("kernel_size", REQUIRED), ("stride", None), ("padding", 0), ("ceil_mode", False),
+             ("count_include_pad", True), ("divisor_override", None))
+    _repr = "kernel_size={kernel_size}, stride={stride}, padding={padding}"
+
+    def _check(self):
+        if self.stride is None:
+            self.stride = self.kernel_size
 
 
 class AvgPool1d(_AvgPoolNd):
-    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
-                 count_include_pad=True):
-        super().__init__()
+    _fn = staticmethod(_P.avg_pool1d)
+    _args = _AvgPoolNd._args[:-1]
 
+    def _check(self):
         def single(v):      # torch stores AvgPool1d's sizes as 1-tuples
             return tuple(v) if isinstance(v, (tuple, list)) else (v,)
-        self.kernel_size = single(kernel_size)
-        self.stride = single(stride if stride is not None else kernel_size)
-        self.padding = single(padding)
-        self.ceil_mode = ceil_mode
-        self.count_include_pad = count_include_pad
-
-    def forward(self, input):  # noqa: A002
-        return _P.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                             self.count_include_pad)
+        super()._check()
+        self.kernel_size, self.stride = single(self.kernel_size), single(self.stride)
+        self.padding = single(self.padding)
 
 
-class _AvgPoolWithDivisor(_AvgPoolNd):
-    _fn = None
-
-    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
-                 count_include_pad=True, divisor_override=None):
-        super().__init__()
-        self.kernel_size = kernel_size
-        self.stride = stride if stride is not None else kernel_size
-        self.padding = padding
-        self.ceil_mode = ceil_mode
-        self.count_include_pad = count_include_pad
-        self.divisor_override = divisor_override
-
-    def forward(self, input):  # noqa: A002
-        return type(self)._fn(input, self.kernel_size, self.stride, self.padding,
-                              self.ceil_mode, self.count_include_pad, self.divisor_override)
-
-
-class AvgPool2d(_AvgPoolWithDivisor):
+class AvgPool2d(_AvgPoolNd):
     _fn = staticmethod(_P.avg_pool2d)
 
 
-class AvgPool3d(_AvgPoolWithDivisor):
+class AvgPool3d(_AvgPoolNd):
     _fn = staticmethod(_P.avg_pool3d)
 
 
-class _AdaptiveAvgPoolNd(Module):
-    _fn = None
-
-    def __init__(self, output_size):
-        super().__init__()
-        self.output_size = output_size
-
-    def forward(self, input):  # noqa: A002
-        return type(self)._fn(input, self.output_size)
-
-    def extra_repr(self) -> str:
-        return f"output_size={self.output_size}"
+class _AdaptiveAvgPoolNd(Call):
+    _args = (("output_size", REQUIRED),)
 
 
 class AdaptiveAvgPool1d(_AdaptiveAvgPoolNd):
@@ -121,13 +83,9 @@ class AdaptiveAvgPool3d(_AdaptiveAvgPoolNd):
     _fn = staticmethod(_P.adaptive_avg_pool3d)
 
 
-class _AdaptiveMaxPoolNd(_AdaptiveAvgPoolNd):
-    def __init__(self, output_size, return_indices=False):
-        super().__init__(output_size)
-        self.return_indices = return_indices
-
-    def forward(self, input):  # noqa: A002
-        return type(self)._fn(input, self.output_size, self.return_indices)
+class _AdaptiveMaxPoolNd(Call):
+    _args = (("output_size", REQUIRED), ("return_indices", False))
+    _repr = "output_size={output_size}"
 
 
 class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):
@@ -178,59 +136,22 @@ class UpsamplingBilinear2d(Upsample):
         super().__init__(size, scale_factor, mode="bilinear", align_corners=True)
 
 
-class PixelShuffle(Module):
-    def __init__(self, upscale_factor: int):
-        super().__init__()
-        self.upscale_factor = upscale_factor
-
-    def forward(self, input):  # noqa: A002
-        return _R.pixel_shuffle(input, self.upscale_factor)
-
-    def extra_repr(self) -> str:
-        return f"upscale_factor={self.upscale_factor}"
+class PixelShuffle(Call):
+    _fn = staticmethod(_R.pixel_shuffle)
+    _args = (("upscale_factor", REQUIRED),)
 
 
-class PixelUnshuffle(Module):
-    def __init__(self, downscale_factor: int):
-        super().__init__()
-        self.downscale_factor = downscale_factor
-
-    def forward(self, input):  # noqa: A002
-        return _R.pixel_unshuffle(input, self.downscale_factor)
-
-    def extra_repr(self) -> str:
-        return f"downscale_factor={self.downscale_factor}"
+class PixelUnshuffle(Call):
+    _fn = staticmethod(_R.pixel_unshuffle)
+    _args = (("downscale_factor", REQUIRED),)
 
 
-class Unfold(Module):
-    def __init__(self, kernel_size, dilation=1, padding=0, stride=1):
-        super().__init__()
-        self.kernel_size = kernel_size
-        self.dilation = dilation
-        self.padding = padding
-        self.stride = stride
-
-    def forward(self, input):  # noqa: A002
-        return _R.unfold(input, self.kernel_size, self.dilation, self.padding, self.stride)
-
-    def extra_repr(self) -> str:
-        return (f"kernel_size={self.kernel_size}, dilation={self.dilation}, "
-                f"padding={self.padding}, stride={self.stride}")
+class Unfold(Call):
+    _fn = staticmethod(_R.unfold)
+    _args = (("kernel_size", REQUIRED), ("dilation", 1), ("padding", 0), ("stride", 1))
 
 
-class Fold(Module):
-    def __init__(self, output_size, kernel_size, dilation=1, padding=0, stride=1):
-        super().__init__()
-        self.output_size = output_size
-        self.kernel_size = kernel_size
-        self.dilation = dilation
-        self.padding = padding
-        self.stride = stride
-
-    def forward(self, input):  # noqa: A002
-        return _R.fold(input, self.output_size, self.kernel_size, self.dilation, self.padding,
-                       self.stride)
-
-    def extra_repr(self) -> str:
-        return (f"output_size={self.output_size}, kernel_size={self.kernel_size}, "
-                f"dilation={self.dilation}, padding={self.padding}, stride={self.stride}")
+class Fold(Call):
+    _fn = staticmethod(_R.fold)
+    _args = (("output_size", REQUIRED), ("kernel_size", REQUIRED), ("dilation", 1),
+             ("padding", 0), ("stride", 1))

@@ -15,6 +15,7 @@ from ... import ops as _ops
 from ...creation import zeros
 from ...tensor import Tensor
 from .._compose import dropout as _dropout
+from ._call import non_defaults
 from ._factory import param
 from .module import Module
 
@@ -113,20 +114,9 @@ class RNNBase(Module):
         return [[getattr(self, n) for n in names] for names in self._all_weights]
 
     def extra_repr(self) -> str:
-        s = f"{self.input_size}, {self.hidden_size}"
-        if self.proj_size != 0:
-            s += f", proj_size={self.proj_size}"
-        if self.num_layers != 1:
-            s += f", num_layers={self.num_layers}"
-        if self.bias is not True:
-            s += f", bias={self.bias}"
-        if self.batch_first is not False:
-            s += f", batch_first={self.batch_first}"
-        if self.dropout != 0:
-            s += f", dropout={self.dropout}"
-        if self.bidirectional is not False:
-            s += f", bidirectional={self.bidirectional}"
-        return s
+        return f"{self.input_size}, {self.hidden_size}" + non_defaults(
+            self, (("proj_size", 0), ("num_layers", 1), ("bias", True), ("batch_first", False),
+                   ("dropout", 0), ("bidirectional", False)))
 
     def _weights(self, layer, direction):
         suffix = "_reverse" if direction == 1 else ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 from .. import init
 from ... import ops as _ops
 from .._compose import embedding_bag
+from ._call import non_defaults
 from ._factory import param
 from .module import Module, Parameter
 
@@ -62,15 +63,9 @@ class Embedding(Module):
                               self.norm_type, self.scale_grad_by_freq, self.sparse)
 
     def extra_repr(self) -> str:
-        s = f"{self.num_embeddings}, {self.embedding_dim}"
-        if self.padding_idx is not None:
-            s += f", padding_idx={self.padding_idx}"
-        if self.max_norm is not None:
-            s += f", max_norm={self.max_norm}"
-        if self.norm_type != 2:
-            s += f", norm_type={self.norm_type}"
-        if self.scale_grad_by_freq is not False:
-            s += f", scale_grad_by_freq={self.scale_grad_by_freq}"
+        s = f"{self.num_embeddings}, {self.embedding_dim}" + non_defaults(
+            self, (("padding_idx", None), ("max_norm", None), ("norm_type", 2),
+                   ("scale_grad_by_freq", False)))
         if self.sparse is not False:
             s += ", sparse=True"
         return s
@@ -117,17 +112,10 @@ class EmbeddingBag(Module):
                              self.include_last_offset, self.padding_idx)
 
     def extra_repr(self) -> str:
-        s = f"{self.num_embeddings}, {self.embedding_dim}"
-        if self.max_norm is not None:
-            s += f", max_norm={self.max_norm}"
-        if self.norm_type != 2:
-            s += f", norm_type={self.norm_type}"
-        if self.scale_grad_by_freq is not False:
-            s += f", scale_grad_by_freq={self.scale_grad_by_freq}"
-        s += f", mode={self.mode!r}"
-        if self.padding_idx is not None:
-            s += f", padding_idx={self.padding_idx!r}"
-        return s
+        return (f"{self.num_embeddings}, {self.embedding_dim}"
+                + non_defaults(self, (("max_norm", None), ("norm_type", 2),
+                                      ("scale_grad_by_freq", False)))
+                + f", mode={self.mode!r}" + non_defaults(self, (("padding_idx", None),)))
 
     @classmethod
     def from_pretrained(cls, embeddings, freeze=True, max_norm=None, norm_type=2.0,
