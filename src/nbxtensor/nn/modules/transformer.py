@@ -46,24 +46,47 @@ def _square_subsequent_mask(sz, device=None, dtype=None):
     return _ops.triu(full((sz, sz), float("-inf"), dtype=dtype, device=device), diagonal=1)
 
 
-class TransformerEncoderLayer(Module):
+class _TransformerLayer(Module):
+    """What the encoder and decoder layers share: torch's submodules, registered in torch's
+    order (so state dicts line up), the self-attention and feed-forward blocks."""
     __constants__ = ["norm_first"]
 
-    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
-                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
-                 device=None, dtype=None):
-        super().__init__()
+    def _build(self, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
+               batch_first, norm_first, bias, device, dtype, *, cross):
         fk = {"device": device, "dtype": dtype}
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                            batch_first=batch_first, **fk)
+
+        def attention():
+            return MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                      batch_first=batch_first, **fk)
+        self.self_attn = attention()
+        if cross:
+            self.multihead_attn = attention()
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **fk)
         self.dropout = Dropout(dropout)
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **fk)
         self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
+        for i in range(1, 4 if cross else 3):
+            setattr(self, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk))
+        for i in range(1, 4 if cross else 3):
+            setattr(self, f"dropout{i}", Dropout(dropout))
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False):
+        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                           need_weights=False, is_causal=is_causal and attn_mask is not None)[0]
+        return self.dropout1(x)
+
+    def _ff_block(self, x):
+        last = self.dropout3 if "dropout3" in self._modules else self.dropout2
+        return last(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerEncoderLayer(_TransformerLayer):
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
+                 device=None, dtype=None):
+        super().__init__()
+        self._build(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
+                    batch_first, norm_first, bias, device, dtype, cross=False)
         self.activation_relu_or_gelu = (1 if activation in ("relu", F.relu) or isinstance(activation, ReLU)
                                         else 2 if activation in ("gelu", F.gelu)
                                         or isinstance(activation, GELU) else 0)
@@ -79,37 +102,14 @@ class TransformerEncoderLayer(Module):
             x = self.norm2(x + self._ff_block(x))
         return x
 
-    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False):
-        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-                           need_weights=False, is_causal=is_causal and attn_mask is not None)[0]
-        return self.dropout1(x)
 
-    def _ff_block(self, x):
-        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
-
-
-class TransformerDecoderLayer(Module):
-    __constants__ = ["norm_first"]
-
+class TransformerDecoderLayer(_TransformerLayer):
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
                  layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
                  device=None, dtype=None):
         super().__init__()
-        fk = {"device": device, "dtype": dtype}
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                            batch_first=batch_first, **fk)
-        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                                 batch_first=batch_first, **fk)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **fk)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **fk)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
-        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.dropout3 = Dropout(dropout)
+        self._build(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
+                    batch_first, norm_first, bias, device, dtype, cross=True)
         self.activation = _activation(activation)
 
     def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
@@ -127,19 +127,11 @@ class TransformerDecoderLayer(Module):
             x = self.norm3(x + self._ff_block(x))
         return x
 
-    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False):
-        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-                           need_weights=False, is_causal=is_causal and attn_mask is not None)[0]
-        return self.dropout1(x)
-
     def _mha_block(self, x, mem, attn_mask, key_padding_mask, is_causal=False):
         x = self.multihead_attn(x, mem, mem, attn_mask=attn_mask,
                                 key_padding_mask=key_padding_mask, need_weights=False,
                                 is_causal=is_causal and attn_mask is not None)[0]
         return self.dropout2(x)
-
-    def _ff_block(self, x):
-        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
 
 
 class TransformerEncoder(Module):
