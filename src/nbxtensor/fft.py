@@ -202,70 +202,68 @@ def _one_dim(op, x, n, dim, norm, real_only=False):
     return x, d, norm
 
 
-def fft(input, n=None, dim=-1, norm=None, *, out=None):  # noqa: A002
-    x, d, norm = _one_dim("fft", input, n, dim, norm)
+def _c2c(op, input, n, dim, norm, out, inverse):  # noqa: A002
+    x, d, norm = _one_dim(op, input, n, dim, norm)
     n = n or x._shape[d]
     if x.device.type == "cpu":
-        r = _np_call("fft", x, _complex_dtype(x), n=n, axis=d, norm=norm)
+        r = _np_call(op, x, _complex_dtype(x), n=n, axis=d, norm=norm)
     else:
-        r = _dev_fft(x, n, d, norm, False)
-    return _finish(r, out, "fft")
+        r = _dev_fft(x, n, d, norm, inverse)
+    return _finish(r, out, op)
+
+
+def _r2c(op, input, n, dim, norm, out, hermitian):  # noqa: A002
+    """rfft, and ihfft: the conjugate of the rfft with the norm's direction swapped."""
+    x, d, norm = _one_dim(op, input, n, dim, norm, real_only=True)
+    n = n or x._shape[d]
+    if x.device.type == "cpu":
+        r = _np_call(op, x, _complex_dtype(x), n=n, axis=d, norm=norm)
+    elif hermitian:
+        from .ops.complex import conj
+        r = conj(_dev_rfft(x, n, d, _swap(norm)))
+    else:
+        r = _dev_rfft(x, n, d, norm)
+    return _finish(r, out, op)
+
+
+def _c2r(op, input, n, dim, norm, out, hermitian):  # noqa: A002
+    """irfft, and hfft: the irfft of the conjugate with the norm's direction swapped."""
+    x, d, norm = _one_dim(op, input, n, dim, norm)
+    n = n or 2 * (x._shape[d] - 1)
+    _check_n(n, op)
+    if x.device.type == "cpu":
+        r = _np_call(op, x, _dt.to_real(_complex_dtype(x)), n=n, axis=d, norm=norm)
+    elif hermitian:
+        from .ops.complex import conj
+        r = _dev_irfft(conj(x.to(_complex_dtype(x))), n, d, _swap(norm))
+    else:
+        r = _dev_irfft(x, n, d, norm)
+    return _finish(r, out, op)
+
+
+def fft(input, n=None, dim=-1, norm=None, *, out=None):  # noqa: A002
+    return _c2c("fft", input, n, dim, norm, out, inverse=False)
 
 
 def ifft(input, n=None, dim=-1, norm=None, *, out=None):  # noqa: A002
-    x, d, norm = _one_dim("ifft", input, n, dim, norm)
-    n = n or x._shape[d]
-    if x.device.type == "cpu":
-        r = _np_call("ifft", x, _complex_dtype(x), n=n, axis=d, norm=norm)
-    else:
-        r = _dev_fft(x, n, d, norm, True)
-    return _finish(r, out, "ifft")
+    return _c2c("ifft", input, n, dim, norm, out, inverse=True)
 
 
 def rfft(input, n=None, dim=-1, norm=None, *, out=None):  # noqa: A002
-    x, d, norm = _one_dim("rfft", input, n, dim, norm, real_only=True)
-    n = n or x._shape[d]
-    if x.device.type == "cpu":
-        r = _np_call("rfft", x, _complex_dtype(x), n=n, axis=d, norm=norm)
-    else:
-        r = _dev_rfft(x, n, d, norm)
-    return _finish(r, out, "rfft")
+    return _r2c("rfft", input, n, dim, norm, out, hermitian=False)
+
+
+def ihfft(input, n=None, dim=-1, norm=None, *, out=None):  # noqa: A002
+    return _r2c("ihfft", input, n, dim, norm, out, hermitian=True)
 
 
 def irfft(input, n=None, dim=-1, norm=None, *, out=None):  # noqa: A002
-    x, d, norm = _one_dim("irfft", input, n, dim, norm)
-    n = n or 2 * (x._shape[d] - 1)
-    _check_n(n, "irfft")
-    rt = _dt.to_real(_complex_dtype(x))
-    if x.device.type == "cpu":
-        r = _np_call("irfft", x, rt, n=n, axis=d, norm=norm)
-    else:
-        r = _dev_irfft(x, n, d, norm)
-    return _finish(r, out, "irfft")
+    return _c2r("irfft", input, n, dim, norm, out, hermitian=False)
 
 
 def hfft(input, n=None, dim=-1, norm=None, *, out=None):  # noqa: A002
     """The real spectrum of a signal with hermitian symmetry given by its first half."""
-    from .ops.complex import conj
-    x, d, norm = _one_dim("hfft", input, n, dim, norm)
-    n = n or 2 * (x._shape[d] - 1)
-    _check_n(n, "hfft")
-    if x.device.type == "cpu":
-        r = _np_call("hfft", x, _dt.to_real(_complex_dtype(x)), n=n, axis=d, norm=norm)
-    else:
-        r = _dev_irfft(conj(x.to(_complex_dtype(x))), n, d, _swap(norm))
-    return _finish(r, out, "hfft")
-
-
-def ihfft(input, n=None, dim=-1, norm=None, *, out=None):  # noqa: A002
-    from .ops.complex import conj
-    x, d, norm = _one_dim("ihfft", input, n, dim, norm, real_only=True)
-    n = n or x._shape[d]
-    if x.device.type == "cpu":
-        r = _np_call("ihfft", x, _complex_dtype(x), n=n, axis=d, norm=norm)
-    else:
-        r = conj(_dev_rfft(x, n, d, _swap(norm)))
-    return _finish(r, out, "ihfft")
+    return _c2r("hfft", input, n, dim, norm, out, hermitian=True)
 
 
 def _nd(op, input, s, dim, norm, default_all, inverse, out):
