@@ -45,12 +45,11 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
-import secrets
 
 import numpy as np
 
 from . import dtypes as _dt
-from .device import Device, as_device
+from .device import Device, as_device, factory_device
 from .ops import _methods, sampling as _sampling
 from .tensor import Tensor, broadcast_shapes, normalize_size
 
@@ -379,6 +378,7 @@ class Generator(_sampling.Generator):
         return self
 
     def seed(self):
+        import secrets      # on use: its hmac/hashlib imports cost milliseconds at import
         s = secrets.randbits(64)
         self.manual_seed(s)
         return s
@@ -944,11 +944,14 @@ def _map(f, x):
     return np.array(list(map(f, x.tolist())), np.float64)
 
 
-def _continuous(self, generator, op):
+def _continuous(self, generator, op, cpu_only=False):
+    """(the cpu engine or None on a device, the float dtype); cpu_only: refuse devices."""
     g, mt = _engine_for(self, generator, op)
     d = self.dtype
     if not d.is_floating_point or d.is_float8:
         raise TypeError(f"{op}: self must be float16/bfloat16/float32/float64, got {d.name}")
+    if cpu_only and mt is None:
+        raise NotImplementedError(f"{op}: not implemented on {self.device} (cpu only)")
     return mt, d
 
 
@@ -987,9 +990,7 @@ def _log(x):
 
 def cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
     op = "cauchy_"
-    mt, d = _continuous(self, generator, op)
-    if mt is None:
-        raise NotImplementedError(f"{op}: not implemented on {self.device} (cpu only)")
+    mt, d = _continuous(self, generator, op, cpu_only=True)
     median, sigma = _scalar(median, op, "median"), _scalar(sigma, op, "sigma")
     if not sigma > 0:
         raise ValueError(f"{op}: expects sigma > 0.0, but found sigma={sigma}")
@@ -1000,9 +1001,7 @@ def cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
 
 def log_normal_(self, mean=1.0, std=2.0, *, generator=None):
     op = "log_normal_"
-    mt, d = _continuous(self, generator, op)
-    if mt is None:
-        raise NotImplementedError(f"{op}: not implemented on {self.device} (cpu only)")
+    mt, d = _continuous(self, generator, op, cpu_only=True)
     mean, std = _scalar(mean, op, "mean"), _scalar(std, op, "std")
     if not std > 0:
         raise ValueError(f"{op}: expects std > 0.0, but found std={std}")
@@ -1021,7 +1020,7 @@ def _exp(x):
 # ----------------------------------------------------------------------------- functions
 def _new(size, dtype, device, op):
     shape = normalize_size(size)
-    dev = _device_ok("cpu" if device is None else device, op)
+    dev = _device_ok(factory_device(device), op)
     return Tensor._empty(shape, dtype, dev)
 
 
