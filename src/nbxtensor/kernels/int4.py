@@ -105,8 +105,8 @@ def _int4_dequant_kernel(qw_ptr, qz_ptr, s_ptr, gi_ptr, y_ptr, N, K, group, s_yk
 def gemv_config(N, K, group, dev, gidx=False, fmt="gptq"):
     """BLOCK_K divides the group (a power of two <= 128 dividing it); 32 for AWQ and g_idx:
     their per-element word addresses (AWQ) and scale/zero gathers (g_idx) spill at 128 x 64
-    on sm_90 (ptxas: 255 registers + spills; 127-143 at 32 x 64). cuda: BLOCK_N so that an
-    H200's 132 SMs get >= 2 programs each at decode widths; interp: wide programs."""
+    on sm_90 (ptxas: 255 registers + spills; 127-143 at 32 x 64). cuda: BLOCK_N so that the
+    device's SMs (device_facts) get >= 2 programs each at decode widths; interp: wide programs."""
     bk = 32 if gidx or fmt == "awq" else 128
     while group % bk:
         bk //= 2

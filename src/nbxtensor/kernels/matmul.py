@@ -474,8 +474,8 @@ def matmul_config(M, N, K, dtype, dev, batch=1) -> dict:
 
     16-bit: among _TILES_16, the one (with its best K split, `splitk_factor`) whose
     `_estimate` is lowest -- so the big square products keep 128x256x64 (8 warps, 3 stages),
-    a product with few output tiles takes a smaller tile to fill the SMs (on an H200's 132:
-    M = 2048, N = 512: 128x64; M = 128, N = 2048: 64x64), and a small M*N with a long K splits K.
+    a product with few output tiles takes a smaller tile to fill the SMs (measured on the
+    H200: M = 2048, N = 512: 128x64; M = 128, N = 2048: 64x64), and a small M*N with a long K splits K.
     fp32 (FMA or TF32): 128x128x32 / 64x64x32 (8 / 4 warps, 3 stages) by M >= 64.
     fp64: 64x64x16, 4 warps, 2 stages, never split."""
     if dtype.itemsize == 2:
