@@ -1,6 +1,6 @@
 """Quantised weights: GGUF K-quants (Q4_K / Q5_K / Q6_K) and int4 GPTQ / AWQ.
 
-* K-quants: io/quant.py's NumPy dequantisation bit-exact against the `gguf` package's
+* K-quants: backends/cpu/ggml_blocks.py's NumPy dequantisation bit-exact against the `gguf` package's
   reference dequantisers on random blocks (extreme and subnormal fp16 scales, all-zero
   blocks); the device GEMV (kernels/quant.py) against the float64 product of the dequantised
   weight at M = 1 and small M with odd N and forced K/N tails, and the dequantise-then-GEMM
@@ -39,7 +39,7 @@ def _f16_extremes(g, n):
 
 
 def _kblocks(g, qtype, nb):
-    from nbxtensor.io.quant import BLOCK_SIZES
+    from nbxtensor.backends.cpu.ggml_blocks import BLOCK_SIZES
     _, ts = BLOCK_SIZES[qtype]
     raw = g.integers(0, 256, (nb, ts), dtype=np.uint8)
     if qtype == "Q6_K":
@@ -59,7 +59,7 @@ def _kblocks(g, qtype, nb):
 def test_kquant_numpy_bit_exact_against_gguf(qtype):
     gguf_quants = pytest.importorskip("gguf.quants")
     import gguf
-    from nbxtensor.io.quant import dequantize
+    from nbxtensor.backends.cpu.ggml_blocks import dequantize
     g = rng(11)
     nb = 64
     raw = _kblocks(g, qtype, nb)
@@ -73,7 +73,7 @@ def test_kquant_numpy_bit_exact_against_gguf(qtype):
 
 
 def _kweight(g, qtype, N, K, device):
-    from nbxtensor.io.quant import dequantize
+    from nbxtensor.backends.cpu.ggml_blocks import dequantize
     from nbxtensor.models._ops import QuantWeight
     nb = N * K // 256
     raw = _kblocks(g, qtype, nb)
@@ -203,8 +203,8 @@ def test_int4_dequantize_bit_exact(device, fmt, desc_act):
 
 
 @pytest.mark.parametrize("fmt,desc_act", [("gptq", False), ("gptq", True), ("awq", False)])
-@pytest.mark.parametrize("M", [1, 3, 12])
-def test_int4_linear_vs_float64(device, fmt, desc_act, M):
+@pytest.mark.parametrize("M,split", [(1, None), (1, 3), (3, 2), (12, None)])
+def test_int4_linear_vs_float64(device, fmt, desc_act, M, split):
     g = rng(22 + M)
     K, N, group = 256, 40, 64                  # N overhangs block_n = 32; 4 groups
     qt, (q, z, s, gi, *_) = _int4(g, fmt, K, N, group, desc_act, device)
@@ -212,7 +212,7 @@ def test_int4_linear_vs_float64(device, fmt, desc_act, M):
     xb = g.standard_normal((M, 2 * K)).astype(np.float32)
     x = nbx.tensor(xb, device=device)[:, ::2]         # non-contiguous along K
     b = g.standard_normal(N).astype(np.float32)
-    kw = {"block_n": 32} if device != "cpu" and M <= 8 else {}
+    kw = {"block_n": 32, "split_k": split} if device != "cpu" and M <= 8 else {}
     from nbxtensor.ops.quantized import linear as qlinear
     y = qlinear(x, qt, nbx.tensor(b, device=device), **kw) if kw else \
         F.linear(x, qt, nbx.tensor(b, device=device))
@@ -321,13 +321,21 @@ def test_int4_kernels_compile_for_sm90():
     from test_quant_gpu import _ptxas_stats
     from nbxtensor.kernels import int4 as K4
     for fmt, gidx in ((0, False), (0, True), (1, False)):
-            k = _compile(K4._int4_gemv_kernel,
-                         {"x_ptr": "*bf16", "qw_ptr": "*i32", "qz_ptr": "*i32", "s_ptr": "*fp16",
-                          "gi_ptr": "*i32", "b_ptr": "*bf16", "y_ptr": "*bf16"},
-                         dict(FMT=fmt, HAS_GIDX=gidx, HAS_BIAS=False, BLOCK_N=64,
-                              BLOCK_K=K4.gemv_config(14336, 4096, 128, H200, gidx, ("gptq", "awq")[fmt])[
-                                  "BLOCK_K"],
-                              s_xk=1), num_warps=4)
+            cfg = K4.gemv_config(14336, 4096, 128, H200, gidx, ("gptq", "awq")[fmt])
+            if gidx:
+                k = _compile(K4._int4_gemv_kernel,
+                             {"x_ptr": "*bf16", "qw_ptr": "*i32", "qz_ptr": "*i32",
+                              "s_ptr": "*fp16", "gi_ptr": "*i32", "b_ptr": "*bf16",
+                              "y_ptr": "*bf16"},
+                             dict(FMT=fmt, HAS_GIDX=gidx, HAS_BIAS=False, BLOCK_N=64,
+                                  BLOCK_K=cfg["BLOCK_K"], s_xk=1), num_warps=4)
+            else:
+                k = _compile(K4._int4_gemv_packed,
+                             {"x_ptr": "*bf16", "qw_ptr": "*i32", "qz_ptr": "*i32",
+                              "s_ptr": "*fp16", "b_ptr": "*fp32", "y_ptr": "*fp32"},
+                             dict(FMT=fmt, HAS_BIAS=False, SPLIT=cfg["SPLIT"] > 1,
+                                  BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], s_xk=1),
+                             num_warps=4)
             st = _ptxas_stats(k.asm["ptx"])
             if st is not None:
                 assert st[1] == 0, (fmt, gidx, st)          # no spills

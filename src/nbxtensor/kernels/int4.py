@@ -14,10 +14,15 @@ The weight W is (K, N) = (in_features, out_features), as both formats store it:
 s * (q - z) is exact in fp32 (an fp16 scale times an integer in [-16, 15]), so the
 dequantisation is bit-equal to the NumPy reference in fp32 and one rounding in 16 bits.
 
-GEMV: a program owns BLOCK_N output columns of one x row and walks K in BLOCK_K steps;
-BLOCK_K divides the group size, so without g_idx a step has one scale and zero per column
-and the sum factorises: sum_k x_k s (q_kn - z_n) = s_n (sum_k x_k q_kn - z_n sum_k x_k)
-(fp32). With g_idx each element gathers its own scale and zero.
+GEMV: a program owns BLOCK_N output columns of one x row and walks its share of K in
+BLOCK_K steps; BLOCK_K divides the group size, so without g_idx a step has one scale and zero
+per column and the sum factorises: sum_k x_k s (q_kn - z_n) = s_n (sum_k x_k q_kn - z_n
+sum_k x_k) (fp32). Without g_idx (`_int4_gemv_packed`) each packed word is loaded once and
+unpacked into its 8 nibbles in registers (a (words, 8, columns) tile reshaped to (K, N)), and
+K is split over SPLIT programs when the columns alone would leave the SMs idle (decode: one
+row, N / BLOCK_N programs); the fp32 partials are summed in a fixed order by gemv's split-K
+reduce, with the bias. With g_idx (`_int4_gemv_kernel`) each element gathers its own scale
+and zero.
 """
 from __future__ import annotations
 
@@ -82,6 +87,51 @@ def _int4_gemv_kernel(x_ptr, qw_ptr, qz_ptr, s_ptr, gi_ptr, b_ptr, y_ptr, N, K, 
 
 
 @triton.jit
+def _int4_gemv_packed(x_ptr, qw_ptr, qz_ptr, s_ptr, b_ptr, y_ptr, N, K, group, k_split,
+                      s_xm, s_xk, s_ym, s_ys, FMT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                      SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """y[m, n] (SPLIT: the fp32 partial of K slice pid_k at y + pid_k * s_ys) without g_idx."""
+    pid_n = tl.program_id(0)
+    m = tl.program_id(1).to(tl.int64)
+    pid_k = tl.program_id(2)
+    n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = n < N
+    acc = tl.zeros((BLOCK_N,), tl.float32)
+    k_lo = pid_k * k_split
+    k_hi = tl.minimum(k_lo + k_split, K)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        kmask = k < K
+        if FMT == 0:
+            # GPTQ: words (BLOCK_K / 8, BLOCK_N), nibble i of word r is row 8r + i
+            r = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+            w = tl.load(qw_ptr + r.to(tl.int64)[:, None] * N + n[None, :],
+                        mask=(r < K // 8)[:, None] & nmask[None, :], other=0)
+            sh = tl.arange(0, 8) * 4
+            q = tl.reshape((w[:, None, :] >> sh[None, :, None]) & 15, (BLOCK_K, BLOCK_N))
+        else:
+            # AWQ: words (BLOCK_K, BLOCK_N / 8), column 8c + j in nibble j // 2 + 4 (j % 2)
+            c = pid_n * (BLOCK_N // 8) + tl.arange(0, BLOCK_N // 8)
+            w = tl.load(qw_ptr + k.to(tl.int64)[:, None] * (N // 8) + c[None, :],
+                        mask=kmask[:, None] & (c < N // 8)[None, :], other=0)
+            j = tl.arange(0, 8)
+            sh = (j // 2 + 4 * (j % 2)) * 4
+            q = tl.reshape((w[:, :, None] >> sh[None, None, :]) & 15, (BLOCK_K, BLOCK_N))
+        xv = tl.load(x_ptr + m * s_xm + k * s_xk, mask=kmask, other=0.0).to(tl.float32)
+        G = k0 // group
+        z = _zeros(qz_ptr, G, n, nmask, N, FMT)
+        s = tl.load(s_ptr + G.to(tl.int64) * N + n, mask=nmask, other=0.0).to(tl.float32)
+        dot = tl.sum(q.to(tl.float32) * xv[:, None], axis=0)
+        acc += s * (dot - z.to(tl.float32) * tl.sum(xv, axis=0))
+    if SPLIT:
+        tl.store(y_ptr + pid_k.to(tl.int64) * s_ys + m * s_ym + n, acc, mask=nmask)
+    else:
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + n, mask=nmask, other=0.0).to(tl.float32)
+        tl.store(y_ptr + m * s_ym + n, acc.to(y_ptr.dtype.element_ty), mask=nmask)
+
+
+@triton.jit
 def _int4_dequant_kernel(qw_ptr, qz_ptr, s_ptr, gi_ptr, y_ptr, N, K, group, s_yk, s_yn,
                          FMT: tl.constexpr, HAS_GIDX: tl.constexpr, BLOCK_K: tl.constexpr,
                          BLOCK_N: tl.constexpr):
@@ -102,39 +152,72 @@ def _int4_dequant_kernel(qw_ptr, qz_ptr, s_ptr, gi_ptr, y_ptr, N, K, group, s_yk
              w.to(y_ptr.dtype.element_ty), mask=kmask & nmask)
 
 
-def gemv_config(N, K, group, dev, gidx=False, fmt="gptq"):
-    """BLOCK_K divides the group (a power of two <= 128 dividing it); 32 for AWQ and g_idx:
-    their per-element word addresses (AWQ) and scale/zero gathers (g_idx) spill at 128 x 64
-    on sm_90 (ptxas: 255 registers + spills; 127-143 at 32 x 64). cuda: BLOCK_N so that the
-    device's SMs (device_facts) get >= 2 programs each at decode widths; interp: wide programs."""
-    bk = 32 if gidx or fmt == "awq" else 128
+def gemv_config(N, K, group, dev, gidx=False, fmt="gptq", M=1):
+    """BLOCK_K: the largest power of two <= 128 dividing the group (one scale and zero per
+    step). g_idx (`_int4_gemv_kernel`): BLOCK_K 32 and BLOCK_N halved until the device's SMs
+    (device_facts) get >= 2 programs each -- its per-element scale/zero gathers spill at
+    128 x 64 on sm_90 (ptxas: 255 registers + spills; 127-143 at 32 x 64). Packed (no g_idx):
+    BLOCK_N 64, and K split in SPLIT slices (a power of two, whole steps) until the grid
+    reaches 4 programs per SM; interp: one slice unless asked."""
+    bk = 32 if gidx else 128
     while group % bk:
         bk //= 2
-    if dev.type != "cuda":
-        return dict(BLOCK_N=64, BLOCK_K=bk, num_warps=4)
-    bn = 64
-    while bn > 16 and -(-N // bn) < 2 * dev.sms:
-        bn //= 2
-    return dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=4)
+    if gidx:
+        if dev.type != "cuda":
+            return dict(BLOCK_N=64, BLOCK_K=bk, num_warps=4)
+        bn = 64
+        while bn > 16 and -(-N // bn) < 2 * dev.sms:
+            bn //= 2
+        return dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=4)
+    bn, split = 64, 1
+    if dev.type == "cuda":
+        steps, programs = -(-K // bk), -(-N // bn) * M
+        while split * 2 <= steps and programs * split * 2 <= 4 * dev.sms:
+            split *= 2
+    return dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, num_warps=4)
 
 
-def int4_gemv(x2, qt, bias, y, *, block_n=None):
-    """y (M, N) = x2 (M, K) @ W (+ bias), on cuda/interp (checked by ops/quantized.py)."""
+def int4_gemv(x2, qt, bias, y, *, block_n=None, split=None):
+    """y (M, N) = x2 (M, K) @ W (+ bias), on cuda/interp (checked by ops/quantized.py);
+    block_n / split override the config (tests force tails and K slices with them)."""
     from ._common import device_facts
     from ._host import cdiv
     from ..backends.launch import launch
     M, K = x2.shape
     N = qt.out_features
-    cfg = gemv_config(N, K, qt.group_size, device_facts(x2.device), qt.g_idx is not None,
-                      qt.format)
+    gi = qt.g_idx
+    cfg = gemv_config(N, K, qt.group_size, device_facts(x2.device), gi is not None,
+                      qt.format, M)
     if block_n is not None:
         cfg["BLOCK_N"] = block_n
-    gi = qt.g_idx
-    launch(_int4_gemv_kernel, (cdiv(N, cfg["BLOCK_N"]), M), x2, qt.qweight, qt.qzeros,
-           qt.scales, gi if gi is not None else qt.qweight, bias if bias is not None else y, y,
-           N, K, qt.group_size, x2.stride(0), x2.stride(1), y.stride(0),
-           FMT=GPTQ if qt.format == "gptq" else AWQ, HAS_GIDX=gi is not None,
-           HAS_BIAS=bias is not None, **cfg)
+    fmt = GPTQ if qt.format == "gptq" else AWQ
+    if gi is not None:
+        launch(_int4_gemv_kernel, (cdiv(N, cfg["BLOCK_N"]), M), x2, qt.qweight, qt.qzeros,
+               qt.scales, gi, bias if bias is not None else y, y, N, K, qt.group_size,
+               x2.stride(0), x2.stride(1), y.stride(0), FMT=fmt, HAS_GIDX=True,
+               HAS_BIAS=bias is not None, **cfg)
+        return y
+    bk, bn = cfg["BLOCK_K"], cfg["BLOCK_N"]
+    steps = cdiv(K, bk)
+    n_split = min(split if split is not None else cfg["SPLIT"], steps)
+    k_split = cdiv(steps, n_split) * bk
+    n_split = cdiv(K, k_split)
+    grid = (cdiv(N, bn), M, n_split)
+    common = dict(FMT=fmt, BLOCK_N=bn, BLOCK_K=bk, num_warps=cfg["num_warps"])
+    if n_split == 1:
+        launch(_int4_gemv_packed, grid, x2, qt.qweight, qt.qzeros, qt.scales,
+               bias if bias is not None else y, y, N, K, qt.group_size, k_split,
+               x2.stride(0), x2.stride(1), y.stride(0), 0, HAS_BIAS=bias is not None,
+               SPLIT=False, **common)
+        return y
+    from .. import dtypes as _dt
+    from ..tensor import Tensor
+    from .gemv import splitk_reduce
+    ws = Tensor._empty((n_split, M, N), _dt.float32, y.device)
+    launch(_int4_gemv_packed, grid, x2, qt.qweight, qt.qzeros, qt.scales, ws, ws, N, K,
+           qt.group_size, k_split, x2.stride(0), x2.stride(1), N, M * N, HAS_BIAS=False,
+           SPLIT=True, **common)
+    splitk_reduce(ws, y, bias, None, 1.0, 1.0, 0)
     return y
 
 

@@ -199,9 +199,10 @@ def _check_x(x, qt, bias, op):
         raise ValueError(f"{op}: bias must be a ({qt.out_features},) Tensor on {x.device}")
 
 
-def linear(input, weight, bias=None, *, block_n=None):  # noqa: A002 - torch's name
+def linear(input, weight, bias=None, *, block_n=None, split_k=None):  # noqa: A002
     """input (..., K) @ W + bias -> (..., N) in input's dtype, W the QuantizedTensor `weight`.
-    block_n overrides the GEMV's columns per program (tests force tails with it)."""
+    block_n / split_k override the GEMV's columns per program and K slices (tests force
+    tails and the split-K partials with them)."""
     from ..creation import from_numpy
     op = "linear"
     _check_x(input, weight, bias, op)
@@ -221,7 +222,7 @@ def linear(input, weight, bias=None, *, block_n=None):  # noqa: A002 - torch's n
         from ..kernels.int4 import int4_gemv
         y = Tensor._empty((M, N), input.dtype, input.device)
         if M:
-            int4_gemv(x2, weight, bias, y, block_n=block_n)
+            int4_gemv(x2, weight, bias, y, block_n=block_n, split=split_k)
         return y.reshape(*lead, N)
     from ..kernels.int4 import int4_dequantize
     from .linalg import matmul as _mm
