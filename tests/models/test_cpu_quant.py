@@ -1,5 +1,6 @@
 """backends/cpu/quant.py: the numba GEMVs over GGUF blocks against a float64 NumPy
-dequantise-then-matmul reference (io/quant.py decodes the blocks), the dequantisation,
+dequantise-then-matmul reference (backends/cpu/ggml_blocks.py decodes the blocks) with float32
+activations (NBX_CPU_INT8=0), the dequantisation,
 the decode step's fused small ops, and the real model's quantised cpu path against its
 dequantised float32 path. Kernel tests skip where numba is not installed."""
 from __future__ import annotations
@@ -14,10 +15,18 @@ import numpy as np
 import pytest
 
 from nbxtensor import config
-from nbxtensor.io.quant import dequantize as ref_dequantize
+from nbxtensor.backends.cpu.ggml_blocks import dequantize as ref_dequantize
 
 Q = pytest.importorskip("nbxtensor.backends.cpu.quant")
 needs_numba = pytest.mark.skipif(not Q.available(), reason="numba is not installed")
+
+
+@pytest.fixture(autouse=True)
+def float32_activations():
+    """This module tests the float32-activation kernels (NBX_CPU_INT8=0); the int8 ones,
+    the default, are tests/models/test_cpu_int8.py's."""
+    with config.override(NBX_CPU_INT8=False):
+        yield
 
 # fp16 fields of each format: (byte offset in the block, scale of the random values)
 _F16 = {"Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q4_K": [0, 2], "Q5_K": [0, 2],

@@ -14,6 +14,17 @@ import nbxtensor as nbx
 from helpers import rng
 from reference_models import RefBert, RefLlama
 
+from nbxtensor import config
+
+
+@pytest.fixture(autouse=True)
+def float32_activations():
+    """The golden tests check the models' math against float64 references, so the cpu's
+    quantised GEMVs take float32 activations here (NBX_CPU_INT8=0); the int8 activations,
+    the cpu default, are checked against the same model in tests/models/test_cpu_int8.py."""
+    with config.override(NBX_CPU_INT8=False):
+        yield
+
 
 def _pkg_dir(pkg):
     spec = importlib.util.find_spec(pkg)
@@ -138,7 +149,7 @@ def test_kv_cache_decode_equals_full_prefill(smollm):
     smollm.forward(ids[:5], cache)
     steps = [smollm.forward([t], cache).numpy() for t in ids[5:]]
     np.testing.assert_allclose(np.stack(steps), full[5:], rtol=1e-4, atol=1e-4)
-    assert cache.pos == len(ids) and int(cache.pos_t.numpy()[0]) == len(ids)
+    assert cache.pos == len(ids) and int(cache.lengths.numpy()[0]) == len(ids)
     with pytest.raises(ValueError, match="exceed the KV cache"):
         smollm.forward(list(range(40)), cache)
 

@@ -10,10 +10,13 @@ Entry points work on NumPy arrays (the model's decode loop calls them directly, 
 costs a few calls per layer, not a Tensor op per line) and on Tensors through dispatch
 (`quant_linear`, `quant_embedding`, registered for the numpy family like every cpu op):
   quant_linear(x, blocks, qtype, out=, residual=)  x (M, K) @ dequant(blocks).T (+ residual)
+  quantize_activation(x)                           the int8 blocks of x the GEMVs use
   dequantize(blocks, qtype, K, out=)               the float32 weight (N, K)
   rms_norm, silu_mul, rope_attend                  the decode step's small ops, fused
 Threads: `set_threads(n)`; the default is NBX_CPU_THREADS, or the cores this process may
-run on (os.sched_getaffinity).
+run on (os.sched_getaffinity). NBX_CPU_INT8 (on by default) quantises the GEMVs' activation
+to int8 per block of 32 for integer dot products, as llama.cpp does; off, x stays float32
+(docs/design/cpu-decode.md).
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from ... import config as _config
 from ...dispatch import register
 
 __all__ = ["QTYPES", "available", "describe", "threads", "set_threads", "quant_linear",
+           "int8_activations", "quantize_activation",
            "dequantize", "dequantize_rows", "rms_norm", "silu_mul", "rope_attend", "warm"]
 
 # name -> (weights per block, bytes per block): the formats with a cpu GEMV
@@ -53,7 +57,8 @@ def describe() -> str:
         return ("NumPy float32 (GGUF weights dequantised at load); install numba "
                 "(pip install 'nbxtensor[cpu]') for the quantised kernels")
     from importlib.metadata import version
-    return f"quantised kernels (numba {version('numba')}, {threads()} threads)"
+    act = "int8 activations" if int8_activations() else "float32 activations"
+    return f"quantised kernels (numba {version('numba')}, {threads()} threads, {act})"
 
 
 def _kernels():
@@ -131,8 +136,9 @@ _NO_RES = np.zeros((0, 0), np.float32)
 
 def quant_linear(x: np.ndarray, blocks: np.ndarray, qtype: str, *, out=None,
                  residual=None) -> np.ndarray:
-    """x (M, K) float32 @ dequant(blocks).T (+ residual (M, N)) -> (M, N) float32.
-    `out` may be `residual` itself (the add happens per element, after its row's dot)."""
+    """x (M, K) float32 @ dequant(blocks).T (+ residual (M, N)) -> (M, N) float32; with
+    NBX_CPU_INT8, x as quantize_activation rounds it. `out` may be `residual` itself (the
+    add happens per element, after its row's dot)."""
     who = "quant_linear"
     _f32_2d(x, "x", who)
     M, K = x.shape
@@ -149,14 +155,31 @@ def quant_linear(x: np.ndarray, blocks: np.ndarray, qtype: str, *, out=None,
     nt = _use_threads(M * N * K)
     # a few chunks a thread: rows of one GEMV cost the same, so this only evens out the
     # threads' start times
-    k.GEMV[qtype](blocks, blocks.view(np.int8), x, k.H2F, out,
-                  _NO_RES if residual is None else residual, min(N, 4 * nt),
-                  blocks.view(np.uint16))
+    gemv = (k.GEMV_INT8 if int8_activations() else k.GEMV)[qtype]
+    gemv(blocks, blocks.view(np.int8), x, k.H2F, out,
+         _NO_RES if residual is None else residual, min(N, 4 * nt), blocks.view(np.uint16))
     return out
 
 
+def int8_activations() -> bool:
+    """True when the GEMVs quantise the activation to 8 bits (NBX_CPU_INT8, on by default)."""
+    return _config.get("NBX_CPU_INT8")
+
+
+def quantize_activation(x: np.ndarray):
+    """The int8 form of x (M, K) float32 that the GEMVs compute with, per block of 32 values:
+    (qx int8 (M, K), dx float32 (M, K // 32), xs float32 (M, K // 32)) with
+    dx = max|x| / 127, qx = rint(x / dx) (0 where dx is 0), xs = dx * sum(qx) per block.
+    A block holding NaN or inf gets dx = NaN."""
+    _f32_2d(x, "x", "quantize_activation")
+    M, K = x.shape
+    if K % 32:
+        raise ValueError(f"quantize_activation: K must be a multiple of 32, got {K}")
+    return _kernels().quantized_py(np.ascontiguousarray(x))
+
+
 def dequantize(blocks: np.ndarray, qtype: str, K: int, *, out=None) -> np.ndarray:
-    """The float32 weight (rows, K) of `blocks` (the values io/quant.py gives)."""
+    """The float32 weight (rows, K) of `blocks` (the values backends/cpu/ggml_blocks.py gives)."""
     who = "dequantize"
     _check_blocks(blocks, qtype, K, who)
     if out is None:
@@ -220,7 +243,9 @@ def warm() -> None:
     x = rng.standard_normal((1, 256)).astype(np.float32)
     for qtype, (bs, ts) in QTYPES.items():
         blocks = np.zeros((2, 256 // bs * ts), np.uint8)
-        quant_linear(x, blocks, qtype)
+        for int8 in (True, False):
+            with _config.override(NBX_CPU_INT8=int8):
+                quant_linear(x, blocks, qtype)
         dequantize(blocks, qtype, 256)
     rms_norm(x, np.ones(256, np.float32), 1e-6)
     silu_mul(x)
