@@ -6,7 +6,8 @@
 """
 from __future__ import annotations
 
-__all__ = ["Device", "as_device", "DEVICE_TYPES"]
+__all__ = ["Device", "as_device", "DEVICE_TYPES", "get_default_device", "set_default_device",
+           "factory_device"]
 
 DEVICE_TYPES = ("cpu", "cuda", "interp")
 
@@ -71,15 +72,46 @@ class Device:
     def __repr__(self):
         return f"device(type='{self.type}'" + ("" if self.index is None else f", index={self.index}") + ")"
 
+    # `with nbx.device("cuda"):` makes this the factories' default device inside the block, as
+    # torch's device context; the previous default comes back on exit (nesting works).
+    def __enter__(self):
+        _entered.append(_default_device[0])
+        _default_device[0] = self
+        return self
+
+    def __exit__(self, *exc):
+        _default_device[0] = _entered.pop()
+        return False
+
 
 _CPU = Device("cpu")
-_default_device = _CPU
+# The factories' default device (torch.set_default_device): one slot, process-wide, and the
+# defaults that `with device:` blocks replaced, innermost last.
+_default_device = [_CPU]
+_entered: list = []
+
+
+def get_default_device() -> Device:
+    """The device a factory (tensor, zeros, arange, rand, ...) uses when given none."""
+    return _default_device[0]
+
+
+def set_default_device(device) -> None:
+    """Make `device` the factories' default (None: back to cpu), as torch.set_default_device.
+    Only factories follow it: loaders, from_numpy and ops on existing tensors do not."""
+    _default_device[0] = _CPU if device is None else as_device(device)
+
+
+def factory_device(x, argname: str = "device") -> Device:
+    """A factory's device argument: None means the default device (get_default_device)."""
+    return _default_device[0] if x is None else as_device(x, argname)
 
 
 def as_device(x, argname: str = "device") -> Device:
-    """Normalise a device argument; None means the default (cpu); 'cuda' means cuda:0."""
+    """Normalise a device argument; None means cpu; 'cuda' means cuda:0. (A factory resolves
+    None to the default device instead: factory_device.)"""
     if x is None:
-        return _default_device
+        return _CPU
     if isinstance(x, Device):
         d = x
     elif isinstance(x, str):

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from . import dtypes as _dt
-from .device import as_device
+from .device import factory_device
 from .tensor import Tensor, _real_view
 
 __all__ = ["stft", "istft", "hann_window", "hamming_window", "blackman_window",
@@ -49,7 +49,7 @@ def _window(op, window_length, periodic, dtype, device, formula):
     else:
         big = n + 1 if periodic else n
         w = formula(np.arange(big, dtype=np.float64), big)[:n]
-    return Tensor._from_numpy_unchecked(_dt.cast(w, d)).to(as_device(device))
+    return Tensor._from_numpy_unchecked(_dt.cast(w, d)).to(factory_device(device))
 
 
 def hamming_window(window_length, periodic=True, alpha=0.54, beta=0.46, *, dtype=None,

@@ -152,7 +152,9 @@ def test_api_surface_and_arguments(tmp_path):
         nbx.load(FIX / "zip.pth", map_location={"cuda:0": "cpu"})
     with pytest.raises(ValueError, match="map_location"):
         nbx.load(FIX / "zip.pth", map_location="tpu")
-    with pytest.raises(TypeError, match="path"):
+    with pytest.raises(TypeError, match="path: expected a file path or a readable binary file"):
+        nbx.load(3)
+    with pytest.raises(ValueError, match="empty file"):      # file objects are read, as torch
         nbx.load(io.BytesIO(b""))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         nbx.load(tmp_path / "nope.pth")

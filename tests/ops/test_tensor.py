@@ -47,9 +47,42 @@ def test_metadata():
     assert nbx.empty(3, 1, 4).transpose(0, 1).is_contiguous()  # size-1 dims do not count
 
 
-def test_cannot_construct():
-    with pytest.raises(TypeError, match="nbxtensor.tensor"):
-        nbx.Tensor([1, 2])
+def test_legacy_constructor(device):
+    # torch.Tensor(data) / torch.Tensor(*sizes): the default float dtype, as torch
+    t = nbx.Tensor([1, 2], device=device)
+    assert isinstance(t, nbx.Tensor) and type(t) is nbx.Tensor
+    assert t.dtype == nbx.float32 and t.device == nbx.device(device)
+    np.testing.assert_array_equal(t.cpu().numpy(), np.array([1.0, 2.0], np.float32))
+    u = nbx.Tensor(2, 3, device=device)
+    assert u.shape == (2, 3) and u.dtype == nbx.float32
+    assert nbx.Tensor(nbx.Size([4, 1])).shape == (4, 1)
+    assert nbx.Tensor((2, 3)).shape == (2,)                   # a tuple is data, as torch
+    assert nbx.Tensor().shape == (0,)
+    assert nbx.Tensor(np.arange(3)).dtype == nbx.float32
+    f = nbx.ones(3, device=device)
+    assert nbx.Tensor(f) is f                                  # torch aliases it
+    with _default_dtype(nbx.float64):
+        assert nbx.Tensor([1]).dtype == nbx.float64 and nbx.Tensor(2).dtype == nbx.float64
+    with pytest.raises(TypeError, match=r"Tensor\(\): data must be a sequence.*got float"):
+        nbx.Tensor(3.5)
+    with pytest.raises(TypeError, match="expected a float32 tensor.*got int64"):
+        nbx.Tensor(nbx.arange(3))
+    with pytest.raises(TypeError, match="expected sizes"):
+        nbx.Tensor(2, [3])
+    with pytest.raises(ValueError):
+        nbx.Tensor(-1)
+
+
+class _default_dtype:
+    def __init__(self, dt):
+        self.dt = dt
+
+    def __enter__(self):
+        self.old = nbx.get_default_dtype()
+        nbx.set_default_dtype(self.dt)
+
+    def __exit__(self, *exc):
+        nbx.set_default_dtype(self.old)
 
 
 # ---------------------------------------------------------------- views vs NumPy

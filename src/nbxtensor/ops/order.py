@@ -1,10 +1,12 @@
 """Order statistics and searches: searchsorted, bucketize, kthvalue, median, nanmedian,
-cummax, cummin, argwhere (torch's semantics, NaN included).
+cummax, cummin, logcumsumexp, argwhere (torch's semantics, NaN included).
 
 Written over the sort, gather, compare and where ops, so every device runs them:
   * searchsorted: a vectorised binary search, ceil(log2(n + 1)) rounds of gather + compare;
   * kthvalue / median / nanmedian: one stable sort (NaN sorts last) and a gather at the rank;
-  * cummax / cummin: a log-step (Hillis-Steele) scan of (value, index) pairs.
+  * cummax / cummin: a log-step (Hillis-Steele) scan of (value, index) pairs;
+  * logcumsumexp: its own scan (dispatched: NumPy's logaddexp.accumulate on cpu, a Triton
+    log-add-exp scan, kernels/scan.py, on cuda and interp).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import builtins
 from collections import namedtuple
 
 from .. import dtypes as _dt
+from ..dispatch import impl
 from ..tensor import Tensor, normalize_dim
 from . import _methods
 from . import elementwise as _ew
@@ -21,7 +24,7 @@ from . import shape as _sh
 from ._common import check_tensor
 
 __all__ = ["searchsorted", "bucketize", "kthvalue", "median", "nanmedian", "cummax", "cummin",
-           "argwhere", "unique_consecutive", "msort", "quantile", "nanquantile"]
+           "logcumsumexp", "argwhere", "unique_consecutive", "msort", "quantile", "nanquantile"]
 
 kthvalue_result = namedtuple("kthvalue", ["values", "indices"])
 median_result = namedtuple("median", ["values", "indices"])
@@ -257,6 +260,26 @@ def cummin(input, dim):  # noqa: A002
     return _cumext(input, dim, "cummin", _ew.le, cummin_result)
 
 
+def logcumsumexp(input, dim, *, out=None):  # noqa: A002
+    """log(cumsum(exp(input), dim)) computed stably (a running log-add-exp): -inf is the
+    identity, +inf absorbs everything but NaN, NaN propagates. Floating inputs only (torch
+    refuses integers and bool too); the result keeps the input's dtype, fp16/bf16 computed in
+    float32."""
+    x = check_tensor(input, "input", "logcumsumexp")
+    if not x.dtype.is_floating_point or x.dtype.is_float8:
+        raise TypeError(f"logcumsumexp: input must be float16, bfloat16, float32 or float64, "
+                        f"got {x.dtype.name}")
+    if dim is None or isinstance(dim, builtins.bool) or not isinstance(dim, int):
+        raise TypeError(f"logcumsumexp: dim must be an int, got {dim!r}")
+    d = normalize_dim(dim, x.ndim, "dim") if x.ndim else normalize_dim(dim, 1, "dim")
+    res = Tensor._empty(x.shape, x.dtype, x.device)
+    if res.numel():
+        impl("logcumsumexp", x.device)(x, d, res)
+    if out is not None:
+        return _red._finish(res, x.shape, out, "logcumsumexp")
+    return res
+
+
 def argwhere(input):  # noqa: A002
     """Indices of the non-zero elements, (n, ndim) int64 (torch.nonzero(input))."""
     return _red.nonzero(check_tensor(input, "input", "argwhere"))
@@ -387,5 +410,5 @@ def msort(input, *, out=None):  # noqa: A002
 
 
 _methods.install(kthvalue=kthvalue, median=median, nanmedian=nanmedian, cummax=cummax,
-                 cummin=cummin, argwhere=argwhere, unique_consecutive=unique_consecutive,
+                 cummin=cummin, logcumsumexp=logcumsumexp, argwhere=argwhere, unique_consecutive=unique_consecutive,
                  msort=msort, quantile=quantile, nanquantile=nanquantile)

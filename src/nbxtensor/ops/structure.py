@@ -323,12 +323,12 @@ def _tri_indices(row, col, offset, dtype, device, op, upper):
                    device=device)
 
 
-def triu_indices(row, col, offset=0, *, dtype=None, device="cpu", layout=None):
+def triu_indices(row, col, offset=0, *, dtype=None, device=None, layout=None):
     """The (2, N) row and column indices of the upper triangle of a row x col matrix."""
     return _tri_indices(row, col, offset, dtype, device, "triu_indices", True)
 
 
-def tril_indices(row, col, offset=0, *, dtype=None, device="cpu", layout=None):
+def tril_indices(row, col, offset=0, *, dtype=None, device=None, layout=None):
     """The (2, N) row and column indices of the lower triangle of a row x col matrix."""
     return _tri_indices(row, col, offset, dtype, device, "tril_indices", False)
 
