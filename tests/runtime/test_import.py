@@ -15,7 +15,7 @@ import pytest
 # 0.5-1 s on two cores. They load on first use: a bf16/fp8 dtype's `.np`, a cuda or interp
 # dispatch, a model or a template.
 HEAVY = ("ml_dtypes", "triton", "torch", "jinja2", "tokenizers", "gguf", "safetensors",
-         "huggingface_hub", "scipy", "yaml", "requests")
+         "huggingface_hub", "scipy", "yaml", "requests", "numba", "llvmlite", "PIL")
 
 
 def _modules_after(code: str) -> dict:
@@ -83,3 +83,72 @@ def test_a_kernel_module_that_fails_to_import_raises_instead_of_hiding_its_ops(m
     with pytest.raises(ImportError, match="simulated"):
         d._load("numpy")
     assert "numpy" not in d._loaded
+
+
+def test_import_loads_no_kernel_module_and_no_backend_family():
+    r = _modules_after("import nbxtensor\n"
+                       "print(sorted(m for m in sys.modules if m.startswith('nbxtensor.kernels')"
+                       " or m.startswith('nbxtensor.backends.cuda')))")
+    assert r["printed"] == ["[]"], r["printed"]
+
+
+def test_dispatch_homes_name_the_modules_that_register():
+    """dispatch.HOMES says which module registers each op; an op the table places in the
+    wrong module would load a module that lacks it (then its whole family)."""
+    import nbxtensor.dispatch as d
+    for fam in ("numpy", "triton"):
+        d._load(fam)
+    pkgs = {fam: d._FAMILY_PACKAGES[fam] + "." for fam in ("numpy", "triton")}
+    wrong = sorted(f"{name} ({fam}): registered in {fn.__module__}, HOMES says "
+                   f"{d.home_of(name, fam)}"
+                   for (name, fam), fn in d._IMPLS.items()
+                   if fn.__module__.startswith(pkgs[fam]) and fn.__module__ != d.home_of(name, fam))
+    assert not wrong, "; ".join(wrong)
+    # every module HOMES names exists and registers what it is said to
+    for fam, mods in d.HOMES.items():
+        for mod, ops in mods.items():
+            for op in ops:
+                assert (op, fam) in d._IMPLS, (fam, mod, op)
+
+
+def test_first_ops_import_only_their_modules():
+    """The first `x + x` imports the element-wise module of its family, not every family:
+    no family is loaded whole (dispatch._loaded stays empty)."""
+    probe = ("import nbxtensor as nbx\n"
+             "from nbxtensor import dispatch\n"
+             "x = nbx.tensor([[1.0, -2.0], [3.0, 4.5]])\n"
+             "y = (x + x, nbx.softmax(x, -1), x @ x)\n"
+             "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules\n"
+             "             if m.startswith('nbxtensor.backends.cpu.')), sorted(dispatch._loaded))\n")
+    r = _modules_after(probe)
+    cpu, loaded = r["printed"][0].split("] [")
+    assert loaded == "]", loaded
+    for absent in ("conv", "sort", "pooling", "resample", "moe", "quant", "paged_attention"):
+        assert f"'{absent}'" not in cpu, cpu
+    pytest.importorskip("triton")
+    r = _modules_after("import nbxtensor as nbx\n"
+                       "from nbxtensor import dispatch\n"
+                       "x = nbx.tensor([1.0, 2.0, 3.0], device='interp')\n"
+                       "assert (x + x).tolist() == [2.0, 4.0, 6.0]\n"
+                       "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules\n"
+                       "             if m.startswith('nbxtensor.kernels.') and\n"
+                       "             not m.rsplit('.', 1)[1].startswith('_')), sorted(dispatch._loaded))")
+    assert r["printed"] == ["['elementwise'] []"], r["printed"]
+
+
+def test_a_home_module_that_fails_to_import_raises(monkeypatch):
+    import importlib
+    import nbxtensor.dispatch as d
+    from nbxtensor.device import Device
+    real = importlib.import_module
+
+    def broken(name, *a, **k):
+        if name == "nbxtensor.backends.cpu.conv":
+            raise ImportError("simulated: conv's module is broken")
+        return real(name, *a, **k)
+    monkeypatch.setattr(d, "_imported", set())
+    monkeypatch.setattr(d, "_BY_DEVTYPE", {})
+    monkeypatch.setattr(d, "_IMPLS", {k: v for k, v in d._IMPLS.items() if k != ("conv", "numpy")})
+    monkeypatch.setattr(d.importlib, "import_module", broken)
+    with pytest.raises(ImportError, match="simulated"):
+        d.impl("conv", Device("cpu"))

@@ -2,7 +2,6 @@
 importing Triton: at once where triton.runtime.jit is loaded, else when it first loads."""
 from __future__ import annotations
 
-import importlib.abc
 import sys
 
 _JIT = "triton.runtime.jit"
@@ -13,8 +12,10 @@ def _patch(module) -> None:
     patch_triton_getitem(module)
 
 
-class _AfterJitLoads(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: wraps the real loader of triton.runtime.jit to patch after it runs."""
+class _AfterJitLoads:
+    """Finds nothing itself: wraps the real loader of triton.runtime.jit to patch after it runs.
+    (A meta-path finder needs only `find_spec`; importlib.abc's base would cost milliseconds
+    of `import nbxtensor`.)"""
 
     def find_spec(self, name, path=None, target=None):
         if name != _JIT:

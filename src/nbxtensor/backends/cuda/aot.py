@@ -14,15 +14,22 @@ Archive file (one per arch, `nbx-kernels-sm_90.bin`):
 
     b"NBXKERN1"  u64 index length  index (JSON, utf-8)  blobs (zlib-compressed cubins)
 
-The index: {"format", "arch", "cc", "triton", "kernels": {key: entry}} where an entry is
+The index: {"format", "arch", "cc", "triton", "kernels": {key: entry}, "unbuilt": {key:
+why}} where `unbuilt` lists the census keys that do not compile for this arch (Hopper's
+Gluon kernels for sm_80: the lookup then names the reason) and an entry is
 {"blob": [offset, length], "meta": {name, shared, num_warps, num_ctas, cluster_dims,
 global_scratch_size, global_scratch_align, profile_scratch_size, launch_pdl,
 launch_cooperative_grid, tensordesc_meta, hash, nparams}, "src": source hash}.
 Offsets count from the end of the index; identical cubins are stored once. `nparams` is
 the parameter count the kernel's PTX `.entry` declares (the launcher checks its binding
-against it, as after a compile). `src` is `source_hash(kernel)`: the files of the kernel
-and of every kernel function it calls, and the module constants it reads; an entry built
-from other source is not used.
+against it, as after a compile). `src` is `source_hash(kernel)`: the source text of the
+kernel and of every kernel function it calls, and the module constants it reads; an entry
+built from other source is not used.
+
+Cubins are compiled without line-number debug info, so their bytes depend on the code alone
+(not on where a function sits in its file): a build on the CPU machine equals one on the GPU.
+A device of compute capability 8.x without its own archive loads sm_80's (SASS of 8.0 runs on
+every 8.x chip; from 9.0 on Triton targets the `a` variants, which run on their own chip only).
 
 Without Triton the kernel modules import against the stand-in of `_notriton.py` (see
 docs/design/aot.md); `NBX_KERNEL_ARCHIVES` names another folder of archives.
@@ -39,7 +46,8 @@ import zlib
 
 __all__ = ["MissingKernelError", "StaleArchiveError", "Archive", "ArchiveWriter", "key_of",
            "kernel_name", "lookup", "set_archive_dir", "archive_dir", "archive_path", "jit",
-           "Param", "params_of", "arch_name", "encode_value", "decode_value", "source_hash"]
+           "Param", "params_of", "arch_name", "encode_value", "decode_value", "source_hash",
+           "archive_for", "no_line_info", "not_for_arch"]
 
 MAGIC = b"NBXKERN1"
 FORMAT = 1
@@ -70,7 +78,8 @@ def kernel_name(kernel) -> str:
 
 
 _src_hashes: dict = {}        # file -> hash of its bytes (read once)
-_deps: dict = {}              # id(kernel) -> (kernel, files, constants) it is built from
+_fn_hashes: dict = {}         # code object -> hash of its function's source text
+_deps: dict = {}              # id(kernel) -> (kernel, functions, files, constants) it is built from
 
 
 def _file_hash(path) -> str:
@@ -86,6 +95,22 @@ def _file_hash(path) -> str:
             lines = linecache.getlines(path) if isinstance(path, str) else []
             h = hashlib.sha256("".join(lines).encode()).hexdigest()[:16] if lines else "unknown"
         _src_hashes[path] = h
+    return h
+
+
+def _function_hash(fn) -> str:
+    """Hash of a function's source text (not of where it sits in its file: moving a kernel
+    leaves its archive entries valid, as Triton's own cache key)."""
+    code = fn.__code__
+    h = _fn_hashes.get(code)
+    if h is None:
+        try:
+            # linecache also holds generated code (a `<...>` name), where Triton reads it too
+            text = inspect.getsource(fn)
+        except (OSError, TypeError):
+            text = None
+        h = _fn_hashes[code] = (hashlib.sha256(text.encode()).hexdigest()[:16] if text
+                                else "file " + _file_hash(code.co_filename))
     return h
 
 
@@ -106,13 +131,14 @@ def _ours(fn) -> bool:
     return not (getattr(fn, "__module__", None) or "triton").startswith("triton")
 
 
-def _reach(fn, files: set, consts: dict, seen: set) -> None:
-    """The files of the kernel functions `fn` calls, transitively (helpers of other modules
-    compile into it), and the plain constants it reads from module globals."""
+def _reach(fn, fns: dict, files: set, consts: dict, seen: set) -> None:
+    """The kernel functions `fn` calls, transitively (helpers of other modules compile into
+    it), the files of our modules it reads attributes of, and the plain constants it reads
+    from module globals."""
     if id(fn) in seen or not hasattr(fn, "__code__"):
         return
     seen.add(id(fn))
-    files.add(fn.__code__.co_filename)
+    fns[f"{fn.__module__}:{fn.__qualname__}"] = fn
     g = getattr(fn, "__globals__", {})
     for name in sorted(_names(fn.__code__, set())):
         obj = g.get(name)
@@ -126,7 +152,7 @@ def _reach(fn, files: set, consts: dict, seen: set) -> None:
         inner = getattr(obj, "fn", None)
         if hasattr(inner, "__code__"):
             if _ours(inner):       # a @triton.jit / @gluon.jit / constexpr function, or a stand-in
-                _reach(inner, files, consts, seen)
+                _reach(inner, fns, files, consts, seen)
         elif not hasattr(obj, "__code__"):       # plain functions: host code, not compiled
             v = getattr(obj, "value", obj)       # tl.constexpr(...) or a plain value
             if v is None or type(v) in (int, float, bool, str):
@@ -134,18 +160,23 @@ def _reach(fn, files: set, consts: dict, seen: set) -> None:
 
 
 def source_hash(kernel) -> str:
-    """Hash of what the kernel is compiled from, beyond its launch key: the files that
-    define it and every function it calls (transitively), and the constants it reads from
-    module globals. An archive entry built from other sources is not used. Computed from
-    the Python functions alone, so Triton's kernels and the stand-in's hash alike."""
+    """Hash of what the kernel is compiled from, beyond its launch key: the source of its
+    function and of every kernel function it calls (transitively), the files of our modules
+    it reads attributes of, and the constants it reads from module globals. An archive entry
+    built from other sources is not used; an edit elsewhere in the kernel's file (host code,
+    another kernel) leaves it valid. Computed from the Python functions alone, so Triton's
+    kernels and the stand-in's hash alike."""
     d = _deps.get(id(kernel))
     if d is None:
         fn = getattr(kernel, "fn", kernel)
-        files, consts = set(), {}
-        _reach(fn, files, consts, set())
-        d = _deps[id(kernel)] = (kernel, sorted(files), sorted(consts.items()))
-    _, files, consts = d
+        fns, files, consts = {}, set(), {}
+        _reach(fn, fns, files, consts, set())
+        d = _deps[id(kernel)] = (kernel, sorted(fns.items()), sorted(files),
+                                 sorted(consts.items()))
+    _, fns, files, consts = d
     h = hashlib.sha256()
+    for name, f in fns:
+        h.update(f"{name}={_function_hash(f)};".encode())
     for f in files:
         h.update(f"{os.path.basename(f)}={_file_hash(f)};".encode())
     for k, v in consts:
@@ -257,6 +288,7 @@ class Archive:
                                     f"this nbxtensor reads format {FORMAT}; rebuild it")
         self.base = 16 + n
         self.kernels = self.index["kernels"]
+        self.unbuilt = self.index.get("unbuilt") or {}
         self.arch = self.index["arch"]
 
     def get(self, key: str):
@@ -272,31 +304,36 @@ class Archive:
 
 
 class ArchiveWriter:
-    """Collects compiled kernels and writes one archive file."""
+    """Collects compiled kernels and writes one archive file: in key order, so the same
+    kernels give the same bytes however they were gathered (compiled, or kept from an
+    earlier archive)."""
 
     def __init__(self, arch: str, cc: int, triton_version: str):
         self.index = {"format": FORMAT, "arch": arch, "cc": cc, "triton": triton_version,
-                      "kernels": {}}
-        self.blobs: list = []
-        self.by_digest: dict = {}
-        self.size = 0
+                      "kernels": {}, "unbuilt": {}}
+        self.entries: dict = {}       # key -> (meta, cubin, src)
 
     def add(self, key: str, meta: dict, cubin: bytes, src: str) -> None:
-        d = hashlib.sha256(cubin).digest()
-        blob = self.by_digest.get(d)
-        if blob is None:
-            z = zlib.compress(cubin, 9)
-            blob = self.by_digest[d] = [self.size, len(z)]
-            self.blobs.append(z)
-            self.size += len(z)
-        self.index["kernels"][key] = {"blob": blob, "meta": meta, "src": src}
+        self.entries[key] = (meta, cubin, src)
 
     def write(self, path: str) -> int:
+        blobs, by_digest, size = [], {}, 0
+        kernels = self.index["kernels"] = {}
+        for key in sorted(self.entries):
+            meta, cubin, src = self.entries[key]
+            d = hashlib.sha256(cubin).digest()
+            blob = by_digest.get(d)
+            if blob is None:
+                z = zlib.compress(cubin, 9)
+                blob = by_digest[d] = [size, len(z)]
+                blobs.append(z)
+                size += len(z)
+            kernels[key] = {"blob": blob, "meta": meta, "src": src}
         idx = json.dumps(self.index, separators=(",", ":"), sort_keys=True).encode()
         tmp = path + ".tmp"
         with open(tmp, "wb") as f:
             f.write(MAGIC + struct.pack("<Q", len(idx)) + idx)
-            for b in self.blobs:
+            for b in blobs:
                 f.write(b)
         os.replace(tmp, path)
         return os.path.getsize(path)
@@ -341,12 +378,22 @@ def archive_path(cc: int, directory: str | None = None) -> str:
     return os.path.join(directory or archive_dir(), f"nbx-kernels-{arch_name(cc)}.bin")
 
 
+def archive_for(cc: int, directory: str | None = None) -> str | None:
+    """The archive file a device of compute capability `cc` loads from `directory` (default
+    archive_dir()): its own, else for 8.x sm_80's; None when there is none."""
+    for c in (cc, 80) if cc // 10 == 8 else (cc,):
+        p = archive_path(c, directory)
+        if os.path.exists(p):
+            return p
+    return None
+
+
 def _archive(cc: int):
     a = _archives.get(cc, False)
     if a is False:
         with _lock:
-            p = archive_path(cc)
-            a = _archives[cc] = Archive(p) if os.path.exists(p) else None
+            p = archive_for(cc)
+            a = _archives[cc] = Archive(p) if p is not None else None
     return a
 
 
@@ -410,6 +457,9 @@ def missing(kernel, key: str, cc: int, why) -> MissingKernelError:
              f"no kernel archive for {arch_name(cc)} in {archive_dir()}")
     if a is not None and key in a.kernels:
         where = f"the kernel archive {a.path} holds it built from another version of its source"
+    elif a is not None and key in a.unbuilt:
+        where = (f"it does not compile for {a.arch} (the build of {a.path} said: "
+                 f"{a.unbuilt[key]})")
     if isinstance(why, ImportError):
         why = f"Triton, which would compile it, cannot be imported ({why})"
     return MissingKernelError(
@@ -417,7 +467,7 @@ def missing(kernel, key: str, cc: int, why) -> MissingKernelError:
         f"{describe_key(key)}: {where}, and {why}. Install the cuda extra "
         f"(pip install 'nbxtensor[cuda]') to compile it on first use, or rebuild the archive "
         f"with `nbx build-kernels --arch {arch_name(cc)}` from a census that includes this "
-        f"launch (python -m nbxtensor.backends.cuda.census OUT --device cuda). Launch key: {key}")
+        f"launch (python -m nbxtensor.cli_census OUT --device cuda). Launch key: {key}")
 
 
 _built_with: list = []
@@ -600,6 +650,13 @@ def resolve(name: str):
     return obj
 
 
+def no_line_info():
+    """Triton compiles without line-number debug info inside the block (the cubin's bytes
+    then depend on the code alone): config.triton_without_line_info."""
+    from ... import config
+    return config.triton_without_line_info()
+
+
 def _warm(keys, cc: int, fresh: bool) -> int:
     """A build worker: compile `keys` into Triton's on-disk cache (failures are left for the
     parent, which compiles them again and reports them)."""
@@ -618,12 +675,18 @@ def _warm(keys, cc: int, fresh: bool) -> int:
     return n
 
 
-def build(keys, cc: int, out_dir: str, log=None, jobs: int = 1, fresh: bool = True) -> dict:
-    """Compile every launch key in `keys` for compute capability `cc` with Triton and write
-    the archive into `out_dir`. Returns {"path", "size", "kernels", "failed": {key: error},
-    "seconds"}. `jobs` > 1 compiles in that many processes first (through Triton's on-disk
+def build(keys, cc: int, out_dir: str, log=None, jobs: int = 1, fresh: bool = False,
+          reuse: str | None = None) -> dict:
+    """Compile every launch key in `keys` for compute capability `cc` with Triton (without
+    line info: `no_line_info`) and write the archive into `out_dir`. Returns {"path", "size",
+    "kernels", "failed": {key: error}, "seconds"}; the failed keys are the archive's
+    `unbuilt`. `jobs` > 1 compiles in that many processes first (through Triton's on-disk
     cache, which the archive is then read from); `fresh` compiles every key even where
-    Triton's cache holds it (False: where this run's own compiles filled the cache)."""
+    Triton's cache holds it (the cache's entries without line info depend on the code only,
+    so this is for a suspect cache). `reuse`: an earlier archive whose entries of the same
+    key, kernel source hash, Triton version and arch are kept without a compile (a rebuild
+    after a kernel edit compiles that kernel's variants only); "kept" in the result counts
+    them."""
     import time
 
     import triton
@@ -637,8 +700,65 @@ def build(keys, cc: int, out_dir: str, log=None, jobs: int = 1, fresh: bool = Tr
     w = ArchiveWriter(arch_name(cc), cc, triton.__version__)
     failed: dict = {}
     keys = sorted(keys)
-    # fresh: Triton's cache key ignores where a function sits in its file, so a cached cubin
-    # can carry the line numbers of an older layout of it (debug info only, but other bytes)
+    kept = _kept(keys, cc, reuse, w) if reuse and not fresh else set()
+    with no_line_info():
+        _build_all([k for k in keys if k not in kept], cc, w, failed, log, t0, jobs, fresh)
+    w.index["unbuilt"] = dict(sorted(failed.items()))
+    os.makedirs(out_dir, exist_ok=True)
+    path = archive_path(cc, out_dir)
+    size = w.write(path)
+    return {"path": path, "size": size, "kernels": len(w.index["kernels"]), "failed": failed,
+            "kept": len(kept), "seconds": time.time() - t0}
+
+
+def not_for_arch(name: str, cc: int) -> bool:
+    """Whether kernel `name` is one that need not compile for compute capability `cc`:
+    Gluon's kernels use Hopper's wgmma, TMA and mbarriers (below sm_90 their keys are the
+    archive's `unbuilt`, by design). Plain Triton kernels compile for every arch (Triton
+    lowers tensor descriptors to pointer loads below sm_90)."""
+    if cc >= 90:
+        return False
+    try:
+        kernel = resolve(name)
+    except (ImportError, AttributeError):
+        return False
+    return bool(getattr(kernel, "is_gluon", lambda: False)())
+
+
+def _kept(keys, cc: int, path: str, w: ArchiveWriter) -> set:
+    """The keys of `keys` taken from the archive at `path` (same Triton, arch and sources)."""
+    import triton
+    try:
+        prev = Archive(path)
+    except (OSError, StaleArchiveError, ValueError):
+        return set()
+    if prev.index.get("triton") != triton.__version__ or prev.index.get("cc") != cc:
+        return set()
+    kept, hashes = set(), {}
+    for key in keys:
+        e = prev.kernels.get(key)
+        if e is None:
+            continue
+        name = json.loads(key)[0]
+        if name not in hashes:
+            try:
+                hashes[name] = source_hash(resolve(name))
+            except (ImportError, AttributeError):
+                hashes[name] = None
+        if e.get("src") != hashes[name]:
+            continue
+        md, cubin, src = prev.get(key)
+        w.add(key, dict(vars(md)), cubin, src)
+        kept.add(key)
+    return kept
+
+
+def _build_all(keys, cc, w, failed, log, t0, jobs, fresh) -> None:
+    import time
+
+    import triton
+    if not keys:
+        return
     always = triton.knobs.compilation.always_compile
     if jobs > 1 and len(keys) > 1:
         import concurrent.futures as cf
@@ -656,11 +776,6 @@ def build(keys, cc: int, out_dir: str, log=None, jobs: int = 1, fresh: bool = Tr
         _build_keys(keys, cc, w, failed, log, t0)
     finally:
         triton.knobs.compilation.always_compile = always
-    os.makedirs(out_dir, exist_ok=True)
-    path = archive_path(cc, out_dir)
-    size = w.write(path)
-    return {"path": path, "size": size, "kernels": len(w.index["kernels"]), "failed": failed,
-            "seconds": time.time() - t0}
 
 
 def _build_keys(keys, cc, w, failed, log, t0) -> None:
