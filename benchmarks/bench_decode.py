@@ -277,12 +277,12 @@ def gemv_case(cfg, name, copies=1, fill=True, seed=0):
         pos = nbx.full((1, 1), 7, dtype=nbx.int32, device="cuda")
 
         def call(i=0):
-            return O.fused_qkv_rope(x, ws[i % copies], kvc, 0, pos,
+            return O.decode_qkv_rope(x, ws[i % copies], kvc, 0, pos,
                                     num_heads=cfg["num_attention_heads"], norm_weight=nw,
                                     eps=1e-5, theta=10000.0)
     else:
         def call(i=0):
-            return O.fused_linear(x, ws[i % copies], norm_weight=nw, eps=1e-5, residual=r,
+            return O.decode_linear(x, ws[i % copies], norm_weight=nw, eps=1e-5, residual=r,
                                   glu=bool(f.get("glu")))
     return call, (gemv_kind(f), n_out, K), N * K * 2
 
@@ -519,11 +519,12 @@ def graph_ab(m, B, L, cap, toks, steps, variants, rounds=3):
 def pdl_ab(m, B, L, cap, toks, steps, row, rounds=3):
     """Graph replay with PDL on and off (captured separately), timed interleaved."""
     from nbxtensor.models import _ops as O
+    from nbxtensor.kernels import decode_fused as F
 
     def pdl(on):
         def setup():
-            prev = O.set_pdl(on)
-            return lambda: O.set_pdl(prev)
+            prev = F.set_pdl(on)
+            return lambda: F.set_pdl(prev)
         return setup
     r = graph_ab(m, B, L, cap, toks, steps, {True: pdl(True), False: pdl(False)}, rounds)
     row["pdl_kernels_per_step"] = {"on": r[True]["kernels"], "off": r[False]["kernels"]}
@@ -593,17 +594,18 @@ def breakdown(m, B, L, cap, toks, steps, row, torch):
     wait for the previous kernel). Per kernel name: launches and us per step."""
     import nbxtensor as nbx
     from nbxtensor.models import _ops as O
+    from nbxtensor.kernels import decode_fused as F
     from nbxtensor.models.graph_decode import GraphDecoder
     from torch.profiler import ProfilerActivity, profile
     out = {}
     for pdl in (False, True):
-        prev = O.set_pdl(pdl)
+        prev = F.set_pdl(pdl)
         try:
             d = GraphDecoder(m, batch=B, capacity=cap, use_graph=True)
             d.start_at(L, toks)
             d.capture()
         finally:
-            O.set_pdl(prev)
+            F.set_pdl(prev)
         d.start_at(L, toks)
         d.step()
         nbx.cuda.synchronize()
@@ -785,8 +787,9 @@ def main(argv):
     except ImportError:
         torch = None
     from nbxtensor.models import _ops as O
+    from nbxtensor.kernels import decode_fused as F
     report = {"argv": argv, "quick": quick, "steps": steps, "rows": [], "errors": [],
-              "pdl_default": O.pdl_enabled("cuda"),
+              "pdl_default": F.pdl_enabled("cuda"),
               "device": nbx.cuda.get_device_name(0), "torch": getattr(torch, "__version__", None),
               "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     try:

@@ -137,10 +137,8 @@ def bench(name, shape_desc, torch_fn, nbx_fn, moved_bytes, index_op=False):
 
 
 def _reset_gather_plans():
-    from nbxtensor.kernels import indexing as kix
-    from nbxtensor.ops import indexing as oix
-    kix._GPLANS.clear()
-    oix._FAST.clear()
+    from nbxtensor import plans
+    plans.clear_all()
 
 
 def gather_sweep():

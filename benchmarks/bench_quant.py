@@ -76,7 +76,7 @@ def bench_gemv(record, iters):
         us = _time([lambda w=w: nbx.linear(x, w) for w in ws], iters)
         record(kind="gemv", fmt=f"int4-{fmt}", K=K, N=N, us=us, GBps=nbytes / us / 1e3,
                tok_s=1e6 / us, vs_bf16=base / us)
-    from nbxtensor.io.quant import BLOCK_SIZES
+    from nbxtensor.backends.cpu.ggml_blocks import BLOCK_SIZES
     for qt in ("Q4_K", "Q5_K", "Q6_K"):
         bs, ts = BLOCK_SIZES[qt]
         rb = K // bs * ts

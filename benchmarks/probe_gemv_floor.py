@@ -110,7 +110,7 @@ def main():
         return us, h.to(nbx.float32).numpy().astype(np.float64)
 
     rows = []
-    us, ref = chain(lambda h, w: O.fused_linear(h, w))
+    us, ref = chain(lambda h, w: O.decode_linear(h, w))
     rows.append(dict(case="shipped fused_linear", us=us))
     for bn, flags in CASES:
         f = {k: k in flags.split() for k in SWITCHES}

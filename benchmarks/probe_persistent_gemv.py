@@ -9,7 +9,7 @@ past L2 (sweep_gemv_chain.plan). The persistent kernel runs every step in one co
 launch: each program keeps BN rows, loads its next weight tile before it waits, waits for the
 step's counter to reach the program count (an acquire load), reads the previous output
 vector from L2, stores its rows and bumps the next counter (release, after a CTA barrier).
-The shipped chain is `models._ops.fused_linear` captured C times in a graph (PDL on). Both
+The shipped chain is `ops.decode.decode_linear` captured C times in a graph (PDL on). Both
 results are compared bit for bit (same tiles, same fp32 sums for K <= BK; the 2048 row
 differs in the order of its sums, so its relative difference is printed). Timing: CUDA
 events, best of 3 runs of 4 launches (persistent) / median of 5 (graph), us per GEMV.
@@ -76,7 +76,7 @@ def run_case(K, BN, BK, nw):
     with nbx.cuda.graph(g):
         h = x
         for i in range(C):
-            h = O.fused_linear(h, ws[i % R])
+            h = O.decode_linear(h, ws[i % R])
     shipped = S.time_graph(g.replay, nbx.cuda.Event, nbx.cuda.synchronize, 20) * 1e3 / C
     g.replay()
     nbx.cuda.synchronize()

@@ -5,7 +5,7 @@
 For decode shapes (K, N) -- (576,576), (576,1536) [SmolLM2], (2048,2048), (2048,3072),
 (2048,8192), (8192,2048), (2048,16384) [gate+up as the model runs it: GLU, 8192 outputs],
 (4096,4096), (4096,14336), (14336,4096), (2048,128256) -- bf16, M = 1, a CUDA graph (nbx's
-graphs API) of C back-to-back `models._ops.fused_linear` GEMVs (the kernel the decode step
+graphs API) of C back-to-back `ops.decode.decode_linear` GEMVs (the kernel the decode step
 launches for a plain linear; glu=True for the gate/up row) over R rotated weight copies, so
 one replay touches >= 128 MiB (> 2x the 50 MiB L2; R >= 2, C a multiple of R). Square shapes
 chain (each GEMV's input is the previous one's output); the others use one fixed x (a
@@ -149,7 +149,7 @@ def precompile_all():
             def call(K=K, N=N, glu=glu):
                 w = nbx.empty((N, K), dtype=nbx.bfloat16, device="cuda")
                 x = nbx.empty((1, K), dtype=nbx.bfloat16, device="cuda")
-                O.fused_linear(x, w, glu=glu)
+                O.decode_linear(x, w, glu=glu)
             jobs.append((call, lambda v=v, K=K, N=N: set_variant(v, K, N)))
     saved = set_variant("off")
     precompile(jobs, "precompile", reset=saved)
@@ -188,14 +188,14 @@ def run_shape(K, N, torch, n_rep):
     for v in VARIANTS:
         restore = set_variant(v, K, N)
         try:
-            y = O.fused_linear(x, ws[0], glu=glu)
+            y = O.decode_linear(x, ws[0], glu=glu)
             nbx.cuda.synchronize()
             err = one_err(y)
             g = nbx.cuda.CUDAGraph()
             with nbx.cuda.graph(g):
                 h = x
                 for i in range(C):
-                    out = O.fused_linear(h if chain else x, ws[i % R], glu=glu)
+                    out = O.decode_linear(h if chain else x, ws[i % R], glu=glu)
                     h = out
             restore()
             restore = None

@@ -17,11 +17,13 @@ from .dtypes import cdouble, cfloat, complex64, complex128  # noqa: E402,F401
 from .dtypes import DType as dtype  # torch spelling: isinstance(x, nbx.dtype)
 from .device import Device
 from .device import Device as device  # torch spelling: nbx.device("cuda:0")
+from .device import get_default_device, set_default_device  # noqa: E402,F401
 from .tensor import Size, Tensor, broadcast_shapes
 from .tensor import (channels_last, channels_last_3d, contiguous_format,  # noqa: F401
                      memory_format, preserve_format)
-from .creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like,
-                       linspace, ones, ones_like, scalar_tensor, tensor, zeros, zeros_like)
+from .creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, frombuffer, full,
+                       full_like, linspace, ones, ones_like, scalar_tensor, tensor, zeros,
+                       zeros_like)
 from .ops import *  # noqa: F401,F403  - the op surface; attaches Tensor methods
 from . import ops as _ops
 from .ops.factories import logspace  # noqa: E402,F401
@@ -44,7 +46,7 @@ _triton_hook.install()   # `kernel[grid](nbx tensors)` launches as nbx.launch do
 _LAZY = {"cuda": "nbxtensor.cuda", "testing": "nbxtensor.testing", "jit": "nbxtensor.jit", "special": "nbxtensor.special", "io": "nbxtensor.io", "models": "nbxtensor.models",
          "linalg": "nbxtensor.linalg", "nn": "nbxtensor.nn", "fft": "nbxtensor.fft",
          "audio": "nbxtensor.audio",
-         "distributed": "nbxtensor.distributed"}
+         "distributed": "nbxtensor.distributed", "distributions": "nbxtensor.distributions"}
 
 
 def __getattr__(name):
@@ -66,6 +68,16 @@ def load(path, map_location=None, weights_only=True):
     object with nbxtensor tensors; no code from the file runs. See nbxtensor.io.load_torch."""
     from .io.torch_checkpoint import load_torch
     return load_torch(path, map_location=map_location, weights_only=weights_only)
+
+
+def save(obj, f, pickle_module=None, pickle_protocol=2, _use_new_zipfile_serialization=True):
+    """torch.save for tensors and containers of them (a state dict): torch's zip format, read
+    by torch.load(weights_only=True) and nbx.load. See nbxtensor.io.torch_save."""
+    if pickle_module is not None or pickle_protocol != 2 or _use_new_zipfile_serialization is not True:
+        raise ValueError("save: only torch's default format is written (pickle_module=None, "
+                         "pickle_protocol=2, the zip format)")
+    from .io.torch_save import save_torch
+    save_torch(obj, f)
 
 
 def is_tensor(x) -> "builtins.bool":  # noqa: F821

@@ -140,7 +140,7 @@ def load_wav(path):
     """(samples, sample_rate) of a WAV file: a float32 (channels, frames) cpu tensor in
     [-1, 1] (PCM scaled by 2 ** (bits - 1), 8-bit centred on 128; float samples as stored).
     Only regular files are opened."""
-    from .io._files import regular_file
+    from .files import regular_file
     p = os.fspath(path)
     regular_file(p, "WAV file")
     with open(p, "rb") as f:

@@ -78,8 +78,8 @@ def _is_user_error(e: BaseException) -> bool:
     jinja2 = sys.modules.get("jinja2")
     if jinja2 is not None and isinstance(e, jinja2.TemplateError):
         return True
-    driver = sys.modules.get("nbxtensor.backends.cuda.driver")
-    while driver is not None and e is not None:       # an upload failed because no GPU ...
+    from .backends.cuda import driver      # ctypes only: libcuda is not opened by the import
+    while e is not None:       # an upload failed because no GPU ...
         if isinstance(e, driver.CudaUnavailable) or \
                 isinstance(e, driver.CudaError) and e.code in _CUDA_ENVIRONMENT:
             return True

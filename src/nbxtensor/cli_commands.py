@@ -122,7 +122,12 @@ def add_commands(sub) -> None:
                    help="where the archives go (default: the package's kernel_archives)")
     p.add_argument("--census", default=None, metavar="FILE",
                    help="the census to build (default: the package's kernel_archives/"
-                        "census.json; record one with python -m nbxtensor.backends.cuda.census)")
+                        "census.json; record one with python -m nbxtensor.cli_census)")
+    p.add_argument("--jobs", default=1, type=_int_at_least(1), metavar="N",
+                   help="compile in N processes (default 1; about one per CPU core)")
+    p.add_argument("--fresh", action="store_true",
+                   help="compile every variant (default: keep the entries of an existing "
+                        "archive in --out built from today's sources by this Triton)")
     p.set_defaults(fn=cmd_build_kernels)
     from . import cli_tune
     cli_tune.add_parser(sub)  # nbx tune (autotune)
@@ -334,14 +339,15 @@ def _archs(s: str) -> list:
 
 
 def cmd_build_kernels(args) -> int:
+    import json
     import os
 
     from .backends.cuda import aot, census
-    from .io._files import NotARegularFileError, regular_file
+    from .files import NotARegularFileError, regular_file
     path = args.census or os.path.join(aot.archive_dir(), "census.json")
     if not os.path.exists(path):
         return _fail(f"--census: no census file at {path}; record one with "
-                     f"`python -m nbxtensor.backends.cuda.census FILE` and pass --census FILE")
+                     f"`python -m nbxtensor.cli_census FILE` and pass --census FILE")
     try:
         regular_file(path, "--census")       # a FIFO would block the read forever
     except NotARegularFileError as e:
@@ -365,11 +371,19 @@ def cmd_build_kernels(args) -> int:
     print(f"[{len(c)} launch keys of {len(c.kernels())} kernels from {path}]", file=sys.stderr)
     failed = 0
     for cc in args.arch:
-        r = aot.build(c.keys, cc, out, log=lambda m: note(m, "progress"))
-        failed += len(r["failed"])
+        prev = aot.archive_path(cc, out)
+        r = aot.build(c.keys, cc, out, log=lambda m: note(m, "progress"), jobs=args.jobs,
+                      fresh=args.fresh, reuse=prev if os.path.exists(prev) else None)
+        # Gluon's Hopper kernels below sm_90 are left out by design (the archive's `unbuilt`)
+        other = {k: w for k, w in r["failed"].items()
+                 if not aot.not_for_arch(json.loads(k)[0], cc)}
+        failed += len(other)
         print(f"{aot.arch_name(cc)}: {r['kernels']} kernels, {r['size'] / 1e6:.2f} MB in "
               f"{r['seconds']:.0f} s -> {r['path']}"
-              + (f" ({len(r['failed'])} failed to compile)" if r["failed"] else ""))
-        for key, why in list(r["failed"].items())[:5]:
+              + (f" ({r['kept']} kept from the archive there)" if r["kept"] else "")
+              + (f" ({len(r['failed']) - len(other)} Hopper-only variants left out)"
+                 if len(r["failed"]) > len(other) else "")
+              + (f" ({len(other)} failed to compile)" if other else ""))
+        for key, why in list(other.items())[:5]:
             note(f"{aot.arch_name(cc)}: {key[:160]}: {why}", "warning")
     return 1 if failed else 0

@@ -71,10 +71,6 @@ SWITCHES: dict[str, Switch] = {s.name: s for s in (
            "causal D=128 attention on the Gluon kernel (cuda); off: the Triton kernels"),
     Switch("NBX_GLUON_SORT", "bool", True,
            "the Gluon block sort for short rows and sort tiles (cuda); off: `tl.sort` tiles"),
-    Switch("NBX_MODELS_OPS", "choice", "auto",
-           "which ops the reference models use on cpu: `auto` (the verified public ops, "
-           "NumPy stand-ins for the rest), `real` (every public op), `numpy` (the stand-ins)",
-           ("auto", "real", "numpy")),
     Switch("NBX_ARCHIVE_ONLY", "bool", False,
            "cuda kernels come from the kernel archive only: the kernel modules import "
            "against nbxtensor's Triton stand-in even where Triton is installed, and a "
@@ -90,6 +86,10 @@ SWITCHES: dict[str, Switch] = {s.name: s for s in (
     Switch("NBX_CPU_THREADS", "int", 0,
            "threads of the cpu quantised GGUF kernels (numba); `0`: the cores this process "
            "may run on; `backends.cpu.quant.set_threads` changes it at run time"),
+    Switch("NBX_CPU_INT8", "bool", True,
+           "the cpu quantised GGUF GEMVs quantise the activation to int8 per block of 32 "
+           "(a float32 scale each) and use integer dot products, as llama.cpp does; off: "
+           "float32 activations (the dequantised float32 path's results within 2e-5)"),
 )}
 
 _values: dict[str, object] = {}
@@ -168,6 +168,23 @@ def set_omp_env() -> None:
     a machine whose cores are busy with other work, spinning threads took the cores from
     each other and decode ran 20x slower (0.5 tok/s against 10.8 with passive waiting)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+@contextlib.contextmanager
+def triton_without_line_info():
+    """Triton compiles without line-number debug info inside the block: the variable Triton
+    reads at each compile and puts in its cache key (set in the environment, not as its
+    knob, so a cached cubin with line info is not taken for one without; spawned workers
+    inherit it). The kernel archive's builds use it (backends/cuda/aot.py)."""
+    old = os.environ.get("TRITON_DISABLE_LINE_INFO")
+    os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TRITON_DISABLE_LINE_INFO", None)
+        else:
+            os.environ["TRITON_DISABLE_LINE_INFO"] = old
 
 
 def markdown_table() -> str:

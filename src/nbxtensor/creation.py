@@ -7,10 +7,10 @@ import numbers
 import numpy as np
 
 from . import dtypes as _dt
-from .device import as_device
+from .device import as_device, factory_device
 from .tensor import Tensor, check_nbytes, normalize_size
 
-__all__ = ["tensor", "as_tensor", "from_numpy", "empty", "zeros", "ones", "full", "arange",
+__all__ = ["tensor", "as_tensor", "from_numpy", "frombuffer", "empty", "zeros", "ones", "full", "arange",
            "linspace", "eye", "empty_like", "zeros_like", "ones_like", "full_like", "scalar_tensor"]
 
 
@@ -90,7 +90,7 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     if isinstance(data, Tensor):
         return data.to(device=data.device if device is None else as_device(device),
                        dtype=dtype or data.dtype, copy=True)
-    device = as_device(device)
+    device = factory_device(device)
     if isinstance(data, np.generic):  # a NumPy scalar keeps its dtype (as torch)
         data = np.asarray(data)
     if isinstance(data, np.ndarray):
@@ -118,20 +118,26 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     return _host_to(arr, device)
 
 
+# other libraries' arrays that as_tensor takes without a copy: protocol attribute ->
+# importer(obj) -> Tensor (dlpack.py registers the CUDA array interface's)
+IMPORTERS: dict = {}
+
+
 def as_tensor(data, dtype=None, device=None) -> Tensor:
     """Like `tensor`, but returns `data` itself (or a view) when no copy is needed."""
     if isinstance(data, Tensor):
         return data.to(device=device if device is not None else data.device, dtype=dtype)
-    if isinstance(data, np.ndarray) and as_device(device).type == "cpu" and \
+    if isinstance(data, np.ndarray) and factory_device(device).type == "cpu" and \
             (dtype is None or _dt.as_dtype(dtype).np == data.dtype):
         try:
             return from_numpy(data)
         except ValueError:
             pass
-    if not isinstance(data, np.ndarray) and hasattr(data, "__cuda_array_interface__"):
-        from .dlpack import from_cuda_array_interface     # CuPy, Numba: zero-copy, as torch's
-        t = from_cuda_array_interface(data)
-        return t.to(device=device if device is not None else t.device, dtype=dtype)
+    if not isinstance(data, np.ndarray):
+        for protocol, importer in IMPORTERS.items():    # CuPy, Numba: zero-copy, as torch's
+            if hasattr(data, protocol):
+                t = importer(data)
+                return t.to(device=device if device is not None else t.device, dtype=dtype)
     return tensor(data, dtype=dtype, device=device)
 
 
@@ -149,10 +155,44 @@ def from_numpy(arr: np.ndarray) -> Tensor:
     return Tensor._from_numpy_unchecked(arr)
 
 
+def frombuffer(buffer, *, dtype, count=-1, offset=0, requires_grad=False) -> Tensor:
+    """A 1-D cpu tensor sharing memory with an object of the buffer protocol (bytearray,
+    memoryview, mmap, array.array): `count` elements of `dtype` (-1: all that fit) from byte
+    `offset`. A read-only buffer gives a read-only view (writes raise), where torch warns."""
+    if requires_grad:
+        raise RuntimeError("frombuffer: requires_grad=True is not supported (no autograd)")
+    dt = _dt.as_dtype(dtype)
+    try:
+        view = memoryview(buffer)
+    except TypeError:
+        raise TypeError(f"frombuffer: buffer must support the buffer protocol, got "
+                        f"{type(buffer).__name__}") from None
+    nbytes = view.nbytes
+    if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < max(nbytes, 1):
+        raise ValueError(f"frombuffer: offset must be an int in [0, {nbytes}), got {offset!r}")
+    if not isinstance(count, int) or isinstance(count, bool) or count == 0 or count < -1:
+        raise ValueError(f"frombuffer: count must be a positive int or -1, got {count!r}")
+    avail = nbytes - offset
+    if count == -1:
+        if avail % dt.itemsize:
+            raise ValueError(f"frombuffer: the buffer's {avail} bytes after offset {offset} are "
+                             f"not a multiple of {dt.name}'s {dt.itemsize}-byte element")
+        count = avail // dt.itemsize
+    elif count * dt.itemsize > avail:
+        raise ValueError(f"frombuffer: {count} elements of {dt.name} need {count * dt.itemsize} "
+                         f"bytes, the buffer has {avail} after offset {offset}")
+    arr = np.frombuffer(view.cast("B") if view.format != "B" or view.ndim != 1 else view,
+                        dtype=np.uint8, count=count * dt.itemsize, offset=offset)
+    if arr.ctypes.data % dt.itemsize:
+        raise ValueError(f"frombuffer: byte offset {offset} leaves the data unaligned for "
+                         f"{dt.name}")
+    return Tensor._from_numpy_unchecked(arr.view(dt.np))
+
+
 def empty(*size, dtype=None, device=None) -> Tensor:
     shape = normalize_size(size)
     return Tensor._empty(shape, _dt.as_dtype(dtype) if dtype is not None else _dt.get_default_dtype(),
-                         as_device(device))
+                         factory_device(device))
 
 
 def full(size, fill_value, dtype=None, device=None) -> Tensor:
@@ -232,7 +272,7 @@ def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
     all_int = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
     dtype = _dt.as_dtype(dtype) if dtype is not None else (_dt.int64 if all_int else
                                                             _dt.get_default_dtype())
-    device = as_device(device)
+    device = factory_device(device)
     if all_int:     # computed in int64: start, step and the last value must fit it (`end`,
         # exclusive, need not: arange(2**63 - 2, 2**63) is [2**63 - 2, 2**63 - 1])
         n = max(0, -(-(end - start) // step))
@@ -254,7 +294,7 @@ def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
         _dt.check_scalar(vals[0], dtype, "arange", "start")
         _dt.check_scalar(vals[-1], dtype, "arange", "the last element")
     with np.errstate(all="ignore"):
-        return _host_to(_dt.cast(vals, dtype), as_device(device))
+        return _host_to(_dt.cast(vals, dtype), device)
 
 
 def linspace(start, end, steps, dtype=None, device=None) -> Tensor:
@@ -262,7 +302,7 @@ def linspace(start, end, steps, dtype=None, device=None) -> Tensor:
     if not isinstance(steps, (int, np.integer)) or steps < 0:
         raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
     dtype = _dt.as_dtype(dtype) if dtype is not None else _dt.get_default_dtype()
-    device = as_device(device)
+    device = factory_device(device)
     _check_host_built((int(steps),), dtype, device)
     start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
     if dtype.kind in "ui":
@@ -275,7 +315,7 @@ def linspace(start, end, steps, dtype=None, device=None) -> Tensor:
             _dt.check_scalar(vals.max(), dtype, "linspace", "element")
             _dt.check_scalar(vals.min(), dtype, "linspace", "element")
     with np.errstate(all="ignore"):
-        return _host_to(_dt.cast(vals, dtype), as_device(device))
+        return _host_to(_dt.cast(vals, dtype), device)
 
 
 def eye(n, m=None, dtype=None, device=None) -> Tensor:
@@ -284,6 +324,6 @@ def eye(n, m=None, dtype=None, device=None) -> Tensor:
         if not isinstance(v, (int, np.integer)) or v < 0:
             raise ValueError(f"eye: {name} must be a non-negative int, got {v!r}")
     dtype = _dt.as_dtype(dtype) if dtype is not None else _dt.get_default_dtype()
-    device = as_device(device)
+    device = factory_device(device)
     _check_host_built((n, m), dtype, device)
     return _host_to(np.eye(n, m, dtype=dtype.np), device)

@@ -48,6 +48,8 @@ from . import dtypes as _dt
 from .device import Device, as_device
 from .storage import HostStorage
 from .tensor import Tensor, contiguous_strides
+from . import creation as _creation
+from .ops import _methods
 
 __all__ = ["from_dlpack", "to_dlpack", "dlpack_device", "cuda_array_interface",
            "from_cuda_array_interface"]
@@ -557,3 +559,20 @@ def _import_cai(obj, copy) -> tuple[Tensor, bool]:
                              f"{stream!r} (0 is disallowed by version 3)")
         _order(index, _current_handle(index), stream)
     return _wrap(ptr, shape, stride, dtype, dev, obj, bool(readonly), copy, what)
+
+
+# ------------------------------------------------------------------ Tensor's side of the protocols
+def _tensor_dlpack(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+    """A DLPack capsule over this tensor (array API 2023.12; see nbxtensor.dlpack)."""
+    return to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device,
+                     copy=copy)
+
+
+def _tensor_cuda_array_interface(self) -> dict:
+    """Version 3, cuda tensors only (AttributeError elsewhere, as torch and CuPy)."""
+    return cuda_array_interface(self)
+
+
+_methods.install(__dlpack__=_tensor_dlpack, __dlpack_device__=dlpack_device,
+                 __cuda_array_interface__=property(_tensor_cuda_array_interface))
+_creation.IMPORTERS["__cuda_array_interface__"] = from_cuda_array_interface

@@ -77,6 +77,7 @@ class KVCache:
         self.v = zeros(num_layers, batch, num_kv_heads, capacity, self.value_dim, dtype=dtype,
                        device=self.device)
         self.lengths = zeros(batch, dtype=_dt.int32, device=self.device)
+        self.pos = 0    # the host's count of stored tokens, for loops that keep it (advance)
 
     def __repr__(self):
         return (f"KVCache(layers={self.num_layers}, batch={self.batch}, "
@@ -89,8 +90,20 @@ class KVCache:
         return self.k[layer], self.v[layer], self.lengths
 
     def reset(self):
-        """Forget every token (lengths to 0); the stored values are left as they are."""
+        """Forget every token (lengths and pos to 0); the stored values are left as they are."""
         self.lengths.zero_()
+        self.pos = 0
+
+    def advance(self, n):
+        """For a loop that writes tokens at host positions (the eager forward of one
+        sequence): pos += n and every sequence's length set to it, so the position never
+        has to be read back from the device."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0 or self.pos + n > self.capacity:
+            raise ValueError(f"KVCache.advance: n must be an int in [0, "
+                             f"{self.capacity - self.pos}] (capacity {self.capacity}, "
+                             f"{self.pos} stored), got {n!r}")
+        self.pos += n
+        self.lengths.fill_(self.pos)
 
     def _check_layer(self, layer):
         if not isinstance(layer, int) or not 0 <= layer < self.num_layers:

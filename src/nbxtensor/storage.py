@@ -10,7 +10,8 @@ device it is on:
     from_host(off, arr)   writes a contiguous NumPy array's bytes at off
     host_array()          cpu/interp only: the uint8 NumPy array itself (no copy)
 
-cuda storage lives in backends/cuda/storage.py and is imported only when first used.
+cuda storage lives in backends/cuda/storage.py; the backends register it (register_allocator)
+and it is imported only when first used.
 """
 from __future__ import annotations
 
@@ -63,13 +64,17 @@ def new_storage(device: Device, nbytes: int) -> "HostStorage":
 
 
 def _allocator_of(kind):
-    if kind == "cuda":      # imports the driver on first use
-        from .backends.cuda.storage import allocate
-        ALLOCATE["cuda"] = allocate
-        return allocate
-    return HostStorage.allocate
+    raise RuntimeError(f"no storage for device type {kind!r}: its backend registered no "
+                       f"allocator (storage.register_allocator)")
 
 
-# device type -> allocate(device, nbytes); cuda's is bound on first use (Tensor._empty looks
-# here directly: a function call less per op)
+def register_allocator(kind: str, allocate) -> None:
+    """Make `allocate(device, nbytes)` the storage of device type `kind`. The backends above
+    this layer register theirs (backends/__init__.py: cuda's, which imports the driver on the
+    first cuda allocation)."""
+    ALLOCATE[kind] = allocate
+
+
+# device type -> allocate(device, nbytes) (Tensor._empty looks here directly: a function call
+# less per op)
 ALLOCATE: dict = {"cpu": HostStorage.allocate, "interp": HostStorage.allocate}

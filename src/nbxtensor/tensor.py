@@ -303,9 +303,36 @@ class Tensor:
     __slots__ = ("_storage", "_shape", "_stride", "_offset", "_dtype", "__weakref__")
     __array_priority__ = 1000  # so ndarray OP Tensor defers to our reflected operators
 
+    def __new__(cls, *args, device=None):
+        """torch's legacy constructor, default float dtype: `Tensor(2, 3)` (or a Size) is an
+        uninitialised tensor of that shape, `Tensor([1, 2])` a tensor of the data,
+        `Tensor(t)` `t` itself when it has the default dtype, `Tensor()` an empty one."""
+        from .creation import empty, tensor
+        dt = _dt.get_default_dtype()
+        if not args:
+            return empty(0, dtype=dt, device=device)
+        if len(args) == 1 and isinstance(args[0], Size):     # a tuple is data, as torch
+            args = tuple(args[0])
+        if builtins.all(isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_))
+                        for a in args):
+            return empty(tuple(int(a) for a in args), dtype=dt, device=device)
+        if len(args) != 1:
+            raise TypeError(f"Tensor(): expected sizes (ints) or one sequence of data, got "
+                            f"{', '.join(type(a).__name__ for a in args)}")
+        data = args[0]
+        if isinstance(data, Tensor):
+            if data.dtype != dt:
+                raise TypeError(f"Tensor(): expected a {dt.name} tensor (the default dtype), got "
+                                f"{data.dtype.name}; use data.to({dt.name})")
+            return data if device is None or as_device(device) == data.device \
+                else data.to(device)
+        if not isinstance(data, (list, tuple, np.ndarray)):
+            raise TypeError(f"Tensor(): data must be a sequence (list, tuple or ndarray), got "
+                            f"{type(data).__name__}")
+        return tensor(data, dtype=dt, device=device)
+
     def __init__(self, *args, **kwargs):
-        raise TypeError("Tensor cannot be constructed directly; use nbxtensor.tensor(), "
-                        "nbxtensor.empty() or nbxtensor.from_numpy()")
+        pass    # __new__ did the work (and Parameter/Buffer build themselves in theirs)
 
     def get_device(self) -> int:
         """The cuda device index; -1 for host tensors (cpu, interp), as torch for cpu."""
@@ -766,14 +793,12 @@ class Tensor:
         v = self._basic_index(idx)
         if v is not None:
             return v
-        from .ops import indexing
-        return indexing.getitem(self, idx)
+        return self._advanced_getitem(idx)    # tensor/list/bool indices: ops/indexing.py
 
     def __setitem__(self, idx, value):
         v = self._basic_index(idx)
         if v is None:
-            from .ops import indexing
-            indexing.setitem(self, idx, value)
+            self._advanced_setitem(idx, value)
             return
         if isinstance(value, Tensor):
             v.copy_(value)
@@ -971,23 +996,8 @@ class Tensor:
             return a.astype(dtype)
         return a.copy() if copy else a
 
-    # ---------------------------------------------------------------- DLPack, CUDA array interface
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        """A DLPack capsule over this tensor (array API 2023.12; see nbxtensor.dlpack)."""
-        from .dlpack import to_dlpack
-        return to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device,
-                         copy=copy)
-
-    def __dlpack_device__(self) -> tuple:
-        from .dlpack import dlpack_device
-        return dlpack_device(self)
-
-    @property
-    def __cuda_array_interface__(self) -> dict:
-        """Version 3, cuda tensors only (AttributeError elsewhere, as torch and CuPy)."""
-        from .dlpack import cuda_array_interface
-        return cuda_array_interface(self)
-
+    # DLPack and the CUDA array interface (__dlpack__, __dlpack_device__,
+    # __cuda_array_interface__) are attached by dlpack.py
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         """NumPy ufuncs on cpu tensors compute with NumPy and return cpu Tensors (as torch's
         do); `out=` tensors are written in place. Tensors on other devices are refused: NumPy
@@ -1062,6 +1072,20 @@ class Tensor:
         if self.ndim == 0:
             raise TypeError("iteration over a 0-dim tensor")
         return iter(self.unbind(0))
+
+    def __contains__(self, element):
+        """`v in t`: whether any element of t equals v (a number or a tensor), as torch."""
+        if not isinstance(element, (Tensor, builtins.int, builtins.float, builtins.bool,
+                                    np.number, np.bool_)):
+            raise TypeError(f"Tensor.__contains__ only supports Tensor or scalar, but you "
+                            f"passed in a {type(element).__name__}")
+        return builtins.bool((self == element).any())
+
+    def __format__(self, spec):
+        # f"{t:.3f}" formats a 0-dim tensor's value, as torch; other tensors print as str(t)
+        if self.ndim == 0 and type(self) is Tensor:
+            return format(self.item(), spec)
+        return object.__format__(self, spec)
 
     def __bool__(self):
         if self.numel() != 1:

@@ -784,7 +784,7 @@ def _loaders(tmp_path):
 def test_fifo_directory_and_device_are_refused_before_open(tmp_path, loader):
     """A FIFO blocked open() forever; a directory or a character device in a file's place
     is refused by name as well."""
-    from nbxtensor.io._files import NotARegularFileError
+    from nbxtensor.files import NotARegularFileError
     path, fn = _loaders(tmp_path)[loader]
     os.mkfifo(path)
     try:

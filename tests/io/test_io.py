@@ -14,7 +14,7 @@ import pytest
 import nbxtensor as nbx
 from nbxtensor import config
 from helpers import rng
-from nbxtensor.io import quant as Q
+from nbxtensor.backends.cpu import ggml_blocks as Q
 from nbxtensor.io.safetensors import load, load_file, safe_open, save, save_file
 
 

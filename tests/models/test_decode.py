@@ -1,4 +1,4 @@
-"""The decode path: fused decode GEMVs (kernels/decode_fused.py via models/_ops.fused_linear),
+"""The decode path: fused decode GEMVs (kernels/decode_fused.py via ops/decode.decode_linear),
 LlamaModel.decode_step / prefill against the model's original forward, device-side sampling
 in GraphDecoder, kernels per step, and (cuda) graph replay == eager step bit for bit."""
 from __future__ import annotations
@@ -62,7 +62,7 @@ def test_fused_linear_matches_float64(device, M, mode):
         kw["glu"] = True
     if mode == "residual":
         kw["residual"] = nbx.tensor(g.standard_normal((M, N)).astype(np.float32), device=device)
-    y = O.fused_linear(x, w, **kw)
+    y = O.decode_linear(x, w, **kw)
     assert y.shape == (M, N) and y.dtype is dtype and y.device.type == device
     ref = _ref(x, w, kw.get("norm_weight"), kw.get("eps", 1e-5), kw.get("bias"),
                kw.get("residual"), kw.get("glu", False))
@@ -77,10 +77,10 @@ def test_fused_linear_bf16_even_k_fp32_out(device, M):
     w = nbx.tensor((g.standard_normal((2 * N, K)) / 16).astype(np.float32),
                    device=device).to(nbx.bfloat16)
     nw = nbx.tensor(1 + 0.1 * g.standard_normal(K).astype(np.float32), device=device).to(nbx.bfloat16)
-    y = O.fused_linear(x, w, norm_weight=nw, eps=1e-6, glu=True)
+    y = O.decode_linear(x, w, norm_weight=nw, eps=1e-6, glu=True)
     assert y.dtype is nbx.bfloat16
     assert_close(y, _ref(x, w, nw, 1e-6, glu=True), **_tol(nbx.bfloat16))
-    y32 = O.fused_linear(x, w[:N], norm_weight=nw, eps=1e-6, out_dtype=nbx.float32)
+    y32 = O.decode_linear(x, w[:N], norm_weight=nw, eps=1e-6, out_dtype=nbx.float32)
     assert y32.dtype is nbx.float32
     # M >= 2 feeds tl.dot with the normalised x rounded to bf16 (as the unfused path does)
     assert_close(y32, _ref(x, w[:N], nw, 1e-6), rtol=1e-2, atol=1e-2)
@@ -103,7 +103,7 @@ def test_row_per_program_kernel_with_several_rows(monkeypatch, mode):
     b = nbx.tensor(g.standard_normal(N).astype(np.float32), device="interp")
     kw = {"glu": dict(norm_weight=nw, glu=True), "residual": dict(residual=r),
           "norm_bias": dict(norm_weight=nw, bias=b)}[mode]
-    y = O.fused_linear(x, w, eps=1e-5, **kw)
+    y = O.decode_linear(x, w, eps=1e-5, **kw)
     assert_close(y, _ref(x, w, kw.get("norm_weight"), 1e-5, kw.get("bias"), kw.get("residual"),
                          kw.get("glu", False)), rtol=1e-4, atol=1e-4)
 
@@ -128,17 +128,17 @@ def test_fused_gemv_writes_every_output(M):
 def test_fused_linear_refusals():
     x = nbx.ones((2, 8))
     with pytest.raises(ValueError, match="w must be a 2-D Tensor"):
-        O.fused_linear(x, nbx.ones((4, 7)))
+        O.decode_linear(x, nbx.ones((4, 7)))
     with pytest.raises(ValueError, match="even row count"):
-        O.fused_linear(x, nbx.ones((5, 8)), glu=True)
+        O.decode_linear(x, nbx.ones((5, 8)), glu=True)
     with pytest.raises(ValueError, match="residual must be a Tensor of shape"):
-        O.fused_linear(x, nbx.ones((4, 8)), residual=nbx.ones((2, 5)))
+        O.decode_linear(x, nbx.ones((4, 8)), residual=nbx.ones((2, 5)))
     with pytest.raises(ValueError, match="norm_weight must be a Tensor of shape"):
-        O.fused_linear(x, nbx.ones((4, 8)), norm_weight=nbx.ones(4))
+        O.decode_linear(x, nbx.ones((4, 8)), norm_weight=nbx.ones(4))
     with pytest.raises(ValueError, match="share one floating dtype"):
-        O.fused_linear(x, nbx.ones((4, 8), dtype=nbx.float64))
+        O.decode_linear(x, nbx.ones((4, 8), dtype=nbx.float64))
     with pytest.raises(ValueError, match="bias with glu"):
-        O.fused_linear(x, nbx.ones((4, 8)), glu=True, bias=nbx.ones(2))
+        O.decode_linear(x, nbx.ones((4, 8)), glu=True, bias=nbx.ones(2))
 
 
 def test_fused_gemv_compiles_for_sm90():
@@ -296,7 +296,9 @@ def test_decode_step_refusals():
     with pytest.raises(ValueError, match="must match"):
         m.decode_step(t, nbx.zeros((2, 2), dtype=nbx.int32), c)
     with pytest.raises(TypeError, match="nbx.KVCache"):
-        m.decode_step(t, p, m.new_cache(8))
+        m.decode_step(t, p, m.new_paged_cache(4, 4))
+    with pytest.raises(ValueError, match="does not fit"):
+        m.decode_step(t, p, m.new_cache(8))         # one sequence's cache, batch 2
     with pytest.raises(ValueError, match="does not fit"):
         m.decode_step(nbx.zeros((3, 1), dtype=nbx.int64), nbx.zeros((3, 1), dtype=nbx.int32), c)
 
@@ -352,7 +354,7 @@ def test_kernels_per_step_greedy_fused_exact(monkeypatch, record_property):
 
 # ----------------------------------------------------------------------------- QKV + RoPE + append
 def _qkv_rope_both(x, w, nw, b, pos, old, Hq, theta, device):
-    """[fused, composed] (q, cache k, cache v, lengths) as NumPy: O.fused_qkv_rope and
+    """[fused, composed] (q, cache k, cache v, lengths) as NumPy: O.decode_qkv_rope and
     fused_linear + KVCache.append_rope into layer 1 of a 2-layer float32 cache whose rows
     start as k = old, v = -old (old (2, B, Hkv, C, D)); eps 1e-5."""
     _, B, Hkv, C, D = old.shape
@@ -362,10 +364,10 @@ def _qkv_rope_both(x, w, nw, b, pos, old, Hq, theta, device):
         c.k.copy_(nbx.tensor(old, device=device))
         c.v.copy_(nbx.tensor(-old, device=device))
         if fused:
-            q = O.fused_qkv_rope(x, w, c, 1, pos, num_heads=Hq, norm_weight=nw, eps=1e-5,
+            q = O.decode_qkv_rope(x, w, c, 1, pos, num_heads=Hq, norm_weight=nw, eps=1e-5,
                                  bias=b, theta=theta)
         else:
-            qkv = O.fused_linear(x, w, norm_weight=nw, eps=1e-5, bias=b)
+            qkv = O.decode_linear(x, w, norm_weight=nw, eps=1e-5, bias=b)
             q = qkv[:, :Hq * D].view(B, 1, Hq, D).transpose(1, 2)
             k = qkv[:, Hq * D:(Hq + Hkv) * D].view(B, 1, Hkv, D).transpose(1, 2)
             v = qkv[:, (Hq + Hkv) * D:].view(B, 1, Hkv, D).transpose(1, 2)
@@ -447,7 +449,7 @@ def test_fused_qkv_rope_out_of_cache_position(bias):
     c.k.copy_(poisoned(tuple(c.k.shape), bf, "interp"))
     c.v.copy_(poisoned(tuple(c.v.shape), bf, "interp"))
     q = Tensor._empty((B, Hq * D), bf, nbx.device("interp"))
-    with pytest.raises(IndexError, match=r"fused_qkv_rope: index 9 .* positions"):
+    with pytest.raises(IndexError, match=r"decode_qkv_rope: index 9 .* positions"):
         F.fused_qkv_rope(x, w, q, *c.view(0), pos, _inv_freq_tensor(D, 500.0, None, "interp"),
                          num_heads=Hq, num_kv_heads=Hkv, norm_weight=nw, eps=1e-5, bias=b)
     q = q.view(B, 1, Hq, D).transpose(1, 2)
@@ -564,15 +566,15 @@ def test_fused_qkv_rope_refusals():
     x, w = nbx.zeros((1, 5)), nbx.zeros((32, 5))
     pos = nbx.zeros((1, 1), dtype=nbx.int32)
     with pytest.raises(TypeError, match="cache must be an nbx.KVCache"):
-        O.fused_qkv_rope(x, w, None, 0, pos, num_heads=4)
+        O.decode_qkv_rope(x, w, None, 0, pos, num_heads=4)
     with pytest.raises(ValueError, match="num_heads must be a positive multiple"):
-        O.fused_qkv_rope(x, w, c, 0, pos, num_heads=3)
+        O.decode_qkv_rope(x, w, c, 0, pos, num_heads=3)
     with pytest.raises(ValueError, match=r"w must have shape \(32, 5\)"):
-        O.fused_qkv_rope(x, nbx.zeros((20, 5)), c, 0, pos, num_heads=4)
+        O.decode_qkv_rope(x, nbx.zeros((20, 5)), c, 0, pos, num_heads=4)
     with pytest.raises(ValueError, match="positions must be an int Tensor"):
-        O.fused_qkv_rope(x, w, c, 0, nbx.zeros((1, 1)), num_heads=4)
+        O.decode_qkv_rope(x, w, c, 0, nbx.zeros((1, 1)), num_heads=4)
     with pytest.raises(ValueError, match="x must be a 2-D Tensor"):
-        O.fused_qkv_rope(nbx.zeros((2, 5)), w, c, 0, pos, num_heads=4)
+        O.decode_qkv_rope(nbx.zeros((2, 5)), w, c, 0, pos, num_heads=4)
 
 
 # ----------------------------------------------------------------------------- end of the step
@@ -684,21 +686,20 @@ def test_pdl_policy_switch():
     import os
     import subprocess
     from nbxtensor.kernels import decode_fused as F
-    assert O.pdl_enabled is F.pdl_enabled and O.set_pdl is F.set_pdl
-    prev = O.set_pdl(True)
+    prev = F.set_pdl(True)
     try:
-        assert O.pdl_enabled(nbx.device("cuda")) and O.pdl_enabled("cuda")
-        assert not O.pdl_enabled(nbx.device("interp")) and not O.pdl_enabled("cpu")
+        assert F.pdl_enabled(nbx.device("cuda")) and F.pdl_enabled("cuda")
+        assert not F.pdl_enabled(nbx.device("interp")) and not F.pdl_enabled("cpu")
         assert F.pdl_opts("cuda") == dict(PDL=True, launch_pdl=True)
         assert F.pdl_opts("interp") == dict(PDL=False)
-        assert O.set_pdl(False) is True
-        assert not O.pdl_enabled("cuda") and F.pdl_opts("cuda") == dict(PDL=False)
+        assert F.set_pdl(False) is True
+        assert not F.pdl_enabled("cuda") and F.pdl_opts("cuda") == dict(PDL=False)
         with pytest.raises(TypeError, match="on must be a bool"):
-            O.set_pdl(1)
+            F.set_pdl(1)
     finally:
-        O.set_pdl(prev)
-    code = ("from nbxtensor.models import _ops as O; "
-            "print(O.pdl_enabled('cuda'), O.pdl_enabled('interp'))")
+        F.set_pdl(prev)
+    code = ("from nbxtensor.kernels import decode_fused as F; "
+            "print(F.pdl_enabled('cuda'), F.pdl_enabled('interp'))")
     for val, want in (("0", "False False"), ("1", "True False"), ("off", "False False")):
         env = dict(os.environ, NBX_PDL=val)
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
@@ -917,16 +918,17 @@ def test_cuda_replay_equals_eager_step(batch, sampled):
 def test_cuda_pdl_on_off_identical(sampled):
     """PDL changes when kernels start, not what they compute: graph replays captured with
     PDL on and off give the same tokens and logits bit for bit (and the same kernel count)."""
+    from nbxtensor.kernels import decode_fused
     from nbxtensor.models.graph_decode import GraphDecoder
     m = _tiny_llama("cuda", dtype=nbx.bfloat16, L=2, V=300, H=128, Hq=4, Hkv=2, F=256)
     kw = dict(temperature=0.8, top_k=50, top_p=0.9, repetition_penalty=1.2, seed=11) \
         if sampled else {}
     prompts = [[5, 17, 1, 200, 9], [6, 17, 4, 200, 9]]
     out = {}
-    prev = O.set_pdl(True)
+    prev = decode_fused.set_pdl(True)
     try:
         for on in (True, False):
-            O.set_pdl(on)
+            decode_fused.set_pdl(on)
             d = GraphDecoder(m, batch=2, capacity=40, use_graph=True, **kw)
             d.prefill(prompts)
             d.capture()
@@ -936,7 +938,7 @@ def test_cuda_pdl_on_off_identical(sampled):
                 lg.append(d.logits.numpy().tobytes())
             out[on] = (d.kernels_per_step, [t.tobytes() for t in toks], lg)
     finally:
-        O.set_pdl(prev)
+        decode_fused.set_pdl(prev)
     assert out[True] == out[False]
 
 
@@ -955,7 +957,7 @@ def test_cuda_qkv_rope_1b_shape_matches_float64():
     nw = nbx.tensor(g.standard_normal(K).astype(np.float32), device="cuda").to(bf)
     pos = nbx.tensor(np.array([[5]], np.int32), device="cuda")
     c = nbx.KVCache(1, 1, Hkv, C, D, dtype=bf, device="cuda")
-    q = O.fused_qkv_rope(x, w, c, 0, pos, num_heads=Hq, norm_weight=nw, eps=1e-5,
+    q = O.decode_qkv_rope(x, w, c, 0, pos, num_heads=Hq, norm_weight=nw, eps=1e-5,
                          theta=500000.0)
     xa = to64(x)
     xa = xa / np.sqrt(np.mean(xa * xa, -1, keepdims=True) + 1e-5) * to64(nw)

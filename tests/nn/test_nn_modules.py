@@ -757,7 +757,7 @@ def test_load_sharded(tmp_path):
     save_file({k: sd[k] for k in keys[2:]}, str(tmp_path / "model-00002-of-00002.safetensors"))
     wm = {k: f"model-0000{1 if i < 2 else 2}-of-00002.safetensors" for i, k in enumerate(keys)}
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wm}))
-    loaded = nn.utils.load_sharded(tmp_path)
+    loaded = nbx.io.load_sharded(tmp_path)
     fresh = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4))
     fresh.load_state_dict(loaded)
     for k in keys:
@@ -765,7 +765,7 @@ def test_load_sharded(tmp_path):
     wm[keys[0]] = "model-00002-of-00002.safetensors"
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wm}))
     with pytest.raises(KeyError, match="lacks"):
-        nn.utils.load_sharded(tmp_path)
+        nbx.io.load_sharded(tmp_path)
 
 
 def test_hooks(device):

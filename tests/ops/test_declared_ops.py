@@ -155,6 +155,71 @@ REF = {
     "nextafter": lambda x, y, p, q: np.nextafter(x, y),
     "ldexp": lambda x, y, p, q: x * 2.0 ** y,
 }
+
+
+def _int_div0(f, x, y):
+    """f(x, y) for integers with division by zero giving 0 (nbx's documented value)."""
+    if x.dtype.kind in "fc":
+        return f(x, y)
+    ys = np.where(y == 0, 1, y).astype(x.dtype)
+    return np.where(y == 0, 0, f(x, ys)).astype(x.dtype)
+
+
+def _trunc_div(x, y):
+    q = np.abs(x) // np.abs(y)
+    return np.where((x < 0) != (y < 0), -q, q).astype(x.dtype)
+
+
+def _int_pow(x, y):
+    """integer powers by repeated multiplication (wrapping in the dtype); negative exponents
+    give 0 except for the bases 1 and -1; bool: x or not y."""
+    if x.dtype.kind in "fc":
+        return np.power(x, y)
+    if x.dtype == np.bool_:
+        return x | ~y
+    r = np.ones_like(x)
+    e = np.where(y < 0, 0, y).astype(np.int64)
+    with np.errstate(all="ignore"):
+        for k in range(int(e.max(initial=0))):
+            r = np.where(k < e, r * x, r).astype(x.dtype)
+    neg = np.where(x == 1, 1, np.where(x == -1, np.where(y % 2 != 0, -1, 1), 0))
+    return np.where(y < 0, neg, r).astype(x.dtype)
+
+
+# arithmetic, clamp and the ternaries: (x, y, z, p, q) with the parameters of PARAMS
+REF.update({
+    "copy": lambda x, y, z, p, q: x,
+    "add": lambda x, y, z, p, q: x + y,
+    "add_alpha": lambda x, y, z, p, q: x + y * p,
+    "sub": lambda x, y, z, p, q: x - y,
+    "sub_alpha": lambda x, y, z, p, q: x - y * p,
+    "mul": lambda x, y, z, p, q: x * y,
+    "div": lambda x, y, z, p, q: x / y,
+    "floor_divide": lambda x, y, z, p, q: np.floor_divide(x, y) if x.dtype.kind == "f" else
+    _int_div0(lambda a, b: a // b, x, y),
+    "div_trunc": lambda x, y, z, p, q: np.trunc(x / y) if x.dtype.kind == "f" else
+    _int_div0(_trunc_div, x, y),
+    "pow": lambda x, y, z, p, q: _int_pow(x, y),
+    "clamp": lambda x, y, z, p, q: np.where(np.isnan(z), z, np.where(
+        np.isnan(x) | np.isnan(y), np.nan, np.minimum(np.fmax(x, y), z))) if x.dtype.kind == "f"
+    else np.minimum(np.maximum(x, y), z),
+    "clamp_min": lambda x, y, z, p, q: np.where(x < y, y, x) if x.dtype.kind != "f" else
+    np.where(np.isnan(x) | np.isnan(y), np.nan, np.fmax(x, y)),
+    "clamp_max": lambda x, y, z, p, q: np.where(x > y, y, x) if x.dtype.kind != "f" else
+    np.where(np.isnan(x) | np.isnan(y), np.nan, np.fmin(x, y)),
+    "nan_to_num": lambda x, y, z, p, q: np.where(x != x, 1.5, np.where(
+        x == np.inf, 100.0, np.where(x == -np.inf, -100.0, x))),
+    "where": lambda x, y, z, p, q: np.where(x != 0, y, z),
+    "lerp": lambda x, y, z, p, q: x + z * (y - x),
+    "addcmul": lambda x, y, z, p, q: x + y * z * p,
+    "addcdiv": lambda x, y, z, p, q: x + p * y / z,
+})
+# the parameters (p, q) a call of these passes, and the call
+PARAMS = {"add_alpha": (2, 0), "sub_alpha": (2, 0), "addcmul": (2, 0), "addcdiv": (0.5, 0),
+          "nan_to_num": (1.5, 0)}
+_THREE = {"copy", "add", "add_alpha", "sub", "sub_alpha", "mul", "div", "floor_divide",
+          "div_trunc", "pow", "clamp", "clamp_min", "clamp_max", "nan_to_num", "where", "lerp",
+          "addcmul", "addcdiv"}
 # ulps of the dtype's RTOL
 LOOSE = {"tan": 4, "exp": 4, "exp2": 4, "remainder": 4, "fmod": 4, "sinh": 4, "cosh": 4,
          "erfinv": 4, "sinc": 4, "acosh": 4, "atanh": 4, "logit": 4, "logaddexp2": 2}
@@ -190,7 +255,8 @@ def _reference(op, xs, res, params=None):
     the dtype itself for integers and bools; then cast to the result dtype by nbx's rule.
     params: the op's parameters (default: the declared defaults)."""
     if params is None:
-        params = [float(v) for _, v in op.params] + [0.0] * (2 - len(op.params))
+        params = PARAMS.get(op.name) or (
+            [float(v) for _, v in op.params] + [0.0] * (2 - len(op.params)))
     ct = ew._compute_dtype(ew._default_float_if_int(xs[0].dtype) if op.rule in (
         "float", "tofloat") else xs[0].dtype)
     vals = [x.numpy() for x in xs]
@@ -199,12 +265,14 @@ def _reference(op, xs, res, params=None):
         p = [np.float64(v) for v in params]
     else:
         vals = [v.astype(ct.np) for v in vals]
-        p = [ct.np.type(v) for v in params] if ct is not _dt.bool else [False, False]
-    vals += [None] * (2 - len(vals))
+        p = [ct.np.type(v) for v in params] if ct is not _dt.bool else [bool(v) for v in params]
+    vals += [None] * (3 - len(vals))
     fn = REF.get(op.name)
     if fn is None:
         from nbxtensor.backends.cpu import elementwise as cpu
-        fn = eval(f"lambda x, y, p, q: ({op.np})", dict(cpu.EXPR_NAMESPACE))
+        fn = eval(f"lambda x, y, z, p, q: ({op.np})", dict(cpu.EXPR_NAMESPACE))
+    elif op.name not in _THREE:
+        vals = vals[:2]
     with np.errstate(all="ignore"):
         r = np.asarray(fn(*vals, *p))
         return _dt.cast(r, res)
@@ -226,7 +294,15 @@ def _check(got, want, op, dtype):
 
 # the hand-written functions over the declared entries of form "entry"
 _ENTRY_CALL = {"round": nbx.round, "gelu": nbx.gelu, "logit": nbx.logit,
-               "gelu_tanh": lambda x: nbx.gelu(x, approximate="tanh")}
+               "gelu_tanh": lambda x: nbx.gelu(x, approximate="tanh"),
+               "add_alpha": lambda x, y: nbx.add(x, y, alpha=2),
+               "sub_alpha": lambda x, y: nbx.sub(x, y, alpha=2),
+               "div_trunc": lambda x, y: nbx.div(x, y, rounding_mode="trunc"),
+               # the functions whose operands are not all the test's tensors
+               "where": lambda x, y, z: nbx.where(x != 0, y, z),
+               "nan_to_num": lambda x, y, z: nbx.nan_to_num(x, 1.5, 100.0, -100.0),
+               "addcmul": lambda x, y, z: nbx.addcmul(x, y, z, value=2),
+               "addcdiv": lambda x, y, z: nbx.addcdiv(x, y, z, value=0.5)}
 
 
 def _call(op, *xs, out=None):
@@ -547,15 +623,16 @@ def _compile_sm90(op, dt):
     from nbxtensor.kernels import _triton as _tr
     from nbxtensor.kernels import elementwise as K
     tl = _tr.tl
-    ptr = {"f32": "*fp32", "bf16": "*i16", "f64": "*fp64"}[dt]
+    ptr = {"f32": "*fp32", "bf16": "*i16", "f64": "*fp64", "i32": "*i32"}[dt]
     enc = "bf" if dt == "bf16" else "n"
-    two = op.arity == 2
+    two, three = op.arity >= 2, op.arity == 3
     outp = "*u8" if op.rule in ("cmp", "pred") else ptr
-    sc = "i64" if dt == "f64" else "fp32"
-    sig = {"out": outp, "a": ptr, "b": ptr if two else outp, "c": outp, "sa": sc, "sb": sc,
-           "sc": sc, "p0": sc, "p1": sc, "N": "i32"}
-    cx = dict(OP=op.entry, CT=tl.float64 if dt == "f64" else tl.float32, MA="t",
-              MB="t" if two else "z", MC="z", EA=enc, EB=enc if two else "n", EC="n",
+    sc = {"f64": "i64", "i32": "i32"}.get(dt, "fp32")
+    sig = {"out": outp, "a": ptr, "b": ptr if two else outp, "c": ptr if three else outp,
+           "sa": sc, "sb": sc, "sc": sc, "p0": sc, "p1": sc, "N": "i32"}
+    ct = {"f64": tl.float64, "i32": tl.int32}.get(dt, tl.float32)
+    cx = dict(OP=op.entry, CT=ct, MA="t", MB="t" if two else "z", MC="t" if three else "z",
+              EA=enc, EB=enc if two else "n", EC=enc if three else "n",
               EO="b" if outp == "*u8" else enc, F64S=dt == "f64", IDX64=False,
               INTERP=False, BLOCK=512)
     sig.update({k: "constexpr" for k in cx})
@@ -588,3 +665,69 @@ def test_new_binary_in_place_methods(device):
         z = a.clone()
         assert getattr(z, name + "_")(b) is z
         _check(z, want, op, nbx.float32)
+
+
+# ----------------------------------------------------------------------------- reductions
+# independent float64 references of the declared reductions (ops/_declare.py reduction(...))
+REDUCE_REF = {
+    "sum": lambda a, ax: np.sum(a, axis=ax), "prod": lambda a, ax: np.prod(a, axis=ax),
+    "mean": lambda a, ax: np.mean(a, axis=ax), "amax": lambda a, ax: np.max(a, axis=ax),
+    "amin": lambda a, ax: np.min(a, axis=ax), "any": lambda a, ax: np.any(a != 0, axis=ax),
+    "all": lambda a, ax: np.all(a != 0, axis=ax),
+    "count_nonzero": lambda a, ax: np.count_nonzero(a, axis=ax),
+    "argmax": lambda a, ax: np.argmax(a, axis=ax), "argmin": lambda a, ax: np.argmin(a, axis=ax),
+}
+REDUCTIONS = list(_declare.REDUCTIONS.values())
+
+
+@pytest.mark.parametrize("op", REDUCTIONS, ids=lambda o: o.name)
+def test_declared_reduction_matches_its_reference(device, op):
+    assert op.name in REDUCE_REF, f"{op.name}: add an independent float64 reference"
+    fn = getattr(nbx, op.name)
+    assert callable(getattr(nbx.Tensor, op.name, None))     # (the axis= alias wraps both)
+    g = rng()
+    # 70 columns overhang the interp row block (32); prod on values near 1 stays finite
+    a = g.uniform(0.9, 1.1, (37, 70)) if op.name == "prod" else g.standard_normal((37, 70))
+    a[3, 5] = 0.0
+    x = nbx.tensor(a.astype(np.float32), device=device)
+    ref64 = a.astype(np.float32).astype(np.float64)
+    dims = (0, 1, -1) if op.dims == "one" else (None, 0, 1, (0, 1))
+    for view, r in ((lambda t: t, ref64), (lambda t: t.t(), ref64.T)):
+        for dim in dims:
+            got = fn(view(x), dim) if dim is not None else fn(view(x))
+            want = REDUCE_REF[op.name](r, dim if not isinstance(dim, tuple) else dim)
+            if op.rule in ("index", "count", "bool"):
+                np.testing.assert_array_equal(got.numpy(), want, err_msg=f"{op.name} {dim}")
+            else:
+                np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4,
+                                           err_msg=f"{op.name} {dim}")
+    # the kernel's steps and the cpu expression come from the declaration
+    from nbxtensor.backends.cpu import reduction as cpu_red
+    assert op.kind in cpu_red._DECLARED
+    assert any(f"| `{op.name}` |" in row for row in _table.reduction_rows())
+    if device != "cpu":
+        from nbxtensor.kernels import reduction as rk
+        assert rk._SIMPLE[op.kind] == tuple(getattr(rk, c) for c in op.tl)
+
+
+# the arithmetic, clamp, ternary and copy entries, and the users of the generated TWO_WAY helpers
+MIGRATED = ("copy", "add", "add_alpha", "sub", "sub_alpha", "mul", "div", "div_floor",
+            "div_trunc", "pow", "clamp", "clamp_min", "clamp_max", "nan_to_num", "where", "lerp",
+            "addcmul", "addcdiv")
+TWO_WAY_USERS = ("exp", "log", "exp2", "log2", "log10", "rsqrt", "sin", "cos", "erf", "atan",
+                 "fmod", "gelu")
+
+
+@pytest.mark.parametrize("name", MIGRATED + TWO_WAY_USERS)
+def test_declared_branches_compile_for_sm90(name):
+    """The branches of the arithmetic/ternary declarations and of the ops that call the
+    generated TWO_WAY helpers compile to PTX for sm_90 (float32, float64; int32 where the rule
+    takes integers)."""
+    pytest.importorskip("triton")
+    from nbxtensor.kernels import _triton as _tr
+    if not _tr.REAL:
+        pytest.skip("the Triton stand-in cannot compile")
+    op = _declare.OPS[name]
+    for dt in ("f32", "f64") + (("i32",) if "int32" in op.dtypes and op.rule not in (
+            "float", "tofloat") else ()):
+        _compile_sm90(op, dt)

@@ -325,7 +325,7 @@ def test_decode_step_at_the_capacity_raises(device, at_op):
     m = _model(device, "F32")
     cache = m.new_kv_cache(1, 4)
     ids = nbx.tensor(np.array([[3]]), device=m.device)
-    with surfaces(device, at_op, r"(fused_qkv_rope|KVCache.append_rope): index 4 is out of "
+    with surfaces(device, at_op, r"(decode_qkv_rope|KVCache.append_rope): index 4 is out of "
                                    r"range for positions \(the KV cache holds 4 slots\)"):
         m.decode_step(ids, nbx.tensor(np.array([[4]], np.int32), device=m.device), cache)
     assert 0 <= int(cache.lengths.numpy()[0]) <= 4
@@ -339,7 +339,7 @@ def test_quantised_decode_step_at_the_capacity_raises(device, at_op):
     m = _uniform_quantised_tiny(device, L=1)
     cache = m.new_kv_cache(1, 4)
     ids = nbx.tensor(np.array([[3]]), device=m.device)
-    with surfaces(device, at_op, r"fused_qkv_rope: index 5 is out of range for positions"):
+    with surfaces(device, at_op, r"decode_qkv_rope: index 5 is out of range for positions"):
         m.decode_step(ids, nbx.tensor(np.array([[5]], np.int32), device=m.device), cache)
     assert int(cache.lengths.numpy()[0]) == 4
 
@@ -352,10 +352,10 @@ def test_token_ids_must_be_ints(ids):
         m.forward(ids, m.new_cache(8))
 
 
-def test_numpy_stand_in_embedding_refuses_negative_ids(monkeypatch):
-    """cpu's NumPy stand-in (NBX_MODELS_OPS=numpy) would wrap -1 to the last row."""
+def test_model_embedding_refuses_negative_ids():
+    """The models' embedding (the public op) refuses -1, which NumPy indexing would wrap to
+    the last row."""
     from nbxtensor.models import _ops as O
-    monkeypatch.setattr(O, "_MODE", "numpy")
     w = nbx.tensor(rng().standard_normal((5, 3)).astype(np.float32))
     for bad in (-1, 5):
         with pytest.raises(IndexError, match=rf"embedding: index {bad} is out of range for a "

@@ -905,7 +905,7 @@ def test_gather_fast_path_hits_follow_offsets_and_dtypes(device):
                                       base[r0:r0 + 4][:, [3, 0, 2, 1, 3, 0][k % 2:][:4]])
         np.testing.assert_array_equal(nbx.embedding(sel, x).numpy(),
                                       base[r0:r0 + 4][[3, 0, 2, 1, 3, 0][k % 2:][:4]])
-    keys = [key for key in oix._FAST if key[0] in ("gather", "index_select", "embedding")]
+    keys = [key for key in oix._FAST.keys() if key[0] in ("gather", "index_select", "embedding")]
     assert any(key[5] is nbx.int32 for key in keys) and any(key[5] is nbx.int64 for key in keys)
 
 
@@ -914,14 +914,15 @@ def test_gather_fast_path_hits_follow_offsets_and_dtypes(device):
 # cuda/interp (interp tiles: BC <= 16, 64 elements; the shapes below overhang them).
 @pytest.fixture
 def g2d(device, monkeypatch):
-    """(kernel names launched by index_gather, knobs) with fresh plan caches."""
-    from nbxtensor.kernels import indexing as kix
-    from nbxtensor.ops import indexing as oix
-    monkeypatch.setattr(oix, "_FAST", {})
+    """(kernel names launched by index_gather, knobs) with fresh plan caches (the knobs change
+    what a plan holds, so the plans made under them are dropped afterwards too)."""
+    from nbxtensor import plans
+    plans.clear_all()
     names = []
     if device == "cpu":
-        return names, None
-    monkeypatch.setattr(kix, "_GPLANS", {})
+        yield names, None
+        return
+    from nbxtensor.kernels import indexing as kix
     monkeypatch.setattr(kix, "G2D_CONFIG", {k: dict(v) for k, v in kix.G2D_CONFIG.items()})
     real = kix.launch
 
@@ -929,7 +930,8 @@ def g2d(device, monkeypatch):
         names.append(kernel.fn.__name__)
         return real(kernel, grid, *a, **k)
     monkeypatch.setattr(kix, "launch", spy)
-    return names, kix
+    yield names, kix
+    plans.clear_all()
 
 
 def _knobs(kix, monkeypatch, variant):

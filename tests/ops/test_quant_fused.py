@@ -1,6 +1,6 @@
 """Fused decode GEMVs over Q8_0 / Q4_1 blocks (kernels/quant_fused.py, entry
-models/_ops.fused_linear with a QuantWeight): against a float64 NumPy reference that decodes
-the blocks itself (written here, independent of io/quant.py and the kernels), on cpu and
+ops/decode.decode_linear with a QuantWeight): against a float64 NumPy reference that decodes
+the blocks itself (written here, independent of backends/cpu/ggml_blocks.py and the kernels), on cpu and
 interp; NaN-poisoned outputs; refusals; the sm_90 compile of every variant; the quantised
 model's decode step on the fused path (== forward) with the bf16 path's kernel count."""
 from __future__ import annotations
@@ -114,7 +114,7 @@ MODES = ["plain", "norm", "bias", "norm_bias", "glu", "residual", "all"]
 @pytest.mark.parametrize("mode", MODES)
 def test_fused_quant_matches_float64(device, qtype, M, mode):
     x, w, kw, ref = _case(device, qtype, M, mode)
-    y = O.fused_linear(x, w, **kw)
+    y = O.decode_linear(x, w, **kw)
     assert y.shape == ref.shape and y.dtype is nbx.float32 and y.device.type == device
     assert_close(y, ref, **_tol(ref, 1e-5))
 
@@ -123,13 +123,13 @@ def test_fused_quant_matches_float64(device, qtype, M, mode):
 def test_fused_quant_bf16_activations_fp32_logits(device, qtype):
     """bf16 x / norm weight / residual (the bf16 model); out_dtype float32 (the lm_head)."""
     x, w, kw, ref = _case(device, qtype, 2, "all", dtype=nbx.bfloat16)
-    y = O.fused_linear(x, w, **kw)
+    y = O.decode_linear(x, w, **kw)
     assert y.dtype is nbx.bfloat16
     assert_close(y, ref, **_tol(ref, 1e-2))
     kw.pop("residual")
     kw.pop("bias")
     x2, w2, kw2, ref2 = _case(device, qtype, 1, "norm", dtype=nbx.bfloat16)
-    y = O.fused_linear(x2, w2, out_dtype=nbx.float32, **kw2)
+    y = O.decode_linear(x2, w2, out_dtype=nbx.float32, **kw2)
     assert y.dtype is nbx.float32
     assert_close(y, ref2, **_tol(ref2, 1e-5))      # x bf16 exactly; fp32 sums, no rounding
 
@@ -155,27 +155,27 @@ def test_refusals():
     x = nbx.tensor(g.standard_normal((2, 64)).astype(np.float32))
     w, _ = _qweight(g, 6, 64, "Q4_1", "cpu")
     with pytest.raises(ValueError, match="no fused kernel"):
-        O.fused_linear(x, O.QuantWeight(w.blocks, "Q4_K", (6, 64)))
+        O.decode_linear(x, O.QuantWeight(w.blocks, "Q4_K", (6, 64)))
     with pytest.raises(ValueError, match="x must be a 2-D"):
-        O.fused_linear(x.reshape(128), w)
+        O.decode_linear(x.reshape(128), w)
     with pytest.raises(ValueError, match=r"w must be \(N, 32\)"):
-        O.fused_linear(x[:, :32], w)
+        O.decode_linear(x[:, :32], w)
     with pytest.raises(ValueError, match="even row count"):
-        O.fused_linear(x, O.QuantWeight(w.blocks[:5], "Q4_1", (5, 64)), glu=True)
+        O.decode_linear(x, O.QuantWeight(w.blocks[:5], "Q4_1", (5, 64)), glu=True)
     with pytest.raises(ValueError, match="bias with glu"):
-        O.fused_linear(x, w, glu=True, bias=nbx.zeros(3))
+        O.decode_linear(x, w, glu=True, bias=nbx.zeros(3))
     with pytest.raises(ValueError, match="uint8 blocks of shape"):
-        O.fused_linear(x, O.QuantWeight(w.blocks[:, :20], "Q4_1", (6, 64)))
+        O.decode_linear(x, O.QuantWeight(w.blocks[:, :20], "Q4_1", (6, 64)))
     with pytest.raises(ValueError, match="norm_weight must be a Tensor of shape"):
-        O.fused_linear(x, w, norm_weight=nbx.ones(63))
+        O.decode_linear(x, w, norm_weight=nbx.ones(63))
     with pytest.raises(ValueError, match="residual must be a Tensor of shape"):
-        O.fused_linear(x, w, residual=nbx.ones((2, 5)))
+        O.decode_linear(x, w, residual=nbx.ones((2, 5)))
     with pytest.raises(ValueError, match="residual must be float32"):
-        O.fused_linear(x, w, residual=nbx.ones((2, 6), dtype=nbx.bfloat16))
+        O.decode_linear(x, w, residual=nbx.ones((2, 6), dtype=nbx.bfloat16))
     with pytest.raises(ValueError, match="x must be floating point"):
-        O.fused_linear(x.to(nbx.int32), w)
+        O.decode_linear(x.to(nbx.int32), w)
     with pytest.raises(ValueError, match="out_dtype must be floating"):
-        O.fused_linear(x, w, out_dtype=nbx.int32)
+        O.decode_linear(x, w, out_dtype=nbx.int32)
 
 
 def test_refusals_interp():
@@ -184,12 +184,12 @@ def test_refusals_interp():
     x = nbx.tensor(g.standard_normal((1, 64)).astype(np.float32), device="interp")
     w, _ = _qweight(g, 4, 64, "Q4_1", "interp")
     with pytest.raises(ValueError, match="w is on cpu but x is on interp"):
-        O.fused_linear(x, O.QuantWeight(w.blocks.cpu(), "Q4_1", (4, 64)))
+        O.decode_linear(x, O.QuantWeight(w.blocks.cpu(), "Q4_1", (4, 64)))
     # a Q4_1 row view at an odd 2-byte offset: the int32 word loads need 4-byte alignment
     raw = nbx.zeros((4 * 40 + 2,), dtype=nbx.uint8, device="interp")
     blocks = raw[2:].reshape(4, 40)
     with pytest.raises(ValueError, match="4-byte aligned"):
-        O.fused_linear(x, O.QuantWeight(blocks, "Q4_1", (4, 64)))
+        O.decode_linear(x, O.QuantWeight(blocks, "Q4_1", (4, 64)))
 
 
 # ----------------------------------------------------------------------------- QKV + RoPE + append
@@ -197,7 +197,7 @@ def test_refusals_interp():
 @pytest.mark.parametrize("B,norm,bias,override", [(1, True, False, None), (3, True, True, None),
                                                   (2, False, False, "cuda")])
 def test_fused_qkv_rope_quant(monkeypatch, qtype, B, norm, bias, override):
-    """models._ops.fused_qkv_rope with a QuantWeight: one kernel (interp) == fused_linear +
+    """ops.decode.decode_qkv_rope with a QuantWeight: one kernel (interp) == fused_linear +
     KVCache.append_rope, and against float64: q rotated, k rotated / v written at the device
     positions, the other cache rows untouched, lengths = positions + 1. K = 9 blocks overhangs
     the interp BLOCK_B (8); "cuda": the cuda-style config (2 pairs a program, several K
@@ -219,8 +219,10 @@ def test_fused_qkv_rope_quant(monkeypatch, qtype, B, norm, bias, override):
     theta = 500.0
     old = g.standard_normal((2, B, Hkv, C, D)).astype(np.float32)
     launched = []
-    orig = F.fused_qkv_rope_quant
-    monkeypatch.setattr(F, "fused_qkv_rope_quant",
+    from nbxtensor import dispatch
+    orig = dispatch.impl("decode_qkv_rope_quant", nbx.device(dev))
+    assert orig is F.fused_qkv_rope_quant
+    monkeypatch.setitem(dispatch._BY_DEVTYPE, ("decode_qkv_rope_quant", "interp"),
                         lambda *a, **k: launched.append(1) or orig(*a, **k))
     from test_decode import _qkv_rope_both
     res = _qkv_rope_both(x, w, nw, b, pos, old, Hq, theta, dev)

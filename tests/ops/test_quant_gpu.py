@@ -1,6 +1,6 @@
 """Device dequantisation kernels (kernels/quant.py: `dequantize`, `dequantize_rows`) for every
 GGUF format we read -- Q8_0, Q4_1, Q4_0, Q4_K, Q5_K, Q6_K, F32, F16, BF16 -- against the host
-reference (nbxtensor.io.quant) and the `gguf` package, bit for bit; and the GGUF loader's
+reference (nbxtensor.backends.cpu.ggml_blocks) and the `gguf` package, bit for bit; and the GGUF loader's
 device-side dequantisation at load. interp in CI, cuda on the GPU machine; plus an sm_90
 compile check of every kernel variant (shared memory, registers, spills) that needs no GPU.
 """
@@ -17,7 +17,7 @@ import pytest
 
 import nbxtensor as nbx
 from helpers import poisoned, rng
-from nbxtensor.io import quant as Q
+from nbxtensor.backends.cpu import ggml_blocks as Q
 
 BLOCK_QTYPES = ["Q8_0", "Q4_1", "Q4_0", "Q4_K", "Q5_K", "Q6_K"]
 ALL_QTYPES = BLOCK_QTYPES + ["F32", "F16", "BF16"]
@@ -26,7 +26,7 @@ NP_OUT = {nbx.float32: np.float32, nbx.bfloat16: ml_dtypes.bfloat16, nbx.float16
 
 def _skip_cpu(device):
     if device == "cpu":
-        pytest.skip("device kernels: cpu dequantises with nbxtensor.io.quant")
+        pytest.skip("device kernels: cpu dequantises with nbxtensor.backends.cpu.ggml_blocks")
 
 
 def _f16_bits(g, n):

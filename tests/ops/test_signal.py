@@ -16,7 +16,7 @@ import pytest
 
 import nbxtensor as nbx
 from nbxtensor.audio import WavFormatError
-from nbxtensor.io._files import NotARegularFileError
+from nbxtensor.files import NotARegularFileError
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH = np.load(os.path.join(HERE, "fixtures", "signal", "torch_signal.npz"))

@@ -22,7 +22,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 THIS = os.path.abspath(__file__)
-sys.path.insert(0, HERE)
+sys.path[:0] = [HERE, os.path.dirname(HERE)]     # this folder and tests/ (helpers, fakes)
 
 import nbxtensor as nbx  # noqa: E402
 import nbxtensor.distributed as dist  # noqa: E402

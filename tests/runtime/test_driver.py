@@ -213,7 +213,8 @@ def test_stream_record_event_makes_the_event_on_the_streams_device(monkeypatch):
         def event_destroy(self, e):
             pass
 
-    monkeypatch.setattr(cuda, "_drv", Drv())
+    from nbxtensor.backends.cuda import streams
+    monkeypatch.setattr(streams, "_drv", Drv())
     s = cuda.Stream(1, handle=0x20)
     ev = s.record_event()
     assert ev.device == 1

@@ -24,23 +24,27 @@ MiB = 1 << 20
 @pytest.fixture
 def fake(monkeypatch):
     """The driver over FakeDriver, device 0's allocator over FakeRaw, fresh stream tables."""
-    from nbxtensor import cuda
-    from nbxtensor.backends.cuda import graphs
+    from nbxtensor.backends.cuda import graphs, streams
     f = FakeDriver()
     monkeypatch.setattr(driver, "fn", f.fn)
     monkeypatch.setattr(driver._tls, "device", 0, raising=False)
     alloc = CachingAllocator(FakeRaw(), "cuda:0")
     monkeypatch.setitem(memory._allocators, 0, alloc)
-    monkeypatch.setattr(cuda, "_current", {})
-    monkeypatch.setattr(cuda, "_current_cstreams", {})
-    monkeypatch.setattr(cuda, "_default", {})
+    # the stream tables are shared by reference (launcher, storage): emptied, then restored
+    tables = (streams.current_streams, streams.current_cstreams, streams.default_streams)
+    saved = [dict(t) for t in tables]
+    for t in tables:
+        t.clear()
     monkeypatch.setattr(graphs, "_side_streams", {})
-    from nbxtensor.backends.cuda import storage
-    monkeypatch.setattr(storage, "_current", cuda._current)
     monkeypatch.setattr(driver, "_capturing", {})
     f.alloc = alloc
-    yield f
-    gc.collect()
+    try:
+        yield f
+        gc.collect()
+    finally:
+        for t, old in zip(tables, saved):
+            t.clear()
+            t.update(old)
 
 
 def _memset(t, value, stream=None):

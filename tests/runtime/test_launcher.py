@@ -1246,32 +1246,32 @@ def test_torch_watch_sees_a_package_import_of_torch_already_imported(monkeypatch
 
 def test_sync_seams_raise_pending_index_errors(monkeypatch):
     # every synchronising call (nbx.cuda.synchronize, Stream/Event.synchronize, a host read)
-    # asks the indexing module for the index errors that earlier cuda ops recorded
+    # runs the registered device-error checks whose pending flag is set; kernels/indexing.py
+    # registers the index-error flag's
     import nbxtensor.cuda as C
     from nbxtensor.backends.cuda import driver as drv
+    from nbxtensor.backends.cuda import streams
     from nbxtensor.backends.cuda.storage import CudaStorage
     from nbxtensor.kernels import indexing as ix
+    assert any(p is ix.PENDING and c is ix.check_pending for p, c in streams._sync_checks)
     for name in ("set_device", "stream_synchronize", "event_synchronize", "ctx_synchronize",
                  "memcpy_dtoh"):
         monkeypatch.setattr(drv, name, lambda *a: None)
-    monkeypatch.setattr(C._drv, "set_device", lambda *a: None)
-    asked = []
-    monkeypatch.setattr(ix, "check_pending", lambda: asked.append(1))
+    asked, flag = [], [0]
+    monkeypatch.setattr(streams, "_sync_checks", [(flag, lambda: asked.append(1))])
     ev = object.__new__(C.Event)
     ev.handle = 0
     st = CudaStorage(Device("cuda", 0), 16, None, None)
     seams = [lambda: C.synchronize(0), C.Stream(0, handle=0).synchronize, ev.synchronize,
              lambda: st.to_host(0, 8)]
-    saved = ix.PENDING[0]
     try:
         for pending in (0, 1):
-            ix.PENDING[0] = pending
+            flag[0] = pending
             for seam in seams:
                 n = len(asked)
                 seam()
                 assert len(asked) == n + pending
     finally:
-        ix.PENDING[0] = saved
         ev.handle = None    # nothing to destroy
 
 

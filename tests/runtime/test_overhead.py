@@ -340,7 +340,7 @@ def test_elementwise_plans_follow_every_key(device, poison_outputs, monkeypatch)
         pytest.skip("the triton path's plans")
     from nbxtensor.kernels import elementwise as ew
     seen = _items_spy(monkeypatch, ew)
-    ew._PLANS.clear()           # the first call of each key below is the one this test made
+    ew._launch_plan.cache_clear()    # the first call of each key below is the one this test made
     g = rng()
     f32 = nbx.float32
     for rnd in range(3):
@@ -408,8 +408,8 @@ def test_reduction_plans_follow_every_key(device, poison_outputs, monkeypatch):
     from nbxtensor.ops import reduction as ored
     seen = _items_spy(monkeypatch, rk)
     shipped_pipe = rk.PIPE
-    rk._LAUNCHES.clear()
-    ored._FAST.clear()
+    rk._simple_launch.cache_clear()
+    ored._fast_plan.cache_clear()
     g = rng()
     f32 = nbx.float32
     tol = dict(rtol=1e-5, atol=1e-5)
@@ -508,8 +508,9 @@ def test_gemv_plans_follow_every_key(device, poison_outputs, monkeypatch):
     (split-K or not)."""
     if device == "cpu":
         pytest.skip("the triton path's plans")
+    from nbxtensor import plans
     from nbxtensor.kernels import gemv as kg
-    kg._PLANS.clear()
+    plans.clear_all()
     monkeypatch.setattr(kg, "NOSPLIT_ROW_BYTES", 0)     # these short rows may split too
     seen = _items_spy(monkeypatch, kg, "_launch_items")
     g = rng()
@@ -651,9 +652,9 @@ def test_gemv_workspaces_follow_their_key_and_are_never_shared(device, poison_ou
     sit in the workspace (re-entrant here, a second thread in life) gets another one."""
     if device == "cpu":
         pytest.skip("the triton path's workspaces")
+    from nbxtensor import plans
     from nbxtensor.kernels import gemv as kg
-    kg._PLANS.clear()
-    kg.clear_workspaces()
+    plans.clear_all()           # the gemv plans and its workspaces with them
     monkeypatch.setattr(kg, "TARGET_PROGRAMS", 4 * 132)     # split-K at these sizes
     monkeypatch.setattr(kg, "NOSPLIT_ROW_BYTES", 0)
     nested, results = [], []
@@ -694,8 +695,7 @@ def test_gemv_workspaces_follow_their_key_and_are_never_shared(device, poison_ou
     assert all(len(v) <= 2 for v in kg._WS.values())
     # above the size bound (read when a plan is made): fresh workspaces, none kept
     monkeypatch.setattr(kg, "_WS_BYTES", 3 * 33 * 4 * 3 - 1)
-    kg._PLANS.clear()
-    kg.clear_workspaces()
+    plans.clear_all()
     for _ in range(2):
         x, w = randn((3, 300), f32, device, g), randn((33, 300), f32, device, g)
         assert_close(nbx.linear(x, w), _lin64(x, w), f32, **tol)
@@ -707,9 +707,9 @@ def test_cuda_gemv_workspaces_follow_the_stream_and_skip_graph_capture(device, m
     kept workspace nor keeps its own: eager calls between replays never touch the graph's."""
     if device != "cuda":
         pytest.skip("streams and graphs: cuda only")
+    from nbxtensor import plans
     from nbxtensor.kernels import gemv as kg
-    kg._PLANS.clear()
-    kg.clear_workspaces()
+    plans.clear_all()
     monkeypatch.setattr(kg, "TARGET_PROGRAMS", 4 * 132)
     seen = _ws_spy(monkeypatch, kg)
     g = rng()

@@ -46,9 +46,9 @@ def device_identity(device) -> tuple[str, str] | None:
     idx = device.index or 0
     ident = _idents.get(idx)
     if ident is None:
-        from .. import cuda
-        major, minor = cuda.get_device_capability(idx)
-        ident = _idents[idx] = (cuda.get_device_name(idx), f"sm_{major}{minor}")
+        from ..backends.cuda import streams
+        major, minor = streams.get_device_capability(idx)
+        ident = _idents[idx] = (streams.get_device_name(idx), f"sm_{major}{minor}")
     return ident
 
 

@@ -53,7 +53,7 @@ def _read(path: str) -> list[dict]:
     """The entries of a cache/table file; a missing file is empty, a broken one is refused
     loudly (a silently empty cache would hide the problem), and so is a FIFO or device in
     its place (opening one would block forever)."""
-    from ..io._files import regular_file       # at call time: io sits above autotune
+    from ..files import regular_file
     if regular_file(path, "autotune cache", missing_ok=True) is None:
         return []
     with open(path, encoding="utf-8") as f:

@@ -18,6 +18,9 @@ import time
 
 import numpy as np
 
+from .. import dtypes as _dtypes
+from ..creation import tensor as _tensor
+from ..device import Device
 from . import cache as _cache
 from .screen import DeviceFault, ScreenError, context_poisoned, screen
 from ..kernels._common import device_facts
@@ -61,18 +64,17 @@ class _ProductCase:
     kernel = "?"
 
     def __init__(self, key, dtype, device, seed=0):
-        import nbxtensor as nbx
         from ..tensor import Tensor
         self.M, self.N, self.K = (int(v) for v in key)
-        self.dtype = nbx.dtypes.as_dtype(dtype)
+        self.dtype = _dtypes.as_dtype(dtype)
         self.device = device
         g = np.random.default_rng(seed)
         # the actual (rounded) inputs, kept in float64 for the reference
         x = g.standard_normal((self.M, self.K)).astype(self.dtype.np)
         w = g.standard_normal((self.N, self.K)).astype(self.dtype.np)
         self.x64, self.w64 = x.astype(np.float64), w.astype(np.float64)
-        self.X = nbx.tensor(x, device=device)
-        self.W = nbx.tensor(w, device=device)
+        self.X = _tensor(x, device=device)
+        self.W = _tensor(w, device=device)
         self.a = self.X.reshape(1, 1, self.M, self.K)
         self.b = self.W.t().unsqueeze(0).unsqueeze(0)        # (1, 1, K, N) view of W^T
         self.out = Tensor._empty((1, 1, self.M, self.N), self.dtype, device)
@@ -179,10 +181,9 @@ class _RowsCase:
     TOL = {"bfloat16": 1.6e-2, "float16": 4e-3, "float32": 2e-5}
 
     def __init__(self, key, dtype, device, seed=0):
-        import nbxtensor as nbx
         from ..tensor import Tensor
         self.R, self.N = (int(v) for v in key)
-        self.dtype = nbx.dtypes.as_dtype(dtype)
+        self.dtype = _dtypes.as_dtype(dtype)
         if self.dtype.name not in self.TOL:
             raise ValueError(f"autotune: {self.kernel} is tuned for {sorted(self.TOL)}, got "
                              f"{self.dtype.name}")
@@ -190,7 +191,7 @@ class _RowsCase:
         g = np.random.default_rng(seed)
         x = (g.standard_normal((self.R, self.N)) * 3).astype(self.dtype.np)
         self.x64 = x.astype(np.float64)
-        self.x = nbx.tensor(x, device=device)
+        self.x = _tensor(x, device=device)
         self.out = Tensor._empty((self.R, self.N), self.dtype, device)
         self.rows = row_windows(self.R) if self.R * self.N > (1 << 24) else [(0, self.R)]
         self.tol = self.TOL[self.dtype.name]
@@ -240,10 +241,9 @@ class RmsNormCase(_RowsCase):
     EPS = 1e-6
 
     def _setup(self, g):
-        import nbxtensor as nbx
         w = (1 + 0.1 * g.standard_normal(self.N)).astype(self.dtype.np)
         self.w64 = w.astype(np.float64)
-        self.w = nbx.tensor(w, device=self.device)
+        self.w = _tensor(w, device=self.device)
 
     def run(self, cfg):
         from ..kernels import norm as kn
@@ -296,13 +296,12 @@ class AttentionCase:
     TOL = {"bfloat16": 2e-2, "float16": 1e-2, "float32": 1e-4}
 
     def __init__(self, key, dtype, device, seed=0):
-        import nbxtensor as nbx
         from ..tensor import Tensor
         from .space import _attn_key
         self.L, self.H, self.Hk, self.D, self.causal = _attn_key(tuple(key))
         if self.H % self.Hk:
             raise ValueError(f"autotune: attention heads {self.H} not a multiple of kv heads {self.Hk}")
-        self.dtype = nbx.dtypes.as_dtype(dtype)
+        self.dtype = _dtypes.as_dtype(dtype)
         if self.dtype.name not in self.TOL:
             raise ValueError(f"autotune: attention is tuned for {sorted(self.TOL)}, got {self.dtype.name}")
         self.device = device
@@ -310,7 +309,7 @@ class AttentionCase:
         mk = lambda h: g.standard_normal((1, h, self.L, self.D)).astype(self.dtype.np)  # noqa: E731
         q, k, v = mk(self.H), mk(self.Hk), mk(self.Hk)
         self.q64, self.k64, self.v64 = (a.astype(np.float64)[0] for a in (q, k, v))
-        self.q, self.k, self.v = (nbx.tensor(a, device=device) for a in (q, k, v))
+        self.q, self.k, self.v = (_tensor(a, device=device) for a in (q, k, v))
         self.out = Tensor._empty((1, self.H, self.L, self.D), self.dtype, device)
         self.scale = 1.0 / math.sqrt(self.D)
         self.rows = row_windows(self.L) if self.L > 1024 else [(0, self.L)]
@@ -389,10 +388,9 @@ class DecodeAttentionCase:
     TOL = {"bfloat16": 2e-2, "float16": 1e-2, "float32": 1e-4}
 
     def __init__(self, key, dtype, device, seed=0):
-        import nbxtensor as nbx
         from ..tensor import Tensor
         self.Hk, self.C, self.R, self.D = (int(v) for v in key)
-        self.dtype = nbx.dtypes.as_dtype(dtype)
+        self.dtype = _dtypes.as_dtype(dtype)
         if self.dtype.name not in self.TOL:
             raise ValueError(f"autotune: decode_attention is tuned for {sorted(self.TOL)}, got "
                              f"{self.dtype.name}")
@@ -402,8 +400,8 @@ class DecodeAttentionCase:
         k = g.standard_normal((1, self.Hk, self.C, self.D)).astype(self.dtype.np)
         v = g.standard_normal((1, self.Hk, self.C, self.D)).astype(self.dtype.np)
         self.q64, self.k64, self.v64 = (a.astype(np.float64)[0] for a in (q, k, v))
-        self.q, self.k, self.v = (nbx.tensor(a, device=device) for a in (q, k, v))
-        self.lengths = nbx.tensor(np.array(self.C, dtype=np.int32), device=device)
+        self.q, self.k, self.v = (_tensor(a, device=device) for a in (q, k, v))
+        self.lengths = _tensor(np.array(self.C, dtype=np.int32), device=device)
         self.out = Tensor._empty((1, self.Hk * self.R, 1, self.D), self.dtype, device)
         self.scale = 1.0 / math.sqrt(self.D)
         self.rows = [(0, self.Hk * self.R)]      # small output: all of it is compared
@@ -474,6 +472,7 @@ def kernel_for(key, dtype: str = "bfloat16") -> str:
     return "gemv" if int(key[0]) <= 16 and dtype != "float64" else "matmul"
 
 
+# long: the sweep loop: the time budget, fault isolation and progress share its state across candidates
 def tune(kernel: str, key: tuple, *, dtype, device, timer=None, candidates=None,
          budget_s: float = 120.0, run_budget_ms: float | None = None, warmup: int = 3,
          reps: int = 10, store: bool = True, cache_file: str | None = None, progress=None,
@@ -482,10 +481,9 @@ def tune(kernel: str, key: tuple, *, dtype, device, timer=None, candidates=None,
     store it in the user cache unless store=False). Raises ScreenError if no candidate is
     correct, KeyError for an undeclared kernel, ValueError for a device that cannot tune."""
     from . import device_identity, disabled, reload
-    import nbxtensor as nbx
     t = get_tunable(kernel)
-    device = nbx.device(device) if not hasattr(device, "type") else device
-    dtype = nbx.dtypes.as_dtype(dtype).name
+    device = Device(device) if not hasattr(device, "type") else device
+    dtype = _dtypes.as_dtype(dtype).name
     ident = device_identity(device)
     if ident is None:
         raise ValueError(f"autotune: device {device} runs no Triton kernels; tune on cuda or interp")
@@ -732,9 +730,8 @@ _PC_CASE: dict = {}
 
 
 def _precompile_task(kernel, key, dtype, device, configs, seed):
-    import nbxtensor as nbx
     from .screen import dry_launches
-    dev = nbx.device(device)
+    dev = Device(device)
     ck = (kernel, tuple(key), dtype, seed)
     case = _PC_CASE.get(ck)
     if case is None:
@@ -791,25 +788,23 @@ class Precompiler:
 def candidates_for(kernel: str, key: tuple, dtype: str, device) -> list[dict]:
     """The candidates a sweep of this key on `device` screens (pruned), without device
     inputs."""
-    import nbxtensor as nbx
-    sms = device_facts(nbx.device(device)).sms
+    sms = device_facts(Device(device)).sms
     return prune_for_key(kernel, tuple(key), _candidates_of(kernel, tuple(key), dtype, sms),
                          _default_of(kernel, tuple(key), dtype, device), dtype, sms)[0]
 
 
 def _default_of(kernel, key, dtype, device):
     """The rule's config for a key on `device` (no device inputs), as the cases report it."""
-    import nbxtensor as nbx
-    dt = nbx.dtypes.as_dtype(dtype)
+    dt = _dtypes.as_dtype(dtype)
     try:
         if kernel == "matmul":
             from ..kernels import matmul as km
-            return dict(km.matmul_config(*key, dt, device_facts(nbx.device(device))))
+            return dict(km.matmul_config(*key, dt, device_facts(Device(device))))
         if kernel == "gemv":
             from ..kernels import gemv as kg
             from . import disabled
             with disabled():
-                cfg = kg.gemv_config(*key, dt, device_facts(nbx.device(device)))
+                cfg = kg.gemv_config(*key, dt, device_facts(Device(device)))
             cfg.pop("K_SPLIT", None)
             return cfg
         if kernel in ("rms_norm", "softmax"):
@@ -824,7 +819,7 @@ def _default_of(kernel, key, dtype, device):
             from ..kernels import decode_attention as kd
             BH, C, R, D = (int(v) for v in key)
             bd = max(16, 1 << (D - 1).bit_length())
-            cfg = kd.decode_config(1, BH, C, bd, bd, dt.itemsize, device_facts(nbx.device(device)))
+            cfg = kd.decode_config(1, BH, C, bd, bd, dt.itemsize, device_facts(Device(device)))
             return dict(TARGET=cfg["TARGET"], BLOCK_N=cfg["BLOCK_N"],
                         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                         COMBINE=cfg["COMBINE"])
@@ -841,12 +836,11 @@ def tune_isolated(kernel: str, key: tuple, *, dtype, device, candidates=None, ma
     without it (at most `max_faults` times). Stores the entry in the parent. Raises
     ScreenError / RuntimeError like tune; a key over `timeout_s` is abandoned (RuntimeError).
     `precompiler` (a Precompiler) compiles the key's candidates in parallel first."""
-    import nbxtensor as nbx
     from . import reload
     t_start = time.perf_counter()
     kw.pop("store", None)
     kw.pop("progress", None)          # callbacks do not cross processes
-    dt = nbx.dtypes.as_dtype(dtype).name
+    dt = _dtypes.as_dtype(dtype).name
     faults = []
     pruned = None         # the prune record, once the parent prunes (after a fault)
     cands = list(candidates) if candidates is not None else None
@@ -880,7 +874,7 @@ def tune_isolated(kernel: str, key: tuple, *, dtype, device, candidates=None, ma
                 raise RuntimeError(f"autotune: {kernel} {key}: {len(faults)} device faults; giving "
                                    f"up: {payload['error']}")
             if cands is None:
-                sms = device_facts(nbx.device(device)).sms
+                sms = device_facts(Device(device)).sms
                 cands, pruned = prune_for_key(kernel, tuple(key),
                                               _candidates_of(kernel, tuple(key), dt, sms),
                                               _default_of(kernel, tuple(key), dt, device), dt,

@@ -68,9 +68,9 @@ class CudaTimer:
             drv.memset_d8(self._buf.data_ptr(), self._n & 0xFF, self._buf.numel(), stream)
 
     def _timed(self, fn, reps: int, flushes: int = 1) -> list[float]:
-        from .. import cuda
-        stream = cuda.current_stream(self.device)
-        evs = [(cuda.Event(True, self.device), cuda.Event(True, self.device)) for _ in range(reps)]
+        from ..backends.cuda import streams
+        stream = streams.current_stream(self.device)
+        evs = [(streams.Event(True, self.device), streams.Event(True, self.device)) for _ in range(reps)]
         for s, e in evs:
             for _ in range(flushes):
                 self._flush(stream.handle)
@@ -89,8 +89,8 @@ class CudaTimer:
         return self._flush_cost
 
     def _stream_handle(self):
-        from .. import cuda
-        return cuda.current_stream(self.device).handle
+        from ..backends.cuda import streams
+        return streams.current_stream(self.device).handle
 
     def measure(self, fn, *, warmup: int = 3, reps: int = 10, budget_ms: float | None = None):
         probe = self._timed(fn, 1)[0]
@@ -100,8 +100,8 @@ class CudaTimer:
             fn()
         # the host time of one call (enqueue only: fn launches asynchronously) decides how
         # many flushes hide it, so the events time the GPU's work, not the Python
-        from .. import cuda
-        cuda.synchronize()
+        from ..backends.cuda import streams
+        streams.synchronize()
         t0 = time.perf_counter()
         fn()
         host_ms = (time.perf_counter() - t0) * 1e3

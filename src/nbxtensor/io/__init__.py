@@ -1,13 +1,14 @@
-"""Weight files: safetensors (read/write), GGUF (read, with our own dequantisation) and PyTorch
-checkpoints (read, without torch or running the file's pickle code)."""
+"""Weight files: safetensors (read/write), GGUF (read, with our own dequantisation), PyTorch
+checkpoints (read, without torch or running the file's pickle code) and sharded folders."""
 from __future__ import annotations
 
-from ._files import NotARegularFileError  # noqa: F401
+from ..files import NotARegularFileError  # noqa: F401
 from .safetensors import SafetensorsFile, load_file, safe_open, save_file  # noqa: F401
 from .torch_checkpoint import UnsafeCheckpointError, load_torch  # noqa: F401
+from .sharded import load_sharded  # noqa: F401
 
 __all__ = ["safe_open", "load_file", "save_file", "SafetensorsFile", "GGUFFile", "load_gguf",
-           "load_torch", "UnsafeCheckpointError", "NotARegularFileError"]
+           "load_torch", "UnsafeCheckpointError", "NotARegularFileError", "load_sharded"]
 
 
 def __getattr__(name):

@@ -25,7 +25,7 @@ from .. import dtypes as _dt
 from ..creation import from_numpy
 from ..device import as_device
 from ..tensor import Tensor
-from ._files import regular_file
+from ..files import regular_file
 
 __all__ = ["safe_open", "load_file", "save_file", "SafetensorsFile", "save", "load"]
 
@@ -275,6 +275,26 @@ class SafetensorsFile:
     def nbytes(self, names=None) -> int:
         names = self._entries if names is None else names
         return sum(self._entries[n].end - self._entries[n].begin for n in names)
+
+
+def open_folder(folder):
+    """The *.safetensors files of a model folder, opened: (files, {tensor name: its file},
+    a progress line over their total size). A name in two files is refused (which copy is
+    meant is unknowable), never picked."""
+    import glob
+    files = sorted(glob.glob(os.path.join(folder, "*.safetensors")))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no *.safetensors files")
+    opened = [SafetensorsFile(f) for f in files]
+    index = {}
+    for f in opened:
+        for k in f.keys():
+            if k in index:
+                raise ValueError(f"{folder}: tensor {k!r} is in both {index[k].path!r} and "
+                                 f"{f.path!r}")
+            index[k] = f
+    prog = _Progress(sum(f.nbytes() for f in opened), f"loading {os.path.basename(folder)}")
+    return files, index, prog
 
 
 def safe_open(path, framework: str = "nbx", device=None) -> SafetensorsFile:

@@ -256,8 +256,8 @@ class Uploader:
             d.set_device(self.index)
             if src.nbytes:
                 # the block may have been freed by the current stream's queued work
-                from ..backends.cuda.storage import _stream_handle
-                d.stream_synchronize(_stream_handle(self.index))
+                from ..backends.cuda.streams import current_handle
+                d.stream_synchronize(current_handle(self.index))
             t = Tensor._empty(tuple(arr.shape), dt, self.device)
             if src.nbytes:
                 self._put(t.data_ptr(), src)

@@ -29,6 +29,7 @@ map_location each storage moves to the device once and its views follow.
 from __future__ import annotations
 
 import collections
+import io
 import math
 import os
 import pickle
@@ -42,7 +43,7 @@ from .. import dtypes as _dt
 from ..creation import from_numpy
 from ..device import as_device
 from ..tensor import Tensor
-from ._files import regular_file
+from ..files import regular_file
 
 __all__ = ["load_torch", "UnsafeCheckpointError"]
 
@@ -649,8 +650,11 @@ def load_torch(path, map_location=None, weights_only: bool = True):
                         f"got {type(map_location).__name__}; dicts and functions are not "
                         f"supported")
     device = as_device(map_location, "map_location")
+    if hasattr(path, "read") and not isinstance(path, (str, bytes, os.PathLike)):
+        return _load_buffer(path, device)
     if not isinstance(path, (str, bytes, os.PathLike)):
-        raise TypeError(f"path: expected a file path, got {type(path).__name__}")
+        raise TypeError(f"path: expected a file path or a readable binary file, got "
+                        f"{type(path).__name__}")
     p = os.fsdecode(path)
     where = f"torch checkpoint {p!r}"
     regular_file(p, "torch checkpoint")
@@ -663,11 +667,30 @@ def load_torch(path, map_location=None, weights_only: bool = True):
             raise ValueError(f"{where}: empty file, not a PyTorch checkpoint")
         # private (copy-on-write) map: tensors are writable, the file is never written
         fmap = np.memmap(f, dtype=np.uint8, mode="c")
-        head = bytes(fmap[:4])
-        if head == b"PK\x03\x04":
-            obj = _read_zip(f, fmap, size, where)
-        elif size >= 262 and bytes(fmap[257:262]) == b"ustar":
-            raise ValueError(f"{where}: a tar-format checkpoint (torch < 0.4) is not supported")
-        else:
-            obj = _read_legacy(f, fmap, size, where)
+        obj = _read_any(f, fmap, size, where)
+    return _tensors(obj, device, where)
+
+
+def _read_any(f, fmap, size: int, where: str):
+    head = bytes(fmap[:4])
+    if head == b"PK\x03\x04":
+        return _read_zip(f, fmap, size, where)
+    if size >= 262 and bytes(fmap[257:262]) == b"ustar":
+        raise ValueError(f"{where}: a tar-format checkpoint (torch < 0.4) is not supported")
+    return _read_legacy(f, fmap, size, where)
+
+
+def _load_buffer(fobj, device):
+    """torch.load(buffer): the bytes from the file object's position to its end, copied once
+    (the tensors own that copy; nothing maps the object)."""
+    where = f"torch checkpoint {type(fobj).__name__}"
+    data = fobj.read()
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"path: {type(fobj).__name__}.read() returned {type(data).__name__}, "
+                        f"expected bytes (open the file in binary mode)")
+    if not len(data):
+        raise ValueError(f"{where}: empty file, not a PyTorch checkpoint")
+    buf = np.frombuffer(bytearray(data), np.uint8)
+    with io.BytesIO(data) as f:
+        obj = _read_any(f, buf, buf.size, where)
     return _tensors(obj, device, where)

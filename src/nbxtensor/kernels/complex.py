@@ -141,6 +141,7 @@ def _cload(ptr, offs, mask, BC: tl.constexpr):
     return re, im
 
 
+# long: one fused Triton program; every OP branch is a constexpr and compiles away
 @triton.jit
 def _complex_kernel(out, a, b, c, N, OP: tl.constexpr, BA: tl.constexpr, BB: tl.constexpr,
                     BCC: tl.constexpr, TWO: tl.constexpr, RES: tl.constexpr,

@@ -282,7 +282,7 @@ def _counters(n, device, kind="attention"):
 def decode_attention(out, q, kc, vc, lengths, *, scale):
     from .. import dtypes as _dt
     from ..backends.launch import launch
-    from ..ops.attention import _lengths_err
+    from ..index_errors import lengths_err
     from ..tensor import Tensor
     if q.dtype is _dt.float64:
         raise NotImplementedError("decode_attention: float64 is supported on cpu only")
@@ -309,7 +309,7 @@ def decode_attention(out, q, kc, vc, lengths, *, scale):
     cnt = _counters(B * Hk, q.device) if combine else pml
     s_len = 0 if lengths.ndim == 0 else lengths.stride(0)
     pdl = pdl_opts(q.device)
-    err = _lengths_err(C)
+    err = lengths_err(C)
     launch(_decode_split, (P, B * Hk), q, kc, vc, lengths, out, po, pml, cnt, _flag(q.device),
            _tag(err), *q.stride(), *kc.stride(), *vc.stride(), *out.stride(), s_len, Hk, T, D,
            DV, C, P, one_max, scale * LOG2E,

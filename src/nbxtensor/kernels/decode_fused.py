@@ -33,6 +33,7 @@ from ._host import cdiv as _cdiv, next_pow2 as _np2
 
 # PDL policy and helpers: kernels/_pdl.py (re-exported: callers use decode_fused's names)
 from ._pdl import _pdl_wait, pdl_enabled, pdl_opts, set_pdl  # noqa: F401
+from ..dispatch import register
 from .rope import _cache_length, _check_position, _cos_sin
 
 
@@ -431,7 +432,7 @@ def gemv_out(x, w, glu, out):
 def fused_gemv(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None, glu=False,
                out=None):
     """out (M, N) = epilogue(rmsnorm?(x) @ W^T). x (M, K); w (N, K), or (2N, K) = [gate; up]
-    with glu. Validation is done by the caller (models/_ops.fused_linear). PDL as
+    with glu. Validation is done by the caller (ops/decode.decode_linear). PDL as
     `pdl_enabled(x.device)` says."""
     from .. import dtypes as _dt
     from ..backends.launch import launch
@@ -462,15 +463,37 @@ def fused_gemv(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None, gl
     return out
 
 
+@register("decode_linear", "triton")
+def decode_linear(x, w, *, norm_weight, eps, bias, residual, glu, out_dtype):
+    """ops/decode.decode_linear on cuda/interp (checked there): fused_gemv on unit-stride
+    operands (16-byte loads along K; the decode step's tensors already are)."""
+    from ..tensor import Tensor
+    op = "decode_linear"
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    if w.stride(1) != 1:
+        raise ValueError(f"{op}: w must have unit stride along K (prepare it at load)")
+    if residual is not None and residual.stride(1) != 1:
+        residual = residual.contiguous()
+    for name, t in (("norm_weight", norm_weight), ("bias", bias)):
+        if t is not None and t.stride(0) != 1:
+            raise ValueError(f"{op}: {name} must be contiguous")
+    N = w.shape[0] // 2 if glu else w.shape[0]
+    out = Tensor._empty((x.shape[0], N), out_dtype, x.device)
+    return fused_gemv(x, w, norm_weight=norm_weight, eps=eps, bias=bias, residual=residual,
+                      glu=glu, out=out)
+
+
+@register("decode_qkv_rope", "triton")
 def fused_qkv_rope(x, w, q_out, ck, cv, lengths, positions, inv, *, num_heads, num_kv_heads,
                    norm_weight=None, eps=1e-6, bias=None):
     """The decode step's QKV projection with RoPE and the cache append fused in:
     qkv = rmsnorm?(x) @ W^T (+ bias), W = [wq; wk; wv] ((Hq + 2 Hkv) * D, K); q rotated into
     q_out (M, Hq * D); k rotated and v written at slot positions[b] of ck / cv (B, Hkv, C, D)
     views; lengths[b] = positions[b] + 1 (a position outside the cache raises IndexError as
-    KVCache.append does). Validation is done by models/_ops.fused_qkv_rope."""
+    KVCache.append does). Validation is done by ops/decode.decode_qkv_rope."""
     from ..backends.launch import launch
-    from ..ops.attention import _positions_err
+    from ..index_errors import positions_err
     from .indexing import _after, _flag, _tag
     M, K = x.shape
     D = ck.shape[3]
@@ -481,7 +504,7 @@ def fused_qkv_rope(x, w, q_out, ck, cv, lengths, positions, inv, *, num_heads, n
     while half % bn:                       # a program's pairs stay inside one head
         bn //= 2
     bk = cfg["BLOCK_K"] if "BLOCK_M" not in cfg else min(4096 // bn, max(16, _np2(K)))
-    err = _positions_err("fused_qkv_rope", ck.shape[2])
+    err = positions_err("decode_qkv_rope", ck.shape[2])
     launch(_fused_qkv_rope_kernel, (M, npairs // bn), x, w, q_out,
            norm_weight if norm_weight is not None else w, bias if bias is not None else w,
            positions, inv, ck, cv, lengths, _flag(x.device), _tag(err), K, float(eps),

@@ -1,10 +1,10 @@
 """Element-wise kernels (cuda and interp): one generic template for every op, copy_, fill_.
 
 Reading order: storage codecs (bf16/fp8/bool are moved as raw integers and decoded by
-hand, so interp and cuda round bit-for-bit the same way), the math helpers, the
-hand-written scalar ops (`_apply_hand`), the kernels, the launch plan (dim collapsing),
-the registered entries, and last the generated scalar op `_apply`: one branch per op
-declared in ops/_declare.py (its Triton expression), falling through to `_apply_hand`.
+hand, so interp and cuda round bit-for-bit the same way), the math helpers the declared
+expressions call, the kernels, the launch plan (dim collapsing), the registered entries, and
+last the generated scalar op `_apply`: one branch per op declared in ops/_declare.py (its
+Triton expression).
 
 Casting rules (see dtypes.py) as implemented here:
   * float -> bfloat16 / float8: exact round-to-nearest-even from float32 bits, in
@@ -21,12 +21,11 @@ import math
 import numpy as np
 from ._triton import triton, tl, libdevice  # Triton, or its stand-in without Triton
 
+from .. import declarations as _declarations
 from .. import dtypes as _dt
 from ..backends.launch import launch_items
 from ..dispatch import register
-# the element-wise ops by dispatch name (the kernel's OP): the hand-written branches of
-# `_apply_hand`, and the declared ops (ops/_declare.py) whose Triton expressions make `_apply`
-from ..ops.elementwise import HAND_NAMES as OPS, subscribe_declared
+from ..plans import memoize
 from ..tensor import Tensor
 from ._host import cdiv as _cdiv, f64_bits as _f64_bits, next_pow2 as _np2
 
@@ -137,6 +136,51 @@ def _encode(x, ENC: tl.constexpr, RAW: tl.constexpr):
 # compositions of the numpy-backed primitives, computed in float64 where that helps.
 
 
+# The helpers that are one expression under the interpreter and one libdevice (or other
+# compiled-only) call on cuda. Triton cannot take a function as a constexpr, so each is its
+# own @triton.jit function; `_two_way` generates them from this table:
+# name -> (parameters before INTERP, the interpreter's expression, the compiled expression).
+TWO_WAY = {
+    "_fmod": ("x, y", "x % y", "libdevice.fmod(x, y)"),
+    "_exp": ("x", "tl.exp(x)", "libdevice.exp(x)"),
+    "_log": ("x", "tl.log(x)", "libdevice.log(x)"),
+    "_exp2": ("x", "tl.exp2(x)", "libdevice.exp2(x)"),
+    "_log2": ("x", "tl.log2(x)", "libdevice.log2(x)"),
+    "_log10": ("x", "(tl.log(x.to(tl.float64)) * 0.4342944819032518).to(x.dtype)", "libdevice.log10(x)"),
+    "_rsqrt": ("x", "1.0 / tl.sqrt(x)", "libdevice.rsqrt(x)"),
+    "_sin": ("x", "tl.sin(x)", "libdevice.sin(x)"),
+    "_cos": ("x", "tl.cos(x)", "libdevice.cos(x)"),
+    "_erf_any": ("x", "tl.erf(x)", "libdevice.erf(x)"),
+    "_atan": ("x", "_atan64(x.to(tl.float64)).to(x.dtype)", "libdevice.atan(x)"),
+}
+
+
+def _two_way_source(table) -> str:
+    """The Python source of every TWO_WAY helper."""
+    parts = []
+    for name, (params, interp, compiled) in table.items():
+        parts.append(f"def {name}({params}, INTERP: tl.constexpr):\n"
+                     f"    if INTERP:\n        r = {interp}\n"
+                     f"    else:\n        r = {compiled}\n    return r\n\n")
+    return "".join(parts)
+
+
+def _two_way() -> None:
+    """Compile the TWO_WAY helpers in this module's namespace, their source kept in linecache
+    (Triton's JIT and interpreter read a function's source through inspect)."""
+    import linecache
+    file = "<nbxtensor.kernels.elementwise: TWO_WAY helpers>"
+    src = _two_way_source(TWO_WAY)
+    linecache.cache[file] = (len(src), None, src.splitlines(True), file)
+    local: dict = {}
+    exec(compile(src, file, "exec"), globals(), local)
+    for name in TWO_WAY:
+        globals()[name] = triton.jit(local[name])
+
+
+_two_way()
+
+
 @triton.jit
 def _expm1(x, INTERP: tl.constexpr):
     if INTERP:
@@ -229,7 +273,9 @@ def _pow_f(x, y, INTERP: tl.constexpr):
         r = tl.exp(yd * tl.log(ax))
         y_int = tl.floor(yd) == yd
         y_odd = y_int & (tl.floor(yd * 0.5) * 2.0 != yd)
-        r = tl.where(xd < 0, tl.where(y_int, tl.where(y_odd, -r, r), _NAN), r)
+        # a negative base needs an integer exponent, except -inf (C's pow: inf or 0)
+        r = tl.where(xd < 0, tl.where(y_int, tl.where(y_odd, -r, r),
+                                      tl.where(xd == -_INF, r, _NAN)), r)
         r = tl.where((xd == 0) & (yd > 0), tl.where(y_odd, xd, 0.0), r)
         r = tl.where((xd == 0) & (yd < 0), tl.where(y_odd, 1.0 / xd, _INF), r)
         r = tl.where((ax == 1.0) & ((yd == _INF) | (yd == -_INF)), 1.0, r)
@@ -254,15 +300,6 @@ def _pow_i(x, y):
     e_odd = (y & 1) != 0
     neg = tl.where(x == 1, 1, tl.where(x == -1, tl.where(e_odd, -1, 1), 0)).to(x.dtype)
     return tl.where(y < 0, neg, r)
-
-
-@triton.jit
-def _fmod(x, y, INTERP: tl.constexpr):
-    if INTERP:
-        r = x % y                                    # numpy fmod on interp
-    else:
-        r = libdevice.fmod(x, y)
-    return r
 
 
 @triton.jit
@@ -317,24 +354,6 @@ def _softplus(x, beta, threshold, INTERP: tl.constexpr):
 
 
 @triton.jit
-def _exp(x, INTERP: tl.constexpr):
-    if INTERP:
-        r = tl.exp(x)
-    else:
-        r = libdevice.exp(x)
-    return r
-
-
-@triton.jit
-def _log(x, INTERP: tl.constexpr):
-    if INTERP:
-        r = tl.log(x)
-    else:
-        r = libdevice.log(x)
-    return r
-
-
-@triton.jit
 def _floor_div(x, y, IS_FLOAT: tl.constexpr, INTERP: tl.constexpr):
     if IS_FLOAT:
         # NumPy's / torch's algorithm: exact floor of the true quotient
@@ -385,65 +404,11 @@ def _sign(x):
 
 
 @triton.jit
-def _exp2(x, INTERP: tl.constexpr):
-    if INTERP:
-        r = tl.exp2(x)
-    else:
-        r = libdevice.exp2(x)
-    return r
-
-
-@triton.jit
-def _log2(x, INTERP: tl.constexpr):
-    if INTERP:
-        r = tl.log2(x)
-    else:
-        r = libdevice.log2(x)
-    return r
-
-
-@triton.jit
-def _log10(x, INTERP: tl.constexpr):
-    if INTERP:
-        r = (tl.log(x.to(tl.float64)) * 0.4342944819032518).to(x.dtype)
-    else:
-        r = libdevice.log10(x)
-    return r
-
-
-@triton.jit
 def _sqrt(x, INTERP: tl.constexpr):
     if x.dtype == tl.float32 and not INTERP:
         r = tl.sqrt_rn(x)           # IEEE (tl.sqrt may be approximate for fp32)
     else:
         r = tl.sqrt(x)
-    return r
-
-
-@triton.jit
-def _rsqrt(x, INTERP: tl.constexpr):
-    if INTERP:
-        r = 1.0 / tl.sqrt(x)
-    else:
-        r = libdevice.rsqrt(x)
-    return r
-
-
-@triton.jit
-def _sin(x, INTERP: tl.constexpr):
-    if INTERP:
-        r = tl.sin(x)
-    else:
-        r = libdevice.sin(x)
-    return r
-
-
-@triton.jit
-def _cos(x, INTERP: tl.constexpr):
-    if INTERP:
-        r = tl.cos(x)
-    else:
-        r = libdevice.cos(x)
     return r
 
 
@@ -519,82 +484,38 @@ def _rshift(x, y):
     return tl.where(ok | (x < 0), x >> sh, 0)
 
 
+# the bodies of the arithmetic, clamp and ternary declarations that need statements
 @triton.jit
-def _apply_hand(OP: tl.constexpr, x, y, z, p0, p1, INTERP: tl.constexpr):
-    """The ops not declared in ops/_declare.py (the generated `_apply` falls through here)."""
-    IS_FLOAT: tl.constexpr = x.dtype.is_floating()
-    if OP == "copy":
-        r = x
-    elif OP == "nan_to_num":      # y = posinf, z = neginf, p0 = nan
-        r = tl.where(x != x, p0, x)
-        r = tl.where(x == _INF, y, r)
-        r = tl.where(x == -_INF, z, r)
-    elif OP == "clamp":
-        if IS_FLOAT:
-            r = _min_nan(_max_nan(x, y), z)
-            r = tl.where(z != z, z, r)
-        else:
-            r = tl.minimum(tl.maximum(x, y), z)
-    elif OP == "clamp_min":
-        if IS_FLOAT:
-            r = _max_nan(x, y)
-            r = tl.where(y != y, y, r)
-        else:
-            r = tl.maximum(x, y)
-    elif OP == "clamp_max":
-        if IS_FLOAT:
-            r = _min_nan(x, y)
-            r = tl.where(y != y, y, r)
-        else:
-            r = tl.minimum(x, y)
-    # ------------------------------------------------------------ binary
-    elif OP == "add":
-        r = x + y
-    elif OP == "add_alpha":
-        r = x + p0 * y
-    elif OP == "sub":
-        r = x - y
-    elif OP == "sub_alpha":
-        r = x - p0 * y
-    elif OP == "mul":
-        r = x * y
-    elif OP == "div":
-        r = _fdiv(x, y)
-    elif OP == "div_floor":
-        r = _floor_div(x, y, IS_FLOAT, INTERP)
-    elif OP == "div_trunc":
-        if IS_FLOAT:
-            r = _trunc(_fdiv(x, y))
-        else:
-            ys = tl.where(y == 0, 1, y)
-            r = tl.where(y == 0, 0, x // ys)
-    elif OP == "pow":
-        if IS_FLOAT:
-            r = _pow_f(x, y, INTERP)
-        else:
-            r = _pow_i(x, y)
-    # ------------------------------------------------------------ ternary
-    elif OP == "where":          # x = condition
-        r = tl.where(x != 0, y, z)
-    elif OP == "lerp":           # x + w * (y - x), torch's two-sided form
-        d = y - x
-        r = tl.where(tl.abs(z) < 0.5, x + z * d, y - d * (1.0 - z))
-    elif OP == "addcmul":
-        r = x + p0 * (y * z)
-    elif OP == "addcdiv":
-        r = x + p0 * _fdiv(y, z)
+def _div_trunc(x, y, IS_FLOAT: tl.constexpr):
+    if IS_FLOAT:
+        r = _trunc(_fdiv(x, y))
     else:
-        tl.static_assert(False, "unknown element-wise op")
+        ys = tl.where(y == 0, 1, y)
+        r = tl.where(y == 0, 0, x // ys)
     return r
 
 
 @triton.jit
-def _erf_any(x, INTERP: tl.constexpr):
-    if INTERP:
-        r = tl.erf(x)
+def _pow_any(x, y, IS_FLOAT: tl.constexpr, INTERP: tl.constexpr):
+    if IS_FLOAT:
+        r = _pow_f(x, y, INTERP)
     else:
-        r = libdevice.erf(x)
+        r = _pow_i(x, y)
     return r
+
+
+@triton.jit
+def _lerp(x, end, w):
+    """x + w * (end - x), torch's two-sided form (exact at w == 1)."""
+    d = end - x
+    return tl.where(tl.abs(w) < 0.5, x + w * d, end - d * (1.0 - w))
+
+
+@triton.jit
+def _nan_to_num(x, posinf, neginf, nan):
+    r = tl.where(x != x, nan, x)
+    r = tl.where(x == _INF, posinf, r)
+    return tl.where(x == -_INF, neginf, r)
 
 
 # torch's element-wise ops beyond the basic math (ops/_declare.py). On interp they compute
@@ -720,15 +641,6 @@ def _acos(x, INTERP: tl.constexpr):
         r = (2.0 * _atan64(tl.sqrt((1.0 - xd) / (1.0 + xd)))).to(x.dtype)
     else:
         r = libdevice.acos(x)
-    return r
-
-
-@triton.jit
-def _atan(x, INTERP: tl.constexpr):
-    if INTERP:
-        r = _atan64(x.to(tl.float64)).to(x.dtype)
-    else:
-        r = libdevice.atan(x)
     return r
 
 
@@ -1098,17 +1010,16 @@ _ZERO = {"b": 0, "f": 0.0, "i": 0}
 #   (op, ct, out dtype/shape/strides, device type, per input: dtype/shape/strides of a
 #    tensor or the class of a number, IDX64_LIMIT)
 # so it is computed once per such key; a call then only converts its numbers and launches.
-_PLANS: dict = {}
-_PLANS_MAX = 4096
 
 
 class _TooManyDims(NotImplementedError):
     """More dims than the strided kernel takes remain after merging; `run` splits the work."""
 
 
-def _plan(op, out, inputs, ct):
+def _plan(op, out, inputs, ct, interp):
     """(kernel, grid, raw dtype of out or None, raw dtypes of the inputs, conversion kind,
-    int arguments after the params, constexprs) for `run`; raises when unsupported."""
+    int arguments after the params, constexprs) for `run`; raises when unsupported. Reads
+    only the operands' metadata (dtype, shape, strides; a number's class)."""
     n = out.numel()
     modes, encs, raws = [], [], []
     tensor_ops = [out]
@@ -1145,7 +1056,7 @@ def _plan(op, out, inputs, ct):
                                                   for s in strides))
     consts = dict(OP=op, CT=ct, MA=modes[0], MB=modes[1], MC=modes[2], EA=encs[0], EB=encs[1],
                   EC=encs[2], EO=ro[1] if ro else "n", F64S=conv == "b", IDX64=idx64,
-                  INTERP=_is_interp(out))
+                  INTERP=interp)
     plan = (ro[0] if ro else None), tuple(raws), conv
     if flat:
         isz = min(t.dtype.itemsize for t in tensor_ops)
@@ -1177,29 +1088,29 @@ def _plan(op, out, inputs, ct):
     return (_ew_kernel, (_cdiv(n, STRIDED_BLOCK),)) + plan + (tail, consts)
 
 
-def _store(key, plan):
-    if len(_PLANS) >= _PLANS_MAX:
-        _PLANS.clear()
-    _PLANS[key] = plan
+_TL_OF_NAME = {t.name: t for t in (*_CT.values(), tl.float32, tl.float64)}
 
 
-def _hit_plan(op, out, inputs, ct, key):
-    """The cached form of `_plan` for `run`: (kernel, grid, rdo, rdi, conv, tail, items,
-    pad, zeros). items: the constexprs as the tuple `launch_items` finds by identity; rdi
-    None when every input is a tensor moving as itself; pad: the unused operands' scalar
-    zeros; zeros: all three scalar slots' zeros. None for an empty output; raises
-    _TooManyDims like `_plan`."""
-    if not math.prod(out._shape):
-        plan = None
-    else:
-        kernel, grid, rdo, rdi, conv, tail, consts = _plan(op, out, inputs, ct)
-        zero = _ZERO[conv]
-        if all(rd is None for rd in rdi) and all(isinstance(x, Tensor) for x in inputs):
-            rdi = None
-        plan = (kernel, grid, rdo, rdi, conv, tail, tuple(consts.items()),
-                (zero,) * (3 - len(inputs)), (zero,) * 3)
-    _store(key, plan)
-    return plan
+@memoize("kernels.elementwise.launch", 4096)
+def _launch_plan(key):
+    """`_plan` of a `run` key, memoised: (kernel, grid, rdo, rdi, conv, tail, items, pad,
+    zeros). items: the constexprs as the tuple `launch_items` finds by identity; rdi None when
+    every input is a tensor moving as itself; pad: the unused operands' scalar zeros; zeros:
+    all three scalar slots' zeros. None for an empty output; raises _TooManyDims like `_plan`.
+    The key names everything `_plan` reads, so its operands are rebuilt from it as metadata."""
+    op, ct_name, out_dtype, shape, out_stride, devtype, _idx64_limit, *kinds = key
+    if not math.prod(shape):
+        return None
+    out = Tensor._make(None, shape, out_stride, 0, out_dtype)
+    inputs = [Tensor._make(None, k[1], k[2], 0, k[0]) if k.__class__ is tuple else k()
+              for k in kinds]
+    kernel, grid, rdo, rdi, conv, tail, consts = _plan(op, out, inputs, _TL_OF_NAME[ct_name],
+                                                       devtype == "interp")
+    zero = _ZERO[conv]
+    if all(rd is None for rd in rdi) and all(isinstance(x, Tensor) for x in inputs):
+        rdi = None
+    return (kernel, grid, rdo, rdi, conv, tail, tuple(consts.items()),
+            (zero,) * (3 - len(inputs)), (zero,) * 3)
 
 
 def run(op, out, inputs, params=(0, 0), ct=None):
@@ -1221,19 +1132,15 @@ def run(op, out, inputs, params=(0, 0), ct=None):
             key.append((x._dtype, x._shape, x._stride))
         else:
             key.append(x.__class__)
-    key = tuple(key)
     try:
-        plan = _PLANS[key]
-    except KeyError:
-        try:
-            plan = _hit_plan(op, out, inputs, ct, key)
-        except _TooManyDims:
-            # one launch per index of the outermost dim: each slice has a dim fewer
-            for i in range(shape[0]):
-                run(op, out.select(0, i),
-                    [x.select(0, i) if isinstance(x, Tensor) else x for x in inputs],
-                    params, ct=ct)
-            return out
+        plan = _launch_plan(tuple(key))
+    except _TooManyDims:
+        # one launch per index of the outermost dim: each slice has a dim fewer
+        for i in range(shape[0]):
+            run(op, out.select(0, i),
+                [x.select(0, i) if isinstance(x, Tensor) else x for x in inputs],
+                params, ct=ct)
+        return out
     if plan is None:            # an empty output: nothing to launch
         return out
     kernel, grid, rdo, rdi, conv, tail, items, pad, zeros = plan
@@ -1271,14 +1178,8 @@ def run(op, out, inputs, params=(0, 0), ct=None):
 _SAME_WIDTH = {1: _dt.uint8, 2: _dt.int16, 4: _dt.int32, 8: _dt.int64}
 
 
-_TL_CT: dict = {}    # DType -> compute_type(DType), memoised for the entries
-
-
-def _ct_of(dtype):
-    ct = _TL_CT.get(dtype)
-    if ct is None:
-        ct = _TL_CT[dtype] = compute_type(dtype)
-    return ct
+# DType -> compute_type(DType), memoised for the entries
+_ct_of = memoize("kernels.elementwise.compute_type", 64)(compute_type)
 
 
 @register("copy_", "triton")
@@ -1310,27 +1211,37 @@ def fill_(dst, value):
     return run("copy", d, [ival], ct=compute_type(w))
 
 
+def mul(a, b, out=None):
+    """a * b for kernels that compose element-wise steps (kernels/fft.py): b a tensor of a's
+    dtype and device that broadcasts to a's shape, or a Python number; into `out` (a's shape
+    and dtype) or a fresh tensor. The op layer's `mul` with its checks is above this layer."""
+    from ..dispatch import impl
+    shape, dev = a._shape, a._storage.device
+    if isinstance(b, Tensor) and b._shape != shape:
+        b = b.expand(shape)
+    if out is None:
+        out = Tensor._empty(shape, a._dtype, dev)
+    if out.numel():
+        d = a._dtype
+        ct = (_dt.float64 if d is _dt.float64 else _dt.float32) if d.kind == "f" else d
+        impl("mul", dev)(out, [a, b], (0, 0), ct)
+    return out
+
+
 def _make(op):
     def entry(out, inputs, params, compute_dtype):
         if compute_dtype.kind == "c":       # complex: its own kernels (kernels/complex.py)
             from .complex import run_complex
             return run_complex(op, out, inputs, params, compute_dtype)
-        ct = _TL_CT.get(compute_dtype)
-        if ct is None:
-            ct = _TL_CT[compute_dtype] = compute_type(compute_dtype)
-        return run(op, out, inputs, params, ct)
+        return run(op, out, inputs, params, _ct_of(compute_dtype))
     entry.__name__ = f"triton_{op}"
     return entry
 
 
-for _op in OPS:
-    register(_op, "triton")(_make(_op))
-
-
 # ----------------------------------------------------------------------------- declared ops
 # `_apply`, the scalar op every kernel above calls, is generated: one branch per declared op
-# (its Triton expression, ops/_declare.py), then `_apply_hand` for the rest. It is Python
-# source compiled in this module's namespace (so the expressions reach the helpers above) and
+# (its Triton expression, ops/_declare.py), read from the registry (nbxtensor/declarations.py)
+# this module subscribes to. It is Python source compiled in this module's namespace (so the expressions reach the helpers above) and
 # kept in linecache, where Triton's JIT and interpreter read a function's source.
 
 _APPLY_FILE = "<nbxtensor.kernels.elementwise: _apply generated from ops/_declare.py>"
@@ -1370,7 +1281,7 @@ def apply_source(declared: dict) -> str:
     for entry, expr in declared.items():
         lines += [f"    {kw} OP == {entry!r}:", f"        r = {expr}"]
         kw = "elif"
-    fall = "        r = _apply_hand(OP, x, y, z, p0, p1, INTERP)"
+    fall = '        tl.static_assert(False, "unknown element-wise op")'
     lines += (["    else:", fall] if declared else [fall[4:]]) + ["    return r", ""]
     return "\n".join(lines)
 
@@ -1399,6 +1310,6 @@ def _on_undeclare(op) -> None:
     _rebuild_apply()
 
 
-subscribe_declared(_on_declare, _on_undeclare)
+_declarations.subscribe(_on_declare, _on_undeclare)
 _batch = False
 _rebuild_apply()

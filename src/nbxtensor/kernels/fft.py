@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 from ._triton import triton, tl, libdevice  # Triton, or its stand-in without Triton
 
+from .. import plans as _plans
 from ..backends.launch import launch
 from ..tensor import Tensor, _as_complex_view, _real_view
 from ._host import cdiv as _cdiv
@@ -198,15 +199,15 @@ def _fft_tile(x, y, tab, pre, post, n_rows, C, in_bs, in_cs, in_js, out_bs, out_
 
 
 # ------------------------------------------------------------------ host tables
-_TABLES: dict = {}
+# device tables (DFT tiles, twiddles, chirps) by (kind, length, dtype, direction, device)
+_TABLES = _plans.PlanCache("kernels.fft.tables", 256)
 
 
 def _cache(key, make):
     hit = _TABLES.get(key)
     if hit is None:
-        if len(_TABLES) > 256:
-            _TABLES.clear()
-        hit = _TABLES[key] = make()
+        hit = make()
+        _TABLES.put(key, hit)
     return hit
 
 
@@ -415,7 +416,7 @@ def _pow2_rows(x: Tensor, inverse: bool, scale=1.0) -> Tensor:
         return _fourstep(x, inverse, scale)
     y = _stockham(x, inverse)
     if scale != 1.0:
-        from ..ops.elementwise import mul
+        from .elementwise import mul
         y = mul(y, scale)
     return y
 
@@ -441,7 +442,7 @@ def _chirp(n, dtype, inverse, dev):
 
 def _bluestein(x, inverse, scale):
     """Rows (last dim) of the contiguous complex x, any length n, times scale."""
-    from ..ops.elementwise import mul
+    from .elementwise import mul
     n = x._shape[-1]
     dev = x._storage.device
     w, ft, m = _chirp(n, x._dtype, inverse, dev)

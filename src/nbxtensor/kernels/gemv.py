@@ -18,6 +18,7 @@ from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from .. import autotune as _autotune   # autotune seam (autotune engineer): pick() below
 from .. import dtypes as _dt
+from .. import plans as _plans
 from ..backends import launch as _bl
 from ..backends.launch import launch_items as _launch_items, launch_public as _launch_public
 from ..backends.cuda import driver as _cdrv, storage as _cst
@@ -188,8 +189,7 @@ def gemv_config(M, N, K, dtype, dev, device=None) -> dict:
 # (bumped by reload()) and autotune._off (disabled()). Sweeps (_OVERRIDE set) never use or
 # record one.
 # A plan holds no tensors: each call builds its views on its own storages and offsets.
-_PLANS: dict = {}
-_PLANS_MAX = 4096
+_PLANS = _plans.PlanCache("kernels.gemv", 4096)
 
 
 # Split-K workspaces kept between calls: (ws shape, device index, current stream handle)
@@ -198,10 +198,10 @@ _PLANS_MAX = 4096
 # CUDA graph is being captured (the capture allocates from its private pool, and a cached
 # buffer baked into a graph would be shared with eager calls on another stream).
 # Only workspaces up to _WS_BYTES are kept (the small calls, where the host cost shows), so
-# at most _WS_MAX * 2 * _WS_BYTES stay allocated. clear_workspaces() drops them all (e.g.
-# before empty_cache()).
-_WS: dict = {}
+# at most _WS_MAX * 2 * _WS_BYTES stay allocated (the least recently used key goes first).
+# clear_workspaces() or plans.clear_all() drops them all (e.g. before empty_cache()).
 _WS_MAX = 64
+_WS = _plans.PlanCache("kernels.gemv.workspaces", _WS_MAX)
 _WS_BYTES = 1 << 20
 
 
@@ -297,9 +297,8 @@ def _run(plan, out, a, b, bias, residual, alpha, beta):
         # both launches are queued on this stream, so the next user of this key (same
         # stream) runs after them; pop/append are atomic, so two threads never share one
         if free is None:
-            if len(_WS) >= _WS_MAX:
-                _WS.clear()
-            free = _WS.setdefault(wkey, [])
+            free = []
+            _WS.put(wkey, free)
         if len(free) < 2:
             free.append(ws)
     return out
@@ -314,9 +313,7 @@ def gemv(out, a, b, *, bias, residual, alpha, beta, act, precision):
     plan = _PLANS.get(key)
     if plan is None:
         plan = _plan(out, a, b, bias, residual, alpha, act, precision)
-        if len(_PLANS) >= _PLANS_MAX:
-            _PLANS.clear()
-        _PLANS[key] = plan
+        _PLANS.put(key, plan)
     return _run(plan, out, a, b, bias, residual, alpha, beta)
 
 

@@ -24,15 +24,18 @@ atomic: a compare-and-swap loop (`_cas_multiply`) does it for 32/64-bit dtypes.
 """
 from __future__ import annotations
 
-import functools
 import threading
 
 import numpy as np
 from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from .. import dtypes as _dt
+from .. import plans as _plans
+from ..index_errors import CHECK_MODE as _MODE, DEFER as _DEFER, install_reader
+from ..index_errors import oob_error as _oob_error
 from ..dispatch import NotImplementedOnDevice, register
 from ..backends.cuda import driver as _driver
+from ..backends.cuda import streams as _streams
 from ..backends.launch import launch, launch_items
 from ..tensor import Tensor
 from ._host import f64_bits as _f64_bits
@@ -419,7 +422,7 @@ def _npow2(n: int) -> int:
     return 1 << (max(n, 1) - 1).bit_length()
 
 
-@functools.lru_cache(maxsize=4096)
+@_plans.memoize("kernels.indexing.grid", 4096)
 def _grid_args(devtype, n_rows, C, itemsize):
     """(grid, n_cblocks, BR, BC, num_warps) for a tile over n_rows x C elements."""
     if devtype == "interp":
@@ -437,7 +440,7 @@ def _grid_args(devtype, n_rows, C, itemsize):
     return (-(-n_rows // br) * ncb,), ncb, br, bc, warps
 
 
-@functools.lru_cache(maxsize=4096)
+@_plans.memoize("kernels.indexing.geometry", 4096)
 def _geometry4(shape, strides):
     """(n_rows, R1, R2, C, [4 strides per tensor]) for <= 4 merged dims, else None."""
     sizes, st = _geometry(shape, strides)
@@ -462,19 +465,9 @@ def _plan(views):
     return [(views, geo)]
 
 
+# device -> its out-of-range flag: one small tensor per device for the process's life (not a
+# plan: the flags of every device are read at each check)
 _FLAGS: dict = {}
-_DEFER = [0]  # replaced by ops.indexing's counter on first use (see _bind_defer)
-_MODE = ["async"]  # replaced by ops.indexing's (set_index_check) on first use
-
-
-def _bind_defer():
-    global _DEFER, _MODE
-    from ..ops import indexing as _ops_indexing  # a cached module; imported once here
-    _DEFER = _ops_indexing._DEFER
-    _MODE = _ops_indexing._CHECK_MODE
-
-
-_bind_defer()
 
 # Out-of-range checks on cuda are asynchronous: the op records bad indices in the flag and
 # sets PENDING; the flag is read at the next point that synchronises anyway (a device->host
@@ -485,7 +478,9 @@ ASYNC_TYPES = {"cuda"}   # interp checks at the op (no sync to save); tests add 
 _GRAPH_OPS = [False]   # an index op was captured in a CUDA graph: its replays can set the flag
 
 # tags name the op in the flag: 16*k + 3 is never 1 nor a multiple of 16, so the launcher's
-# integer specialisation (and so the compiled kernel) is the same for every tag
+# integer specialisation (and so the compiled kernel) is the same for every tag. An interning
+# table, not a plan cache: a tag already written to a device flag must keep naming its error,
+# so entries are never evicted (the table stops growing at _MAX_TAGS).
 _TAG_OF: dict = {}
 _ERR_OF: dict = {3: None}
 _MAX_TAGS = 1 << 16
@@ -524,7 +519,6 @@ def _read_flag(device, deferred) -> None:
     n, bad, tag, _ = (int(x) for x in f._storage.to_host(f.storage_offset() * 8, 32).view(np.int64))
     if n:
         f.untyped_storage().from_host(f.storage_offset() * 8, np.zeros(4, np.int64))
-        from ..ops.indexing import _oob_error
         err = _ERR_OF.get(tag) or ("indexing", "its dimension", None, None)
         e = _oob_error(err, bad)
         if deferred:
@@ -601,9 +595,16 @@ def check_pending() -> None:
     _read_all(True)
 
 
+# every synchronising call of the cuda backend reads the flags while PENDING is set
+_streams.register_sync_check(PENDING, check_pending)
+
+
 def check_all_flags() -> None:
     """Read every device's flag and raise for a recorded bad index (deferred checks' exit)."""
     _read_all(True)
+
+
+install_reader(check_all_flags)     # the op layer's checks read the flags through index_errors
 
 
 # ---------------------------------------------------------------------------- entries
@@ -611,7 +612,6 @@ def _s4(st):
     return st[0], st[1], st[2], st[3]
 
 
-_GPLANS: dict = {}
 
 # _gather2d_kernel takes index_select along a non-leading dim and gather with a full index
 # (2 dims, an index per column or per element) from the general _gather_kernel.
@@ -653,49 +653,57 @@ def _gather2d_args(devtype, n_rows, C, itemsize, st, ist, sdim, lo, hi):
             (nprog,))
 
 
-def _gather_plan(key, views, devtype, itemsize, has_idx, sdim, lo, hi):
-    """[(views, kernel, geometry args, constexprs, grid)] per launch of index_gather."""
-    plans = []
-    for vs, (n_rows, R1, R2, C, st) in _plan(views):
-        grid, ncb, br, bc, warps = _grid_args(devtype, n_rows, C, itemsize)
-        ist = st[2] if has_idx else [0, 0, 0, 0]
-        idx_row = has_idx and ist[3] == 0
-        contig = st[0][3] == 1 and st[1][3] == 1
-        if idx_row and contig and R2 == n_rows:     # rows of one dim: _gather_rows_kernel
-            plans.append((vs, _gather_rows_kernel, (n_rows, C, ncb, st[0][2], st[1][2], ist[2]),
-                          dict(BR=br, BC=bc, num_warps=warps), grid))
-            continue
-        if (has_idx and not idx_row and R2 == n_rows and n_rows > 1
-                and st[0][3] == 1):   # 2 dims, an index per column or per element
-            g = _gather2d_args(devtype, n_rows, C, itemsize, st, ist, sdim, lo, hi)
-            if g is not None:
-                plans.append((vs,) + g)
-                continue
-        if has_idx and n_rows == 1 and not idx_row:  # one dim, an index per element
-            plans.append((vs, _gather_1d_kernel, (C, st[0][3], st[1][3], ist[3]),
-                          dict(BC=br * bc, num_warps=warps), grid))
-            continue
-        geo = (n_rows, R1, R2, C, ncb, *_s4(st[0]), *_s4(st[1]), *_s4(ist))
-        kw = dict(HAS_IDX=has_idx, IDX_ROW=idx_row, CONTIG=contig, BR=br, BC=bc,
-                  num_warps=warps)
-        plans.append((vs, _gather_kernel, geo, kw, grid))
-    if len(plans) == 1 and len(_GPLANS) < 4096:   # one launch: cache it (no views to keep)
-        _GPLANS[key] = [(None,) + plans[0][1:]]
-    return plans
+def _gather_launch(devtype, itemsize, has_idx, sdim, lo, hi, n_rows, R1, R2, C, st):
+    """(kernel, geometry args, constexprs, grid) of one index_gather launch over <= 4 merged
+    dims (st: the 4 strides of out, src and idx)."""
+    grid, ncb, br, bc, warps = _grid_args(devtype, n_rows, C, itemsize)
+    ist = st[2] if has_idx else [0, 0, 0, 0]
+    idx_row = has_idx and ist[3] == 0
+    contig = st[0][3] == 1 and st[1][3] == 1
+    if idx_row and contig and R2 == n_rows:     # rows of one dim: _gather_rows_kernel
+        return (_gather_rows_kernel, (n_rows, C, ncb, st[0][2], st[1][2], ist[2]),
+                dict(BR=br, BC=bc, num_warps=warps), grid)
+    if (has_idx and not idx_row and R2 == n_rows and n_rows > 1
+            and st[0][3] == 1):   # 2 dims, an index per column or per element
+        g = _gather2d_args(devtype, n_rows, C, itemsize, st, ist, sdim, lo, hi)
+        if g is not None:
+            return g
+    if has_idx and n_rows == 1 and not idx_row:  # one dim, an index per element
+        return (_gather_1d_kernel, (C, st[0][3], st[1][3], ist[3]),
+                dict(BC=br * bc, num_warps=warps), grid)
+    geo = (n_rows, R1, R2, C, ncb, *_s4(st[0]), *_s4(st[1]), *_s4(ist))
+    kw = dict(HAS_IDX=has_idx, IDX_ROW=idx_row, CONTIG=contig, BR=br, BC=bc, num_warps=warps)
+    return _gather_kernel, geo, kw, grid
+
+
+# index_gather's plan by layout, inferred once: ((None, kernel, geometry, constexprs, grid),)
+# for layouts of <= 4 merged dims (one launch, no views to keep), None for the rest (the
+# caller plans those per call, one launch per slice). It also reads G2D_CONFIG and _I32_MAX,
+# which only tests change (clearing it through plans.clear_all()).
+@_plans.memoize("kernels.indexing.gather", 4096)
+def _gather_layout(devtype, itemsize, shape, strides, has_idx, sdim, lo, hi):
+    geo = _geometry4(shape, strides)
+    if geo is None:
+        return None
+    return ((None,) + _gather_launch(devtype, itemsize, has_idx, sdim, lo, hi, *geo),)
 
 
 def _gather_plans(out, src, idx, sdim, lo, hi):
-    """index_gather's launches for these layouts (cached by layout in _GPLANS)."""
-    dev = out.device
-    if idx is None:
-        key = (dev.type, out._dtype.itemsize, out._shape, out._stride, src._stride, None)
-        views = (out, src)
+    """index_gather's launches for these layouts: [(views or None, kernel, geometry args,
+    constexprs, grid)] (views None: the call's own tensors)."""
+    devtype, itemsize = out._storage.device.type, out._dtype.itemsize
+    has_idx = idx is not None
+    if has_idx:
+        strides = (out._stride, src._stride, idx._stride)
     else:
-        key = (dev.type, out._dtype.itemsize, out._shape, out._stride, src._stride, idx._stride,
-               sdim, lo, hi)
-        views = (out, src, idx)
-    return _GPLANS.get(key) or _gather_plan(key, list(views), dev.type, out._dtype.itemsize,
-                                            idx is not None, sdim, lo, hi)
+        strides = (out._stride, src._stride)
+        sdim = lo = hi = 0
+    plan = _gather_layout(devtype, itemsize, out._shape, strides, has_idx, sdim, lo, hi)
+    if plan is not None:
+        return plan
+    views = [out, src, idx] if has_idx else [out, src]
+    return [(vs,) + _gather_launch(devtype, itemsize, has_idx, sdim, lo, hi, *geo)
+            for vs, geo in _plan(views)]
 
 
 @register("index_gather", "triton")
@@ -736,6 +744,9 @@ def prepared_gather(out, src, idx, sdim, lo, hi, wrap, err):
         else:       # _after on cuda (in ASYNC_TYPES), not deferred, not capturing, async mode
             PENDING[0] = 1
     return run
+
+
+index_gather.prepared = prepared_gather   # the op layer's fast path binds a launch through it
 
 
 def _scalar_arg(value, dtype):

@@ -154,7 +154,7 @@ def _page_err(op, NB):
 def paged_decode_attention(out, q, kc, vc, block_tables, lengths, *, scale):
     from .. import dtypes as _dt
     from ..backends.launch import launch
-    from ..ops.attention import _lengths_err
+    from ..index_errors import lengths_err
     from ..tensor import Tensor
     if q.dtype is _dt.float64:
         raise NotImplementedError("paged_decode_attention: float64 is supported on cpu only")
@@ -179,7 +179,7 @@ def paged_decode_attention(out, q, kc, vc, block_tables, lengths, *, scale):
     pml = Tensor._empty((B * Hq * T * P * 2,), _dt.float32, q.device)
     cnt = _counters(B * Hk, q.device)
     s_len = 0 if lengths.ndim == 0 else lengths.stride(0)
-    err, perr = _lengths_err(C), _page_err("paged_decode_attention", NB)
+    err, perr = lengths_err(C), _page_err("paged_decode_attention", NB)
     launch(_paged_decode_split, (P, B * Hk), q, kc, vc, block_tables, lengths, out, po, pml,
            cnt, _flag(q.device), _tag(err), _tag(perr), *q.stride(), *kc.stride(),
            *vc.stride(), block_tables.stride(0), *out.stride(), s_len, Hk, T, D, DV, C, NB, P,
@@ -197,12 +197,12 @@ _OVERRIDE: dict | None = None   # tests: {"P": 3, "BLOCK_N": 16, "ONE_MAX": 0}
 @register("paged_kv_append", "triton")
 def paged_kv_append(ck, cv, block_tables, lengths, k, v, pos):
     from ..backends.launch import launch
-    from ..ops.attention import _positions_err
+    from ..index_errors import positions_err
     B, Hk, T, D = k.shape
     DV = v.shape[3]
     NB, PAGE = ck.shape[0], ck.shape[1]
     C = block_tables.shape[1] * PAGE
-    err, perr = _positions_err("PagedKVCache.append", C), _page_err("PagedKVCache.append", NB)
+    err, perr = positions_err("PagedKVCache.append", C), _page_err("PagedKVCache.append", NB)
     launch(_paged_append_kernel, (B * T, Hk), k, v, ck, cv, block_tables, pos, lengths,
            _flag(k.device), _tag(err), _tag(perr), T, C, NB, *k.stride(), *v.stride(),
            *ck.stride(), *cv.stride(), block_tables.stride(0), *pos.stride(), D, DV,

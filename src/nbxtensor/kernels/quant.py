@@ -22,7 +22,7 @@ whole weight (used at load for formats without a fused GEMV). Those two also kno
         element e = 128h + 32c + l: ql[64h + 32(c%2) + l] nibble c//2, qh[32h + l] bits 2c..2c+1,
         q = 6 bits - 32, sc[e // 16]
   F32 / F16 / BF16 rows (a plain cast, so loaders can send float tensors the same way).
-These reproduce io/quant.py (the host reference, itself checked against the `gguf`
+These reproduce backends/cpu/ggml_blocks.py (the host reference, itself checked against the `gguf`
 package) bit for bit in float32: the fp16 -> fp32 scale conversion is exact and every
 product of an fp16 scale with the small integers fits fp32's 24-bit significand (Q4_K/Q5_K
 d*sc*q: 11+6+5 bits; Q6_K d*(q*sc): 11+12; Q8_0: 11+7), so only a final add/sub rounds --
@@ -33,7 +33,8 @@ from __future__ import annotations
 
 from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
-import nbxtensor as nbx
+from .. import dtypes as _dt
+from ..dispatch import register
 from ..tensor import Tensor
 from ._common import device_facts
 from ._host import cdiv as _cdiv, next_pow2 as _np2
@@ -244,14 +245,14 @@ def _check_blocks(w, who):
     if K % bs:
         raise ValueError(f"{who}: in_features {K} must be a multiple of {bs} for {w.qtype}")
     rb = K // bs * ts
-    if tuple(w.blocks.shape) != (N, rb) or w.blocks.dtype is not nbx.uint8:
+    if tuple(w.blocks.shape) != (N, rb) or w.blocks.dtype is not _dt.uint8:
         raise ValueError(f"{who}: {w.qtype} weight {w.shape} needs uint8 blocks of shape "
                          f"({N}, {rb}), got {w.blocks.dtype} {tuple(w.blocks.shape)}")
     if not w.blocks.is_contiguous():
         raise ValueError(f"{who}: weight blocks must be contiguous")
     if w.blocks.device.type not in ("cuda", "interp"):
         raise ValueError(f"{who}: weight blocks are on {w.blocks.device}; the kernels run on "
-                         f"cuda or interp (cpu dequantises with nbxtensor.io.quant)")
+                         f"cuda or interp (cpu dequantises with nbxtensor.backends.cpu.ggml_blocks)")
     # fp16 scales / float elements are read in place: the row start must be aligned for them
     align = 4 if w.qtype == "F32" else 2
     if w.blocks.numel() and w.blocks.data_ptr() % align:
@@ -260,8 +261,10 @@ def _check_blocks(w, who):
 
 
 def quant_linear(x: Tensor, w, b: Tensor | None = None, *, block_n=None, block_k=None) -> Tensor:
-    """x (..., K) @ dequant(w).T (+ b) -> (..., N) in x's dtype; x on cuda or interp.
-    block_n / block_k override the launch config (tests use them to force tails)."""
+    """x (..., K) @ dequant(w).T (+ b) -> (..., N) in x's dtype; x on cuda or interp: the
+    GEMV (a K-quant prefill of more than KQ_GEMV_MAX_M rows is dequantised and multiplied by
+    ops/decode.quant_linear instead). block_n / block_k override the launch config (tests use
+    them to force tails)."""
     from ..backends.launch import launch
     N, K, rb = _check_weight(w)
     if x.shape[-1] != K:
@@ -281,11 +284,6 @@ def quant_linear(x: Tensor, w, b: Tensor | None = None, *, block_n=None, block_k
                          f"{tuple(b.shape)} on {b.device}")
     if b is not None and N > 1 and b.stride(0) != 1:
         b = b.contiguous()   # the kernel reads the bias at b_ptr + n
-    if M > KQ_GEMV_MAX_M and N and w.qtype in KQUANTS:     # prefill: dequantise, then GEMM
-        from ..ops.linalg import linear as _linear
-        wd = dequantize(w, x.dtype if x.dtype is not nbx.float64 else nbx.float32)
-        return _linear(x2.to(wd.dtype), wd, None if b is None else b.to(wd.dtype)) \
-            .to(x.dtype).view(*lead, N)
     if M and N:
         cfg = _gemv_config(N, K, M, device_facts(x.device))
         if block_n is not None:
@@ -305,8 +303,8 @@ _OUT_DTYPES = None
 def _out_dtype(dtype, who):
     global _OUT_DTYPES
     if _OUT_DTYPES is None:
-        _OUT_DTYPES = (nbx.float32, nbx.bfloat16, nbx.float16, nbx.float64)
-    dt = nbx.dtypes.as_dtype(dtype) if dtype is not None else nbx.float32
+        _OUT_DTYPES = (_dt.float32, _dt.bfloat16, _dt.float16, _dt.float64)
+    dt = _dt.as_dtype(dtype) if dtype is not None else _dt.float32
     if dt not in _OUT_DTYPES:
         raise TypeError(f"{who}: dtype must be one of float32, bfloat16, float16, float64 "
                         f"(one rounding of the float32 value), got {dt}")
@@ -331,7 +329,7 @@ def dequantize_rows(w, ids: Tensor, dtype=None, *, out=None, block=None) -> Tens
     Every format in DEQUANT_QTYPES; an id outside [0, N) raises IndexError as nbx.embedding
     does (at the call on interp, at the next synchronising call on cuda: kernels/indexing.py)
     and its row is NaN meanwhile (no out-of-bounds read). `dtype` float32/bfloat16/float16/
-    float64 is one rounding of the float32 value, equal to nbxtensor.io.quant.dequantize.
+    float64 is one rounding of the float32 value, equal to nbxtensor.backends.cpu.ggml_blocks.dequantize.
     `out` (contiguous, ids.numel() x K elements of `dtype`; dtype defaults to out's) receives
     the result. `block` overrides the columns per program (tests use it to force tails)."""
     from ..backends.launch import launch
@@ -361,7 +359,7 @@ def dequantize_rows(w, ids: Tensor, dtype=None, *, out=None, block=None) -> Tens
 
 def dequantize(w, dtype=None, *, out=None, block=None) -> Tensor:
     """The whole (N, K) weight dequantised on its device (float32 by default), bit-equal to
-    nbxtensor.io.quant.dequantize(raw, qtype, (N, K), dtype). `w` has .blocks (uint8
+    nbxtensor.backends.cpu.ggml_blocks.dequantize(raw, qtype, (N, K), dtype). `w` has .blocks (uint8
     (N, row bytes) on cuda/interp), .qtype and .shape, as models._ops.QuantWeight."""
     from ..backends.launch import launch
     N, K, rb = _check_blocks(w, "dequantize")
@@ -376,3 +374,13 @@ def dequantize(w, dtype=None, *, out=None, block=None) -> Tensor:
                K, rb, N, QTYPE=DEQUANT_QTYPES[w.qtype][0], BLOCK=BLOCK, HAS_IDS=False,
                num_warps=4)
     return y
+
+
+# the quantised-weight ops on cuda/interp (ops/decode.py validates the shared arguments)
+register("quant_linear", "triton")(quant_linear)
+register("quant_dequantize", "triton")(dequantize)
+
+
+@register("quant_embedding", "triton")
+def quant_embedding(ids, w):
+    return dequantize_rows(w, ids)

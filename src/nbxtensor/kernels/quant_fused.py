@@ -34,13 +34,14 @@ from __future__ import annotations
 
 from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
+from ..backends.cpu.ggml_blocks import check_blocks
+from ..dispatch import register
 from ._common import device_facts
 from ._host import cdiv as _cdiv, next_pow2 as _np2
 from ._pdl import _pdl_wait, pdl_enabled
 from .decode_fused import PROGRAMS_PER_SM, _rope_append, _rope_program, gemv_out
 
 QTYPES = {"Q8_0": 0, "Q4_1": 1}
-_BLOCK_BYTES = {"Q8_0": 34, "Q4_1": 20}
 _WORDS = {"Q8_0": 16, "Q4_1": 4}          # machine words per block's quants (int16 / int32)
 _ALIGN = {"Q8_0": 2, "Q4_1": 4}
 
@@ -224,7 +225,7 @@ def fused_quant_gemv(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=No
                      out=None, pdl: bool | None = None):
     """out (M, N) = epilogue(rmsnorm?(x) @ dequant(w)^T); x (M, K) unit stride along K on
     cuda/interp; w a QuantWeight (N, K), or (2N, K) = [gate; up] with glu. Arguments are
-    checked by fused_linear_quant (the entry models/_ops.fused_linear dispatches to).
+    checked by fused_linear_quant (the entry ops/decode.decode_linear dispatches to).
     pdl: None = _pdl.pdl_enabled(x.device); True/False force it (cuda only)."""
     from ..backends.launch import launch
     M, K, N, out = gemv_out(x, w, glu, out)
@@ -253,59 +254,20 @@ def fused_quant_gemv(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=No
     return out
 
 
+@register("decode_linear_quant", "triton")
 def fused_linear_quant(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=None,
                        glu=False, out_dtype=None, pdl: bool | None = None):
-    """models._ops.fused_linear for a QuantWeight `w` (Q8_0 / Q4_1): checks, then the kernel
-    above (cuda/interp) or, on cpu, the host dequantisation fed to fused_linear's NumPy path
-    in fp32 (one rounding to the output dtype)."""
-    import numpy as np
-    import nbxtensor as nbx
+    """ops/decode.decode_linear for a QuantWeight `w` (Q8_0 / Q4_1) on cuda/interp (x, the
+    epilogue operands and the dtypes checked there): the blocks' layout, then the kernel."""
     from ..tensor import Tensor
-    op = "fused_linear"
-    if w.qtype not in QTYPES:
-        raise ValueError(f"{op}: quantised weight type {w.qtype!r} has no fused kernel; "
-                         f"supported: {', '.join(QTYPES)}")
-    if not isinstance(x, Tensor) or x.ndim != 2:
-        raise ValueError(f"{op}: x must be a 2-D Tensor (M, K), got "
-                         f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
-    if len(w.shape) != 2 or w.shape[1] != x.shape[1]:
-        raise ValueError(f"{op}: w must be (N, {x.shape[1]}), got {w.qtype} {tuple(w.shape)}")
-    if not x.dtype.is_floating_point:
-        raise ValueError(f"{op}: x must be floating point, got {x.dtype.name}")
-    if glu and w.shape[0] % 2:
-        raise ValueError(f"{op}: glu needs w = [gate; up] with an even row count, got {w.shape[0]}")
-    if glu and bias is not None:
-        raise ValueError(f"{op}: bias with glu is not supported")
+    op = "decode_linear"
+    _check_qtype(w, op)
     M, K = x.shape
     Nw = w.shape[0]
     N = Nw // 2 if glu else Nw
-    if K % 32:
-        raise ValueError(f"{op}: {w.qtype} needs in_features a multiple of 32, got {K}")
-    rb = K // 32 * _BLOCK_BYTES[w.qtype]
-    blocks = w.blocks
-    if not isinstance(blocks, Tensor) or blocks.dtype is not nbx.uint8 or \
-            tuple(blocks.shape) != (Nw, rb) or not blocks.is_contiguous():
-        raise ValueError(f"{op}: {w.qtype} weight {tuple(w.shape)} needs contiguous uint8 blocks "
-                         f"of shape ({Nw}, {rb}), got "
-                         f"{getattr(blocks, 'dtype', type(blocks).__name__)} "
-                         f"{tuple(getattr(blocks, 'shape', ()))}")
+    blocks = check_blocks(w, op)
     if blocks.device != x.device:
         raise ValueError(f"{op}: w is on {blocks.device} but x is on {x.device}")
-    from ..models._ops import _check_epilogue_args
-    _check_epilogue_args(op, x, norm_weight, bias, residual, N)
-    if residual is not None and residual.dtype != x.dtype:
-        raise ValueError(f"{op}: residual must be {x.dtype.name}, got {residual.dtype.name}")
-    odt = nbx.dtypes.as_dtype(out_dtype or x.dtype)
-    if not odt.is_floating_point:
-        raise ValueError(f"{op}: out_dtype must be floating point, got {odt.name}")
-    if x.device.type == "cpu":
-        from ..io.quant import dequantize
-        from ..models._ops import fused_linear
-        wa = dequantize(blocks.numpy(), w.qtype, w.shape, np.float32)
-        f32 = nbx.float32
-        return fused_linear(x.to(f32), nbx.from_numpy(wa), norm_weight=norm_weight, eps=eps,
-                            bias=bias, residual=None if residual is None else residual.to(f32),
-                            glu=glu, out_dtype=odt)
     if blocks.numel() and blocks.data_ptr() % _ALIGN[w.qtype]:
         raise ValueError(f"{op}: {w.qtype} blocks must start at a {_ALIGN[w.qtype]}-byte "
                          f"aligned address (word loads)")
@@ -316,52 +278,38 @@ def fused_linear_quant(x, w, *, norm_weight=None, eps=1e-6, bias=None, residual=
     for name, t in (("norm_weight", norm_weight), ("bias", bias)):
         if t is not None and t.numel() > 1 and t.stride(0) != 1:
             raise ValueError(f"{op}: {name} must be contiguous")
-    out = Tensor._empty((M, N), odt, x.device)
+    out = Tensor._empty((M, N), out_dtype or x.dtype, x.device)
     return fused_quant_gemv(x, w, norm_weight=norm_weight, eps=eps, bias=bias,
                             residual=residual, glu=glu, out=out, pdl=pdl)
 
 
-def fused_qkv_rope_quant(x, w, cache, layer, positions, *, num_heads, norm_weight=None, eps=1e-6,
-                         bias=None, theta=10000.0, scaling=None, pdl: bool | None = None):
-    """models._ops.fused_qkv_rope for a Q8_0 / Q4_1 QuantWeight w = [wq; wk; wv] on
-    cuda/interp (the caller checked x, w's shape, positions, the cache and its fallback
-    conditions): q (B, Hq, 1, D) rotated; k rotated and v appended to `cache` layer `layer`
-    at the device positions, its lengths set to positions + 1. One kernel."""
-    from ..backends.launch import launch
-    from ..ops.attention import _inv_freq_tensor, _positions_err
-    from ..tensor import Tensor
-    from .indexing import _after, _flag, _tag
-    op = "fused_qkv_rope"
+def _check_qtype(w, op) -> None:
     if w.qtype not in QTYPES:
         raise ValueError(f"{op}: quantised weight type {w.qtype!r} has no fused kernel; "
                          f"supported: {', '.join(QTYPES)}")
+
+
+@register("decode_qkv_rope_quant", "triton")
+def fused_qkv_rope_quant(x, w, q_out, ck, cv, lengths, positions, inv, *, num_heads,
+                         num_kv_heads, norm_weight=None, eps=1e-6, bias=None,
+                         pdl: bool | None = None):
+    """ops/decode.decode_qkv_rope for a Q8_0 / Q4_1 QuantWeight w = [wq; wk; wv] on
+    cuda/interp (x, w's shape, positions, the cache layer, norm_weight and bias checked
+    there): q rotated into q_out (B, Hq * D); k rotated and v written at slot positions[b]
+    of ck / cv (B, Hkv, C, D) views, lengths[b] = positions[b] + 1. One kernel."""
+    from ..backends.launch import launch
+    from ..index_errors import positions_err
+    from .indexing import _after, _flag, _tag
+    op = "decode_qkv_rope"
+    _check_qtype(w, op)
     B, K = x.shape
-    Hkv, D = cache.num_kv_heads, cache.head_dim
-    if K % 32:
-        raise ValueError(f"{op}: {w.qtype} needs in_features a multiple of 32, got {K}")
-    rb = K // 32 * _BLOCK_BYTES[w.qtype]
-    blocks = w.blocks
-    if not isinstance(blocks, Tensor) or tuple(blocks.shape) != (w.shape[0], rb) \
-            or not blocks.is_contiguous() or blocks.device != x.device \
-            or (blocks.numel() and blocks.data_ptr() % _ALIGN[w.qtype]):
-        raise ValueError(f"{op}: {w.qtype} weight {tuple(w.shape)} needs contiguous, "
-                         f"{_ALIGN[w.qtype]}-byte aligned uint8 blocks ({w.shape[0]}, {rb}) on "
-                         f"{x.device}")
-    nqkv = w.shape[0]
-    cache._check_layer(layer)
-    for name, t, shape in (("norm_weight", norm_weight, (K,)), ("bias", bias, (nqkv,))):
-        if t is not None and (not isinstance(t, Tensor) or tuple(t.shape) != shape
-                              or t.device != x.device or t.stride(0) != 1):
-            raise ValueError(f"{op}: {name} must be a contiguous Tensor of shape {shape} on "
-                             f"{x.device}")
-    if positions.device != x.device or cache.device != x.device:
-        raise ValueError(f"{op}: x, w, positions and cache must share one device")
-    if x.stride(1) != 1:
-        x = x.contiguous()
-    nq = num_heads * D
-    q = Tensor._empty((B, nq), x.dtype, x.device)
-    ck, cv, lengths = cache.view(layer)
-    inv = _inv_freq_tensor(D, theta, scaling, x.device)
+    Hkv, D = num_kv_heads, ck.shape[3]
+    blocks = check_blocks(w, op)
+    if blocks.device != x.device or (blocks.numel() and blocks.data_ptr() % _ALIGN[w.qtype]):
+        raise ValueError(f"{op}: {w.qtype} weight {tuple(w.shape)} needs "
+                         f"{_ALIGN[w.qtype]}-byte aligned blocks on {x.device}")
+    rb = blocks.shape[1]
+    q = q_out
     half = D // 2
     KB = K // 32
     npairs = (num_heads + 2 * Hkv) * half
@@ -375,7 +323,7 @@ def fused_qkv_rope_quant(x, w, cache, layer, positions, *, num_heads, norm_weigh
     opts = dict(num_warps=cfg.get("num_warps", 4))
     if use_pdl:
         opts["launch_pdl"] = True
-    err = _positions_err(op, ck.shape[2])
+    err = positions_err(op, ck.shape[2])
     launch(_qfused_qkv_rope_kernel, (B, npairs // bn), x, blocks, q,
            norm_weight if norm_weight is not None else x, bias if bias is not None else x,
            positions, inv, ck, cv, lengths, _flag(x.device), _tag(err), K, KB, rb, float(eps),
@@ -384,4 +332,4 @@ def fused_qkv_rope_quant(x, w, cache, layer, positions, *, num_heads, norm_weigh
            BLOCK_N=bn, BLOCK_B=cfg["BLOCK_B"], NORM=norm_weight is not None,
            HAS_BIAS=bias is not None, PDL=use_pdl, **opts)
     _after(x.device, err)
-    return q.view(B, 1, num_heads, D).transpose(1, 2)
+    return q_out

@@ -22,14 +22,16 @@ with c the max from a first pass (0 where the max is not finite).
 """
 from __future__ import annotations
 
-import functools
 import math
 
 from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from .. import dtypes as _dt
+from ..declarations import subscribe_reductions
 from ..dispatch import register
+from ..plans import memoize
 from ..backends.launch import launch, launch_items
+from ..device import Device
 from ..tensor import _CONTIG, Size, Tensor
 from ._common import device_facts
 from ._host import cdiv as _cdiv, f64_bits
@@ -152,6 +154,7 @@ def _post(res, scale, p, c, POST: tl.constexpr):
     return res
 
 
+# long: one fused Triton program; the PRE/COMB/POST steps are constexprs and compile away
 @triton.jit
 def _reduce_kernel(x_ptr, xi_ptr, c_ptr, v_ptr, i_ptr,
                    O, R, I, sxo, sxr, sxi, svo, svs, svi, r_chunk,
@@ -400,7 +403,7 @@ def _p2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-@functools.lru_cache(maxsize=4096)
+@memoize("kernels.reduction.tiles", 4096)
 def _plan(devtype, sms, O, R, I, itemsize):
     cfg = CONFIG[devtype]
     if itemsize <= 2 and CONFIG16.get(devtype):
@@ -460,7 +463,7 @@ def _merge(group):
     return n, s
 
 
-@functools.lru_cache(maxsize=4096)
+@memoize("kernels.reduction.geometry", 4096)
 def _geometry(shape, stride, dims):
     """(copy_order or None, O, R, I, sxo, sxr, sxi, svo, svi) for reducing `dims`; cached,
     since small reductions pay for this Python on every call."""
@@ -573,13 +576,16 @@ def _reduce3(geo, codes, v, i, c=None, scale=1.0, p=1.0):
            IDX64=idx64, BLOCK_K=block_k2, BLOCK_R=block_r2, num_warps=nw2)
 
 
-_SIMPLE = {  # kind -> (PRE, COMB, POST)
-    "sum": (P_ID, C_SUM, Q_NONE), "mean": (P_ID, C_SUM, Q_SCALE), "prod": (P_ID, C_PROD, Q_NONE),
-    "amax": (P_ID, C_MAX, Q_NONE), "amin": (P_ID, C_MIN, Q_NONE),
-    "max": (P_ID, C_ARGMAX, Q_NONE), "min": (P_ID, C_ARGMIN, Q_NONE),
-    "argmax": (P_ID, C_ARGMAX, Q_NONE), "argmin": (P_ID, C_ARGMIN, Q_NONE),
-    "any": (P_NZ, C_MAX, Q_NONE), "all": (P_NZ, C_MIN, Q_NONE), "nnz": (P_NZ, C_SUM, Q_NONE),
-}
+# kind -> (PRE, COMB, POST) of the single-pass kinds: the declared reductions' `tl` steps
+# (ops/_declare.py, read through nbxtensor/declarations.py), and max/min with their indices
+_SIMPLE = {"max": (P_ID, C_ARGMAX, Q_NONE), "min": (P_ID, C_ARGMIN, Q_NONE)}
+
+
+def _declared(op) -> None:
+    _SIMPLE[op.kind] = tuple(globals()[code] for code in op.tl)
+
+
+subscribe_reductions(_declared)
 
 
 def _flat(t: Tensor) -> Tensor:
@@ -591,17 +597,32 @@ def _flat(t: Tensor) -> Tensor:
 
 # Single-pass launches of the _SIMPLE kinds by everything `reduce` reads: (kind, input
 # dtype/shape/strides, dims, device type and index (its SM count), values' and indices'
-# dtype/shape/strides). A plan is (recipe, PIPE it was made under, flat shape of the
-# outputs); it holds no tensors. The tile CONFIGs are covered by `_plan.cache_clear()`
-# (their documented reset), which clears these too; PIPE by identity.
-_LAUNCHES: dict = {}
-_LAUNCHES_MAX = 4096
+# dtype/shape/strides), memoised. A plan is (recipe, PIPE it was made under, flat shape of
+# the outputs); it holds no tensors. The tile CONFIGs are covered by `_plan.cache_clear()`
+# (their documented reset), which clears these too; a replaced PIPE by identity.
+@memoize("kernels.reduction.launch", 4096)
+def _simple_launch(kind, dtype, shape, stride, dims, devtype, devindex, vkey, ikey):
+    """The recipe of one launch over the input itself (no permuted copy, no split) into
+    contiguous outputs, or None (the full path)."""
+    order, O, R, I, sxo, sxr, sxi, svo, svi = _geometry(shape, stride, dims)
+    acc = A_I32 if kind in ("any", "all") else _acc_code(dtype)
+    pre, comb, post = _SIMPLE[kind]
+    outs = [k for k in (vkey, ikey) if k is not None]
+    rec = None
+    if order is None and all(k[2] == _CONTIG.get(k[1]) for k in outs):
+        dev = Device(devtype, devindex)
+        rec = _recipe(devtype, _sms(dev), dtype.itemsize, math.prod(shape), O, R, I, sxo, sxr,
+                      sxi, svo, svi, (pre, comb, post, acc), vkey is not None,
+                      ikey is not None, False)
+    return rec, PIPE, Size((math.prod(outs[0][1]),))
+
+
 _plan_cache_clear = _plan.cache_clear
 
 
 def _clear_plans():
     _plan_cache_clear()
-    _LAUNCHES.clear()
+    _simple_launch.cache_clear()
 
 
 _plan.cache_clear = _clear_plans
@@ -613,14 +634,14 @@ def _out_key(t):
 
 @register("reduce", "triton")
 def reduce(kind, x, dims, values, indices, **params):
-    if dims.__class__ is tuple:
+    if dims.__class__ is tuple and kind in _SIMPLE:
         dev = x._storage.device
-        key = (kind, x._dtype, x._shape, x._stride, dims, dev.type, dev.index,
-               _out_key(values), _out_key(indices))
-        hit = _LAUNCHES.get(key)
-        if hit is not None and hit[1] is PIPE:
-            if hit[0] is None:      # a copy or a split: the full path
-                return _reduce_full(kind, x, dims, values, indices, **params)
+        hit = _simple_launch(kind, x._dtype, x._shape, x._stride, dims, dev.type, dev.index,
+                             _out_key(values), _out_key(indices))
+        if hit[1] is not PIPE:      # PIPE was replaced since: plan again
+            _simple_launch.cache_clear()
+            return reduce(kind, x, dims, values, indices, **params)
+        if hit[0] is not None:
             flat = hit[2]
             v = None if values is None else Tensor._make(values._storage, flat, (1,),
                                                          values._offset, values._dtype)
@@ -628,28 +649,6 @@ def reduce(kind, x, dims, values, indices, **params):
                                                           indices._offset, indices._dtype)
             _launch_recipe(hit[0], x, None, v, i, params.get("scale", 1.0), 1.0)
             return
-        if kind in _SIMPLE:
-            return _reduce_simple(kind, x, dims, values, indices, params, key)
-    return _reduce_full(kind, x, dims, values, indices, **params)
-
-
-def _reduce_simple(kind, x, dims, values, indices, params, key):
-    """A _SIMPLE kind through `_reduce_full`'s steps, recording its launch when it is one
-    launch over x itself (no permuted copy, no split) into contiguous outputs."""
-    order, O, R, I, sxo, sxr, sxi, svo, svi = _geometry(x._shape, x._stride, dims)
-    keep = values if values is not None else indices
-    acc = A_I32 if kind in ("any", "all") else _acc_code(x.dtype)
-    pre, comb, post = _SIMPLE[kind]
-    outs = [t for t in (values, indices) if t is not None]
-    rec = None
-    if order is None and all(t._stride == _CONTIG.get(t._shape) for t in outs):
-        dev = x._storage.device
-        rec = _recipe(dev.type, _sms(dev), x._dtype.itemsize, x.numel(), O, R, I, sxo, sxr,
-                      sxi, svo, svi, (pre, comb, post, acc), values is not None,
-                      indices is not None, False)
-    if len(_LAUNCHES) >= _LAUNCHES_MAX:
-        _LAUNCHES.clear()
-    _LAUNCHES[key] = (rec, PIPE, Size((math.prod(keep._shape),)))
     return _reduce_full(kind, x, dims, values, indices, **params)
 
 

@@ -171,13 +171,13 @@ def rope(out, x, pos, inv, *, interleaved):
 def kv_append(ck, cv, lengths, k, v, pos, q=None, inv=None, *, interleaved=False):
     from .. import dtypes as _dt
     from ..backends.launch import launch
-    from ..ops.attention import _positions_err
+    from ..index_errors import positions_err
     B, Hk, T, D = k.shape
     C, DV = ck.shape[2], cv.shape[3]
     rope_on = inv is not None
     qq = q if rope_on else k
     Hq = q.shape[1] if rope_on else Hk
-    err = _positions_err("KVCache.append_rope" if rope_on else "KVCache.append", C)
+    err = positions_err("KVCache.append_rope" if rope_on else "KVCache.append", C)
     launch(_kv_append_kernel, (B * T,), k, v, ck, cv, pos, lengths, qq,
            inv if rope_on else k, _flag(k.device), _tag(err), *k.stride(), *v.stride(),
            *ck.stride(), *cv.stride(), *qq.stride(), *pos.stride(), Hk, Hq, T, C, D, DV,

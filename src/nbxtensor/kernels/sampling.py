@@ -237,11 +237,12 @@ def argmax_commit_config(V, device_type):
     return dict(BLOCK=block, CHUNK=chunk, S=_cdiv(V, chunk))
 
 
+@register("argmax_commit", "triton")
 def argmax_commit(logits, tokens, positions):
     """tokens[b, 0] = argmax(logits[b]) and positions[b, 0] += 1 in one kernel (the greedy
     end of a decode step). logits (B, V) float16/bfloat16/float32 (compared in fp32);
     tokens (B, 1) int; positions (B, 1) int.
-    Validation is done by the caller (models/_ops.greedy_commit)."""
+    Validation is done by the caller (ops/decode.greedy_commit)."""
     from .. import dtypes as _dt
     from ..backends.launch import launch
     from ..tensor import Tensor
@@ -261,6 +262,7 @@ def argmax_commit(logits, tokens, positions):
            **pdl_opts(logits.device))
 
 
+@register("commit_tokens", "triton")
 def commit(src, tokens, positions):
     """tokens[b, 0] = src[b]; positions[b, 0] += 1 (one kernel). src (B,) int."""
     from ..backends.launch import launch

@@ -26,6 +26,7 @@ import numpy as np
 from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from .. import dtypes as _dt
+from .. import plans as _plans
 from ..backends.launch import launch, launch_items
 from ..dispatch import register
 from ..tensor import Tensor
@@ -310,12 +311,11 @@ def _launch_dims(out, out_off, src, in_off, dims, mode, fill, tri, diag, idx):
 
 
 # ---------------------------------------------------------------- Python entries
-_CAT_PLANS: dict = {}
-
-
-def _cat_plan(devtype, itemsize, rows, widths):
+@_plans.memoize("kernels.shape.cat")
+def _cat_plan(devtype, itemsize, rows, widths, force_idx64):
     """[(first input, count, grid, arguments after the 4 pointers, constexprs)] for cat_rows;
-    the width list is padded with 0 (the padding pointers are never read)."""
+    the width list is padded with 0 (the padding pointers are never read). Pure in its
+    arguments (`force_idx64`: the module's _FORCE_IDX64 at the call)."""
     ow = sum(widths)
     plans = []
     c0 = 0
@@ -327,12 +327,12 @@ def _cat_plan(devtype, itemsize, rows, widths):
         else:
             block = min(_np2(span), max(16384 // itemsize, 256))
         ncb = _cdiv(span, block)
-        idx64 = rows * ow + ow >= 2**31 - 1 or rows * ncb >= 2**31 - 1 or _FORCE_IDX64
+        idx64 = rows * ow + ow >= 2**31 - 1 or rows * ncb >= 2**31 - 1 or force_idx64
         warps = 8 if block * itemsize >= 8192 else 4
         plans.append((k, len(ws), (rows * ncb,), (*ws, *(0,) * (4 - len(ws)), span, ncb, ow, c0),
                       dict(NIN=len(ws), IDX64=idx64, BLOCK=block, num_warps=warps)))
         c0 += span
-    return plans
+    return tuple(plans)
 
 
 def _np2(n):
@@ -349,12 +349,7 @@ def cat_rows(out, tensors, rows, widths):
     """cat of contiguous inputs of one dtype viewed as (rows, widths[k]) into a contiguous
     out (rows, sum(widths)): one launch per 4 inputs."""
     dt = out._dtype
-    key = (out._storage.device.type, dt, rows, widths, _FORCE_IDX64)
-    plans = _CAT_PLANS.get(key)
-    if plans is None:
-        plans = _cat_plan(key[0], dt.itemsize, rows, widths)
-        if len(_CAT_PLANS) < 4096:
-            _CAT_PLANS[key] = plans
+    plans = _cat_plan(out._storage.device.type, dt.itemsize, rows, widths, _FORCE_IDX64)
     if dt not in _CAT_DIRECT:
         bits = _BITS[dt.itemsize]
         out = Tensor._make(out._storage, out._shape, out._stride, out._offset, bits)
@@ -372,7 +367,7 @@ def cat_runner(devtype, dt, rows, widths):
     """run(out, tensors) == cat_rows(out, tensors, rows, widths) with the plan bound once (the
     op layer's per-call path); a changed _FORCE_IDX64 (tests) sends it back to cat_rows."""
     force = _FORCE_IDX64
-    plans = _cat_plan(devtype, dt.itemsize, rows, widths)
+    plans = _cat_plan(devtype, dt.itemsize, rows, widths, force)
     if dt not in _CAT_DIRECT or len(plans) != 1:
         return lambda out, tensors: cat_rows(out, tensors, rows, widths)
     _, n, grid, tail, kw = plans[0]
@@ -413,7 +408,9 @@ def cat(out, tensors, dim, rows_widths=None):
 cat.runner = cat_runner   # the op layer's fast path binds a plan through it
 
 
-_REPLAY: dict = {}
+# (op, itemsize, shapes, strides, args, _FORCE_IDX64) -> the launches one run made, with the
+# operands' slots marked: recorded by running the op once, so a PlanCache (not an inference)
+_REPLAY = _plans.PlanCache("kernels.shape.replay", 4096)
 
 
 def _replayable(key, out, src, run):
@@ -426,12 +423,12 @@ def _replayable(key, out, src, run):
             run()
         finally:
             _REC.rec = None
-        if len(_REPLAY) < 4096 and all("I" not in r[2] for r in recs):
+        if all("I" not in r[2] for r in recs):
             # the placeholders' positions, found once (a comparison per slot costs ~1 us)
-            _REPLAY[key] = [(kernel, grid, list(slots),
-                             [i for i, a in enumerate(slots) if a.__class__ is str and a == "S"],
-                             [i for i, a in enumerate(slots) if a.__class__ is str and a == "O"],
-                             kw) for kernel, grid, slots, kw in recs]
+            _REPLAY.put(key, [(kernel, grid, list(slots),
+                               [i for i, a in enumerate(slots) if a.__class__ is str and a == "S"],
+                               [i for i, a in enumerate(slots) if a.__class__ is str and a == "O"],
+                               kw) for kernel, grid, slots, kw in recs])
         return
     bits = _BITS[out._dtype.itemsize]
     sb = Tensor._make(src._storage, src._shape, src._stride, src._offset, bits)

@@ -20,6 +20,7 @@ from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from .. import autotune as _autotune
 from .. import dtypes as _dtypes
+from .. import plans as _plans
 from ..backends import launch as _bl     # the module: its `launch` is looked up per call
 from ..dispatch import register
 from ._common import device_facts
@@ -213,11 +214,7 @@ def softmax(out, x, rows, *, dim, log=False):
     if sp is not None:
         return _softmax_split(out, x, R, R1, N, sx, so, sp, log)
     # the rule's config per N, computed once (never mutated: pick lays its entry over a copy)
-    cfg = _ROW_CFG.get(N)
-    if cfg is None:
-        cfg = row_config(N)
-        if len(_ROW_CFG) < 4096:
-            _ROW_CFG[N] = cfg
+    cfg = _row_cfg(N)
     if _OVERRIDE:
         cfg = {**cfg, **_OVERRIDE}
     else:
@@ -231,7 +228,9 @@ def softmax(out, x, rows, *, dim, log=False):
     return out
 
 
-_ROW_CFG: dict = {}
+@_plans.memoize("kernels.softmax.row_config", 4096)
+def _row_cfg(N):
+    return row_config(N)
 
 
 def _softmax_split(out, x, R, R1, N, sx, so, sp, log):

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from .bert import BertModel
 from .generate import GenerationResult, generate
-from .llama import KVCache, LlamaModel
+from ..kv_cache import KVCache
+from .llama import LlamaModel
 from .registry import resolve
 from .sampling import Sampler
 

@@ -10,7 +10,7 @@ import numpy as np
 import nbxtensor as nbx
 from . import _ops as O
 from ..device import as_device
-from ..io._files import regular_file
+from ..files import regular_file
 from .config import BertConfig, read_json
 from .llama import _float_weight, _staging, _to_device
 

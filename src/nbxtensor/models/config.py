@@ -6,7 +6,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from ..io._files import regular_file
+from ..files import regular_file
 
 __all__ = ["LlamaConfig", "BertConfig", "rope_inv_freq"]
 

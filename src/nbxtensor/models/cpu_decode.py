@@ -120,9 +120,9 @@ class CpuPlan:
         """LlamaModel.forward on host int64 ids (T,): float32 logits, an nbx Tensor."""
         Q, cfg = self.Q, self.cfg
         T, pos = ids.shape[0], cache.pos
-        if pos + T > cache.max_len:
+        if pos + T > cache.capacity:
             raise ValueError(f"forward: {pos} cached + {T} new tokens exceed the KV cache's "
-                             f"max_len {cache.max_len}")
+                             f"capacity {cache.capacity}")
         eps, Hq = cfg.rms_norm_eps, cfg.num_attention_heads
         cos = model._cos.numpy()[pos:pos + T]
         sin = model._sin.numpy()[pos:pos + T]

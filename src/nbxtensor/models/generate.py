@@ -61,7 +61,7 @@ def generate(model, prompt_ids, max_new_tokens: int = 32, sampler: Sampler | Non
     if graph:
         raise ValueError(f"generate: graph=True needs a cuda model, got {model.device}")
     need = len(prompt_ids) + max_new_tokens
-    if cache is None or cache.max_len < need:
+    if cache is None or cache.capacity < need:
         cache = model.new_cache(max(need, 16))
     else:
         cache.reset()

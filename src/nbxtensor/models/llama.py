@@ -13,8 +13,8 @@ models/cpu_decode.py's plan (backends/cpu/quant.py's compiled GEMVs); without nu
 dequantised to float32 at load and `cpu_path` says so.
 
 Two compute paths:
-* `forward(ids, cache)` -- the original eager path (host position, this module's batch-1
-  KVCache, host-built masks); the reference of the golden tests.
+* `forward(ids, cache)` -- the original eager path (host position `cache.pos` of a batch-1
+  `nbx.KVCache`, host-built masks); the reference of the golden tests.
 * `prefill(tokens_t, positions_t, cache)` / `decode_step(tokens_t, positions_t, cache)` --
   batched, with tokens and positions as device tensors and an `nbx.KVCache` whose lengths
   live on the device, so a decode step can be captured once as a CUDA graph and replayed
@@ -29,7 +29,6 @@ Two compute paths:
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import time
 
@@ -40,7 +39,7 @@ from . import _ops as O
 from ..device import as_device
 from .config import LlamaConfig, rope_inv_freq
 
-__all__ = ["LlamaModel", "KVCache"]
+__all__ = ["LlamaModel"]
 
 # GGUF types with a fused dequant-GEMV kernel: kept quantised on the GPU
 GPU_QUANT_TYPES = ("Q8_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")   # K-quants: kernels/quant.py's GEMV
@@ -48,26 +47,6 @@ GPU_QUANT_TYPES = ("Q8_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")   # K-quants: kernels
 CPU_QUANT_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
 # [quantgpu] block formats dequantised on the device at load (cuda/interp) when not kept
 DEVICE_DEQUANT_TYPES = ("Q8_0", "Q4_1", "Q4_0", "Q4_K", "Q5_K", "Q6_K")
-
-
-class KVCache:
-    """Preallocated K and V per layer: (1, n_kv_heads, max_len, head_dim) each."""
-
-    def __init__(self, cfg: LlamaConfig, max_len: int, dtype, device):
-        shape = (1, cfg.num_key_value_heads, max_len, cfg.head_dim)
-        self.k = [nbx.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
-        self.v = [nbx.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
-        self.max_len = max_len
-        self.pos = 0                                     # host mirror of pos_t
-        self.pos_t = nbx.zeros((1,), dtype=nbx.int32, device=device)
-
-    def reset(self) -> None:
-        self.pos = 0
-        self.pos_t.fill_(0)
-
-    def advance(self, n: int) -> None:
-        self.pos += n
-        self.pos_t.fill_(self.pos)
 
 
 # [quantfused] which weights the fused decode GEMVs take: plain 2-D tensors, or QuantWeights
@@ -271,26 +250,14 @@ class LlamaModel:
     @classmethod
     def from_folder(cls, folder, device="cpu", dtype=None):
         """Load an HF folder: config.json, *.safetensors, tokenizer.json."""
-        from ..io.safetensors import SafetensorsFile
+        from ..io.safetensors import open_folder
         from .tokenizer import Tokenizer
         t0 = time.perf_counter()
         dev = as_device(device)
         dtype = nbx.dtypes.as_dtype(dtype) if dtype is not None else (
             nbx.bfloat16 if dev.type == "cuda" else nbx.float32)
         cfg = LlamaConfig.from_folder(folder)
-        files = sorted(glob.glob(os.path.join(folder, "*.safetensors")))
-        if not files:
-            raise FileNotFoundError(f"{folder}: no *.safetensors files")
-        from ..io.safetensors import _Progress
-        index = {}
-        opened = [SafetensorsFile(f) for f in files]
-        prog = _Progress(sum(f.nbytes() for f in opened), f"loading {os.path.basename(folder)}")
-        for f in opened:
-            for k in f.keys():
-                if k in index:      # which copy is meant is unknowable: refuse, never pick one
-                    raise ValueError(f"{folder}: tensor {k!r} is in both {index[k].path!r} and "
-                                     f"{f.path!r}")
-                index[k] = f
+        files, index, prog = open_folder(folder)
 
         qcfg = _int4_config(folder)                # [int4] GPTQ / AWQ checkpoints
         with _staging(dev, prog.total) as up:      # [staging] pinned-ring uploads on cuda
@@ -341,12 +308,13 @@ class LlamaModel:
         self._sin = nbx.tensor(np.sin(ang).astype(np.float32), device=self.device)
         self._rope_len = n
 
-    def new_cache(self, max_len: int | None = None) -> KVCache:
+    def new_cache(self, max_len: int | None = None):
+        """An nbx.KVCache of one sequence for `forward` (host positions: cache.pos)."""
         n = max_len or min(self.cfg.max_position_embeddings, 4096)
         self._ensure_rope(n)
-        return KVCache(self.cfg, n, self.dtype, self.device)
+        return self.new_kv_cache(1, n)
 
-    def forward(self, ids, cache: KVCache, all_logits: bool = False):
+    def forward(self, ids, cache, all_logits: bool = False):
         """Run `ids` (list of ints or int Tensor of shape (T,)) after the cached tokens.
 
         Returns logits (vocab,) for the last token, or (T, vocab) with all_logits.
@@ -360,9 +328,9 @@ class LlamaModel:
             ids = nbx.tensor(self.check_token_ids(ids, "forward"), device=self.device)
         T = ids.shape[0]
         pos = cache.pos
-        if pos + T > cache.max_len:
+        if pos + T > cache.capacity:
             raise ValueError(f"forward: {pos} cached + {T} new tokens exceed the KV cache's "
-                             f"max_len {cache.max_len}")
+                             f"capacity {cache.capacity}")
         Hq, Hkv, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         cos, sin = self._cos[pos:pos + T], self._sin[pos:pos + T]
         x = O.embedding(ids, self.w["embed"])
@@ -482,12 +450,12 @@ class LlamaModel:
         for i, L in enumerate(w["layers"]):
             fz = fused and self.fused[i]
             if fz and T == 1:   # [decode] RMSNorm + QKV GEMV + RoPE + cache append: one kernel
-                q = O.fused_qkv_rope(x, L["wqkv"], cache, i, positions, num_heads=Hq,
+                q = O.decode_qkv_rope(x, L["wqkv"], cache, i, positions, num_heads=Hq,
                                      norm_weight=L["attn_norm"], eps=eps, bias=L.get("bqkv"),
                                      theta=cfg.rope_theta, scaling=cfg.rope_scaling or None)
             else:
                 if fz:        # RMSNorm + QKV (+ bias) in one GEMV
-                    qkv = O.fused_linear(x, L["wqkv"], norm_weight=L["attn_norm"], eps=eps,
+                    qkv = O.decode_linear(x, L["wqkv"], norm_weight=L["attn_norm"], eps=eps,
                                          bias=L.get("bqkv"))
                     q, k, v = qkv[:, :nq], qkv[:, nq:nq + nk], qkv[:, nq + nk:]
                 else:
@@ -508,9 +476,9 @@ class LlamaModel:
                 a = O.attention(q.contiguous(), kl[:, :, :T], vl[:, :, :T], causal=True)
             a = a.transpose(1, 2).reshape(B * T, Hq * D)
             if fz:        # o_proj and down_proj add the residual in their epilogue
-                x = self._reduced(O.fused_linear(a, L["wo"], residual=self._residual(x)))
-                f = O.fused_linear(x, L["w_gateup"], norm_weight=L["ffn_norm"], eps=eps, glu=True)
-                x = self._reduced(O.fused_linear(f, L["w_down"], residual=self._residual(x)))
+                x = self._reduced(O.decode_linear(a, L["wo"], residual=self._residual(x)))
+                f = O.decode_linear(x, L["w_gateup"], norm_weight=L["ffn_norm"], eps=eps, glu=True)
+                x = self._reduced(O.decode_linear(f, L["w_down"], residual=self._residual(x)))
             else:
                 x = self._combine(x, O.linear(a, L["wo"]))
                 h = O.rms_norm(x, L["ffn_norm"], eps)
@@ -520,7 +488,7 @@ class LlamaModel:
         if fused and self.fused_head:
             # final RMSNorm fused into the lm_head; fp32 logits (bf16 rounding would create
             # false argmax ties over tens of thousands of entries)
-            return self._logits(O.fused_linear(x, w["lm_head"], norm_weight=w["norm"], eps=eps,
+            return self._logits(O.decode_linear(x, w["lm_head"], norm_weight=w["norm"], eps=eps,
                                                out_dtype=nbx.float32))
         x = O.rms_norm(x, w["norm"], eps)
         if isinstance(w["lm_head"], O.QuantWeight) and x.dtype is not nbx.float32:

@@ -18,7 +18,6 @@ within the window the attention is the full one) and OLMoE's clip_qkv.
 """
 from __future__ import annotations
 
-import glob
 import os
 import time
 from dataclasses import dataclass, field
@@ -143,26 +142,14 @@ class MoeModel(LlamaModel):
     @classmethod
     def from_folder(cls, folder, device="cpu", dtype=None):
         """Load an HF folder: config.json, *.safetensors (sharded or not), tokenizer.json."""
-        from ..io.safetensors import SafetensorsFile, _Progress
+        from ..io.safetensors import open_folder
         from .tokenizer import Tokenizer
         t0 = time.perf_counter()
         dev = as_device(device)
         dtype = nbx.dtypes.as_dtype(dtype) if dtype is not None else (
             nbx.bfloat16 if dev.type == "cuda" else nbx.float32)
         cfg = MoeConfig.from_folder(folder)
-        files = sorted(glob.glob(os.path.join(folder, "*.safetensors")))
-        if not files:
-            raise FileNotFoundError(f"{folder}: no *.safetensors files")
-        opened = [SafetensorsFile(f) for f in files]
-        index = {}
-        for f in opened:
-            for k in f.keys():
-                if k in index:
-                    raise ValueError(f"{folder}: tensor {k!r} is in both {index[k].path!r} and "
-                                     f"{f.path!r}")
-                index[k] = f
-        prog = _Progress(sum(f.nbytes() for f in opened), f"loading {os.path.basename(folder)}")
-        mt = cfg.model_type
+        files, index, prog = open_folder(folder)
 
         def host(name, shape=None, required=True):
             f = index.get(name)
@@ -188,7 +175,7 @@ class MoeModel(LlamaModel):
                               else host(*row[0]) for row in names]).astype(dtype.np, copy=False)
                 return _to_device(a, dtype, dev, up, name)
 
-            H, E = cfg.hidden_size, cfg.num_experts
+            H = cfg.hidden_size
             Iq, Ik = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
             w = {"embed": get("model.embed_tokens.weight"), "norm": get("model.norm.weight"),
                  "layers": []}

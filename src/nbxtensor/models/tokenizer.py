@@ -131,7 +131,7 @@ class Tokenizer:
     @classmethod
     def from_folder(cls, folder, eos_ids=()) -> "Tokenizer":
         from tokenizers import Tokenizer as HFTok
-        from ..io._files import regular_file
+        from ..files import regular_file
         from .config import read_json
         path = os.path.join(folder, "tokenizer.json")
         regular_file(path, "tokenizer.json")

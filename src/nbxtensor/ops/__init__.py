@@ -11,6 +11,9 @@ from . import pooling, resample  # noqa: F401
 from . import compare, structure, order, contract, factories, losses  # noqa: F401 - the everyday API
 from . import moe  # noqa: F401 - nbx.nn.functional.fused_moe & co. (no torch top-level names)
 from . import complex as _complex  # noqa: F401 - complex parts and views
+from . import _methods
+# Tensor[...] with tensor, list or bool indices (basic slicing is Tensor's own)
+_methods.install(_advanced_getitem=indexing.getitem, _advanced_setitem=indexing.setitem)
 from .elementwise import *  # noqa: F401,F403
 from .reduction import *  # noqa: F401,F403
 from .indexing import *  # noqa: F401,F403

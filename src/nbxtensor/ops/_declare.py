@@ -11,142 +11,23 @@ and operators. From the table below:
   * kernels/elementwise.py compiles every Triton expression into a branch of `_apply`;
   * ops/_table.py writes the declared-ops table of docs/ops.md.
 
-Expressions are strings over the operands x, y (compute dtype) and the two op parameters
+Expressions are strings over the operands x, y, z (compute dtype) and the two op parameters
 (NumPy: p, q; Triton: p0, p1). Triton expressions may use INTERP (the interpreter flag),
 IS_FLOAT (whether the compute type is a float), `tl`, `libdevice` and the @triton.jit
 helpers of kernels/elementwise.py; NumPy expressions may use `np` and the helpers of
 backends/cpu/elementwise.py (EXPR_NAMESPACE).
 
-Adding an op is one `unary(...)`, `activation(...)` or `binary(...)` line here.
+Adding an op is one `unary(...)`, `activation(...)`, `binary(...)`, `call(...)` or `entry(...)`
+line here.
 `declare()` also adds an op at run time (the tests declare one); every consumer
 subscribed with `subscribe()` builds its artefacts for it, and `undeclare()` removes them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-_FLOATS = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
-_INTS = ("uint8", "int8", "int16", "int32", "int64")
-_ALL = ("bool",) + _INTS + _FLOATS
-
-# dtype rule -> (the input dtypes it accepts, what it means). Unary rules:
-RULES = {
-    "float": (_ALL, "ints/bool promote to the default float"),
-    "keep": (_ALL, "result has the input dtype"),
-    "nobool": (_INTS + _FLOATS, "result has the input dtype; bool refused"),
-    "round": (_ALL, "floats rounded; ints/bool copied unchanged"),
-    "pred": (_ALL, "bool result"),
-    "bits": (("bool",) + _INTS, "integer or bool (bool: logical not)"),
-    "floatonly": (_FLOATS, "floating point only; result has the input dtype"),   # either arity
-    # binary rules (the `kind` of ops/elementwise.py's _binary)
-    "arith": (_ALL, "torch promotion of the operands"),
-    "tofloat": (_ALL, "promotion; ints/bool give the default float"),
-    "cmp": (_ALL, "bool result (compared in the promoted dtype)"),
-    "logical": (_ALL, "bool result of the operands' truth values"),
-    "int": (("bool",) + _INTS, "integer or bool operands"),
-    "shift": (_INTS, "integer operands"),
-    "f3264": (("float32", "float64"), "float32 or float64 operands (the result steps in that dtype)"),
-}
-_UNARY_RULES = ("float", "keep", "nobool", "round", "pred", "bits", "floatonly")
-_BINARY_KIND = {"arith": "arith", "tofloat": "float", "cmp": "cmp", "logical": "logical",
-                "int": "int", "shift": "shift", "floatonly": "floatonly",
-                "f3264": "f3264"}
-
-
-@dataclass(frozen=True, eq=False)
-class Op:
-    """One declared element-wise op.
-
-    name: the public function (and the dispatch entry unless `entry` is given); form:
-    "math" f(input, *, out=None) [+ f_(self)], "binary" f(input, other, *, out=None)
-    [+ f_(self, other)], "activation" f(input, <params>, [inplace=False]) (torch.nn.functional),
-    "entry" no public function (a hand-written one dispatches to it); params: the
-    activation's ((name, default), ...) passed to the kernel as p0, p1; inplace: the
-    in-place form exists (f_ and x.f_(); for activations the `inplace=` argument), "cast"
-    for logical_not_ (the bool result cast back into self's dtype); method: Tensor method
-    x.name() (and x.name_() when in place); operators: Tensor dunder names (a binary's
-    __rX__ is reflected, __iX__ is the in-place form); complex: complex operands accepted
-    ("real": a real result, abs); bool_error: the refusal of a bool input under rule "nobool".
-    """
-
-    name: str
-    arity: int
-    rule: str
-    np: str
-    tl: str
-    aliases: tuple = ()
-    form: str = "math"
-    entry: str = ""
-    params: tuple = ()
-    inplace: object = True
-    method: bool = True
-    operators: tuple = ()
-    complex: object = False
-    bool_error: str = "not supported for bool tensors"
-    doc: str = ""
-
-    def __post_init__(self):
-        if self.rule not in RULES:
-            raise ValueError(f"declare {self.name}: rule must be one of {sorted(RULES)}, got "
-                             f"{self.rule!r}")
-        if self.arity not in (1, 2) or ((self.arity == 1) != (self.rule in _UNARY_RULES)
-                                        and self.rule != "floatonly"):
-            raise ValueError(f"declare {self.name}: arity {self.arity} does not fit rule "
-                             f"{self.rule!r}")
-        if len(self.params) > 2:
-            raise ValueError(f"declare {self.name}: at most two parameters (p0, p1), got "
-                             f"{len(self.params)}")
-        if not self.entry:
-            object.__setattr__(self, "entry", self.name)
-
-    @property
-    def dtypes(self) -> tuple:
-        """The input dtype names the rule accepts (docs/ops.md shows them)."""
-        return RULES[self.rule][0]
-
-    @property
-    def kind(self) -> str:
-        """The binary op kind of ops/elementwise.py's _binary."""
-        return _BINARY_KIND[self.rule]
-
-
-OPS: dict = {}        # entry name -> Op, in declaration order
-_SUBSCRIBERS: list = []
-
-
-def subscribe(build, remove=None) -> None:
-    """Call build(op) for every declared op now and for each later declaration; remove(op)
-    on undeclare."""
-    _SUBSCRIBERS.append((build, remove))
-    for op in list(OPS.values()):
-        build(op)
-
-
-def declare(op: Op) -> Op:
-    if op.entry in OPS:
-        raise ValueError(f"declare: element-wise op {op.entry!r} is already declared")
-    OPS[op.entry] = op
-    built = []
-    try:
-        for build, remove in _SUBSCRIBERS:
-            build(op)
-            built.append(remove)
-    except Exception:
-        # a refused declaration leaves nothing behind
-        OPS.pop(op.entry)
-        for remove in reversed(built):
-            if remove is not None:
-                remove(op)
-        raise
-    return op
-
-
-def undeclare(entry: str) -> None:
-    """Remove a declared op and every artefact built from it (tests use it)."""
-    op = OPS.pop(entry)
-    for _, remove in reversed(_SUBSCRIBERS):
-        if remove is not None:
-            remove(op)
+# the record, the rules and the registry live in the bottom layer, so that the kernel module
+# reads this table without importing the ops layer (nbxtensor/declarations.py)
+from ..declarations import OPS, RULES, Op, declare, subscribe, undeclare  # noqa: F401
+from ..declarations import REDUCTIONS, Reduction, declare_reduction  # noqa: F401
 
 
 def unary(name, rule, np, tl, **kw):  # noqa: A002 - np/tl name the expressions' dialects
@@ -162,6 +43,19 @@ def activation(name, rule, np, tl, **kw):  # noqa: A002
 def binary(name, rule, np, tl, **kw):  # noqa: A002
     kw.setdefault("form", "binary")
     return declare(Op(name, 2, rule, np, tl, **kw))
+
+
+def call(name, arity, rule, np, tl, signature, runner, **kw):  # noqa: A002
+    """An op whose arguments are not a formula: f(<signature>) calls `runner` of
+    ops/elementwise.py, which validates them and dispatches to the declared entry."""
+    return declare(Op(name, arity, rule, np, tl, form="call", signature=signature,
+                      runner=runner, **kw))
+
+
+def entry(name, arity, rule, np, tl, **kw):  # noqa: A002
+    """A kernel branch and cpu entry with no public function of its own (another
+    declaration's alpha= / rounding_mode=, or a hand-written function, dispatches to it)."""
+    return declare(Op(name, arity, rule, np, tl, form="entry", **kw))
 
 
 # ----------------------------------------------------------------------------- the table
@@ -257,3 +151,46 @@ binary("logaddexp", "floatonly", "np.logaddexp(x, y)", "_logaddexp(x, y, INTERP)
 binary("logaddexp2", "floatonly", "np.logaddexp2(x, y)", "_logaddexp2(x, y, INTERP)")
 binary("nextafter", "f3264", "np.nextafter(x, y)", "_nextafter(x, y)")
 binary("ldexp", "tofloat", "x * np.exp2(y)", "x * _exp2(y, INTERP)", doc="torch.ldexp: input * 2 ** other.")
+
+
+# arithmetic, clamp, the ternaries and copy. Their functions take arguments that are not a
+# formula (alpha=, rounding_mode=, optional bounds, a condition): `alpha` and `rounding` name the
+# entries a binary reaches, and a "call" op's runner (ops/elementwise.py) validates its arguments
+unary("copy", "keep", "x", "x", form="entry", complex=True)   # copy_, fill_, round of integers
+binary("add", "arith", "x + y", "x + y", alpha="add_alpha", operators=("__add__", "__radd__", "__iadd__"), complex=True, doc="torch.add: input + alpha * other.")
+entry("add_alpha", 2, "arith", "x + p * y", "x + p0 * y", complex=True)
+binary("sub", "arithnb", "x - y", "x - y", aliases=("subtract",), alpha="sub_alpha", operators=("__sub__", "__rsub__", "__isub__"), complex=True, bool_error="subtraction with two bool tensors is not supported; use logical_xor or bitwise_xor", doc="torch.sub: input - alpha * other.")
+entry("sub_alpha", 2, "arithnb", "x - p * y", "x - p0 * y", complex=True)
+binary("mul", "arith", "x * y", "x * y", aliases=("multiply",), operators=("__mul__", "__rmul__", "__imul__"), complex=True, doc="torch.mul: input * other.")
+binary("div", "tofloat", "x / y", "_fdiv(x, y)", aliases=("divide", "true_divide"), rounding={"floor": "div_floor", "trunc": "div_trunc"}, operators=("__truediv__", "__rtruediv__", "__itruediv__"), complex=True, doc="torch.div: true division (ints give the default float), or rounding_mode 'trunc' / 'floor' (result dtype by promotion). Integer division by zero gives 0 (NumPy's value; torch's cpu raises and its cuda returns garbage).")
+binary("floor_divide", "arith", "np.floor_divide(x, y)", "_floor_div(x, y, IS_FLOAT, INTERP)", entry="div_floor", operators=("__floordiv__", "__rfloordiv__", "__ifloordiv__"), doc="torch.floor_divide: division rounded down (div with rounding_mode='floor').")
+entry("div_trunc", 2, "arith", "_div_trunc(x, y)", "_div_trunc(x, y, IS_FLOAT)")
+call("pow", 2, "arith", "_pow(x, y)", "_pow_any(x, y, IS_FLOAT, INTERP)", "input, exponent, *, out=None", "_pow", operators=("__pow__", "__rpow__", "__ipow__"), complex=True, doc="torch.pow. Integer tensors to negative integer powers: 0, except bases 1 and -1.")
+call("clamp", 3, "arithnb", "np.minimum(np.maximum(x, y), z)", "_minimum(_maximum(x, y), z)", "input, min=None, max=None, *, out=None", "_clamp", aliases=("clip",), doc="torch.clamp with scalar or tensor bounds; NaN propagates; min > max gives max.")
+call("clamp_min", 2, "arithnb", "np.maximum(x, y)", "_maximum(x, y)", "input, min, *, out=None", "_clamp_min", inplace=False)
+call("clamp_max", 2, "arithnb", "np.minimum(x, y)", "_minimum(x, y)", "input, max, *, out=None", "_clamp_max", inplace=False)
+call("nan_to_num", 3, "finite", "np.where(np.isnan(x), p, np.where(x == np.inf, y, np.where(x == -np.inf, z, x)))", "_nan_to_num(x, y, z, p0)", "input, nan=0.0, posinf=None, neginf=None, *, out=None", "_nan_to_num", doc="torch.nan_to_num: NaN -> nan, +inf -> posinf (default: dtype max), -inf -> neginf.")
+call("where", 3, "select", "np.where(x != 0, y, z)", "tl.where(x != 0, y, z)", "condition, input=None, other=None, *, out=None", "_where", inplace=False, method="condition, self, other", doc="torch.where(condition, input, other): input where condition is true, else other.")
+call("lerp", 3, "floatonly", "np.where(np.abs(z) < 0.5, x + z * (y - x), y - (y - x) * (1 - z))", "_lerp(x, y, z)", "input, end, weight, *, out=None", "_lerp", doc="torch.lerp: input + weight * (end - input) (torch's form that is exact at weight 1).")
+call("addcmul", 3, "arith", "x + p * (y * z)", "x + p0 * (y * z)", "input, tensor1, tensor2, *, value=1, out=None", "_addc", doc="torch.addcmul: input + value * tensor1 * tensor2.")
+call("addcdiv", 3, "floatonly", "x + p * (y / z)", "x + p0 * _fdiv(y, z)", "input, tensor1, tensor2, *, value=1, out=None", "_addc", doc="torch.addcdiv: input + value * tensor1 / tensor2 (floating point only).")
+
+
+def reduction(name, rule, np, tl, **kw):  # noqa: A002
+    return declare_reduction(Reduction(name, rule, np, tuple(tl.split()), **kw))
+
+
+# ----------------------------------------------------------------------------- reductions
+# one line per reduction: result rule, NumPy reference (over a, w, axis, scale), the kernel's
+# PRE COMB POST steps; the function, method, docs row, cpu entry and kernel launch follow
+_ONE = "input, dim=None, keepdim=False, *, out=None"
+reduction("sum", "sum", "np.sum(w, axis=axis, keepdims=True)", "P_ID C_SUM Q_NONE", identity=0, complex=True, fast=True, doc="Sum over `dim` (None: all). Integers and bool sum in int64; fp16/bf16 accumulate in fp32.")
+reduction("prod", "sum", "np.prod(w, axis=axis, keepdims=True)", "P_ID C_PROD Q_NONE", identity=1, dims="one", doc="Product over `dim` (None: all; torch's prod reduces one dim). Integers and bool multiply in int64.")
+reduction("mean", "float", "np.sum(w, axis=axis, keepdims=True) * scale", "P_ID C_SUM Q_SCALE", identity="nan", complex=True, fast=True, doc="Mean over `dim` (None: all); floating point (dtype= casts first).")
+reduction("amax", "keep", "np.max(w, axis=axis, keepdims=True)", "P_ID C_MAX Q_NONE", signature="input, dim=(), keepdim=False, *, out=None", fast=True, doc="Maximum over `dim` (() or None: all); NaN propagates. Empty reduced dims are an error.")
+reduction("amin", "keep", "np.min(w, axis=axis, keepdims=True)", "P_ID C_MIN Q_NONE", signature="input, dim=(), keepdim=False, *, out=None", fast=True, doc="Minimum over `dim` (() or None: all); NaN propagates. Empty reduced dims are an error.")
+reduction("any", "bool", "np.any(a != 0, axis=axis, keepdims=True)", "P_NZ C_MAX Q_NONE", identity=0, signature=_ONE, doc="Whether any element over `dim` is non-zero.")
+reduction("all", "bool", "np.all(a != 0, axis=axis, keepdims=True)", "P_NZ C_MIN Q_NONE", identity=1, signature=_ONE, doc="Whether every element over `dim` is non-zero.")
+reduction("count_nonzero", "count", "np.sum(a != 0, axis=axis, keepdims=True, dtype=np.int64)", "P_NZ C_SUM Q_NONE", identity=0, kind="nnz", signature="input, dim=None", doc="The number of non-zero elements over `dim` (None: all), int64.")
+reduction("argmax", "index", "_first_index(np.argmax, w, axis)", "P_ID C_ARGMAX Q_NONE", signature=_ONE, dims="one", fast=True, doc="Index of the first maximum (NaN counts as the maximum), int64; dim None: of the flattened input.")
+reduction("argmin", "index", "_first_index(np.argmin, w, axis)", "P_ID C_ARGMIN Q_NONE", signature=_ONE, dims="one", fast=True, doc="Index of the first minimum (NaN counts as the minimum), int64; dim None: of the flattened input.")

@@ -1,7 +1,8 @@
 """The op-support table (docs/ops.md), generated from the code.
 
-Three parts: the public functions of each op family (each family module's `__all__`),
-the declared element-wise ops (ops/_declare.py: one row per declaration), and every
+Four parts: the public functions of each op family (each family module's `__all__`),
+the declared element-wise ops and the declared reductions (ops/_declare.py: one row per
+declaration), and every
 dispatch entry with the devices that implement it, read from the dispatch registry
 (numpy -> cpu; triton -> interp and cuda). A family may declare the dtypes
 an entry accepts in a module-level `SUPPORTED_DTYPES = {dispatch_name: (dtype names)}`;
@@ -52,6 +53,24 @@ def _short(names) -> str:
     return " ".join(_SHORT.get(x, x) for x in names)
 
 
+def _form(op) -> str:
+    if op.form == "call":
+        return f"call `{op.name}({op.signature})`"
+    if op.form == "entry":
+        from . import _declare
+        for other in _declare.OPS.values():
+            if op.entry == other.alpha:
+                return f"entry (`{other.name}` with alpha=)"
+            for mode, e in other.rounding:
+                if op.entry == e:
+                    return f"entry (`{other.name}` with rounding_mode={mode!r})"
+        return "entry (hand-written function)"
+    extra = ([f"alpha= `{op.alpha}`"] if op.alpha else []) + (
+        [f"rounding_mode= {', '.join(f'{m}: `{e}`' for m, e in op.rounding)}"]
+        if op.rounding else [])
+    return op.form + (f" ({'; '.join(extra)})" if extra else "")
+
+
 def declared_rows() -> list:
     """The declared element-wise ops' table (one row per ops/_declare.py declaration)."""
     from . import _declare
@@ -60,6 +79,8 @@ def declared_rows() -> list:
     for op in _declare.OPS.values():
         public = op.form != "entry"
         method = (f"`x.{op.name}()`" if op.method and public else "-")
+        if isinstance(op.method, str):
+            method = f"`x.{op.name}({op.method.replace('self, ', '').replace(', self', '')})`"
         if op.form == "activation":
             inplace = "`inplace=True`" if op.inplace else "-"
             if op.inplace and op.method:
@@ -67,12 +88,26 @@ def declared_rows() -> list:
             out = "-"
         else:
             inplace = f"`{op.name}_`" if op.inplace and public else "-"
-            out = "yes" if public else "-"
+            out = "yes" if public and (op.form != "call" or "out" in op.signature) else "-"
         rows.append(
             f"| `{op.name}` | {', '.join(f'`{a}`' for a in op.aliases) or '-'} | "
-            f"{op.form if public else 'entry (hand-written function)'} | {op.rule}: "
+            f"{_form(op)} | {op.rule}: "
             f"{_declare.RULES[op.rule][1]} | {_short(op.dtypes)} | {method} | {inplace} | {out} | "
             f"{' '.join(f'`{o}`' for o in op.operators) or '-'} | `{op.entry}` |")
+    return rows
+
+
+def reduction_rows() -> list:
+    """The declared reductions' table (one row per ops/_declare.py `reduction(...)`)."""
+    from . import _declare
+    from ..declarations import REDUCTION_RULES
+    rows = ["| op | signature | result rule | empty dim | kernel (PRE COMB POST) | entry |",
+            "|---|---|---|---|---|---|"]
+    for op in _declare.REDUCTIONS.values():
+        empty = ("error" if op.identity is None else
+                 "NaN" if op.identity == "nan" else f"{op.identity}")
+        rows.append(f"| `{op.name}` | `{op.signature}` | {op.rule}: {REDUCTION_RULES[op.rule]} | "
+                    f"{empty} | {' '.join(op.tl)} | `reduce` kind `{op.kind}` |")
     return rows
 
 
@@ -97,6 +132,12 @@ def generate() -> str:
               "function, its Tensor method and operators, the cpu implementation and the kernel "
               "branch are generated from it.", ""]
     lines += declared_rows()
+    lines += ["", "## Declared reductions", "",
+              "Each row is one `reduction(...)` in `ops/_declare.py`: the function, its Tensor "
+              "method, the cpu implementation (a NumPy expression) and the kernel's steps are "
+              "generated from it. max/min (values and indices), var/std, the norms, logsumexp, "
+              "the nan-reductions and the scans are written by hand.", ""]
+    lines += reduction_rows()
     reg = _registry()
     lines += ["", "## Dispatch entries", "",
               "Every entry that an op dispatches to, the devices that implement it, and the "

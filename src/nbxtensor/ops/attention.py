@@ -39,7 +39,9 @@ import numbers
 import numpy as np
 
 from .. import dtypes as _dt
+from .. import plans as _plans
 from ..dispatch import impl
+from ..index_errors import lengths_err as _lengths_err, positions_err as _positions_err  # noqa: F401
 from ..tensor import Tensor
 from .sampling import Generator, sample  # noqa: F401 - exported from this family
 
@@ -182,8 +184,6 @@ def decode_attention(query, k_cache, v_cache, lengths, *, scale=None, out=None):
 
 
 # --------------------------------------------------------------------------- RoPE
-_INV_FREQ: dict = {}
-
 
 def _scaling_key(scaling):
     if scaling is None:
@@ -205,10 +205,13 @@ def _scaling_key(scaling):
 
 def rope_inv_freq(head_dim, theta=10000.0, scaling=None):
     """The D/2 inverse frequencies as float64 NumPy (Llama-3 scaling applied when given)."""
+    return _inv_freq(head_dim, float(theta), _scaling_key(scaling))
+
+
+def _inv_freq(head_dim, theta, key):
     if head_dim <= 0 or head_dim % 2:
         raise ValueError(f"rope: head_dim must be a positive even number, got {head_dim}")
-    inv = 1.0 / (float(theta) ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
-    key = _scaling_key(scaling)
+    inv = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
     if key is not None:
         factor, lo_f, hi_f, old = key
         lo_wl, hi_wl = old / lo_f, old / hi_f
@@ -222,24 +225,14 @@ def rope_inv_freq(head_dim, theta=10000.0, scaling=None):
 
 
 def _inv_freq_tensor(head_dim, theta, scaling, device):
-    key = (head_dim, float(theta), _scaling_key(scaling), str(device))
-    t = _INV_FREQ.get(key)
-    if t is None:
-        from ..creation import tensor
-        t = _INV_FREQ[key] = tensor(rope_inv_freq(head_dim, theta, scaling).astype(np.float32),
-                                    device=device)
-    return t
+    return _inv_freq_on(head_dim, float(theta), _scaling_key(scaling), str(device))
 
 
-def _positions_err(op, C):
-    """The index-error description (op, what, lo, hi: kernels/indexing.py, ops/indexing.py
-    _oob_error) of KV-cache positions for a cache of capacity C: 0 .. C - 1."""
-    return (op, f"positions (the KV cache holds {C} slots)", 0, C)
-
-
-def _lengths_err(C):
-    """The same for decode attention's lengths: 0 .. C."""
-    return ("decode_attention", f"lengths (the KV cache holds {C} slots)", 0, C + 1)
+# the float32 table on a device, per (head_dim, theta, scaling, device): a few per model
+@_plans.memoize("ops.attention.rope_inv_freq", 256)
+def _inv_freq_on(head_dim, theta, scaling_key, device):
+    from ..creation import tensor
+    return tensor(_inv_freq(head_dim, theta, scaling_key).astype(np.float32), device=device)
 
 
 def _check_positions(positions, B, T, dev, op):

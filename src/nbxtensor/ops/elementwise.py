@@ -1,9 +1,11 @@
 """Element-wise ops: unary, activations, binary, ternary, and the Python operators.
 
-The unary, activation, comparison, logical, bitwise and most binary ops are declarations
-(ops/_declare.py): their functions, methods and operators are generated at the end of this
-module; the rest (add/sub/mul/div/pow with alpha and rounding modes, clamp, nan_to_num, round's
-decimals, the ternaries) are written here by hand.
+Every element-wise op is a declaration (ops/_declare.py): its function, in-place form, Tensor
+methods and operators are generated at the end of this module. What is written here by hand is
+the path they share (`_run`, the `_binary` fast path), the runners the declarations name for
+arguments that are not a formula (alpha=, rounding_mode=, pow's exponent, clamp's bounds,
+where's condition, lerp's weight, addcmul's value), and the few functions over other ops
+(round's decimals, square, rsub, float_power, gelu's approximate=, glu's halves).
 
 Every op follows one path (`_run`): validate the operands (tensors or Python numbers),
 work out the result dtype with torch's promotion (`result_type`, which knows about
@@ -27,17 +29,15 @@ import numpy as np
 
 from .. import dtypes as _dt
 from ..backends.cpu import elementwise as _cpu
+from ..declarations import parameter_list as _param_list, parameters as _params
 from ..dispatch import impl, register
+from ..plans import memoize
 from ..tensor import Tensor, broadcast_shapes, normalize_dim
 from . import _declare, _methods
 
 # the hand-written functions; every declared op (ops/_declare.py) appends its names in `_build`
-__all__ = [
-    "round", "nan_to_num", "clamp", "clip", "clamp_min", "clamp_max", "square", "gelu", "glu",
-    "add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "floor_divide",
-    "pow", "where", "lerp", "addcmul", "addcdiv", "can_cast", "logit", "rsub", "float_power",
-    "positive",
-]
+__all__ = ["round", "square", "gelu", "glu", "can_cast", "logit", "rsub", "float_power",
+           "positive"]
 
 _NUMBER = (bool, int, float, complex, np.bool_, np.integer, np.floating, np.complexfloating)
 
@@ -136,6 +136,7 @@ def _into_same_shape(name, inputs, out, out_dtype, ct, params) -> bool:
     return True
 
 
+# long: the per-call path of every element-wise op, kept in one frame (a call costs ~0.1 us)
 def _run(name, fname, inputs, argnames, result_dtype, *, out=None, params=(0, 0),
          compute_dtype=None, out_dtype=None, inplace=None):
     """Validate, broadcast, allocate and dispatch one element-wise op.
@@ -342,8 +343,8 @@ def float_power_(self, exponent):
     if self.dtype is not _dt.float64:
         raise TypeError(f"float_power_: the float64 result can't be written in place into "
                         f"{self.dtype.name} (self must be float64)")
-    return _pow(self, _to_f64(exponent, "float_power_", "exponent"), inplace=True,
-                fname="float_power_")
+    return _pow(_declare.OPS["pow"], "float_power_", True, self,
+                _to_f64(exponent, "float_power_", "exponent"), None)
 
 
 def _to_f64(x, fname, argname):
@@ -366,33 +367,32 @@ def positive(input):  # noqa: A002
     return input
 
 
-def nan_to_num(input, nan=0.0, posinf=None, neginf=None, *, out=None):  # noqa: A002
-    """torch.nan_to_num: NaN -> nan, +inf -> posinf (default: dtype max), -inf -> neginf."""
+# ----------------------------------------------------------------------------- runners
+# A declaration of form "call" (ops/_declare.py) names one of these: its generated function
+# calls runner(op, fname, inplace, *its parameters), `op` the declaration.
+def _nan_to_num(op, fname, inplace, input, nan, posinf, neginf, out):  # noqa: A002
+    """NaN -> nan, +inf -> posinf (default: dtype max), -inf -> neginf; ints/bool copied."""
     if not isinstance(input, Tensor):
-        raise TypeError(f"nan_to_num: input must be a Tensor, got {type(input).__name__}")
+        raise TypeError(f"{fname}: {'self' if inplace else 'input'} must be a Tensor, got "
+                        f"{type(input).__name__}")
     for an, v in (("nan", nan), ("posinf", posinf), ("neginf", neginf)):
         if v is not None and (not isinstance(v, _NUMBER) or isinstance(v, (bool, np.bool_))):
-            raise TypeError(f"nan_to_num: {an} must be a float or None, got {v!r}")
+            raise TypeError(f"{fname}: {an} must be a float or None, got {v!r}")
     d = input.dtype
     if d.kind != "f":
+        if inplace:
+            return input
         return input.clone() if out is None else out.copy_(input)
     fi = _dt.finfo(d)
     posinf = fi.max if posinf is None else float(posinf)
     neginf = fi.min if neginf is None else float(neginf)
-    return _run("nan_to_num", "nan_to_num", [input, posinf, neginf],
-                ["input", "posinf", "neginf"], d, out=out, params=(float(nan), 0))
+    return _run(op.entry, fname, [input, posinf, neginf], ["input", "posinf", "neginf"], d,
+                out=out, params=(float(nan), 0), inplace=input if inplace else None)
 
 
-def nan_to_num_(self, nan=0.0, posinf=None, neginf=None):
-    return _check_self(self, "nan_to_num_").copy_(nan_to_num(self, nan, posinf, neginf))
-
-
-def clamp(input, min=None, max=None, *, out=None):  # noqa: A001,A002
-    """torch.clamp with scalar or tensor bounds; NaN propagates; min > max gives max."""
-    return _clamp(input, min, max, out=out, fname="clamp")
-
-
-def _clamp(input, lo, hi, out=None, inplace=False, fname="clamp"):  # noqa: A002
+def _clamp(op, fname, inplace, input, lo, hi, out):  # noqa: A002
+    """clamp with scalar or tensor bounds, either optional: the clamp, clamp_min or clamp_max
+    entry."""
     if not isinstance(input, Tensor):
         raise TypeError(f"{fname}: input must be a Tensor, got {type(input).__name__}")
     if lo is None and hi is None:
@@ -408,24 +408,17 @@ def _clamp(input, lo, hi, out=None, inplace=False, fname="clamp"):  # noqa: A002
     res = _dt.result_type(*ops)
     if input.dtype is _dt.bool and res is _dt.bool:
         raise TypeError(f"{fname}: not supported for bool tensors")
-    op = "clamp" if lo is not None and hi is not None else ("clamp_min" if lo is not None
-                                                            else "clamp_max")
-    return _run(op, fname, ops, names, res, out=out, inplace=input if inplace else None)
+    entry = "clamp" if lo is not None and hi is not None else ("clamp_min" if lo is not None
+                                                               else "clamp_max")
+    return _run(entry, fname, ops, names, res, out=out, inplace=input if inplace else None)
 
 
-clip = clamp
+def _clamp_min(op, fname, inplace, input, lo, out):  # noqa: A002
+    return _clamp(op, fname, inplace, input, lo, None, out)
 
 
-def clamp_(self, min=None, max=None):  # noqa: A002
-    return _clamp(self, min, max, inplace=True, fname="clamp_")
-
-
-def clamp_min(input, min, *, out=None):  # noqa: A002
-    return _clamp(input, min, None, out=out, fname="clamp_min")
-
-
-def clamp_max(input, max, *, out=None):  # noqa: A002
-    return _clamp(input, None, max, out=out, fname="clamp_max")
+def _clamp_max(op, fname, inplace, input, hi, out):  # noqa: A002
+    return _clamp(op, fname, inplace, input, None, hi, out)
 
 
 # ----------------------------------------------------------------------------- activations
@@ -472,109 +465,47 @@ def glu(input, dim=-1):  # noqa: A002
 
 
 # ----------------------------------------------------------------------------- binary
-# (name, kind, dtype-or-number-class of a, of b, default float) -> (out dtype, compute dtype),
-# recorded by the full path of `_binary` after it accepted those operand kinds. Promotion
-# of two same-shaped tensors, or of a tensor and a Python number, depends on nothing else.
-_BINARY_FAST: dict = {}
 _PY_NUMBER = (int, float, bool)
+_ZERO_OF = {int: 0, float: 0.0, bool: False}
+# the bool refusal of each entry under kind "nobool" (sub), filled by `_build`
+_BOOL_ERRORS: dict = {}
 
 
-_EXPAND: dict = {}      # (shape, strides, target shape) -> strides of x.expand(target)
+@memoize("ops.elementwise.expand", 4096)
+def _expand_strides(shape, strides, target):
+    """The strides of x.expand(target) for an x of (shape, strides) that broadcasts to it."""
+    return Tensor._make(None, shape, strides, 0, _dt.float32).expand(target)._stride
 
 
 def _expanded(x, shape):
-    """x.expand(shape) for an x known to broadcast to `shape`, with the strides cached."""
+    """x.expand(shape) for an x known to broadcast to `shape`, with the strides memoised."""
     if x._shape == shape:
         return x
-    key = (x._shape, x._stride, shape)
-    st = _EXPAND.get(key)
-    if st is None:
-        st = x.expand(shape)._stride
-        if len(_EXPAND) < 4096:
-            _EXPAND[key] = st
-    return Tensor._make(x._storage, shape, st, x._offset, x._dtype)
+    return Tensor._make(x._storage, shape, _expand_strides(x._shape, x._stride, shape),
+                        x._offset, x._dtype)
 
 
-def _binary_fast_key(name, kind, a, b):
-    """The cache key of a fresh-output binary call of two tensors on one device, or of a
-    tensor and a Python number; None for anything else (the full path decides those)."""
-    ca, cb = a.__class__, b.__class__
-    if ca is Tensor:
-        if cb is Tensor:
-            da, db = a._storage.device, b._storage.device
-            if da is not db and da != db:
-                return None
-            # the shapes decide the broadcast and, for 0-dim operands, the promotion
-            return (name, kind, a._dtype, b._dtype, _dt._default_float, a._shape, b._shape)
-        if cb in _PY_NUMBER:
-            return (name, kind, a._dtype, cb, _dt._default_float)
-    elif cb is Tensor and ca in _PY_NUMBER:
-        return (name, kind, ca, b._dtype, _dt._default_float)
-    return None
+class _Kind:
+    """An operand as promotion sees it: a dtype and a number of dims (dtypes.result_type)."""
+    __slots__ = ("dtype", "ndim")
+
+    def __init__(self, dtype, shape):
+        self.dtype, self.ndim = dtype, len(shape)
 
 
-def _binary(name, fname, a, b, out=None, inplace=False, params=(0, 0), kind="arith"):
-    """kind: arith (result_type), truediv (ints -> default float), cmp (bool result),
-    logical (bool result), int (integer/bool only), float (ints -> default float)."""
-    key = out_key = None
-    if out is not None:
-        if not inplace and out.__class__ is Tensor:
-            # the cached operand kinds write into out when it fits (`_binary_into`); else the
-            # full path, whose verdict on these kinds is recorded for the next call
-            out_key = _binary_fast_key(name, kind, a, b)
-            hit = _BINARY_FAST.get(out_key) if out_key is not None else None
-            if hit is not None:
-                if _binary_into(name, fname, a, b, out, hit, params):
-                    return out
-                out_key = None
-    else:
-        if not inplace:
-            key = _binary_fast_key(name, kind, a, b)
-        elif a.__class__ is Tensor and kind != "cmp" and kind != "logical":
-            key = _binary_fast_key(name, kind, a, b)
-            if key is not None:
-                # in place: a's strides decide the overlap check, b's memory the clash check
-                key += (a._stride,)
-                if b.__class__ is Tensor and b._storage is a._storage:
-                    key = None
-    if key is not None:
-        hit = _BINARY_FAST.get(key)
-        if hit is not None and inplace:
-            ct = hit[1]
-            if b.__class__ is not Tensor:
-                if b.__class__ is int and ct.kind in "ui":
-                    _check_int_scalar(b, ct, fname, "other")
-            elif b._shape != a._shape:
-                b = _expanded(b, a._shape)
-            if math.prod(a._shape):
-                impl(name, a._storage.device)(a, [a, b], params, ct)
-            return a
-        if hit is not None:
-            out_dtype, ct, shape = hit
-            if shape is not None:                   # two tensors
-                return _fresh(name, shape, out_dtype, ct, a._storage.device,
-                              [_expanded(a, shape), _expanded(b, shape)], params)
-            if a.__class__ is Tensor:
-                t, s = a, b
-            else:
-                t, s = b, a
-            if s.__class__ is int and ct.kind in "ui":
-                _check_int_scalar(s, ct, fname, "other" if t is a else "input")
-            return _fresh(name, t._shape, out_dtype, ct, t._storage.device, [a, b], params)
-    if inplace:
-        _check_self(a, fname)
-    a = _check_operand(a, fname, "input")
-    b = _check_operand(b, fname, "other")
-    res = _dt.result_type(a, b)
-    ct = None
-    out_dtype = None
+def _binary_checks(fname, name, kind, res):
+    """(compute dtype or None, out dtype or None) of a binary of promoted dtype `res` under
+    `kind`; raises for operands the kind refuses."""
     if kind in ("truediv", "float"):
-        res = _default_float_if_int(res)
-    elif kind in ("cmp", "logical"):
-        ct, out_dtype = _compute_dtype(res), _dt.bool
-    elif kind == "int":
+        return None, None, _default_float_if_int(res)
+    if kind in ("cmp", "logical"):
+        return _compute_dtype(res), _dt.bool, res
+    if kind == "int":
         if res.kind == "f":
             raise TypeError(f"{fname}: expected integer or bool operands, got {res.name}")
+    elif kind == "nobool":
+        if res is _dt.bool:
+            raise TypeError(f"{fname}: {_BOOL_ERRORS[name]}")
     elif kind == "shift":
         if res.kind not in "ui":
             raise TypeError(f"{fname}: expected integer operands, got {res.name}")
@@ -584,30 +515,102 @@ def _binary(name, fname, a, b, out=None, inplace=False, params=(0, 0), kind="ari
     elif kind == "f3264":
         if res not in (_dt.float32, _dt.float64):
             raise TypeError(f"{fname}: expected float32 or float64 operands, got {res.name}")
+    return None, None, res
+
+
+@memoize("ops.elementwise.binary", 4096)
+def _binary_plan(name, kind, ka, kb, default_float, sa, sb, self_stride):
+    """The inference of a binary call from its operands' kinds, memoised: ka / kb a DType
+    (a tensor of shape sa / sb) or a Python number class (shape None); default_float keys the
+    promotion of ints with floats; self_stride: a's strides when a is written in place (None:
+    a fresh or out= result). -> (out dtype, compute dtype, result shape). Raises where the
+    full path refuses; the caller then runs the full path for its message. The operands'
+    values (an int scalar that must fit) are checked per call."""
+    a = _Kind(ka, sa) if sa is not None else _ZERO_OF[ka]
+    b = _Kind(kb, sb) if sb is not None else _ZERO_OF[kb]
+    ct, out_dtype, res = _binary_checks("", name, kind, _dt.result_type(a, b))
+    ct = ct or _compute_dtype(res)
+    out_dtype = out_dtype or res
+    if ct.kind == "c" and name not in COMPLEX_NAMES:
+        raise TypeError("complex")
+    if sa is None or sb is None:
+        shape = sa if sb is None else sb
+    else:
+        shape = sa if sa == sb else broadcast_shapes(sa, sb)
+    if self_stride is not None:
+        # in place into a: the result has a's shape, casts into a's dtype, and a owns every
+        # element (no stride-0 dims)
+        if shape != sa or not can_cast(out_dtype, ka) or any(
+                st == 0 and n > 1 for n, st in zip(sa, self_stride)):
+            raise ValueError("in place")
+    return out_dtype, ct, shape
+
+
+def _binary(name, fname, a, b, out=None, inplace=False, params=(0, 0), kind="arith"):
+    """kind: arith (result_type), truediv / float (ints -> default float), cmp and logical
+    (bool result), int (integer/bool only), nobool (a bool result refused), shift, floatonly,
+    f3264. Two tensors on one device, or a tensor and a Python number, take the memoised
+    inference (`_binary_plan`); everything else, and every refusal, the full path."""
+    ca, cb = a.__class__, b.__class__
+    hit = None
+    try:
+        if ca is Tensor:
+            if cb is Tensor:
+                da, db = a._storage.device, b._storage.device
+                if (da is db or da == db) and not (inplace and (
+                        kind == "cmp" or kind == "logical" or b._storage is a._storage)):
+                    hit = _binary_plan(name, kind, a._dtype, b._dtype, _dt._default_float,
+                                       a._shape, b._shape, a._stride if inplace else None)
+            elif cb in _PY_NUMBER and not (inplace and (kind == "cmp" or kind == "logical")):
+                hit = _binary_plan(name, kind, a._dtype, cb, _dt._default_float, a._shape,
+                                   None, a._stride if inplace else None)
+        elif cb is Tensor and ca in _PY_NUMBER and not inplace:
+            hit = _binary_plan(name, kind, ca, b._dtype, _dt._default_float, None, b._shape,
+                               None)
+    except (TypeError, ValueError):
+        hit = None
+    if hit is not None:
+        out_dtype, ct, shape = hit
+        if out is not None:
+            if not inplace and out.__class__ is Tensor and _binary_into(
+                    name, fname, a, b, out, hit, params):
+                return out
+        elif inplace:
+            if cb is not Tensor:
+                if cb is int and ct.kind in "ui":
+                    _check_int_scalar(b, ct, fname, "other")
+            elif b._shape != shape:
+                b = _expanded(b, shape)
+            if math.prod(shape):
+                impl(name, a._storage.device)(a, [a, b], params, ct)
+            return a
+        elif cb is Tensor and ca is Tensor:
+            return _fresh(name, shape, out_dtype, ct, a._storage.device,
+                          [_expanded(a, shape), _expanded(b, shape)], params)
+        else:
+            t, s = (a, b) if ca is Tensor else (b, a)
+            if s.__class__ is int and ct.kind in "ui":
+                _check_int_scalar(s, ct, fname, "other" if t is a else "input")
+            return _fresh(name, shape, out_dtype, ct, t._storage.device, [a, b], params)
+    if inplace:
+        _check_self(a, fname)
+    a = _check_operand(a, fname, "input")
+    b = _check_operand(b, fname, "other")
+    ct, out_dtype, res = _binary_checks(fname, name, kind, _dt.result_type(a, b))
     if kind in ("cmp", "logical") and inplace:
         # torch writes the bool result into self's dtype
         return _run(name, fname, [a, b], ["input", "other"], _dt.bool, compute_dtype=ct,
                     out_dtype=_dt.bool, inplace=a)
-    r = _run(name, fname, [a, b], ["input", "other"], res, out=out, params=params,
-             compute_dtype=ct, out_dtype=out_dtype, inplace=a if inplace else None)
-    key = key if key is not None else out_key
-    if key is not None and len(_BINARY_FAST) < 4096:
-        # accepted: later calls with these operand kinds skip to _fresh
-        _BINARY_FAST[key] = (out_dtype or res, ct or _compute_dtype(res),
-                             r._shape if isinstance(b, Tensor) and isinstance(a, Tensor)
-                             and not inplace else None)
-    return r
+    return _run(name, fname, [a, b], ["input", "other"], res, out=out, params=params,
+                compute_dtype=ct, out_dtype=out_dtype, inplace=a if inplace else None)
 
 
 def _binary_into(name, fname, a, b, out, hit, params) -> bool:
-    """The cached binary call (`hit` from _BINARY_FAST) written into `out` when `_out_fits`:
+    """The inferred binary call (`hit` from _binary_plan) written into `out` when `_out_fits`:
     True when done, else False (the full path)."""
     out_dtype, ct, shape = hit
-    if shape is None:                        # a tensor and a Python number
-        t, sc = (a, b) if a.__class__ is Tensor else (b, a)
-        shape = t._shape
-    else:
-        t, sc = a, None
+    t = a if a.__class__ is Tensor else b
+    sc = None if b.__class__ is Tensor and a.__class__ is Tensor else (b if t is a else a)
     ops = [_expanded(a, shape) if a.__class__ is Tensor else a,
            _expanded(b, shape) if b.__class__ is Tensor else b]
     if not _out_fits(out, shape, out_dtype, t._storage.device, ops):
@@ -619,9 +622,10 @@ def _binary_into(name, fname, a, b, out, hit, params) -> bool:
     return True
 
 
-def _alpha_op(base, fname, input, other, alpha, out=None, inplace=False):  # noqa: A002
-    if alpha == 1 and base == "add" and not isinstance(alpha, float):      # the common case
-        return _binary(base, fname, input, other, out=out, inplace=inplace)
+def _alpha_op(op, fname, input, other, alpha, out=None, inplace=False):  # noqa: A002
+    """A binary with alpha= (add, sub): the op's entry for alpha == 1, else its `alpha` entry
+    (x + p0 * y) with alpha checked against the operands' dtype."""
+    base, kind = op.entry, op.kind
     res = _dt.result_type(_check_operand(input, fname, "input"), _check_operand(other, fname, "other"))
     if not isinstance(alpha, _NUMBER):
         raise TypeError(f"{fname}: alpha must be a number, got {type(alpha).__name__}")
@@ -631,107 +635,60 @@ def _alpha_op(base, fname, input, other, alpha, out=None, inplace=False):  # noq
                         f"floating point number")
     if res.kind != "c" and isinstance(alpha, complex):
         raise TypeError(f"{fname}: a complex alpha needs complex operands, got {res.name}")
-    if res is _dt.bool and base == "sub":
-        raise TypeError(f"{fname}: subtraction with two bool tensors is not supported; use "
-                        f"logical_xor or bitwise_xor")
+    if res is _dt.bool and kind == "nobool":
+        raise TypeError(f"{fname}: {op.bool_error}")
     if alpha == 1:
-        return _binary(base, fname, input, other, out=out, inplace=inplace)
+        return _binary(base, fname, input, other, out=out, inplace=inplace, kind=kind)
     _check_int_scalar(alpha, _compute_dtype(res), fname, "alpha")
-    return _binary(base + "_alpha", fname, input, other, out=out, inplace=inplace,
-                   params=(alpha, 0))
+    return _binary(op.alpha, fname, input, other, out=out, inplace=inplace,
+                   params=(alpha, 0), kind=kind)
 
 
-def add(input, other, *, alpha=1, out=None):  # noqa: A002
-    """torch.add: input + alpha * other."""
-    if alpha.__class__ is int and alpha == 1:       # the common case: no alpha to validate
-        return _binary("add", "add", input, other, out=out)
-    return _alpha_op("add", "add", input, other, alpha, out=out)
+def _rounded(op, fname, input, other, rounding_mode, out=None, inplace=False):  # noqa: A002
+    """A binary with rounding_mode= (div): the entry the declaration's `rounding` names, in
+    that entry's own dtype rule (floor and trunc keep integer results)."""
+    for mode, entry in op.rounding:
+        if rounding_mode == mode:
+            return _binary(entry, fname, input, other, out=out, inplace=inplace,
+                           kind=_declare.OPS[entry].kind)
+    modes = ", ".join(repr(m) for m, _ in op.rounding)
+    raise ValueError(f"{fname}: rounding_mode must be None, {modes}, got {rounding_mode!r}")
 
 
-def sub(input, other, *, alpha=1, out=None):  # noqa: A002
-    """torch.sub: input - alpha * other."""
-    return _alpha_op("sub", "sub", input, other, alpha, out=out)
-
-
-subtract = sub
-
-
-def mul(input, other, *, out=None):  # noqa: A002
-    return _binary("mul", "mul", input, other, out=out)
-
-
-multiply = mul
-
-
-def div(input, other, *, rounding_mode=None, out=None):  # noqa: A002
-    """torch.div: true division (ints give the default float), or rounding_mode 'trunc' /
-    'floor' (result dtype by promotion). Integer division by zero gives 0 (NumPy's value;
-    torch's cpu raises and its cuda returns garbage)."""
-    return _div(input, other, rounding_mode, out=out)
-
-
-def _div(input, other, rounding_mode, out=None, inplace=False, fname="div"):  # noqa: A002
-    if rounding_mode is None:
-        return _binary("div", fname, input, other, out=out, inplace=inplace, kind="truediv")
-    if rounding_mode == "floor":
-        return _binary("div_floor", fname, input, other, out=out, inplace=inplace)
-    if rounding_mode == "trunc":
-        return _binary("div_trunc", fname, input, other, out=out, inplace=inplace)
-    raise ValueError(f"{fname}: rounding_mode must be None, 'trunc' or 'floor', got "
-                     f"{rounding_mode!r}")
-
-
-divide = div
-
-
-def true_divide(input, other, *, out=None):  # noqa: A002
-    return _div(input, other, None, out=out, fname="true_divide")
-
-
-def floor_divide(input, other, *, out=None):  # noqa: A002
-    return _div(input, other, "floor", out=out, fname="floor_divide")
-
-
-def pow(input, exponent, *, out=None):  # noqa: A002,A001
-    """torch.pow. Integer tensors to negative integer powers: 0, except bases 1 and -1."""
-    return _pow(input, exponent, out=out)
-
-
-def _pow(input, exponent, out=None, inplace=False, fname="pow"):  # noqa: A002
+def _pow(op, fname, inplace, input, exponent, out):  # noqa: A002
+    """pow. Integer tensors to negative integer powers: 0, except bases 1 and -1."""
+    if inplace:
+        _check_self(input, fname)
     a = _check_operand(input, fname, "input")
     b = _check_operand(exponent, fname, "exponent")
     res = _dt.result_type(a, b)
     if res.kind in "ui" and not isinstance(b, Tensor) and b < 0:
         raise ValueError(f"{fname}: integers to negative integer powers are not allowed "
                          f"(exponent {b})")
-    return _run("pow", fname, [a, b], ["input", "exponent"], res, out=out,
+    return _run(op.entry, fname, [a, b], ["input", "exponent"], res, out=out,
                 compute_dtype=_dt.uint8 if res is _dt.bool else None,
                 inplace=a if inplace else None)
 
 
 # ----------------------------------------------------------------------------- ternary
-def where(condition, input=None, other=None, *, out=None):  # noqa: A002
-    """torch.where(condition, input, other): input where condition is true, else other."""
+def _where(op, fname, inplace, condition, input, other, out):  # noqa: A002
+    """input where condition is true, else other; where(condition) alone is nonzero's tuple."""
     if input is None and other is None:
         from .reduction import nonzero
         return nonzero(condition, as_tuple=True)
     if not isinstance(condition, Tensor):
-        raise TypeError(f"where: condition must be a Tensor, got {type(condition).__name__}")
+        raise TypeError(f"{fname}: condition must be a Tensor, got {type(condition).__name__}")
     if condition.dtype not in (_dt.bool, _dt.uint8):
-        raise TypeError(f"where: condition must be a bool tensor, got {condition.dtype.name}")
-    a = _check_operand(input, "where", "input")
-    b = _check_operand(other, "where", "other")
+        raise TypeError(f"{fname}: condition must be a bool tensor, got {condition.dtype.name}")
+    a = _check_operand(input, fname, "input")
+    b = _check_operand(other, fname, "other")
     res = _dt.result_type(a, b)
-    return _run("where", "where", [condition, a, b], ["condition", "input", "other"], res,
+    return _run(op.entry, fname, [condition, a, b], ["condition", "input", "other"], res,
                 out=out)
 
 
-def lerp(input, end, weight, *, out=None):  # noqa: A002
-    """torch.lerp: input + weight * (end - input) (torch's form that is exact at weight 1)."""
-    return _lerp(input, end, weight, out=out)
-
-
-def _lerp(input, end, weight, out=None, inplace=False, fname="lerp"):  # noqa: A002
+def _lerp(op, fname, inplace, input, end, weight, out):  # noqa: A002
+    """input + weight * (end - input), torch's form that is exact at weight 1."""
     _float_input(input, fname)
     if not isinstance(end, Tensor):
         raise TypeError(f"{fname}: end must be a Tensor, got {type(end).__name__}")
@@ -742,34 +699,24 @@ def _lerp(input, end, weight, out=None, inplace=False, fname="lerp"):  # noqa: A
     if isinstance(w, Tensor) and w.dtype is not input.dtype:
         raise TypeError(f"{fname}: expected weight to have dtype {input.dtype.name}, got "
                         f"{w.dtype.name}")
-    return _run("lerp", fname, [input, end, w], ["input", "end", "weight"], input.dtype, out=out,
-                inplace=input if inplace else None)
+    return _run(op.entry, fname, [input, end, w], ["input", "end", "weight"], input.dtype,
+                out=out, inplace=input if inplace else None)
 
 
-def addcmul(input, tensor1, tensor2, *, value=1, out=None):  # noqa: A002
-    """torch.addcmul: input + value * tensor1 * tensor2."""
-    return _addc("addcmul", input, tensor1, tensor2, value, out=out)
-
-
-def addcdiv(input, tensor1, tensor2, *, value=1, out=None):  # noqa: A002
-    """torch.addcdiv: input + value * tensor1 / tensor2 (floating point only)."""
-    return _addc("addcdiv", input, tensor1, tensor2, value, out=out)
-
-
-def _addc(op, input, t1, t2, value, out=None, inplace=False):  # noqa: A002
-    fname = op + ("_" if inplace else "")
+def _addc(op, fname, inplace, input, t1, t2, value, out):  # noqa: A002
+    """addcmul / addcdiv: input + value * (tensor1 op tensor2)."""
     ops = [_check_operand(input, fname, "input"), _check_operand(t1, fname, "tensor1"),
            _check_operand(t2, fname, "tensor2")]
     res = _dt.result_type(*ops)
     if not isinstance(value, _NUMBER):
         raise TypeError(f"{fname}: value must be a number, got {type(value).__name__}")
     value = _number(value)
-    if op == "addcdiv" and res.kind != "f":
+    if op.rule == "floatonly" and res.kind != "f":
         raise TypeError(f"{fname}: integer division with addcdiv is not supported; use "
                         f"floating point tensors")
     if res.kind != "f" and isinstance(value, float):
         raise TypeError(f"{fname}: for integer tensors, value must be an integer, got {value}")
-    return _run(op, fname, ops, ["input", "tensor1", "tensor2"], res, out=out,
+    return _run(op.entry, fname, ops, ["input", "tensor1", "tensor2"], res, out=out,
                 params=(value, 0), inplace=input if inplace else None)
 
 
@@ -802,56 +749,6 @@ def _inplace(fn_):
     return f
 
 
-def _add_(self, other, *, alpha=1):
-    return _alpha_op("add", "add_", self, other, alpha, inplace=True)
-
-
-def _sub_(self, other, *, alpha=1):
-    return _alpha_op("sub", "sub_", self, other, alpha, inplace=True)
-
-
-def _mul_(self, other):
-    return _binary("mul", "mul_", self, other, inplace=True)
-
-
-def _div_(self, other, *, rounding_mode=None):
-    return _div(self, other, rounding_mode, inplace=True, fname="div_")
-
-
-def _floor_divide_(self, other):
-    return _div(self, other, "floor", inplace=True, fname="floor_divide_")
-
-
-def _pow_(self, exponent):
-    return _pow(self, exponent, inplace=True, fname="pow_")
-
-
-def _where_method(self, condition, other):
-    return where(condition, self, other)
-
-
-def _lerp_(self, end, weight):
-    return _lerp(self, end, weight, inplace=True, fname="lerp_")
-
-
-def _addcmul_(self, tensor1, tensor2, *, value=1):
-    return _addc("addcmul", self, tensor1, tensor2, value, inplace=True)
-
-
-def _addcdiv_(self, tensor1, tensor2, *, value=1):
-    return _addc("addcdiv", self, tensor1, tensor2, value, inplace=True)
-
-
-def _rpow(self, other):
-    if not isinstance(other, _NUMBER):
-        return NotImplemented
-    return pow(other, self)
-
-
-def _floordiv(a, b):
-    return div(a, b, rounding_mode="floor")
-
-
 def _method(fn):
     """A method spelling of a function whose first argument is the tensor."""
     def m(self, *args, **kwargs):
@@ -862,33 +759,9 @@ def _method(fn):
 
 
 _methods.install(
-    round=_method(round), round_=round_,
-    nan_to_num=_method(nan_to_num), nan_to_num_=nan_to_num_,
-    clamp=_method(clamp), clamp_=clamp_, clip=_method(clamp), clip_=clamp_,
-    clamp_min=_method(clamp_min), clamp_max=_method(clamp_max),
-    square=_method(square), logit=_method(logit), logit_=logit_,
-    float_power=_method(float_power), float_power_=float_power_, positive=positive,
-    # torch's spellings of the in-place arithmetic
-    subtract_=lambda self, other, *, alpha=1: _sub_(self, other, alpha=alpha),
-    multiply_=lambda self, other: _mul_(self, other),
-    divide_=lambda self, other, *, rounding_mode=None: _div_(self, other,
-                                                             rounding_mode=rounding_mode),
-    true_divide_=lambda self, other: _div_(self, other),
-    add=_method(add), add_=_add_, sub=_method(sub), sub_=_sub_, subtract=_method(sub),
-    mul=_method(mul), mul_=_mul_, multiply=_method(mul), div=_method(div), div_=_div_,
-    divide=_method(div), true_divide=_method(true_divide), floor_divide=_method(floor_divide),
-    floor_divide_=_floor_divide_, pow=_method(pow), pow_=_pow_,
-    where=_where_method, lerp=_method(lerp), lerp_=_lerp_,
-    addcmul=_method(addcmul), addcmul_=_addcmul_, addcdiv=_method(addcdiv), addcdiv_=_addcdiv_,
-    # Python operators
-    __add__=_fwd(add), __radd__=_rev(add), __iadd__=_inplace(_add_),
-    __sub__=_fwd(sub), __rsub__=_rev(sub), __isub__=_inplace(_sub_),
-    __mul__=_fwd(mul), __rmul__=_rev(mul), __imul__=_inplace(_mul_),
-    __truediv__=_fwd(div), __rtruediv__=_rev(div), __itruediv__=_inplace(_div_),
-    __floordiv__=_fwd(_floordiv), __rfloordiv__=_rev(_floordiv),
-    __ifloordiv__=_inplace(_floor_divide_),
-    __pow__=_fwd(pow), __rpow__=_rpow, __ipow__=_inplace(_pow_),
-    __pos__=lambda self: self,
+    round=_method(round), round_=round_, square=_method(square), logit=_method(logit),
+    logit_=logit_, float_power=_method(float_power), float_power_=float_power_,
+    positive=positive, __pos__=lambda self: self,
 )
 # __matmul__ / __rmatmul__ are installed by ops.linalg (matmul lives there).
 
@@ -900,27 +773,23 @@ _methods.install(
 # to the same table for the kernel branch. The functions are generated as source so that
 # each has torch's signature and calls its runner (`_unary`, `_act`, `_binary`) directly.
 
-HAND_NAMES = (     # dispatch entries of the ops not declared (yet): hand-written here
-    "copy", "nan_to_num", "clamp", "clamp_min", "clamp_max", "add", "add_alpha", "sub",
-    "sub_alpha", "mul", "div", "div_floor", "div_trunc", "pow", "where", "lerp", "addcmul",
-    "addcdiv",
-)
 # the dispatch names that take complex operands (cpu: NumPy; cuda/interp: kernels/complex.py);
 # every other element-wise op refuses a complex compute dtype in `_run`. Declared ops join
 # with complex=True.
-COMPLEX_NAMES = {"copy", "add", "add_alpha", "sub", "sub_alpha", "mul", "div", "pow"}
-
+COMPLEX_NAMES: set = set()
 # dtypes each dispatch entry accepts (the op-support table in docs/ops.md shows them)
-_FLOATS = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
-_INTS = ("uint8", "int8", "int16", "int32", "int64")
-_ALL = ("bool",) + _INTS + _FLOATS
-SUPPORTED_DTYPES = {name: _ALL for name in HAND_NAMES}
-SUPPORTED_DTYPES.update({n: _FLOATS for n in ("lerp", "addcdiv", "nan_to_num")})
-SUPPORTED_DTYPES.update({n: _INTS + _FLOATS for n in ("sub", "sub_alpha")})
+SUPPORTED_DTYPES: dict = {}
+
+
+def _call_source(op, fname, params, inplace, values) -> str:
+    """def fname(<params>): return <runner>(_OP, fname, inplace, <values>)."""
+    return (f"def {fname}({_param_list(params)}):\n"
+            f"    return {op.runner}(_OP, {fname!r}, {inplace}, {', '.join(values)})\n")
 
 
 def _source(op) -> list:
-    """(name, python source) of the functions and methods `op`'s form calls for."""
+    """(name, python source) of the functions (and a method of its own, "method") that `op`'s
+    form calls for."""
     n, e = op.name, op.entry
     fns = []
     if op.form == "math":
@@ -948,11 +817,44 @@ def _source(op) -> list:
                            f"    return _act(_OP, input, {args}, False, {n!r})\n"))
     elif op.form == "binary":
         k = op.kind
-        fns.append((n, f"def {n}(input, other, *, out=None):\n"
-                       f"    return _binary({e!r}, {n!r}, input, other, out=out, kind={k!r})\n"))
+        for fname, a, tail in ((n, "input", "out=out"), (n + "_", "self", "inplace=True")):
+            if fname != n and not op.inplace:
+                continue
+            call = f"_binary({e!r}, {fname!r}, {a}, other, {tail}, kind={k!r})"
+            out = ", out=None" if fname == n else ""
+            io = "out, False" if fname == n else "None, True"
+            # alpha= / rounding_mode=: the common value goes straight to _binary, any other
+            # to the runner that picks the declared entry
+            extra = (("alpha=1", "alpha.__class__ is int and alpha == 1",
+                      f"_alpha_op(_OP, {fname!r}, {a}, other, alpha, {io})") if op.alpha else
+                     ("rounding_mode=None", "rounding_mode is None",
+                      f"_rounded(_OP, {fname!r}, {a}, other, rounding_mode, {io})")
+                     if op.rounding else None)
+            if extra is not None:
+                kw, common, other = extra
+                fns.append((fname, f"def {fname}({a}, other, *, {kw}{out}):\n"
+                                   f"    if {common}:\n        return {call}\n"
+                                   f"    return {other}\n"))
+            else:
+                sig = "other, *, out=None" if fname == n else "other"
+                fns.append((fname, f"def {fname}({a}, {sig}):\n    return {call}\n"))
+    elif op.form == "call":
+        params = _params(op.signature)
+        names = [p for p, _, _ in params]
+        fns.append((n, _call_source(op, n, params, False, names)))
         if op.inplace:
-            fns.append((n + "_", f"def {n}_(self, other):\n    return _binary("
-                                 f"{e!r}, {n + '_'!r}, self, other, inplace=True, kind={k!r})\n"))
+            # f_(self, <the rest but out>): the first parameter is self, no out=
+            rest = [p for p in params[1:] if p[0] != "out"]
+            fns.append((n + "_", _call_source(
+                op, n + "_", [("self", None, False)] + rest, True,
+                ["self"] + [p if p != "out" else "None" for p in names[1:]])))
+        if isinstance(op.method, str):
+            # a method with its own argument order: the string lists the function's leading
+            # parameters, `self` in the place of the one the tensor fills
+            given = [a.strip() for a in op.method.split(",")]
+            values = given + [d or "None" for _, d, _ in params[len(given):]]
+            mparams = [("self", None, False)] + [p for p, g in zip(params, given) if g != "self"]
+            fns.append(("method " + n, _call_source(op, n, mparams, False, values)))
     return fns
 
 
@@ -963,11 +865,21 @@ _PUBLISHED = False        # set once the module is loaded: later ops also go to 
 
 def _build(op) -> None:
     ns = {"__name__": __name__, "_OP": op, "_unary": _unary, "_unary_cast_": _unary_cast_,
-          "_act": _act, "_binary": _binary}
+          "_act": _act, "_binary": _binary, "_alpha_op": _alpha_op, "_rounded": _rounded}
+    if op.runner:
+        if not callable(globals().get(op.runner)):
+            raise ValueError(f"declare {op.name}: runner {op.runner!r} is not a function of "
+                             f"ops/elementwise.py")
+        ns[op.runner] = globals()[op.runner]
     made = {}
+    own_method = None
     for fname, src in _source(op):
         exec(compile(src, f"<declared element-wise op {op.name}>", "exec"), ns)
-        f = ns[fname]
+        f = ns[fname.split()[-1]]
+        if fname.startswith("method "):     # a method with its own parameters
+            f.__doc__ = op.doc or f"Tensor.{op.name}."
+            own_method = f
+            continue
         if fname != op.name:
             f.__doc__ = f"In-place {op.name} (Tensor.{fname})."
         elif op.doc:
@@ -985,7 +897,7 @@ def _build(op) -> None:
     methods = {}
     if op.method and fn is not None:
         for m in (op.name,) + op.aliases:
-            methods[m] = fn
+            methods[m] = own_method or fn
             if fn_ is not None:
                 methods[m + "_"] = fn_
     for dunder in op.operators:
@@ -997,8 +909,6 @@ def _build(op) -> None:
             methods[dunder] = _inplace(fn_)
         else:
             methods[dunder] = _fwd(fn)
-    if op.entry in HAND_NAMES:
-        raise ValueError(f"declare {op.name}: entry {op.entry!r} is hand-written here")
     g = globals()
     for k in made:
         if k in g:
@@ -1011,6 +921,7 @@ def _build(op) -> None:
     if op.complex:
         COMPLEX_NAMES.add(op.entry)
     SUPPORTED_DTYPES[op.entry] = op.dtypes
+    _BOOL_ERRORS[op.entry] = op.bool_error
     for k, v in made.items():
         g[k] = v
     public = [k for k in made if not k.endswith("_")]
@@ -1039,12 +950,11 @@ def _remove(op) -> None:
             if getattr(mod, k, None) is made[k]:
                 delattr(mod, k)
     _methods.uninstall(_METHODS.pop(op.entry, {}))
-    if op.entry in HAND_NAMES:
-        return
     _unregister(op.entry, "numpy")
     _unregister(op.entry, "triton")
     COMPLEX_NAMES.discard(op.entry)
     SUPPORTED_DTYPES.pop(op.entry, None)
+    _binary_plan.cache_clear()     # its answers read COMPLEX_NAMES and _BOOL_ERRORS
 
 
 def _unregister(name, family) -> None:
@@ -1059,14 +969,9 @@ def _dunder_unary(fn):
     return f
 
 
-def subscribe_declared(build, remove=None) -> None:
-    """kernels/elementwise.py's hook into the declarations (ops/_declare.subscribe)."""
-    _declare.subscribe(build, remove)
-
-
 _declare.subscribe(_build, _remove)
 _ROUND, _GELU, _GELU_TANH, _GLU = (_declare.OPS[n] for n in ("round", "gelu", "gelu_tanh", "glu"))
 # every element-wise dispatch entry at import (the kernels register the declared ones as
 # they are declared)
-DISPATCH_NAMES = HAND_NAMES + tuple(_declare.OPS)
+DISPATCH_NAMES = tuple(_declare.OPS)
 _PUBLISHED = True

@@ -22,12 +22,14 @@ from __future__ import annotations
 import contextlib
 import math
 from .. import config as _config
-import sys
 
 import numpy as np
 
 from .. import dtypes as _dt
+from .. import plans as _plans
 from ..dispatch import impl
+from ..index_errors import CHECK_MODE as _CHECK_MODE, CHECK_MODES as _CHECK_MODES
+from ..index_errors import DEFER as _DEFER, read_flags as _read_flags
 from ..tensor import Tensor, broadcast_shapes, new_contiguous, normalize_dim
 from . import _methods
 from ._common import check_tensor, out_overlaps
@@ -38,11 +40,10 @@ __all__ = ["gather", "scatter", "scatter_add", "scatter_reduce", "index_select",
 
 _BIG = 1 << 62  # a bound that no already-checked element offset reaches (a linearised offset
 #                 of a bad index is kernels.indexing.BAD_OFFSET, below -_BIG: masked, not used)
-_DEFER = [0]     # > 0 inside deferred_index_checks()
-_CHECK_MODES = ("async", "sync")
 # cuda: 'async' reads the out-of-range flag at the next synchronising call, 'sync' after
-# every op (a device->host read each time; for debugging, as CUDA_LAUNCH_BLOCKING)
-_CHECK_MODE = [_config.get("NBX_INDEX_CHECK")]
+# every op (a device->host read each time; for debugging, as CUDA_LAUNCH_BLOCKING). The
+# state is index_errors' (shared with the kernels that read the flags).
+_CHECK_MODE[0] = _config.get("NBX_INDEX_CHECK")
 
 
 def set_index_check(mode: str) -> str:
@@ -66,9 +67,8 @@ def set_index_check(mode: str) -> str:
 
 def check_index_errors() -> None:
     """Read the cuda out-of-range flags now (a sync) and raise IndexError for a bad index."""
-    mod = sys.modules.get("nbxtensor.kernels.indexing")
-    if mod is not None and not _DEFER[0]:
-        mod.check_all_flags()
+    if not _DEFER[0]:
+        _read_flags()
 
 
 @contextlib.contextmanager
@@ -86,21 +86,12 @@ def deferred_index_checks():
         yield
     finally:
         _DEFER[0] -= 1
-        mod = sys.modules.get("nbxtensor.kernels.indexing")
-        if not _DEFER[0] and mod is not None:
-            mod.check_all_flags()
+        if not _DEFER[0]:
+            _read_flags()
 
 
 # ---------------------------------------------------------------------------- helpers
-def _oob_error(err, bad) -> Exception:
-    from ..dispatch import DeviceValueError
-    op, what, lo, hi = err
-    if isinstance(what, DeviceValueError):
-        return ValueError(f"{op}: {what}")
-    if lo is None:
-        return IndexError(f"{op}: index {bad} is out of range for {what}")
-    rng = f"[{lo}, {hi - 1}]" if hi > lo else "empty (the dimension has size 0)"
-    return IndexError(f"{op}: index {bad} is out of range for {what}; the valid range is {rng}")
+from ..index_errors import oob_error as _oob_error  # noqa: E402,F401 - one formatter for every layer
 
 
 def _check_index(index, argname, op, device):
@@ -211,9 +202,11 @@ def _dim_info(t, d):
 # ---------------------------------------------------------------------------- gather family
 # Fast path of gather / index_select / embedding: after the full path has accepted a call,
 # its plan (result shape, the two views' strides, the index bounds and the error text) is
-# cached under everything it depends on (op, dim, dtypes, shapes, strides). A later call
-# with the same key checks only the classes and the device, allocates and dispatches.
-_FAST: dict = {}
+# cached under everything it depends on (op, dim, dtypes, shapes, strides, device). A later
+# call with the same key checks only the classes and the device, allocates and dispatches.
+# On cuda the plan holds a launch prepared for the first call's output, so the full path
+# records it (a PlanCache) rather than a pure inference computing it.
+_FAST = _plans.PlanCache("ops.indexing.gather", 4096)
 
 
 def _fast_hit(op, dim, src, index):
@@ -261,13 +254,14 @@ def _fast_gather(p, src, index, dev):
 def _remember(key, out, sv, iv, sdim, hi, err):
     """Cache the plan of a call the full path accepted; `sv`/`iv` are views of the source and
     index with their storage offsets (what the prepared cuda launch relies on)."""
-    if len(_FAST) < 4096:
-        run = None
-        kix = sys.modules.get("nbxtensor.kernels.indexing")
-        if kix is not None and out.numel() and out._storage.device.type == "cuda":
-            run = kix.prepared_gather(out, sv, iv, sdim, 0, hi, False, err)
-        _FAST[key] = (out._shape, sv._stride, iv._stride, sdim, hi, err, run, out._stride,
-                      out.numel() * out._dtype.itemsize)
+    run = None
+    dev = out._storage.device
+    if out.numel() and dev.type == "cuda":
+        prepare = getattr(impl("index_gather", dev), "prepared", None)
+        if prepare is not None:
+            run = prepare(out, sv, iv, sdim, 0, hi, False, err)
+    _FAST.put(key, (out._shape, sv._stride, iv._stride, sdim, hi, err, run, out._stride,
+                    out.numel() * out._dtype.itemsize))
 
 
 def _same_dev(a, b):

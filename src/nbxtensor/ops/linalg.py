@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import numbers
 
+from .. import plans as _plans
 from ..dispatch import impl
 from ..tensor import Size, Tensor, _view_strides, broadcast_shapes, cached_contiguous_strides, \
     new_contiguous
@@ -310,12 +311,13 @@ def _addmm_like(input, m1, m2, beta, alpha, out, op):
 # (dtypes, shapes, strides, devices, activation, fp32 precision), so a hit allocates (or takes
 # an `out=` of exactly the planned shape, contiguous strides, dtype and device), builds the
 # views and dispatches. The values passed on (tensors, offsets) are per call.
-_LIN_PLANS: dict = {}
-_LIN_MAX = 4096
+_LIN_PLANS = _plans.PlanCache("ops.linalg.linear", 4096)
 _S11 = (1, 1)
 
 
 def _lin_key(input, weight, bias, activation):  # noqa: A002
+    # plans.kinds(input, weight, bias) + (activation, precision), spelled out: this runs on
+    # every call, and the helper's loop costs more than the whole lookup
     if bias is None:
         bk = None
     elif bias.__class__ is Tensor:
@@ -342,10 +344,8 @@ def _lin_plan(key, input, weight, bias, o):  # noqa: A002
     b4 = (Size(_S11 + (K, N)), (0, 0, weight._stride[1], weight._stride[0]))
     o4 = (Size(_S11 + (M, N)), (0, 0, N, 1))
     final = o._shape
-    if len(_LIN_PLANS) >= _LIN_MAX:
-        _LIN_PLANS.clear()
-    _LIN_PLANS[key] = (final, cached_contiguous_strides(final), M * N * o._dtype.itemsize,
-                       a4, b4, o4, _PRECISIONS[_fp32_precision])
+    _LIN_PLANS.put(key, (final, cached_contiguous_strides(final), M * N * o._dtype.itemsize,
+                         a4, b4, o4, _PRECISIONS[_fp32_precision]))
 
 
 def fused_linear(input, weight, bias=None, *, activation=None, residual=None, out=None):  # noqa: A002

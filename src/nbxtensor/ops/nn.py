@@ -23,6 +23,7 @@ import math
 import numbers
 
 from .. import dtypes as _dt
+from .. import plans as _plans
 from ..dispatch import impl
 from ..tensor import Size, Tensor, _view_strides, cached_contiguous_strides, new_contiguous, normalize_dim
 from . import _methods
@@ -65,72 +66,68 @@ def _merge(shape, stride):
 
 def _rows(t, d):
     """Describe t as rows around dim d: (R, R1, N, (s0, s1, sn)) or None if not viewable."""
-    pre = _merge(t.shape[:d], t.stride()[:d])
-    post = _merge(t.shape[d + 1:], t.stride()[d + 1:])
+    return _rows_of(t._shape, t._stride, d)
+
+
+def _rows_of(shape, stride, d):
+    pre = _merge(shape[:d], stride[:d])
+    post = _merge(shape[d + 1:], stride[d + 1:])
     if pre is None or post is None:
         return None
-    N = t.shape[d] if t.ndim else 1
-    sn = t.stride()[d] if t.ndim else 1
+    N = shape[d] if shape else 1
+    sn = stride[d] if shape else 1
     return pre[0] * post[0], post[0], N, (pre[1], post[1], sn)
 
 
-# Plans of the common call (a float tensor viewable as rows, dim an int, dtype None or a
-# DType): (input dtype, shape, strides, dim, dtype, log, device) -> (d, out dtype, out shape,
-# out strides, nbytes, rows). Everything the full path derives from the input depends only
-# on these, so a hit skips it; a miss runs the full path and records its result.
-_SMX_PLANS: dict = {}
-_SMX_MAX = 4096
-
-
-def _softmax(input, dim, dtype, log, op):  # noqa: A002
-    if input.__class__ is Tensor and dim.__class__ is int:
-        dev = input._storage.device
-        key = (input._dtype, input._shape, input._stride, dim, dtype, log, dev)
-        plan = _SMX_PLANS.get(key)
-        if plan is not None:
-            d, odt, oshape, ostride, nbytes, rows = plan
-            out = new_contiguous(oshape, ostride, odt, dev, nbytes)
-            if nbytes:
-                impl("softmax", dev)(out, input, rows, dim=d, log=log)
-            return out
-        out = _softmax_full(input, dim, dtype, log, op)
-        if (input._dtype.is_floating_point and out._shape.__class__ is Size
-                and (dtype is None or dtype.__class__ is _dt.DType)):
-            d = normalize_dim(dim, input.ndim)
-            rows = _rows(input, d)
-            if rows is not None:    # (a layout that needs a copy first keeps the full path)
-                orows = _rows(out, d)
-                if len(_SMX_PLANS) >= _SMX_MAX:
-                    _SMX_PLANS.clear()
-                _SMX_PLANS[key] = (d, out._dtype, out._shape, cached_contiguous_strides(out._shape),
-                                   out.numel() * out._dtype.itemsize,
-                                   rows[:3] + (rows[3], orows[3]))
-        return out
-    return _softmax_full(input, dim, dtype, log, op)
-
-
-def _softmax_full(input, dim, dtype, log, op):  # noqa: A002
-    if not isinstance(input, Tensor):
-        raise TypeError(f"{op}: input must be a Tensor, got {type(input).__name__}")
+@_plans.memoize("ops.nn.softmax", 4096)
+def _softmax_infer(in_dtype, shape, stride, dim, dtype, op):
+    """softmax / log_softmax of an input of this dtype, shape and strides: the one validation,
+    and everything the call derives from the input's kind:
+    (d, out dtype, out shape, out strides, nbytes, rows, out row strides), `rows` the kernel's
+    row description of the input (with the output's strides), or None where the input is
+    first cast (an integer input with dtype=) or copied (a layout not viewable as rows)."""
     if dim is None:
         raise TypeError(f"{op}: dim must be given (an int), got None")
-    d = normalize_dim(dim, input.ndim)
+    d = normalize_dim(dim, len(shape))
     if dtype is not None:
         dtype = _dt.as_dtype(dtype)
-    out_dtype = dtype if dtype is not None else input.dtype
+    out_dtype = dtype if dtype is not None else in_dtype
     if not out_dtype.is_floating_point or out_dtype.is_float8:
         raise TypeError(f"{op}: expected a floating-point input or dtype=, got "
                         f"{out_dtype.name} (pass dtype=nbx.float32 for integer inputs)")
-    x = input if input.dtype.is_floating_point else input.to(out_dtype)  # integer + dtype=
-    rows = _rows(x, d)
-    if rows is None:
-        x = x.contiguous()
-        rows = _rows(x, d)
-    out = Tensor._empty(input.shape, out_dtype, input.device)
-    if out.numel():
-        orows = _rows(out, d)
-        impl("softmax", input.device)(out, x, rows[:3] + (rows[3], orows[3]),
-                                          dim=d, log=log)
+    oshape = shape if shape.__class__ is Size else Size(shape)
+    ostride = cached_contiguous_strides(oshape)
+    orows = _rows_of(oshape, ostride, d)[3]
+    rows = _rows_of(shape, stride, d) if in_dtype.is_floating_point else None
+    if rows is not None:
+        rows = rows[:3] + (rows[3], orows)
+    return d, out_dtype, oshape, ostride, math.prod(oshape) * out_dtype.itemsize, rows, orows
+
+
+def _softmax(input, dim, dtype, log, op):  # noqa: A002
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{op}: input must be a Tensor, got {type(input).__name__}")
+    # (the inference's arguments are its cache key: an int dim and a DType or None)
+    if dim is not None and dim.__class__ is not int:
+        dim = normalize_dim(dim, input.ndim)
+    if dtype is not None and dtype.__class__ is not _dt.DType:
+        dtype = _dt.as_dtype(dtype)
+    d, odt, oshape, ostride, nbytes, rows, orows = _softmax_infer(
+        input._dtype, input._shape, input._stride, dim, dtype, op)
+    dev = input._storage.device
+    out = new_contiguous(oshape, ostride, odt, dev, nbytes)
+    if not nbytes:
+        return out
+    x = input
+    if rows is None:     # cast, or copy into rows, first
+        if not x._dtype.is_floating_point:
+            x = x.to(odt)
+        r = _rows(x, d)
+        if r is None:
+            x = x.contiguous()
+            r = _rows(x, d)
+        rows = r[:3] + (r[3], orows)
+    impl("softmax", dev)(out, x, rows, dim=d, log=log)
     return out
 
 

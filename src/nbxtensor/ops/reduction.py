@@ -22,9 +22,12 @@ import math
 from collections import namedtuple
 
 from .. import dtypes as _dt
+from ..declarations import REDUCTIONS, parameter_list as _param_list, parameters as _params
+from ..declarations import subscribe_reductions as _subscribe_reductions
 from ..dispatch import impl, register
+from ..plans import memoize
 from ..tensor import _CONTIG, Size, Tensor, cached_contiguous_strides, normalize_dim
-from . import _methods
+from . import _declare, _methods  # noqa: F401 - _declare: the table, declared on import
 from ._common import check_tensor, out_overlaps
 
 __all__ = ["sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "var", "std",
@@ -41,48 +44,48 @@ aminmax_result = namedtuple("aminmax", ["min", "max"])
 
 
 # ------------------------------------------------------------------ helpers
-# small caches of the shape decisions every reduction makes (the same few shapes repeat)
-_DIMS: dict = {}        # (ndim, dim) -> dims, for dim None or an int (not bool: True == 1)
-_SHAPES: dict = {}      # (shape, dims, keepdim) -> (keep shape, final shape)
-
-
 def _norm_dims(x: Tensor, dim, fname) -> tuple[int, ...]:
     """dim as None (all), int, or tuple/list of ints -> sorted unique tuple of dims."""
-    if dim is None or dim.__class__ is int:
-        key = (len(x._shape), dim)
-        dims = _DIMS.get(key)
-        if dims is None:
-            dims = _norm_dims_full(x, dim, fname)     # raises on a bad dim: nothing cached
-            if len(_DIMS) < 1024:
-                _DIMS[key] = dims
-        return dims
-    return _norm_dims_full(x, dim, fname)
+    if dim is None or dim.__class__ is int:     # (not bool: True == 1 would hash alike)
+        return _dims_of(len(x._shape), dim, fname)
+    return _norm_dims_full(len(x._shape), dim, fname)
 
 
-def _norm_dims_full(x: Tensor, dim, fname) -> tuple[int, ...]:
+@memoize("ops.reduction.dims", 1024)
+def _dims_of(ndim, dim, fname):
+    return _norm_dims_full(ndim, dim, fname)
+
+
+def _norm_dims_full(ndim, dim, fname) -> tuple[int, ...]:
     if dim is None:
-        return tuple(range(x.ndim))
+        return tuple(range(ndim))
     if isinstance(dim, (tuple, list)):
         if len(dim) == 0:  # torch: an empty dim list reduces everything
-            return tuple(range(x.ndim))
-        ds = [normalize_dim(d, x.ndim, "dim") for d in dim]
+            return tuple(range(ndim))
+        ds = [normalize_dim(d, ndim, "dim") for d in dim]
         if len(set(ds)) != len(ds):
             raise ValueError(f"{fname}: dim {tuple(dim)} names a dimension more than once")
-        return tuple(sorted(set(ds))) if x.ndim else ()
-    d = normalize_dim(dim, x.ndim, "dim")
-    return (d,) if x.ndim else ()
+        return tuple(sorted(set(ds))) if ndim else ()
+    d = normalize_dim(dim, ndim, "dim")
+    return (d,) if ndim else ()
 
 
 def _out_shape(x: Tensor, dims, keepdim):
-    key = (x._shape, dims, keepdim is True)
-    r = _SHAPES.get(key) if keepdim is False or keepdim is True else None
-    if r is None:
-        keep = [1 if i in dims else n for i, n in enumerate(x.shape)]
-        final = keep if keepdim else [n for i, n in enumerate(x.shape) if i not in dims]
-        r = Size(keep), Size(final)
-        if (keepdim is False or keepdim is True) and len(_SHAPES) < 4096:
-            _SHAPES[key] = r
-    return r
+    """(keepdim shape, final shape) of reducing `dims` of x."""
+    if keepdim is False or keepdim is True:
+        return _shapes_of(x._shape, dims, keepdim)
+    return _shapes_full(x._shape, dims, keepdim)
+
+
+@memoize("ops.reduction.shapes", 4096)
+def _shapes_of(shape, dims, keepdim):
+    return _shapes_full(shape, dims, keepdim)
+
+
+def _shapes_full(shape, dims, keepdim):
+    keep = [1 if i in dims else n for i, n in enumerate(shape)]
+    final = keep if keepdim else [n for i, n in enumerate(shape) if i not in dims]
+    return Size(keep), Size(final)
 
 
 def _reduced_numel(x, dims):
@@ -178,117 +181,86 @@ def _nonempty(x, dims, fname):
         raise IndexError(f"{fname}: cannot reduce an empty tensor")
 
 
-# ------------------------------------------------------------------ call plans
-# sum / mean / amax / amin / argmax / argmin called with an int (exact class: True is refused by the full path)
-# or None dim, a bool keepdim, no dtype= and no out=: (op, input dtype, shape, dim, keepdim)
-# -> (dims, keepdim shape, final shape and strides, values dtype, mean's scale), recorded
-# after the full path accepted such a call on a non-empty input with a non-empty result.
-# Those decide every check the full path makes (float8, float-only mean, dim range, empty
-# dims) and everything it derives; the device only picks the allocation and the impl, which
-# a hit takes from the call's own input.
-_FAST: dict = {}
+def _bool_dtype(x):
+    return _dt.uint8 if x.dtype is _dt.uint8 else _dt.bool
 
 
-def _fast_key(op, x, dim, keepdim):
-    if x.__class__ is Tensor and (dim.__class__ is int or dim is None) and (
-            keepdim is False or keepdim is True):
-        return (op, x._dtype, x._shape, dim, keepdim)
-    return None
+# ------------------------------------------------------------------ declared reductions
+# sum, prod, mean, amax, amin, any, all, count_nonzero, argmax and argmin are declarations
+# (ops/_declare.py `reduction(...)`): their functions and methods are generated at the end of
+# this module; each takes the memoised plan (`_fast_plan`) where the call allows it, else
+# `_reduce_full` with the declaration.
+_STAND_IN = object()
 
 
-def _fast_run(op, x, plan):
+@memoize("ops.reduction.fast", 4096)
+def _fast_plan(kind, dtype, shape, dim, keepdim):
+    """The plan of a declared reduction with an int or None dim, a bool keepdim and no dtype= /
+    out=, from the input's dtype and shape: (dims, keepdim shape, final shape and strides,
+    values dtype, mean's scale, indices only). None where the full path decides (an empty
+    input or result); raises where it refuses (the caller runs it for the message)."""
+    op = REDUCTIONS[kind]
+    x = Tensor._make(_STAND_IN, shape, cached_contiguous_strides(shape), 0, dtype)
+    if dtype.kind == "c" or dtype.is_float8:
+        raise TypeError(kind)
+    if op.rule == "float" and not dtype.is_floating_point:
+        raise TypeError(kind)
+    dims = _norm_dims(x, dim, kind)
+    keep, final = _out_shape(x, dims, keepdim)
+    if not math.prod(shape) or not math.prod(final):
+        return None
+    vdtype = _RESULT[op.rule](dtype)
+    scale = 1.0 / _reduced_numel(x, dims) if op.tl[2] == "Q_SCALE" else None
+    return dims, keep, final, cached_contiguous_strides(final), vdtype, scale, op.rule == "index"
+
+
+_RESULT = {"sum": lambda d: _sum_dtype(d), "float": lambda d: d, "keep": lambda d: d,
+           "bool": lambda d: _dt.uint8 if d is _dt.uint8 else _dt.bool,
+           "count": lambda d: _dt.int64, "index": lambda d: _dt.int64}
+
+
+def _fast_run(kind, x, plan):
     dims, keep, final, fstride, vdtype, scale, idx = plan
     dev = x._storage.device
     v = Tensor._empty(keep, vdtype, dev)
     if idx:                     # argmax / argmin: indices only
-        impl("reduce", dev)(op, x, dims, None, v)
+        impl("reduce", dev)(kind, x, dims, None, v)
     elif scale is None:
-        impl("reduce", dev)(op, x, dims, v, None)
+        impl("reduce", dev)(kind, x, dims, v, None)
     else:
-        impl("reduce", dev)(op, x, dims, v, None, scale=scale)
+        impl("reduce", dev)(kind, x, dims, v, None, scale=scale)
     return Tensor._make(v._storage, final, fstride, 0, vdtype)
 
 
-def _fast_record(key, x, dim, keepdim, op, res, scale=None, idx=False):
-    """Record the plan of a call the full path just answered with `res`."""
-    if key is None or not math.prod(x._shape) or not res._shape.numel() or len(_FAST) >= 4096:
-        return
-    dims = _norm_dims(x, dim, op)
-    keep, final = _out_shape(x, dims, keepdim)
-    _FAST[key] = (dims, keep, final, cached_contiguous_strides(final), res._dtype, scale, idx)
-
-
-# ------------------------------------------------------------------ sum-like
-def _identity_reduce(op, x, dim, keepdim, out, dtype, identity):
-    # sum, prod, any, all: a reduction over an empty dim gives the op's identity
-    dims = _norm_dims(x, dim, op)
-    keep, final = _out_shape(x, dims, keepdim)
-    v, _ = _run(op, x, dims, keep, dtype, out=out, final=final)
-    if math.prod(keep) and x.numel() == 0:
-        v.fill_(identity)
-    return _finish(v, final, out, op)
-
-
-def _sum_like(op, input, dim, keepdim, dtype, out, identity):
-    # sum and prod: integers and bool reduce in int64 unless dtype= says otherwise
-    x, dt = _cast_input(input, dtype, op)
-    return _identity_reduce(op, x, dim, keepdim, out, dt or _sum_dtype(x.dtype), identity)
-
-
-def sum(input, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A001
-    """Sum over `dim` (None: all). Integers and bool sum in int64; fp16/bf16 accumulate in fp32."""
-    key = _fast_key("sum", input, dim, keepdim) if dtype is None and out is None else None
-    if key is not None:
-        plan = _FAST.get(key)
-        if plan is not None:
-            return _fast_run("sum", input, plan)
-    if input.__class__ is Tensor and input._dtype.kind == "c":
+def _reduce_full(op, fname, input, dim, keepdim, dtype, out):  # noqa: A002
+    """Validate, infer the result dtype and shape, dispatch `reduce`, fill the identity of an
+    empty reduction, and write out=."""
+    if op.complex and input.__class__ is Tensor and input._dtype.kind == "c":
         from .complex import reduce_complex
-        return reduce_complex("sum", input, dim, keepdim, dtype, out)
-    check_tensor(input, "input", "sum")
-    _no_float8(input, "sum")
-    res = _sum_like("sum", input, dim, keepdim, dtype, out, 0)
-    _fast_record(key, input, dim, keepdim, "sum", res)
-    return res
-
-
-def prod(input, dim=None, keepdim=False, *, dtype=None, out=None):
-    check_tensor(input, "input", "prod")
-    _no_float8(input, "prod")
-    if isinstance(dim, (tuple, list)):
-        raise TypeError("prod: dim must be an int or None (torch's prod reduces one dim)")
-    return _sum_like("prod", input, dim, keepdim, dtype, out, 1)
-
-
-def mean(input, dim=None, keepdim=False, *, dtype=None, out=None):
-    key = _fast_key("mean", input, dim, keepdim) if dtype is None and out is None else None
-    if key is not None:
-        plan = _FAST.get(key)
-        if plan is not None:
-            return _fast_run("mean", input, plan)
-    if input.__class__ is Tensor and input._dtype.kind == "c":
-        from .complex import reduce_complex
-        return reduce_complex("mean", input, dim, keepdim, dtype, out)
-    res = _mean(input, dim, keepdim, dtype, out)
-    if key is not None:
-        n = _reduced_numel(input, _norm_dims(input, dim, "mean"))
-        _fast_record(key, input, dim, keepdim, "mean", res, scale=1.0 / n if n else None)
-    return res
-
-
-def _mean(input, dim, keepdim, dtype, out):
-    check_tensor(input, "input", "mean")
-    x, _ = _cast_input(input, dtype, "mean")
-    _require_float(x, "mean")
-    dims = _norm_dims(x, dim, "mean")
+        return reduce_complex(op.name, input, dim, keepdim, dtype, out)
+    if op.rule == "index":
+        return _arg_full(op.kind, input, dim, keepdim, out)
+    check_tensor(input, "input", fname)
+    if op.rule != "float":
+        _no_float8(input, fname)
+    if op.dims == "one" and isinstance(dim, (tuple, list)):
+        raise TypeError(f"{fname}: dim must be an int or None (torch's {fname} reduces one dim)")
+    x, dt = _cast_input(input, dtype, fname)
+    if op.rule == "float":
+        _require_float(x, fname)
+    vdtype = dt if dt is not None and op.rule == "sum" else _RESULT[op.rule](x.dtype)
+    dims = _norm_dims(x, dim, fname)
+    if op.identity is None:
+        _nonempty(x, dims, fname)
     keep, final = _out_shape(x, dims, keepdim)
-    n = _reduced_numel(x, dims)
-    v, _ = _run("mean", x, dims, keep, x.dtype, out=out, final=final,
-                scale=(1.0 / n) if n else float("nan"))
-    if math.prod(keep) and x.numel() == 0:
-        v.fill_(float("nan"))
-    return _finish(v, final, out, "mean")
-
+    params = {}
+    if op.tl[2] == "Q_SCALE":            # mean's 1/n
+        n = _reduced_numel(x, dims)
+        params["scale"] = (1.0 / n) if n else float("nan")
+    v, _ = _run(op.kind, x, dims, keep, vdtype, out=out, final=final, **params)
+    if op.identity is not None and math.prod(keep) and x.numel() == 0:
+        v.fill_(float("nan") if op.identity == "nan" else op.identity)
+    return _finish(v, final, out, fname)
 
 def _var_std(kind, input, dim, correction, keepdim, out, unbiased):
     check_tensor(input, "input", kind)
@@ -508,60 +480,7 @@ def logsumexp(input, dim, keepdim=False, *, out=None):
     return _finish(v, final, out, "logsumexp")
 
 
-def _bool_dtype(x):
-    return _dt.uint8 if x.dtype is _dt.uint8 else _dt.bool
-
-
-def any(input, dim=None, keepdim=False, *, out=None):  # noqa: A001
-    check_tensor(input, "input", "any")
-    _no_float8(input, "any")
-    return _identity_reduce("any", input, dim, keepdim, out, _bool_dtype(input), 0)
-
-
-def all(input, dim=None, keepdim=False, *, out=None):  # noqa: A001
-    check_tensor(input, "input", "all")
-    _no_float8(input, "all")
-    return _identity_reduce("all", input, dim, keepdim, out, _bool_dtype(input), 1)
-
-
-def count_nonzero(input, dim=None):
-    check_tensor(input, "input", "count_nonzero")
-    _no_float8(input, "count_nonzero")
-    dims = _norm_dims(input, dim, "count_nonzero")
-    keep, final = _out_shape(input, dims, False)
-    v, _ = _run("nnz", input, dims, keep, _dt.int64)
-    if math.prod(keep) and input.numel() == 0:
-        v.fill_(0)
-    return v.view(final)
-
-
 # ------------------------------------------------------------------ max / min family
-def _amax_amin(op, input, dim, keepdim, out):
-    key = _fast_key(op, input, dim, keepdim) if out is None else None
-    if key is not None:
-        plan = _FAST.get(key)
-        if plan is not None:
-            return _fast_run(op, input, plan)
-    check_tensor(input, "input", op)
-    _no_float8(input, op)
-    dims = _norm_dims(input, dim, op)
-    _nonempty(input, dims, op)
-    keep, final = _out_shape(input, dims, keepdim)
-    v, _ = _run(op, input, dims, keep, input.dtype, out=out, final=final)
-    res = _finish(v, final, out, op)
-    _fast_record(key, input, dim, keepdim, op, res)
-    return res
-
-
-def amax(input, dim=(), keepdim=False, *, out=None):
-    """Maximum over `dim` (() or None: all); NaN propagates. Empty reduced dims are an error."""
-    return _amax_amin("amax", input, dim, keepdim, out)
-
-
-def amin(input, dim=(), keepdim=False, *, out=None):
-    return _amax_amin("amin", input, dim, keepdim, out)
-
-
 def _max_min(kind, input, dim, keepdim, out):
     check_tensor(input, "input", kind)
     _no_float8(input, kind)
@@ -601,18 +520,6 @@ def aminmax(input, *, dim=None, keepdim=False):
                           amax(input, dim if dim is not None else (), keepdim))
 
 
-def _arg(kind, input, dim, keepdim, out):
-    # dim None flattens first: only an int dim is planned
-    key = _fast_key(kind, input, dim, keepdim) if out is None and dim is not None else None
-    if key is not None:
-        plan = _FAST.get(key)
-        if plan is not None:
-            return _fast_run(kind, input, plan)
-    res = _arg_full(kind, input, dim, keepdim, out)
-    _fast_record(key, input, dim, keepdim, kind, res, idx=True)
-    return res
-
-
 def _arg_full(kind, input, dim, keepdim, out):
     check_tensor(input, "input", kind)
     _no_float8(input, kind)
@@ -631,15 +538,6 @@ def _arg_full(kind, input, dim, keepdim, out):
     keep, final = _out_shape(input, dims, keepdim)
     _, i = _run(kind, input, dims, keep, None, idx=True, vals=False)
     return _finish(i, final, out, kind)
-
-
-def argmax(input, dim=None, keepdim=False, *, out=None):
-    """Index of the first maximum (NaN counts as the maximum), int64."""
-    return _arg("argmax", input, dim, keepdim, out)
-
-
-def argmin(input, dim=None, keepdim=False, *, out=None):
-    return _arg("argmin", input, dim, keepdim, out)
 
 
 # ------------------------------------------------------------------ scans
@@ -827,11 +725,52 @@ def _m_min(self, dim=None, keepdim=False):
 
 
 _methods.install(
-    sum=sum, mean=mean, prod=prod, max=_m_max, min=_m_min, amax=amax, amin=amin, argmax=argmax,
-    argmin=argmin, var=var, std=std, logsumexp=logsumexp, any=any, all=all,
-    count_nonzero=count_nonzero, cumsum=cumsum, cumprod=cumprod, sort=sort, argsort=argsort,
+    max=_m_max, min=_m_min, var=var, std=std, logsumexp=logsumexp,
+    cumsum=cumsum, cumprod=cumprod, sort=sort, argsort=argsort,
     topk=topk, nonzero=nonzero, unique=unique, aminmax=aminmax, norm=norm,
     nansum=nansum, nanmean=nanmean,
     cumsum_=lambda self, dim, *, dtype=None: self.copy_(cumsum(self, dim, dtype=dtype)),
     cumprod_=lambda self, dim, *, dtype=None: self.copy_(cumprod(self, dim, dtype=dtype)),
 )
+
+
+# ------------------------------------------------------------------ generated functions
+# Each declared reduction (ops/_declare.py) gets its function here (so in nbx.ops / nbx) and
+# its Tensor method: source with torch's signature that calls `_reduce` with the declaration.
+def _build(op) -> None:
+    params = _params(op.signature)
+    names = {p for p, _, _ in params}
+    args = ", ".join(a if a in names else d for a, d in (
+        ("input", "input"), ("dim", "None"), ("keepdim", "False"), ("dtype", "None"),
+        ("out", "None")))
+    src = f"def {op.name}({_param_list(params)}):\n"
+    if op.fast:
+        # the memoised plan where the call allows it (inline: one frame fewer per call)
+        dim_ok = "dim.__class__ is int" + (" or dim is None" if op.rule != "index" else "")
+        src += (f"    if {'dtype is None and ' if 'dtype' in names else ''}out is None and "
+                f"input.__class__ is _Tensor and ({dim_ok}) and "
+                f"(keepdim is False or keepdim is True):\n"
+                f"        try:\n"
+                f"            plan = _fast_plan({op.kind!r}, input._dtype, input._shape, dim, "
+                f"keepdim)\n"
+                f"        except (TypeError, ValueError, IndexError):\n"
+                f"            plan = None\n"
+                f"        if plan is not None:\n"
+                f"            return _fast_run({op.kind!r}, input, plan)\n")
+    src += f"    return _reduce_full(_OP, {op.name!r}, {args})\n"
+    ns = {"__name__": __name__, "_OP": op, "_reduce_full": _reduce_full, "_Tensor": Tensor,
+          "_fast_plan": _fast_plan, "_fast_run": _fast_run}
+    exec(compile(src, f"<declared reduction {op.name}>", "exec"), ns)
+    fn = ns[op.name]
+    fn.__doc__ = op.doc or f"torch.{op.name}: a reduction over `dim`."
+    g = globals()
+    for k in (op.name,) + op.aliases:
+        if k in g:
+            raise ValueError(f"declare {op.name}: nbx.{k} already exists")
+        g[k] = fn
+        if k not in __all__:
+            __all__.append(k)
+    _methods.install(**{k: fn for k in (op.name,) + op.aliases})
+
+
+_subscribe_reductions(_build)

@@ -36,6 +36,7 @@ import numbers
 import numpy as np
 
 from .. import dtypes as _dt
+from .. import plans as _plans
 from ..dispatch import impl
 from ..tensor import Tensor
 from ._common import check_tensor
@@ -118,35 +119,22 @@ def _taps(mode, i, o, align, scale, antialias):
     return np.stack([i0, i1], axis=1), np.stack([1 - lam, lam], axis=1)
 
 
-_TABLES: dict = {}
-_TABLES_MAX = 256
+def _device_table(idx, w, wdtype, device):
+    from ..creation import tensor
+    return (tensor(np.ascontiguousarray(idx, np.int32), device=device),
+            tensor(np.ascontiguousarray(w, wdtype.np), device=device))
 
 
-def _device_table(key, idx, w, wdtype, device):
-    t = _TABLES.get(key)
-    if t is None:
-        from ..creation import tensor
-        t = (tensor(np.ascontiguousarray(idx, np.int32), device=device),
-             tensor(np.ascontiguousarray(w, wdtype.np), device=device))
-        if len(_TABLES) >= _TABLES_MAX:
-            _TABLES.clear()
-        _TABLES[key] = t
-    return t
-
-
+# one axis's (taps, weights) tables on the device, by everything _taps reads
+@_plans.memoize("ops.resample.tables", 256)
 def _table(mode, i, o, align, scale, antialias, wdtype, device):
-    key = (mode, i, o, align, scale, antialias, wdtype, device)
-    if key in _TABLES:
-        return _TABLES[key]
     idx, w = _taps(mode, i, o, align, scale, antialias)
-    return _device_table(key, idx, w, wdtype, device)
+    return _device_table(idx, w, wdtype, device)
 
 
+@_plans.memoize("ops.resample.identity", 64)
 def _identity(n, wdtype, device):
-    key = ("identity", n, wdtype, device)
-    if key in _TABLES:
-        return _TABLES[key]
-    return _device_table(key, np.arange(n)[:, None], np.ones((n, 1)), wdtype, device)
+    return _device_table(np.arange(n)[:, None], np.ones((n, 1)), wdtype, device)
 
 
 def _resample(x, out_sizes, mode, align, scales, antialias):

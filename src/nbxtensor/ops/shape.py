@@ -11,7 +11,9 @@ import math
 import numpy as np
 
 from .. import dtypes as _dt
+from .. import plans as _plans
 from ..creation import arange
+from ..device import Device
 from ..dispatch import impl
 from ..tensor import (MAX_SIZE, Size, Tensor, _as_int, cached_contiguous_strides, new_contiguous,
                       normalize_dim, normalize_size)
@@ -156,11 +158,9 @@ def _tensor_list(tensors, opname):
 
 # cat/stack of contiguous tensors of one dtype on a kernel device: one launch per 4 inputs
 # (kernels/shape.py cat_rows, through the "cat" entry's rows_widths argument).
-# The plan (result shape, rows, widths) depends only on the shapes and strides, which are
-# the key; the per-call checks left are each tensor's class, dtype and device.
-_CAT_FAST: dict = {}
-
-
+# The plan (result shape, rows, widths, the bound launcher) is inferred once per (device
+# type, dtype, stack, dim, shapes and strides) by the memoised `_cat_infer`; the per-call
+# checks left are each tensor's class, dtype and device.
 def _cat_fast_plan(shapes_strides, d, stack):
     ref = shapes_strides[0][0]
     nd = len(ref)
@@ -207,6 +207,25 @@ def _contiguous(shape, stride):
     return True
 
 
+@_plans.memoize("ops.shape.cat")
+def _cat_infer(devtype, dt, stack, dim, shapes_strides):
+    """(shape, run, strides, nbytes) of cat/stack through one cat_rows dispatch, or False
+    (a layout the fast form does not take: the full path runs)."""
+    plan = _cat_fast_plan(shapes_strides, dim, stack)
+    if not plan:
+        return False
+    shape, rows, widths = plan
+    fn = impl("cat", Device(devtype))
+    runner = getattr(fn, "runner", None)    # the triton impl's plan-bound launcher
+    if runner is not None:
+        run = runner(devtype, dt, rows, widths)
+    else:
+        def run(out, ts, fn=fn, rw=(rows, widths)):
+            fn(out, ts, None, rows_widths=rw)
+    shape = Size(shape)
+    return shape, run, cached_contiguous_strides(shape), math.prod(shape) * dt.itemsize
+
+
 def _cat_fast(tensors, dim, stack):
     """The result of cat/stack through one cat_rows dispatch, or None (take the full path)."""
     if dim.__class__ is not int or tensors.__class__ not in (list, tuple) or len(tensors) < 2:
@@ -225,23 +244,7 @@ def _cat_fast(tensors, dim, stack):
         if xd is not dev and xd != dev:
             return None
         ss.append((x._shape, x._stride))
-    key = (dev.type, dt, stack, dim, *ss)
-    plan = _CAT_FAST.get(key)
-    if plan is None:
-        plan = _cat_fast_plan(ss, dim, stack) or False
-        if plan:
-            shape, rows, widths = plan
-            fn = impl("cat", dev)
-            runner = getattr(fn, "runner", None)    # the triton impl's plan-bound launcher
-            if runner is not None:
-                run = runner(dev.type, dt, rows, widths)
-            else:
-                def run(out, ts, fn=fn, rw=(rows, widths)):
-                    fn(out, ts, None, rows_widths=rw)
-            shape = Size(shape)
-            plan = (shape, run, cached_contiguous_strides(shape), math.prod(shape) * dt.itemsize)
-        if len(_CAT_FAST) < 4096:
-            _CAT_FAST[key] = plan
+    plan = _cat_infer(dev.type, dt, stack, dim, tuple(ss))
     if plan is False:
         return None
     out = new_contiguous(plan[0], plan[2], dt, dev, plan[3])
@@ -325,8 +328,9 @@ def _dims_arg(dims, ndim, argname):
 
 # flip's fast path: (device type, dtype, shape, strides, dims as given) -> (normalised dims,
 # implementation, its bound replay or None), stored once the full path accepted the call
-# (dims are checked against the rank only)
-_FLIP_FAST: dict = {}
+# (dims are checked against the rank only). The replay is bound to the first call's output,
+# so the plan is recorded by the full path (a PlanCache), not inferred from kinds alone.
+_FLIP_FAST = _plans.PlanCache("ops.shape.flip", 4096)
 
 
 def flip(input, dims):  # noqa: A002
@@ -351,10 +355,10 @@ def flip(input, dims):  # noqa: A002
         fn = impl("flip", x.device)
         dims = dims if x.ndim else []
         fn(out, x, dims)
-        if input.__class__ is Tensor and dk is not None and len(_FLIP_FAST) < 4096:
+        if input.__class__ is Tensor and dk is not None:
             runner = getattr(fn, "runner", None)    # the triton impl's replay, bound
-            _FLIP_FAST[key] = (dims, fn, runner(out, x, dims) if runner is not None else None,
-                               out._stride, out.numel() * out._dtype.itemsize)
+            _FLIP_FAST.put(key, (dims, fn, runner(out, x, dims) if runner is not None else None,
+                                 out._stride, out.numel() * out._dtype.itemsize))
     return out
 
 

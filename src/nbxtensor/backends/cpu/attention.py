@@ -43,11 +43,11 @@ def sdpa(out, q, k, v, mask, *, scale, is_causal):
 
 @register("decode_attention", "numpy")
 def decode_attention(out, q, kc, vc, lengths, *, scale):
-    from ...ops.attention import _lengths_err
+    from ...index_errors import lengths_err
     wt = _work(q)
     B, H, T, _ = q.shape
     Hk, C = kc.shape[1], kc.shape[2]
-    lens = np.broadcast_to(_checked(lengths, 0, C + 1, False, _lengths_err(C)), (B,))
+    lens = np.broadcast_to(_checked(lengths, 0, C + 1, False, lengths_err(C)), (B,))
     for b in range(B):
         n = int(lens[b])
         a = q._host_view()[b].astype(wt)
@@ -95,10 +95,10 @@ def kv_append(ck, cv, lengths, k, v, pos, q=None, inv=None, *, interleaved=False
     """Write k/v (B, Hk, T, D) into caches (B, Hk, C, D) at pos (B, T); with `inv` rotate k
     (and q, in place) first. A position outside [0, C) raises IndexError before anything is
     written (the device skips it and raises from its flag). lengths[b] becomes pos[b, -1] + 1."""
-    from ...ops.attention import _positions_err
+    from ...index_errors import positions_err
     B, Hk, T, _ = k.shape
     C = ck.shape[2]
-    p = _checked(pos, 0, C, False, _positions_err(
+    p = _checked(pos, 0, C, False, positions_err(
         "KVCache.append_rope" if inv is not None else "KVCache.append", C))
     kh = k._host_view()
     if inv is not None:

@@ -4,18 +4,16 @@ Each entry gets (out, inputs, params, compute_dtype) from ops.elementwise: input
 host tensors expanded to out's shape or Python numbers. Every input is converted to
 the compute dtype (float32 for every float below float64, so a float16 add computes in
 float32 and rounds once), the op runs in NumPy, and the result is cast into `out` by the
-dtype table's cast rule (dtypes.copy_into). The ops declared in ops/_declare.py come as NumPy
-expressions: ops/elementwise.py registers `numpy_entry(name, expr)` for each.
+dtype table's cast rule (dtypes.copy_into). Every op is declared in ops/_declare.py and comes
+as a NumPy expression: ops/elementwise.py registers `numpy_entry(name, expr)` for each.
 """
 from __future__ import annotations
 
 import math
-import operator
 
 import numpy as np
 
 from ... import dtypes as _dt
-from ...dispatch import register
 
 # math.erf is exact; NumPy has no erf (and SciPy is not a dependency)
 _erf64 = np.frompyfunc(math.erf, 1, 1)
@@ -104,43 +102,11 @@ def _heaviside(x, y):
     return np.where(x == 0, y, x > 0).astype(y.dtype)
 
 
-def _on_xy(f):
-    # every entry takes (x, y, z, p, q); most apply one function to x and y
-    return lambda x, y, z, p, q: f(x, y)
-
-
-# the ops not (yet) declared in ops/_declare.py; the declared ones arrive as NumPy expressions
-# through `numpy_entry`
-_OPS = {
-    "copy": lambda x, y, z, p, q: x,
-    "nan_to_num": lambda x, y, z, p, q: np.where(np.isnan(x), p, np.where(
-        x == np.inf, y, np.where(x == -np.inf, z, x))),
-    "clamp": lambda x, y, z, p, q: np.minimum(np.maximum(x, y), z),
-    "clamp_min": _on_xy(np.maximum),
-    "clamp_max": _on_xy(np.minimum),
-    # binary
-    "add": _on_xy(operator.add),
-    "add_alpha": lambda x, y, z, p, q: x + p * y,
-    "sub": _on_xy(operator.sub),
-    "sub_alpha": lambda x, y, z, p, q: x - p * y,
-    "mul": _on_xy(operator.mul),
-    "div": _on_xy(operator.truediv),
-    "div_floor": _on_xy(np.floor_divide),
-    "div_trunc": _on_xy(_div_trunc),
-    "pow": _on_xy(_pow),
-    # ternary
-    "where": lambda x, y, z, p, q: np.where(x != 0, y, z),
-    "lerp": lambda x, y, z, p, q: np.where(np.abs(z) < 0.5, x + z * (y - x),
-                                           y - (y - x) * (1 - z)),
-    "addcmul": lambda x, y, z, p, q: x + p * (y * z),
-    "addcdiv": lambda x, y, z, p, q: x + p * (y / z),
-}
-
 # what a declared op's NumPy expression may name besides its operands x, y and parameters p, q
 EXPR_NAMESPACE = {"np": np, "_erf": _erf, "_softplus": _softplus, "_hard": _hard,
                   "_shift": _shift, "_erfinv": _erfinv, "_logit": _logit,
-                  "_heaviside": _heaviside}
-EXPR_ARGS = ("x", "y", "p", "q")
+                  "_heaviside": _heaviside, "_div_trunc": _div_trunc, "_pow": _pow}
+EXPR_ARGS = ("x", "y", "z", "p", "q")
 
 
 def _as_ct(x, ct):
@@ -163,7 +129,7 @@ def _make(name, fn):
 
 
 def numpy_entry(name: str, expr: str):
-    """The cpu entry of a declared op from its NumPy expression over x, y, p, q; refused
+    """The cpu entry of a declared op from its NumPy expression over x, y, z, p, q; refused
     (ValueError) when the expression does not parse or names anything else."""
     import ast
     import builtins
@@ -182,6 +148,3 @@ def numpy_entry(name: str, expr: str):
               dict(EXPR_NAMESPACE))
     return _make(name, fn)
 
-
-for _name, _fn in _OPS.items():
-    register(_name, "numpy")(_make(_name, _fn))

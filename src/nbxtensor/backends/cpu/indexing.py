@@ -33,8 +33,8 @@ def _checked(idx, lo, hi, wrap, err) -> np.ndarray:
     iv = idx._host_view().astype(np.int64)
     bad = (iv < lo) | (iv >= hi)
     if bad.any():
-        from ...ops.indexing import _oob_error
-        raise _oob_error(err, int(iv[bad].max()))
+        from ...index_errors import oob_error
+        raise oob_error(err, int(iv[bad].max()))
     if wrap:
         iv = np.where(iv < 0, iv + hi, iv)
     return iv

@@ -17,18 +17,18 @@ def _page_err(op, NB):
 def _check_pages(pages, NB, op):
     bad = (pages < 0) | (pages >= NB)
     if bad.any():
-        from ...ops.indexing import _oob_error
-        raise _oob_error(_page_err(op, NB), int(pages[bad].max()))
+        from ...index_errors import oob_error
+        raise oob_error(_page_err(op, NB), int(pages[bad].max()))
 
 
 @register("paged_decode_attention", "numpy")
 def paged_decode_attention(out, q, kc, vc, block_tables, lengths, *, scale):
-    from ...ops.attention import _lengths_err
+    from ...index_errors import lengths_err
     wt = _work(q)
     B, H, T, _ = q.shape
     NB, PAGE, Hk, _ = kc.shape
     C = block_tables.shape[1] * PAGE
-    lens = np.broadcast_to(_checked(lengths, 0, C + 1, False, _lengths_err(C)), (B,))
+    lens = np.broadcast_to(_checked(lengths, 0, C + 1, False, lengths_err(C)), (B,))
     bt = block_tables._host_view().astype(np.int64)
     kh, vh = kc._host_view(), vc._host_view()
     for b in range(B):
@@ -51,11 +51,11 @@ def paged_decode_attention(out, q, kc, vc, block_tables, lengths, *, scale):
 def paged_kv_append(ck, cv, block_tables, lengths, k, v, pos):
     """Positions and their pages are checked before anything is written (the device skips
     a bad token and raises from its flag); lengths[b] becomes pos[b, -1] + 1."""
-    from ...ops.attention import _positions_err
+    from ...index_errors import positions_err
     B, Hk, T, _ = k.shape
     NB, PAGE = ck.shape[0], ck.shape[1]
     C = block_tables.shape[1] * PAGE
-    p = _checked(pos, 0, C, False, _positions_err("PagedKVCache.append", C))
+    p = _checked(pos, 0, C, False, positions_err("PagedKVCache.append", C))
     bt = block_tables._host_view().astype(np.int64)
     pages = np.take_along_axis(bt, p // PAGE, axis=1)                    # (B, T)
     _check_pages(pages, NB, "PagedKVCache.append")

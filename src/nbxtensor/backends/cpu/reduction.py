@@ -1,9 +1,15 @@
-"""cpu: reductions and scans with NumPy (float inputs computed in float64, ints in int64)."""
+"""cpu: reductions and scans with NumPy (float inputs computed in float64, ints in int64).
+
+The declared reductions (ops/_declare.py) come as NumPy expressions over `a` (the input), `w`
+(it widened), `axis` and `scale`, compiled once each (`_declared`); max/min with their indices,
+var/std, the norms and logsumexp are written here.
+"""
 from __future__ import annotations
 
 import numpy as np
 
 from ... import dtypes as _dt
+from ...declarations import subscribe_reductions
 from ...dispatch import register
 
 
@@ -34,28 +40,44 @@ def _norm(a, axis, ord):
     return np.sum(a ** ord, axis=axis, keepdims=True) ** (1.0 / ord)
 
 
+def _first_index(f, w, axis):
+    """np.argmax / np.argmin over one dim (or a 0-dim input), kept: NumPy picks the first NaN,
+    as torch."""
+    if not axis:
+        return np.zeros(w.shape, np.int64)
+    return np.expand_dims(f(w, axis=axis[0]), axis[0])
+
+
+_DECLARED: dict = {}      # kind -> (fn(a, w, axis, scale), reads w, writes indices)
+
+
+def _declared(op) -> None:
+    import ast
+    fn = eval(compile(f"lambda a, w, axis, scale: ({op.np})", f"<numpy reduction {op.name}>",
+                      "eval"), {"np": np, "_first_index": _first_index})
+    uses_w = any(isinstance(n, ast.Name) and n.id == "w" for n in ast.walk(ast.parse(op.np)))
+    _DECLARED[op.kind] = (fn, uses_w, op.rule == "index")
+
+
+subscribe_reductions(_declared)
+
+
 @register("reduce", "numpy")
 def reduce(kind, x, dims, values, indices, **params):
     a = x._host_view()
     axis = tuple(dims)
+    declared = _DECLARED.get(kind)
     with np.errstate(all="ignore"):
-        if kind in ("sum", "mean"):
-            r = np.sum(_acc(a), axis=axis, keepdims=True)
-            if kind == "mean":
-                r = r * params["scale"]
-        elif kind == "prod":
-            r = np.prod(_acc(a), axis=axis, keepdims=True)
-        elif kind in ("amax", "amin"):
-            f = np.max if kind == "amax" else np.min
-            r = f(_acc(a), axis=axis, keepdims=True)
-        elif kind in ("max", "min", "argmax", "argmin"):
+        if declared is not None:
+            fn, uses_w, index = declared
+            r = fn(a, _acc(a) if uses_w else None, axis, params.get("scale"))
+            if index:
+                _store(indices, r)
+                return
+        elif kind in ("max", "min"):
             # one dim (or a 0-dim input); NumPy's argmax/argmin pick the first NaN, as torch
             w = _acc(a)
-            if not axis:
-                idx = np.zeros(a.shape, np.int64)
-            else:
-                f = np.argmax if kind in ("max", "argmax") else np.argmin
-                idx = np.expand_dims(f(w, axis=axis[0]), axis[0])
+            idx = _first_index(np.argmax if kind == "max" else np.argmin, w, axis)
             if indices is not None:
                 _store(indices, idx)
             if values is None:
@@ -74,14 +96,6 @@ def reduce(kind, x, dims, values, indices, **params):
             m = np.max(w, axis=axis, keepdims=True)
             m = np.where(np.isfinite(m), m, 0.0)
             r = np.log(np.sum(np.exp(w - m), axis=axis, keepdims=True)) + m
-        elif kind in ("any", "all", "nnz"):
-            nz = a != 0
-            if kind == "any":
-                r = np.any(nz, axis=axis, keepdims=True)
-            elif kind == "all":
-                r = np.all(nz, axis=axis, keepdims=True)
-            else:
-                r = np.sum(nz, axis=axis, keepdims=True, dtype=np.int64)
         else:
             raise ValueError(f"reduce: unknown kind {kind!r}")
     _store(values, r)

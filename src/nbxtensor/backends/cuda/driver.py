@@ -598,6 +598,41 @@ LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 5
 LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 CLUSTER_SCHEDULING_POLICY_SPREAD = 1
 
+# The head of a CUlaunchConfig as a struct format (gridDim xyz, blockDim xyz, sharedMemBytes,
+# padding, hStream): the launcher packs it after the kernel parameters in one pack_into.
+LAUNCH_CONFIG_HEAD = "IIIIIII4xQ"
+LAUNCH_CONFIG_WORDS = ctypes.sizeof(LaunchConfig) // 8
+assert ctypes.sizeof(LaunchConfig) == 56 and LaunchConfig.hStream.offset == 32
+
+
+def launch_config(buf, offset: int, block: int, shared: int, f: int, *, pdl: bool,
+                  cooperative: bool, num_ctas: int) -> LaunchConfig:
+    """A CUlaunchConfig living in `buf` at byte `offset` (the grid and stream are packed in
+    per launch), with block, shared memory and the launch attributes of function `f` set."""
+    attrs = []
+    if pdl:
+        attrs.append((LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, (1,)))
+    if cooperative:
+        attrs.append((LAUNCH_ATTRIBUTE_COOPERATIVE, (1,)))
+    if num_ctas != 1:
+        attrs.append((LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, (num_ctas, 1, 1)))
+        attrs.append((LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+                      (CLUSTER_SCHEDULING_POLICY_SPREAD,)))
+    if num_ctas == 16:
+        func_set_attribute(f, "NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 1)
+    arr = (LaunchAttribute * 4)()
+    for k, (aid, vals) in enumerate(attrs):
+        arr[k].id = aid
+        for j, v in enumerate(vals):
+            arr[k].value[j] = v
+    cfg = LaunchConfig.from_buffer(buf, offset)   # keeps buf alive
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block, 1, 1
+    cfg.sharedMemBytes = shared
+    if attrs:
+        cfg.attrs = arr         # ctypes keeps `arr` alive through the pointer field
+    cfg.numAttrs = len(attrs)
+    return cfg
+
 
 def launch_kernel_ex(f: int, config: LaunchConfig, params) -> None:
     """cuLaunchKernelEx with a prepared LaunchConfig (clusters, cooperative, PDL)."""

@@ -36,6 +36,7 @@ import threading
 from . import driver as _drv
 from .driver import CaptureError
 from .memory import allocator_for
+from . import streams as _streams
 
 __all__ = ["CUDAGraph", "graph", "CaptureError", "is_current_stream_capturing"]
 
@@ -52,14 +53,9 @@ def capturing_graph():
     return _active[0]
 
 
-def _cuda():
-    from ... import cuda    # nbx.cuda (streams); imported late: cuda.py imports this module
-    return cuda
-
-
 def is_current_stream_capturing(device=None) -> bool:
     """True when the current stream of `device` is being captured by nbx.cuda.graph."""
-    s = _cuda().current_stream(device)
+    s = _streams.current_stream(device)
     return s.handle in _drv._capturing
 
 
@@ -177,7 +173,7 @@ class CUDAGraph:
         _drv.set_device(self._device)
         for hook in self._replay_hooks:
             hook()
-        _drv.graph_launch(e, _cuda().current_stream(self._device).handle)
+        _drv.graph_launch(e, _streams.current_stream(self._device).handle)
 
     def reset(self) -> None:
         """Destroy the graph and release its private pool (memory of tensors the caller still
@@ -228,7 +224,7 @@ def _side_stream(device: int):
     with _lock:
         s = _side_streams.get(device)
         if s is None:
-            s = _side_streams[device] = _cuda().Stream(device)
+            s = _side_streams[device] = _streams.Stream(device)
         return s
 
 
@@ -243,12 +239,11 @@ def graph(cuda_graph: CUDAGraph, stream=None, capture_error_mode: str = "global"
     """
     if not isinstance(cuda_graph, CUDAGraph):
         raise TypeError(f"graph: expected an nbx.cuda.CUDAGraph, got {type(cuda_graph).__name__}")
-    cuda = _cuda()
     if stream is None:
         stream = _side_stream(_drv.current_device())
-    elif not isinstance(stream, cuda.Stream):
+    elif not isinstance(stream, _streams.Stream):
         raise TypeError(f"graph: stream must be an nbx.cuda.Stream, got {type(stream).__name__}")
-    with cuda.stream(stream):
+    with _streams.stream(stream):
         cuda_graph.capture_begin(stream, capture_error_mode=capture_error_mode)
         try:
             yield cuda_graph

@@ -38,10 +38,11 @@ import struct
 import threading
 import weakref
 
-from ... import cuda as _cuda
+from ... import plans as _plans
 from ...tensor import Tensor
 from . import driver as drv
 from .storage import forget_launch_tokens, launch_token
+from .streams import current_cstreams as _streams   # device -> the current stream (c_void_p)
 
 __all__ = ["launch", "prepare", "bind", "spec_of", "KernelArgumentError", "ForeignPointerError",
            "OutOfResourcesError", "GridError", "cache_info", "clear_cache"]
@@ -132,14 +133,16 @@ class _Sig:
         return f"{self.name}({', '.join(self.names)})"
 
 
-_sigs: dict = {}
+_sigs = _plans.PlanCache("launcher.signatures", 4096)
 
 
 def _sig_of(kernel) -> _Sig:
-    # keyed by id: JITFunction hashes in Python (slow); the _Sig keeps the kernel alive
+    # keyed by id: JITFunction hashes in Python (slow); the _Sig keeps the kernel alive, so
+    # the id is not reused while its entry lives
     s = _sigs.get(id(kernel))
     if s is None:
-        s = _sigs[id(kernel)] = _Sig(kernel)
+        s = _Sig(kernel)
+        _sigs.put(id(kernel), s)
     return s
 
 
@@ -158,6 +161,7 @@ _OPTIONS: set | None = None
 _recorder = None     # census.record(): called with every binding (kernel, signature, ...)
 
 
+# long: Triton 3.6's binding and specialisation rules, step by step in Triton's own order, so the two can be read side by side
 def bind(kernel, args, kwargs):
     """Bind `args`/`kwargs` to `kernel`'s parameters the way Triton 3.6 does.
 
@@ -441,37 +445,16 @@ def _prepare(kernel, args, kwargs, dev: int, variant: bool = False) -> _Entry:
     return e
 
 
-_CFG_WORDS = ctypes.sizeof(drv.LaunchConfig) // 8
-assert ctypes.sizeof(drv.LaunchConfig) == 56 and drv.LaunchConfig.hStream.offset == 32
-_CFG_HEAD = "IIIIIII4xQ"    # gridDim xyz, blockDim xyz, sharedMemBytes, (pad), hStream
+_CFG_WORDS = drv.LAUNCH_CONFIG_WORDS
+_CFG_HEAD = drv.LAUNCH_CONFIG_HEAD    # the CUlaunchConfig head the fast path packs (driver.py)
 
 
 def _launch_config(e: _Entry, md, f, offset: int):
     """The entry's CUlaunchConfig, a view into its buffer at `offset`, with the launch
     attributes of the compiled kernel (PDL, cooperative, cluster) set once."""
-    attrs = []
-    if md.launch_pdl:
-        attrs.append((drv.LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, (1,)))
-    if md.launch_cooperative_grid:
-        attrs.append((drv.LAUNCH_ATTRIBUTE_COOPERATIVE, (1,)))
-    if md.num_ctas != 1:
-        attrs.append((drv.LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, (md.num_ctas, 1, 1)))
-        attrs.append((drv.LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
-                      (drv.CLUSTER_SCHEDULING_POLICY_SPREAD,)))
-    if md.num_ctas == 16:
-        drv.func_set_attribute(f, "NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 1)
-    arr = (drv.LaunchAttribute * 4)()
-    for k, (aid, vals) in enumerate(attrs):
-        arr[k].id = aid
-        for j, v in enumerate(vals):
-            arr[k].value[j] = v
-    cfg = drv.LaunchConfig.from_buffer(e.buf, offset)   # keeps e.buf alive
-    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = e.block, 1, 1
-    cfg.sharedMemBytes = e.shared
-    if attrs:
-        cfg.attrs = arr         # ctypes keeps `arr` alive through the pointer field
-    cfg.numAttrs = len(attrs)
-    return cfg
+    return drv.launch_config(e.buf, offset, e.block, e.shared, f, pdl=bool(md.launch_pdl),
+                             cooperative=bool(md.launch_cooperative_grid),
+                             num_ctas=md.num_ctas)
 
 
 # ----------------------------------------------------------------------------- pointer check
@@ -544,7 +527,11 @@ def _global_scratch(e: _Entry, dev: int, nprog: int, stream: int) -> None:
 # ----------------------------------------------------------------------------- launch
 
 _state = threading.local()    # prepared entries are per thread: their buffers are rewritten
-_streams = _cuda._current_cstreams   # device -> the current stream as a c_void_p
+# per thread: (kernel, device, constexprs, argument kinds) -> the prepared _Entry (compiled,
+# loaded, its parameter buffer); and id(kernel) -> the record of its fast launchers (bounded
+# by construction: _FAST_KW_VARIANTS constexpr variants of _FAST_PER_KERNEL launchers each)
+_ENTRIES = _plans.PerThread("launcher.entries", 4096)
+_FASTS = _plans.PerThread("launcher.fast", plain=True)
 _tls = drv._tls               # the driver's per-thread current device
 _NULL = ctypes.c_void_p(0)
 _MAX_X, _MAX_YZ = (1 << 31) - 1, 65535
@@ -661,12 +648,13 @@ def _lookup(kernel, args, kwargs, idx: int):
             vp(a.data_ptr() if isinstance(a, Tensor) else a)
     key = tuple(key)
     try:
-        entries = _state.entries
+        entries = _state.entries    # this thread's PlanCache of _ENTRIES
     except AttributeError:
-        entries = _state.entries = {}
+        entries = _state.entries = _ENTRIES.local()
     e = entries.get(key)
     if e is None:
-        e = entries[key] = _prepare(kernel, args, kwargs, idx)
+        e = _prepare(kernel, args, kwargs, idx)
+        entries.put(key, e)
     if e.cpos is not None:
         # constexprs passed positionally: their values, not their kinds, pick the kernel
         e = _by_constexpr_values(e, kernel, args, kwargs, idx)
@@ -764,8 +752,8 @@ def _install_fast(kernel, e: _Entry, args, kwargs, idx: int) -> None:
         return
     try:
         fast = _state.fast
-    except AttributeError:
-        fast = _state.fast = {}
+    except AttributeError:   # the hot paths read this thread's records as `_state.fast`
+        fast = _state.fast = _FASTS.local()
     rec = fast.get(id(kernel))
     if rec is None:     # [keywords of the last launch, their launchers, by keywords (typed:
         # `_kw_key`), the items tuple of the last launch_items and its launchers, the types
@@ -792,6 +780,7 @@ def _install_fast(kernel, e: _Entry, args, kwargs, idx: int) -> None:
     del fl[_FAST_PER_KERNEL:]
 
 
+# long: a code generator: it writes one launcher function as source text, branch by branch in the order the generated code runs
 def _fast_launcher(e: _Entry, args, idx: int, device_check: bool | None = None):
     """Generate `fast(grid, args) -> bool` for entry `e` from the arguments that built its key.
 
@@ -1175,7 +1164,7 @@ def _value_error(e: _Entry, vals, err) -> Exception:
 def cache_info() -> dict:
     """Sizes of the launcher's caches (this thread's prepared launches and fast launchers,
     loaded modules)."""
-    return {"prepared": len(getattr(_state, "entries", {})), "modules": len(_modules),
+    return {"prepared": len(_ENTRIES.local()), "modules": len(_modules),
             "kernels": len(_sigs),
             "fast": sum(len(fl) for rec in getattr(_state, "fast", {}).values()
                         for fl in rec[2].values())}
@@ -1191,6 +1180,6 @@ def _fast_list(kernel, kwargs) -> list:
 def clear_cache() -> None:
     """Forget prepared launches and fast launchers (this thread) and bound signatures;
     loaded modules stay. Launchers made by `prepare` keep their own entries."""
-    getattr(_state, "entries", {}).clear()
+    _ENTRIES.local().clear()
     getattr(_state, "fast", {}).clear()
     _sigs.clear()

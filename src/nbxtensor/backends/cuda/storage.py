@@ -7,40 +7,15 @@ the kernels queued on it.
 """
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 from . import driver
 from .memory import allocator_for
+from .streams import check_sync_errors, current_streams
+# the current stream of a device; a module global so that tests can stand a fake in for it
+from .streams import current_handle as _stream_handle
 
 __all__ = ["CudaStorage", "ForeignCudaStorage"]
-
-
-_current = None   # nbx.cuda's per-device current-stream table, bound on first use
-
-
-def _bind_current() -> dict:
-    global _current
-    if _current is None:
-        from ... import cuda
-        _current = cuda._current
-    return _current
-
-
-def _stream_handle(index: int) -> int:
-    """The raw handle of the current stream of device `index` (0: the legacy default stream)."""
-    s = (_current if _current is not None else _bind_current()).get(index)
-    return 0 if s is None else s.handle
-
-
-def check_index_errors() -> None:
-    """[indexing hook] raise the out-of-range index errors that earlier cuda ops recorded
-    (asynchronous checks, kernels/indexing.py); every synchronising call ends with this (a
-    host read here; nbx.cuda.synchronize, Stream.synchronize, Event.synchronize)."""
-    ix = sys.modules.get("nbxtensor.kernels.indexing")
-    if ix is not None and ix.PENDING[0]:
-        ix.check_pending()
 
 
 # The launch check's mark: a storage whose `_nbx_launch` is `launch_token(d)` is known to be
@@ -116,7 +91,7 @@ class CudaStorage:
             driver.set_device(index)
             self._sync_current(index)
             driver.memcpy_dtoh(out.ctypes.data, self.ptr + offset, nbytes)
-        check_index_errors()
+        check_sync_errors()
         return out
 
     def from_host(self, offset: int, arr: np.ndarray) -> None:
@@ -170,10 +145,7 @@ def allocate(device, nbytes: int) -> CudaStorage:
     index = device.index or 0
     driver.set_device(index)    # (cheap when current; later driver calls may rely on it)
     alloc = allocator_for(index)
-    cur = _current     # _stream_handle(index), inlined
-    if cur is None:
-        cur = _bind_current()
-    s = cur.get(index)
+    s = current_streams.get(index)     # _stream_handle(index), inlined
     block = alloc.malloc(nbytes, 0 if s is None else s.handle)
     st = _new(CudaStorage)
     st.device = device

@@ -18,6 +18,8 @@ import triton.runtime.interpreter as _interp_mod
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
+from ... import plans as _plans
+
 
 class HostPointer:
     """Duck-typed stand-in for a torch tensor: an address and an element type."""
@@ -104,14 +106,10 @@ def _fixed_cast_impl(self, src, dst_type):
 _orig_cast_impl = _interp_mod.InterpreterBuilder.cast_impl
 _interp_mod.InterpreterBuilder.cast_impl = _fixed_cast_impl
 
-_interpreted: dict = {}
-
-
+@_plans.memoize("interp.functions", 4096)
 def _interpreted_fn(fn) -> InterpretedFunction:
-    ifn = _interpreted.get(fn)
-    if ifn is None:
-        ifn = _interpreted[fn] = InterpretedFunction(fn)
-    return ifn
+    """The interpreted twin of a @triton.jit function's Python function (made once)."""
+    return InterpretedFunction(fn)
 
 
 def _swap_jit_globals(fn, swapped: list, seen: set) -> None:

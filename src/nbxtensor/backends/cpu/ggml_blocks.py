@@ -1,4 +1,4 @@
-"""Host (NumPy) dequantisation of GGML block formats.
+"""GGML block formats decoded with NumPy: the host reference every other decoder matches.
 
 Each format stores a row of `n` weights as n / block_size blocks of `type_size` bytes.
 `dequantize(raw, qtype, shape)` turns the raw bytes of a tensor into float32 of `shape`
@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from .. import dtypes as _dt
+from ... import dtypes as _dt
 
 __all__ = ["BLOCK_SIZES", "dequantize", "SUPPORTED"]
 
@@ -160,3 +160,22 @@ def dequantize(raw: np.ndarray, qtype: str, shape, out_dtype=np.float32,
         else:
             out[i:i + chunk_blocks] = fn(b)
     return out.reshape(shape)
+
+
+def check_blocks(w, op: str):
+    """The blocks of a quantised weight `w` (.blocks, .qtype, .shape = (N, K)): a contiguous
+    uint8 Tensor (N, K / block size * block bytes); ValueError naming `op` otherwise."""
+    from ...tensor import Tensor
+    bs, ts = BLOCK_SIZES[w.qtype]
+    N, K = w.shape
+    if K % bs:
+        raise ValueError(f"{op}: {w.qtype} needs in_features a multiple of {bs}, got {K}")
+    rb = K // bs * ts
+    blocks = w.blocks
+    if not isinstance(blocks, Tensor) or blocks.dtype is not _dt.uint8 or \
+            tuple(blocks.shape) != (N, rb) or not blocks.is_contiguous():
+        raise ValueError(f"{op}: {w.qtype} weight {tuple(w.shape)} needs contiguous uint8 blocks "
+                         f"of shape ({N}, {rb}), got "
+                         f"{getattr(blocks, 'dtype', type(blocks).__name__)} "
+                         f"{tuple(getattr(blocks, 'shape', ()))}")
+    return blocks
