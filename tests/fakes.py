@@ -60,7 +60,7 @@ class FakeAttributeDriver:
         self.values = {MULTIPROCESSOR_COUNT: sms, L2_CACHE_SIZE: 52428800,
                        MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 232448,
                        MAX_REGISTERS_PER_MULTIPROCESSOR: 65536,
-                       MAX_THREADS_PER_MULTIPROCESSOR: 2048}
+                       MAX_THREADS_PER_MULTIPROCESSOR: 2048, 75: 9, 76: 0}   # major, minor
 
     def __call__(self, out, attr, index):
         self.asked.append((attr, index))

@@ -431,9 +431,10 @@ class Tensor:
     def is_contiguous(self, memory_format=None) -> bool:
         if 0 in self._shape:    # no element to place: contiguous whatever the strides (torch)
             return True
-        perm = _layout_perm(memory_format, self.ndim, "is_contiguous")
-        if perm is not None:
-            return self.permute(*perm).is_contiguous()
+        if memory_format is not None:
+            perm = _layout_perm(memory_format, self.ndim, "is_contiguous")
+            if perm is not None:
+                return self.permute(*perm).is_contiguous()
         expected = 1
         for n, s in zip(reversed(self._shape), reversed(self._stride)):
             if n != 1 and s != expected:
@@ -852,6 +853,8 @@ class Tensor:
         return self.fill_(0)
 
     def contiguous(self, memory_format=None) -> "Tensor":
+        if memory_format is None:       # the per-call path: no layout to look up
+            return self if self.is_contiguous() else self.clone()
         perm = _layout_perm(memory_format, self.ndim, "contiguous")
         if perm is not None:
             # channels_last: the dims stored in `perm` order, viewed back in torch's order

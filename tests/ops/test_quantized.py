@@ -322,7 +322,7 @@ def test_int4_kernels_compile_for_sm90():
     from nbxtensor.kernels import int4 as K4
     for fmt, gidx in ((0, False), (0, True), (1, False)):
             cfg = K4.gemv_config(14336, 4096, 128, H200, gidx, ("gptq", "awq")[fmt])
-            if gidx:
+            if gidx or fmt == 0:
                 k = _compile(K4._int4_gemv_kernel,
                              {"x_ptr": "*bf16", "qw_ptr": "*i32", "qz_ptr": "*i32",
                               "s_ptr": "*fp16", "gi_ptr": "*i32", "b_ptr": "*bf16",
@@ -330,10 +330,10 @@ def test_int4_kernels_compile_for_sm90():
                              dict(FMT=fmt, HAS_GIDX=gidx, HAS_BIAS=False, BLOCK_N=64,
                                   BLOCK_K=cfg["BLOCK_K"], s_xk=1), num_warps=4)
             else:
-                k = _compile(K4._int4_gemv_packed,
+                k = _compile(K4._awq_gemv_packed,
                              {"x_ptr": "*bf16", "qw_ptr": "*i32", "qz_ptr": "*i32",
                               "s_ptr": "*fp16", "b_ptr": "*fp32", "y_ptr": "*fp32"},
-                             dict(FMT=fmt, HAS_BIAS=False, SPLIT=cfg["SPLIT"] > 1,
+                             dict(HAS_BIAS=False, SPLIT=cfg["SPLIT"] > 1,
                                   BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], s_xk=1),
                              num_warps=4)
             st = _ptxas_stats(k.asm["ptx"])

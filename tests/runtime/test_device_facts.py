@@ -46,9 +46,9 @@ def test_facts_come_from_the_driver(fake_gpu):
     f = _common.device_facts(nbx.device("cuda:1"))
     assert f == _common.DeviceFacts("cuda", sms=114, l2_bytes=52428800, smem_per_block=232448,
                                     regs_per_sm=65536, threads_per_sm=2048)
-    assert sorted(fake.asked) == [(16, 1), (38, 1), (39, 1), (82, 1), (97, 1)]
+    assert sorted(fake.asked) == [(16, 1), (38, 1), (39, 1), (75, 1), (76, 1), (82, 1), (97, 1)]
     assert _common.device_facts(nbx.device("cuda:1")) is f      # asked once per device
-    assert len(fake.asked) == 5
+    assert len(fake.asked) == 7
     assert _common.device_facts(nbx.device("interp")) is _common.INTERP
     with pytest.raises(ValueError, match="must be cuda or interp, got cpu"):
         _common.device_facts(nbx.device("cpu"))

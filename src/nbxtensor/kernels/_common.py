@@ -19,6 +19,7 @@ class DeviceFacts:
     smem_per_block: int     # shared memory a block may opt in to (bytes)
     regs_per_sm: int        # 32-bit registers of one SM
     threads_per_sm: int     # resident threads one SM holds
+    cc: int = 90            # compute capability, major * 10 + minor (PDL, TMA need 90)
 
 
 # interp has no hardware: the Triton interpreter runs the programs one after another on the
@@ -55,4 +56,6 @@ def _ask_driver(index: int) -> DeviceFacts:
                        regs_per_sm=drv.device_attribute(index,
                                                         "max_registers_per_multiprocessor"),
                        threads_per_sm=drv.device_attribute(index,
-                                                           "max_threads_per_multiprocessor"))
+                                                           "max_threads_per_multiprocessor"),
+                       cc=10 * drv.device_attribute(index, "major")
+                       + drv.device_attribute(index, "minor"))

@@ -21,8 +21,19 @@ _PDL_ON = _config.get("NBX_PDL")
 
 
 def pdl_enabled(device) -> bool:
-    """Whether the decode kernels launched on `device` use PDL (cuda only, NBX_PDL != 0)."""
-    return _PDL_ON and getattr(device, "type", device) == "cuda"
+    """Whether the decode kernels launched on `device` use PDL: cuda of compute capability
+    9.0 or newer (griddepcontrol is an sm_90 instruction), NBX_PDL != 0."""
+    if not (_PDL_ON and getattr(device, "type", device) == "cuda"):
+        return False
+    from ..device import Device
+    if not isinstance(device, Device) or device.index is None:
+        return True         # the policy for "cuda" by name; a launch asks with its device
+    from ..backends.cuda.driver import CudaUnavailable
+    from ._common import device_facts
+    try:
+        return device_facts(device).cc >= 90
+    except CudaUnavailable:     # nothing launches without a driver: the policy alone answers
+        return True
 
 
 def set_pdl(on: bool) -> bool:

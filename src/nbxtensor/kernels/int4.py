@@ -17,12 +17,13 @@ dequantisation is bit-equal to the NumPy reference in fp32 and one rounding in 1
 GEMV: a program owns BLOCK_N output columns of one x row and walks its share of K in
 BLOCK_K steps; BLOCK_K divides the group size, so without g_idx a step has one scale and zero
 per column and the sum factorises: sum_k x_k s (q_kn - z_n) = s_n (sum_k x_k q_kn - z_n
-sum_k x_k) (fp32). Without g_idx (`_int4_gemv_packed`) each packed word is loaded once and
-unpacked into its 8 nibbles in registers (a (words, 8, columns) tile reshaped to (K, N)), and
-K is split over SPLIT programs when the columns alone would leave the SMs idle (decode: one
-row, N / BLOCK_N programs); the fp32 partials are summed in a fixed order by gemv's split-K
-reduce, with the bias. With g_idx (`_int4_gemv_kernel`) each element gathers its own scale
-and zero.
+sum_k x_k) (fp32). AWQ (`_awq_gemv_packed`): each packed word (8 columns of one row) is
+loaded once and unpacked into its nibbles in registers (a (K, words, 8) tile reshaped to
+(K, N)), and K is split over SPLIT programs when the columns alone would leave the SMs idle
+(decode: one row, N / BLOCK_N programs); the fp32 partials are summed in a fixed order by
+gemv's split-K reduce, with the bias. GPTQ and g_idx (`_int4_gemv_kernel`) load per element:
+the same unpacking of GPTQ's words (8 rows of one column) measured slower on the H200
+(4096 x 14336: 114 us against 71), its nibbles lying along the reduction axis.
 """
 from __future__ import annotations
 
@@ -87,10 +88,10 @@ def _int4_gemv_kernel(x_ptr, qw_ptr, qz_ptr, s_ptr, gi_ptr, b_ptr, y_ptr, N, K, 
 
 
 @triton.jit
-def _int4_gemv_packed(x_ptr, qw_ptr, qz_ptr, s_ptr, b_ptr, y_ptr, N, K, group, k_split,
-                      s_xm, s_xk, s_ym, s_ys, FMT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                      SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """y[m, n] (SPLIT: the fp32 partial of K slice pid_k at y + pid_k * s_ys) without g_idx."""
+def _awq_gemv_packed(x_ptr, qw_ptr, qz_ptr, s_ptr, b_ptr, y_ptr, N, K, group, k_split,
+                     s_xm, s_xk, s_ym, s_ys, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """AWQ y[m, n] (SPLIT: the fp32 partial of K slice pid_k at y + pid_k * s_ys)."""
     pid_n = tl.program_id(0)
     m = tl.program_id(1).to(tl.int64)
     pid_k = tl.program_id(2)
@@ -102,24 +103,16 @@ def _int4_gemv_packed(x_ptr, qw_ptr, qz_ptr, s_ptr, b_ptr, y_ptr, N, K, group, k
     for k0 in range(k_lo, k_hi, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
         kmask = k < K
-        if FMT == 0:
-            # GPTQ: words (BLOCK_K / 8, BLOCK_N), nibble i of word r is row 8r + i
-            r = k0 // 8 + tl.arange(0, BLOCK_K // 8)
-            w = tl.load(qw_ptr + r.to(tl.int64)[:, None] * N + n[None, :],
-                        mask=(r < K // 8)[:, None] & nmask[None, :], other=0)
-            sh = tl.arange(0, 8) * 4
-            q = tl.reshape((w[:, None, :] >> sh[None, :, None]) & 15, (BLOCK_K, BLOCK_N))
-        else:
-            # AWQ: words (BLOCK_K, BLOCK_N / 8), column 8c + j in nibble j // 2 + 4 (j % 2)
-            c = pid_n * (BLOCK_N // 8) + tl.arange(0, BLOCK_N // 8)
-            w = tl.load(qw_ptr + k.to(tl.int64)[:, None] * (N // 8) + c[None, :],
-                        mask=kmask[:, None] & (c < N // 8)[None, :], other=0)
-            j = tl.arange(0, 8)
-            sh = (j // 2 + 4 * (j % 2)) * 4
-            q = tl.reshape((w[:, :, None] >> sh[None, None, :]) & 15, (BLOCK_K, BLOCK_N))
+        # words (BLOCK_K, BLOCK_N / 8); column 8c + j sits in nibble j // 2 + 4 (j % 2)
+        c = pid_n * (BLOCK_N // 8) + tl.arange(0, BLOCK_N // 8)
+        w = tl.load(qw_ptr + k.to(tl.int64)[:, None] * (N // 8) + c[None, :],
+                    mask=kmask[:, None] & (c < N // 8)[None, :], other=0)
+        j = tl.arange(0, 8)
+        sh = (j // 2 + 4 * (j % 2)) * 4
+        q = tl.reshape((w[:, :, None] >> sh[None, None, :]) & 15, (BLOCK_K, BLOCK_N))
         xv = tl.load(x_ptr + m * s_xm + k * s_xk, mask=kmask, other=0.0).to(tl.float32)
         G = k0 // group
-        z = _zeros(qz_ptr, G, n, nmask, N, FMT)
+        z = _zeros(qz_ptr, G, n, nmask, N, 1)
         s = tl.load(s_ptr + G.to(tl.int64) * N + n, mask=nmask, other=0.0).to(tl.float32)
         dot = tl.sum(q.to(tl.float32) * xv[:, None], axis=0)
         acc += s * (dot - z.to(tl.float32) * tl.sum(xv, axis=0))
@@ -154,15 +147,16 @@ def _int4_dequant_kernel(qw_ptr, qz_ptr, s_ptr, gi_ptr, y_ptr, N, K, group, s_yk
 
 def gemv_config(N, K, group, dev, gidx=False, fmt="gptq", M=1):
     """BLOCK_K: the largest power of two <= 128 dividing the group (one scale and zero per
-    step). g_idx (`_int4_gemv_kernel`): BLOCK_K 32 and BLOCK_N halved until the device's SMs
-    (device_facts) get >= 2 programs each -- its per-element scale/zero gathers spill at
-    128 x 64 on sm_90 (ptxas: 255 registers + spills; 127-143 at 32 x 64). Packed (no g_idx):
+    step). GPTQ and g_idx (`_int4_gemv_kernel`): BLOCK_N halved until the device's SMs
+    (device_facts) get >= 2 programs each; BLOCK_K 32 with g_idx, whose per-element
+    scale/zero gathers spill at 128 x 64 on sm_90 (ptxas: 255 registers + spills; 127-143
+    at 32 x 64). AWQ (`_awq_gemv_packed`):
     BLOCK_N 64, and K split in SPLIT slices (a power of two, whole steps) until the grid
     reaches 4 programs per SM; interp: one slice unless asked."""
     bk = 32 if gidx else 128
     while group % bk:
         bk //= 2
-    if gidx:
+    if gidx or fmt == "gptq":
         if dev.type != "cuda":
             return dict(BLOCK_N=64, BLOCK_K=bk, num_warps=4)
         bn = 64
@@ -179,7 +173,7 @@ def gemv_config(N, K, group, dev, gidx=False, fmt="gptq", M=1):
 
 def int4_gemv(x2, qt, bias, y, *, block_n=None, split=None):
     """y (M, N) = x2 (M, K) @ W (+ bias), on cuda/interp (checked by ops/quantized.py);
-    block_n / split override the config (tests force tails and K slices with them)."""
+    block_n / split override the config (tests force tails and, for AWQ, K slices)."""
     from ._common import device_facts
     from ._host import cdiv
     from ..backends.launch import launch
@@ -191,11 +185,11 @@ def int4_gemv(x2, qt, bias, y, *, block_n=None, split=None):
     if block_n is not None:
         cfg["BLOCK_N"] = block_n
     fmt = GPTQ if qt.format == "gptq" else AWQ
-    if gi is not None:
+    if gi is not None or fmt == GPTQ:
         launch(_int4_gemv_kernel, (cdiv(N, cfg["BLOCK_N"]), M), x2, qt.qweight, qt.qzeros,
-               qt.scales, gi, bias if bias is not None else y, y, N, K, qt.group_size,
-               x2.stride(0), x2.stride(1), y.stride(0), FMT=fmt, HAS_GIDX=True,
-               HAS_BIAS=bias is not None, **cfg)
+               qt.scales, gi if gi is not None else qt.qweight, bias if bias is not None else y,
+               y, N, K, qt.group_size, x2.stride(0), x2.stride(1), y.stride(0), FMT=fmt,
+               HAS_GIDX=gi is not None, HAS_BIAS=bias is not None, **cfg)
         return y
     bk, bn = cfg["BLOCK_K"], cfg["BLOCK_N"]
     steps = cdiv(K, bk)
@@ -203,9 +197,9 @@ def int4_gemv(x2, qt, bias, y, *, block_n=None, split=None):
     k_split = cdiv(steps, n_split) * bk
     n_split = cdiv(K, k_split)
     grid = (cdiv(N, bn), M, n_split)
-    common = dict(FMT=fmt, BLOCK_N=bn, BLOCK_K=bk, num_warps=cfg["num_warps"])
+    common = dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=cfg["num_warps"])
     if n_split == 1:
-        launch(_int4_gemv_packed, grid, x2, qt.qweight, qt.qzeros, qt.scales,
+        launch(_awq_gemv_packed, grid, x2, qt.qweight, qt.qzeros, qt.scales,
                bias if bias is not None else y, y, N, K, qt.group_size, k_split,
                x2.stride(0), x2.stride(1), y.stride(0), 0, HAS_BIAS=bias is not None,
                SPLIT=False, **common)
@@ -214,7 +208,7 @@ def int4_gemv(x2, qt, bias, y, *, block_n=None, split=None):
     from ..tensor import Tensor
     from .gemv import splitk_reduce
     ws = Tensor._empty((n_split, M, N), _dt.float32, y.device)
-    launch(_int4_gemv_packed, grid, x2, qt.qweight, qt.qzeros, qt.scales, ws, ws, N, K,
+    launch(_awq_gemv_packed, grid, x2, qt.qweight, qt.qzeros, qt.scales, ws, ws, N, K,
            qt.group_size, k_split, x2.stride(0), x2.stride(1), N, M * N, HAS_BIAS=False,
            SPLIT=True, **common)
     splitk_reduce(ws, y, bias, None, 1.0, 1.0, 0)

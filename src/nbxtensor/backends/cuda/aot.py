@@ -47,7 +47,7 @@ import zlib
 __all__ = ["MissingKernelError", "StaleArchiveError", "Archive", "ArchiveWriter", "key_of",
            "kernel_name", "lookup", "set_archive_dir", "archive_dir", "archive_path", "jit",
            "Param", "params_of", "arch_name", "encode_value", "decode_value", "source_hash",
-           "archive_for", "no_line_info", "not_for_arch"]
+           "archive_for", "no_line_info", "not_for_arch", "key_not_for_arch"]
 
 MAGIC = b"NBXKERN1"
 FORMAT = 1
@@ -709,6 +709,16 @@ def build(keys, cc: int, out_dir: str, log=None, jobs: int = 1, fresh: bool = Fa
     size = w.write(path)
     return {"path": path, "size": size, "kernels": len(w.index["kernels"]), "failed": failed,
             "kept": len(kept), "seconds": time.time() - t0}
+
+
+def key_not_for_arch(key: str, cc: int) -> bool:
+    """Whether census key `key` (a JSON launch key) need not compile for `cc`: its kernel is
+    one of `not_for_arch`'s, or it launches with programmatic dependent launch, which the
+    dispatch uses on sm_90 and newer only (kernels/_pdl.py)."""
+    k = json.loads(key)
+    if not_for_arch(k[0], cc):
+        return True
+    return cc < 90 and ["launch_pdl", ["b", True]] in k[-1]
 
 
 def not_for_arch(name: str, cc: int) -> bool:
