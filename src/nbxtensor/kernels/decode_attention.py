@@ -198,7 +198,7 @@ def _decode_combine(po_ptr, pml_ptr, o_ptr, len_ptr, s_ob, s_oh, s_ot, s_od, s_l
 
 # ------------------------------------------------------------------ launch configuration
 # P (the most splits per (batch, kv head)) makes TARGET programs in all (one per SM of the
-# device: measured on the H200 as TARGET 132) and never more splits than BLOCK_N-key blocks
+# device: its SM count, from device_facts) and never more splits than BLOCK_N-key blocks
 # of the capacity; at run time only cdiv(length, per) of them work.
 # The merge reads [BLOCK_R, CHUNK_P, BLOCK_DV] fp32 tiles: CHUNK_P * BLOCK_R <= 32 keeps
 # that at <= 32 registers a thread with 4 warps (64 spilled a little next to the main loop).

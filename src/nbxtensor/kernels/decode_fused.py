@@ -311,8 +311,8 @@ def _fused_gemvm_kernel(x_ptr, w_ptr, o_ptr, nw_ptr, b_ptr, r_ptr, M, N, K, eps,
 # ------------------------------------------------------------------ launch configuration
 #
 # cuda, M <= SMALL_M (a program per x row and weight block): BLOCK_N = the largest power
-# of two <= 16 that still leaves >= PROGRAMS_PER_SM programs per SM of the device (264 on
-# an H200's 132); the tile holds 4096 weight elements (16-bit) or 2048 (fp32) so each of
+# of two <= 16 that still leaves >= PROGRAMS_PER_SM programs per SM of the device
+# (device_facts); the tile holds 4096 weight elements (16-bit) or 2048 (fp32) so each of
 # 128 threads issues 16-byte loads and keeps 32 (64 with GLU) fp32 accumulators.
 # cuda, M > SMALL_M: 16 x rows, BLOCK_N 32 (16 when that gives too few programs), BLOCK_K 64;
 # weights above SMALL_W_BYTES (16-bit): 16 x 512 (GLU 16 x 256) while the row blocks fit

@@ -199,7 +199,7 @@ def _qfused_qkv_rope_kernel(x_ptr, w_ptr, q_ptr, nw_ptr, b_ptr, pos_ptr, inv_ptr
 # ------------------------------------------------------------------ launch configuration
 #
 # cuda: BLOCK_N = the largest power of two <= 16 leaving >= decode_fused.PROGRAMS_PER_SM
-# programs per SM of the device (264 on an H200's 132), as decode_fused; BLOCK_B blocks per step so the tile holds 4 KB of quants
+# programs per SM of the device, as decode_fused; BLOCK_B blocks per step so the tile holds 4 KB of quants
 # (Q4_1: 1024 int32 words, Q8_0: 2048 int16 words -- 8 / 16 words a thread at 4 warps),
 # capped by the row's block count (SmolLM2's K = 576 = 18 blocks: the layers take one step).
 # interp: few, large programs (the interpreter pays per program).

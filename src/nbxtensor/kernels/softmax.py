@@ -180,7 +180,7 @@ def row_config(N, max_single=MAX_SINGLE):
 _OVERRIDE: dict | None = None
 
 # Split rows: a few long rows (16 x 128256 logits; 1 x vocab when sampling) would run one
-# program per row -- 16 of an H200's 132 SMs. Rows longer than MAX_SINGLE, when there are
+# program per row -- 16 programs, a small share of the SMs. Rows longer than MAX_SINGLE, when there are
 # fewer than SPLIT_ROWS_PER_SM rows per SM of the device, are cut into chunks so that about
 # SPLIT_PROGRAMS_PER_SM programs per SM run (two launches: partial max/sum, then combine +
 # write; still two reads and one write of x).
