@@ -103,7 +103,9 @@ def test_numpy_to_nbx_zero_copy_every_dtype(device, dt):
     assert t.shape == (7, 5) and t.stride() == (5, 1)
     assert t.data_ptr() == a.ctypes.data
     np.testing.assert_array_equal(_host(t), a)
-    a[2, 3] = a[0, 0] if dt is np.bool_ else a[2, 3] + 1     # the tensor sees the array's memory
+    # the tensor sees the array's memory (integers: the low bit flipped; `+ 1` overflows at max)
+    a[2, 3] = a[0, 0] if dt is np.bool_ else (a[2, 3] ^ 1 if np.issubdtype(dt, np.integer)
+                                              else a[2, 3] + 1)
     a[1] = ~a[1] if dt is np.bool_ else a[1] * 2
     np.testing.assert_array_equal(_host(t), a)
 
@@ -117,7 +119,10 @@ def test_nbx_to_numpy_zero_copy_every_dtype(device, dt):
     assert a.dtype == ref.dtype and a.shape == ref.shape
     assert a.ctypes.data == t.data_ptr()
     np.testing.assert_array_equal(a, ref)
-    a[3, 8] = ref[0, 0] if dt is np.bool_ else ref[3, 8] - 1   # and writes reach the tensor
+    # and writes reach the tensor (a changed value: flip the low bit of integers, which
+    # cannot overflow as `- 1` does at an unsigned 0)
+    a[3, 8] = ref[0, 0] if dt is np.bool_ else (ref[3, 8] ^ 1 if np.issubdtype(dt, np.integer)
+                                                else ref[3, 8] - 1)
     np.testing.assert_array_equal(_host(t), a)
     assert t.__dlpack_device__() == (1, 0)      # interp tensors are host memory
 
