@@ -112,3 +112,20 @@ def assert_graph_generate_equals_eager(m, prompts, batch, n, capacity=40, **kw):
     r1 = GraphDecoder(m, batch=batch, capacity=capacity, use_graph=False, **kw).generate(prompts, n)
     r2 = GraphDecoder(m, batch=batch, capacity=capacity, use_graph=True, **kw).generate(prompts, n)
     assert r1.tokens == r2.tokens
+
+
+# the fp16 fields of each GGML block format (byte offsets in the block)
+_GGML_F16 = {"Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q4_K": [0, 2], "Q5_K": [0, 2],
+             "Q6_K": [208]}
+
+
+def ggml_random_blocks(qtype, N, K, gen):
+    """Random blocks of a GGML-quantised weight (N, K): random bytes, with the fp16 scales
+    finite and nonzero (|s| in [0.01, 0.1], either sign)."""
+    from nbxtensor.backends.cpu.quant import QTYPES
+    bs, ts = QTYPES[qtype]
+    b = gen.integers(0, 256, (N, K // bs, ts), dtype=np.uint8)
+    for o in _GGML_F16[qtype]:
+        v = gen.uniform(0.01, 0.1, (N, K // bs)) * gen.choice([-1, 1], (N, K // bs))
+        b[:, :, o:o + 2] = v.astype(np.float16).view(np.uint8).reshape(N, K // bs, 2)
+    return np.ascontiguousarray(b.reshape(N, -1))

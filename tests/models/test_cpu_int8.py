@@ -11,20 +11,12 @@ import pytest
 from nbxtensor import config
 from nbxtensor.backends.cpu.ggml_blocks import dequantize as ref_dequantize
 
+from helpers import ggml_random_blocks
+
 Q = pytest.importorskip("nbxtensor.backends.cpu.quant")
 pytestmark = pytest.mark.skipif(not Q.available(), reason="numba is not installed")
 
-_F16 = {"Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q4_K": [0, 2], "Q5_K": [0, 2],
-        "Q6_K": [208]}
-
-
-def _blocks(qtype, N, K, rng):
-    bs, ts = Q.QTYPES[qtype]
-    b = rng.integers(0, 256, (N, K // bs, ts), dtype=np.uint8)
-    for o in _F16[qtype]:
-        v = rng.uniform(0.01, 0.1, (N, K // bs)) * rng.choice([-1, 1], (N, K // bs))
-        b[:, :, o:o + 2] = v.astype(np.float16).view(np.uint8).reshape(N, K // bs, 2)
-    return np.ascontiguousarray(b.reshape(N, -1))
+_blocks = ggml_random_blocks       # random blocks of each format (tests/helpers.py)
 
 
 def _ref_quantize(x):

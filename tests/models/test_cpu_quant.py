@@ -17,6 +17,8 @@ import pytest
 from nbxtensor import config
 from nbxtensor.backends.cpu.ggml_blocks import dequantize as ref_dequantize
 
+from helpers import ggml_random_blocks
+
 Q = pytest.importorskip("nbxtensor.backends.cpu.quant")
 needs_numba = pytest.mark.skipif(not Q.available(), reason="numba is not installed")
 
@@ -28,19 +30,7 @@ def float32_activations():
     with config.override(NBX_CPU_INT8=False):
         yield
 
-# fp16 fields of each format: (byte offset in the block, scale of the random values)
-_F16 = {"Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q4_K": [0, 2], "Q5_K": [0, 2],
-        "Q6_K": [208]}
-
-
-def _blocks(qtype, N, K, rng):
-    """Random blocks of a weight (N, K): random bytes, fp16 scales finite and nonzero."""
-    bs, ts = Q.QTYPES[qtype]
-    b = rng.integers(0, 256, (N, K // bs, ts), dtype=np.uint8)
-    for o in _F16[qtype]:
-        v = rng.uniform(0.01, 0.1, (N, K // bs)) * rng.choice([-1, 1], (N, K // bs))
-        b[:, :, o:o + 2] = v.astype(np.float16).view(np.uint8).reshape(N, K // bs, 2)
-    return np.ascontiguousarray(b.reshape(N, -1))
+_blocks = ggml_random_blocks       # random blocks of each format (tests/helpers.py)
 
 
 def _ref(x, blocks, qtype, K):

@@ -38,11 +38,12 @@ def port(source: str) -> str:
     return source
 
 
-def load_program(name):
-    path = os.path.join(HERE, name + ".py")
+def load_program(name, folder=HERE, prefix="ported_"):
+    """Program `name` of `folder`, its torch imports rewritten by `port`, as a module."""
+    path = os.path.join(folder, name + ".py")
     with open(path, encoding="utf-8") as f:
         src = port(f.read())
-    mod = types.ModuleType("ported_" + name)
+    mod = types.ModuleType(prefix + name)
     mod.__file__ = path
     exec(compile(src, path, "exec"), mod.__dict__)
     return mod

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import types
 
 import numpy as np
 import pytest
 
 import nbxtensor as nbx
-from test_porting import port
+from test_porting import load_program as _load_program
 from test_porting_more import _check, _check_sample
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "porting",
@@ -23,13 +22,7 @@ with open(os.path.join(HERE, "manifest.json"), encoding="utf-8") as _f:
 
 
 def load_program(name):
-    path = os.path.join(HERE, name + ".py")
-    with open(path, encoding="utf-8") as f:
-        src = port(f.read())
-    mod = types.ModuleType("ported_extra_" + name)
-    mod.__file__ = path
-    exec(compile(src, path, "exec"), mod.__dict__)
-    return mod
+    return _load_program(name, HERE, "ported_extra_")
 
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))

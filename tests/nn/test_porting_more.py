@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import types
 
 import numpy as np
 import pytest
 
 import nbxtensor as nbx
-from test_porting import port
+from test_porting import load_program as _load_program
 
 HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "porting", "more")
 with open(os.path.join(HERE, "manifest.json"), encoding="utf-8") as _f:
@@ -33,13 +32,7 @@ _TOL = {np.dtype(np.float16): 2e-3, np.dtype(np.float32): 2e-5, np.dtype(np.floa
 
 
 def load_program(name):
-    path = os.path.join(HERE, name + ".py")
-    with open(path, encoding="utf-8") as f:
-        src = port(f.read())
-    mod = types.ModuleType("ported_" + name)
-    mod.__file__ = path
-    exec(compile(src, path, "exec"), mod.__dict__)
-    return mod
+    return _load_program(name, HERE, "ported_")
 
 
 def _close(what, got, want):
