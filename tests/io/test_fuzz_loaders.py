@@ -628,8 +628,6 @@ def test_gguf_random_mutations(tmp_path):
 
 # ----------------------------------------------------------------------------- model folders
 def _tiny_llama_folder(d, g, cfg_override=None, weight_dtype=None):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from nbxtensor.io.safetensors import save_file
     cfg = {"model_type": "llama", "vocab_size": V, "hidden_size": D, "intermediate_size": F,
            "num_hidden_layers": 1, "num_attention_heads": HQ, "num_key_value_heads": HKV,
            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True,
@@ -646,20 +644,10 @@ def _tiny_llama_folder(d, g, cfg_override=None, weight_dtype=None):
              "model.layers.0.mlp.gate_proj.weight": (F, D),
              "model.layers.0.mlp.up_proj.weight": (F, D),
              "model.layers.0.mlp.down_proj.weight": (D, F)}
-    w = {k: g.standard_normal(s).astype(np.float32) for k, s in names.items()}
-    if weight_dtype is not None:
-        name, dt = weight_dtype
-        w[name] = (w[name] * 10).astype(dt) if dt is not bool else w[name] > 0
-    save_file(w, d / "model.safetensors")
-    tk = Tokenizer(models.WordLevel({t: i for i, t in enumerate(TOKENS)}, unk_token="a"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    tk.save(str(d / "tokenizer.json"))
-    return d
+    return _write_weights_and_tokenizer(d, g, names, weight_dtype)
 
 
 def _tiny_bert_folder(d, g, weight_dtype=None):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from nbxtensor.io.safetensors import save_file
     cfg = {"model_type": "bert", "vocab_size": V, "hidden_size": D, "num_hidden_layers": 1,
            "num_attention_heads": 2, "intermediate_size": F, "max_position_embeddings": 32,
            "type_vocab_size": 2, "layer_norm_eps": 1e-12, "hidden_act": "gelu"}
@@ -676,6 +664,15 @@ def _tiny_bert_folder(d, g, weight_dtype=None):
     shapes[p + "output.dense.weight"], shapes[p + "output.dense.bias"] = (D, F), (D,)
     for n in ("attention.output.LayerNorm", "output.LayerNorm"):
         shapes[p + n + ".weight"], shapes[p + n + ".bias"] = (D,), (D,)
+    return _write_weights_and_tokenizer(d, g, shapes, weight_dtype)
+
+
+def _write_weights_and_tokenizer(d, g, shapes, weight_dtype):
+    """Random float32 weights of `shapes` (one of them recast to `weight_dtype` = (name,
+    dtype), the wrong dtype a loader must refuse) as model.safetensors, and a word-level
+    tokenizer over TOKENS, into folder d."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from nbxtensor.io.safetensors import save_file
     w = {k: g.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
     if weight_dtype is not None:
         name, dt = weight_dtype
