@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 from .. import config as _config
+from ..backends.cuda.driver import CudaUnavailable
+from ..device import Device
+from ._common import device_facts
 
 from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
@@ -25,11 +28,8 @@ def pdl_enabled(device) -> bool:
     9.0 or newer (griddepcontrol is an sm_90 instruction), NBX_PDL != 0."""
     if not (_PDL_ON and getattr(device, "type", device) == "cuda"):
         return False
-    from ..device import Device
     if not isinstance(device, Device) or device.index is None:
         return True         # the policy for "cuda" by name; a launch asks with its device
-    from ..backends.cuda.driver import CudaUnavailable
-    from ._common import device_facts
     try:
         return device_facts(device).cc >= 90
     except CudaUnavailable:     # nothing launches without a driver: the policy alone answers
