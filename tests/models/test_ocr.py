@@ -558,3 +558,40 @@ def test_cli_ocr_json_and_boxes(tmp_path, capsys):
     drawn = np.asarray(Image.open(out_png).convert("RGB"))
     assert drawn.shape == img.shape and ((drawn == [255, 0, 0]).all(-1)).any()
     assert "detect" in err and "loaded in" in err
+
+
+def test_ocr_graphs_refusals():
+    with pytest.raises(ValueError, match="OCR: graphs=True needs a cuda device, got cpu"):
+        ocr.OCR("cpu", graphs=True)
+    with pytest.raises(TypeError, match="OCR: graphs must be a bool, got 'yes'"):
+        ocr.OCR("cpu", graphs="yes")
+
+
+@needs_models
+@needs_conv
+@pytest.mark.cuda
+def test_ocr_graphed_reads_as_eager_on_cuda():
+    if not nbx.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    img = _render(["Invoice 2024", "reads two lines"], size=26, font=2)
+    eager = ocr.OCR("cuda").read(img)
+    reader = ocr.OCR("cuda", graphs=True)
+    first, again = reader.read(img), reader.read(img)     # capture, then replay
+    assert [t for _, t, _ in first] == [t for _, t, _ in eager] == [t for _, t, _ in again]
+    for (b1, _, c1), (b2, _, c2) in zip(first, eager):
+        assert np.array_equal(np.asarray(b1), np.asarray(b2)) and abs(c1 - c2) < 1e-3
+    assert reader._detect_net.replays == 2 and reader._recognise_net.num_graphs >= 1
+
+
+def test_cat_channels_keeps_channels_last():
+    from nbxtensor.models.craft import cat_channels
+    gen = np.random.default_rng()
+    a, b = gen.standard_normal((2, 3, 4, 5)), gen.standard_normal((2, 6, 4, 5))
+    cl = [nbx.tensor(np.ascontiguousarray(v.transpose(0, 2, 3, 1))).permute(0, 3, 1, 2)
+          for v in (a, b)]
+    got = cat_channels(cl)
+    assert got.stride(1) == 1 and got.permute(0, 2, 3, 1).is_contiguous()
+    np.testing.assert_array_equal(got.numpy(), np.concatenate([a, b], 1))
+    mixed = cat_channels([cl[0], nbx.tensor(b)])        # not all channels-last: cat's NCHW
+    assert mixed.is_contiguous()
+    np.testing.assert_array_equal(mixed.numpy(), np.concatenate([a, b], 1))

@@ -427,16 +427,30 @@ def test_kernels_compile_for_sm90():
                                   (1 << 20, 256, 128, True)):
         cfg = conv_config(M, CG, OG, 2)
         ce = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-                  TRANSPOSED=transposed, HAS_BIAS=True, F64=False, PRECISION="ieee")
+                  TRANSPOSED=transposed, HAS_BIAS=True, F64=False, PRECISION="ieee", ACT=0)
         k = _compile_sm90(_conv_kernel, ce, dict(num_warps=cfg["num_warps"],
                                                  num_stages=cfg["num_stages"]))
         assert k.metadata.shared <= 227 * 1024, (cfg, k.metadata.shared)
         assert "mma" in k.asm["ptx"], cfg
     cfg = depthwise_config(512)
     k = _compile_sm90(_depthwise_kernel, dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_C=cfg["BLOCK_C"],
-                                              HAS_BIAS=True, F64=False),
+                                              HAS_BIAS=True, F64=False, ACT=4),
                       dict(num_warps=cfg["num_warps"]))
     assert k.metadata.shared <= 227 * 1024
+    # the TMA kernel at the rule's tiles for a large image (one-row and taller boxes, both
+    # stores) and for a small one (split-K): inside shared memory, on wgmma
+    from nbxtensor.kernels._common import INTERP
+    from nbxtensor.kernels.conv import _conv_tma_kernel, tma_config
+    for n, oh, ow, c, co, nchw in ((1, 736, 1280, 64, 64, True), (1, 64, 64, 512, 512, False),
+                                   (2, 16, 16, 1280, 1280, False)):
+        cfg = tma_config(n, oh, ow, c, co, 9, INTERP)
+        ce = dict(BLOCK_M=cfg["BH"] * cfg["BW"], BH=cfg["BH"], BW=cfg["BW"],
+                  BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT=cfg["SPLIT"],
+                  OUT_NCHW=nchw, HAS_BIAS=True, ACT=4)
+        k = _compile_sm90(_conv_tma_kernel, ce, dict(num_warps=cfg["num_warps"],
+                                                     num_stages=cfg["num_stages"]))
+        assert k.metadata.shared <= 227 * 1024, (cfg, k.metadata.shared)
+        assert "wgmma" in k.asm["ptx"], cfg
 
 
 # ------------------------------------------------------------------ modules
@@ -503,3 +517,147 @@ def test_conv_module_refusals():
         nn.ConvTranspose2d(4, 4, 3, padding_mode="reflect")
     with pytest.raises(ValueError, match="expected input with 6 channels"):
         nn.Conv2d(6, 4, 3)(nbx.zeros((1, 5, 8, 8)))
+
+
+# ------------------------------------------------------------------ routes: TMA conv, 1x1 GEMM
+def _route_spy(monkeypatch):
+    """Counts the calls of the cuda/interp routes, so a case proves which kernel it ran."""
+    import nbxtensor.kernels.conv as kc
+    calls = {"tma": 0, "pointwise": 0}
+
+    def spy(name, fn):
+        def wrapped(*a, **k):
+            r = fn(*a, **k)
+            calls[name] += r is not None
+            return r
+        return wrapped
+    monkeypatch.setattr(kc, "_conv_tma", spy("tma", kc._conv_tma))
+    monkeypatch.setattr(kc, "_pointwise", spy("pointwise", kc._pointwise))
+    return calls
+
+
+# (input shape, weight shape, layout, keyword arguments): NCHW outputs with OW % 8 == 0 take
+# the descriptor store, other widths and channels-last outputs with C_out % 8 != 0 go
+# through a channels-last buffer; C_in = 5 needs the channel-padded input copy, a one-tile
+# problem with 64 channels the split-K partials and their finishing kernel
+TMA_CASES = {
+    "nchw_store": ((1, 16, 6, 16), (24, 16, 3, 3), "contiguous", dict(padding=1)),
+    "buffered_odd": ((2, 5, 9, 7), (6, 5, 3, 3), "contiguous", dict(padding=1)),
+    "nhwc_store": ((2, 16, 7, 9), (16, 16, 3, 3), "channels_last", dict(padding=1)),
+    "nhwc_odd_cout": ((1, 16, 5, 9), (12, 16, 3, 3), "channels_last", dict(padding=(0, 2))),
+    "strided_input": ((1, 8, 6, 11), (9, 8, 3, 3), "strided", dict(padding=1, bias=False)),
+    "same_dilated": ((1, 8, 10, 9), (8, 8, 4, 2), "contiguous",
+                     dict(padding="same", dilation=(2, 3))),
+    "split_k": ((1, 64, 5, 6), (16, 64, 3, 3), "contiguous", dict(padding=1)),
+}
+SPLIT_CASES = ("split_k",)     # split 3 ways on interp too
+
+
+@pytest.mark.parametrize("dtype", [nbx.bfloat16, nbx.float16])
+@pytest.mark.parametrize("name", list(TMA_CASES))
+def test_conv2d_tma_route(device, monkeypatch, name, dtype):
+    if device == "cpu":
+        pytest.skip("the TMA kernel is a cuda/interp route")
+    if dtype is nbx.float16 and name not in ("buffered_odd", "split_k"):
+        pytest.skip("float16 on two cases (interp is slow)")
+    calls = _route_spy(monkeypatch)
+    if name in SPLIT_CASES and device == "interp":
+        import nbxtensor.kernels.conv as kc
+        monkeypatch.setattr(kc, "_OVERRIDE", dict(SPLIT=3))
+    shape, wshape, layout, kw = TMA_CASES[name]
+    out = run_conv(device, dtype, shape, wshape, layout=layout, **kw)
+    assert calls["tma"] == 1, calls
+    if layout == "channels_last":
+        assert out.stride(1) == 1 and out.permute(0, 2, 3, 1).is_contiguous()
+    else:
+        assert out.is_contiguous()
+
+
+def test_conv2d_tma_small_tiles_and_split(device, monkeypatch):
+    # 16-wide tiles under C_out = 17, C_in = 40 (three channel chunks, the last ragged),
+    # and a grid small enough to split the K loop
+    if device == "cpu":
+        pytest.skip("the TMA kernel is a cuda/interp route")
+    import nbxtensor.kernels.conv as kc
+    from nbxtensor.kernels._common import device_facts
+    calls = _route_spy(monkeypatch)
+    small_tiles(monkeypatch, device)
+    if device == "interp":    # interp's rule never splits (the interpreter's cost)
+        monkeypatch.setattr(kc, "_OVERRIDE", dict(kc._OVERRIDE, SPLIT=4))
+    cfg = kc.tma_config(1, 5, 7, 40, 17, 9, device_facts(nbx.device(device)))
+    assert cfg["BLOCK_K"] == 16 and cfg["BLOCK_N"] == 16 and cfg["SPLIT"] > 1, cfg
+    run_conv(device, nbx.bfloat16, (1, 40, 5, 7), (17, 40, 3, 3), padding=1)
+    assert calls["tma"] == 1
+
+
+def test_conv2d_tma_nan_propagates_locally(device):
+    if device == "cpu":
+        pytest.skip("the TMA kernel is a cuda/interp route")
+    x = rng().standard_normal((1, 8, 9, 16))
+    x[0, 1, 4, 6] = np.nan
+    w = rng().standard_normal((8, 8, 3, 3))
+    out = F.conv2d(T(x, nbx.bfloat16, device), T(w, nbx.bfloat16, device),
+                   padding=1).to(nbx.float32).numpy()
+    expect = np.zeros((9, 16), bool)
+    expect[3:6, 5:8] = True
+    for c in range(8):
+        np.testing.assert_array_equal(np.isnan(out[0, c]), expect)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "strided"])
+@pytest.mark.parametrize("dtype", [nbx.float32, nbx.bfloat16])
+def test_conv2d_1x1_as_gemm(device, monkeypatch, layout, dtype):
+    # NCHW: W @ x per image (bias as a broadcast residual); channels-last: one GEMM over
+    # all pixels; a layout whose pixels are no single run falls to the implicit GEMM (a
+    # single pixel is always one run)
+    calls = _route_spy(monkeypatch)
+    out = run_conv(device, dtype, (2, 19, 7, 5), (17, 19, 1, 1), layout=layout)
+    run_conv(device, dtype, (1, 24, 1, 1), (8, 24, 1, 1), layout=layout, bias=False)
+    if device != "cpu":
+        assert calls["pointwise"] == (1 if layout == "strided" else 2), calls
+    if layout == "channels_last":
+        assert out.stride(1) == 1
+
+
+# (input shape, weight shape, dtype, layout, keyword arguments): the TMA kernel, the pointer
+# implicit GEMM (fp32, stride 2), depthwise, 1x1 channels-last (the matmul's epilogue) and
+# 1x1 NCHW with a bias (which the matmul cannot fuse: another route takes it)
+ACT_CASES = {
+    "tma": ((1, 16, 5, 16), (8, 16, 3, 3), nbx.bfloat16, "contiguous", dict(padding=1)),
+    "pointer": ((2, 5, 9, 7), (6, 5, 3, 3), nbx.float32, "contiguous",
+                dict(padding=1, stride=2)),
+    "depthwise": ((2, 6, 7, 5), (6, 1, 3, 3), nbx.float32, "contiguous",
+                  dict(padding=1, groups=6)),
+    "1x1_nhwc": ((2, 9, 5, 4), (7, 9, 1, 1), nbx.float32, "channels_last", {}),
+    "1x1_nchw_bias": ((2, 9, 5, 4), (7, 9, 1, 1), nbx.bfloat16, "contiguous", {}),
+}
+
+
+@pytest.mark.parametrize("name", list(ACT_CASES))
+def test_conv2d_activation_relu(device, name):
+    from nbxtensor.ops.conv import conv2d_activation
+    shape, wshape, dtype, layout, kw = ACT_CASES[name]
+    gen = rng()
+    x = q(gen.standard_normal(shape), dtype)
+    x[0, 0, 1, 1] = np.nan
+    w, b = q(gen.standard_normal(wshape), dtype), q(gen.standard_normal(wshape[0]), dtype)
+    out = conv2d_activation(_layout(x, dtype, device, layout), T(w, dtype, device),
+                            T(b, dtype, device), activation="relu", **kw)
+    st, pad = _tup(kw.get("stride", 1), 2), _tup(kw.get("padding", 0), 2)
+    args = (st, pad, pad, (1, 1), kw.get("groups", 1))
+    ref = ref_conv(x, w, b, *args)
+    nan = np.isnan(ref)
+    assert nan.any()
+    np.testing.assert_array_equal(np.isnan(out.to(nbx.float32).numpy()), nan)
+    ref = np.where(nan, 0, np.maximum(ref, 0))
+    got = out.to(nbx.float32)
+    got = nbx.where(got != got, 0.0, got)     # the NaNs are checked above
+    check(got.to(dtype), ref, ref_abs(ref_conv, np.nan_to_num(x), w, b, *args), dtype)
+    assert (out.to(nbx.float32).numpy()[~nan] >= 0).all()
+
+
+def test_conv2d_activation_refusals():
+    from nbxtensor.ops.conv import conv2d_activation
+    x, w = nbx.zeros(1, 2, 4, 4), nbx.zeros(3, 2, 3, 3)
+    with pytest.raises(ValueError, match="conv2d_activation: activation must be one of"):
+        conv2d_activation(x, w, activation="tanh")

@@ -1,6 +1,6 @@
 """Pooling (max, average, adaptive) against float64 NumPy references written here as loops
 over every output position and window element, on every device: odd sizes that overhang the
-kernels' 256-element tiles, every stride/padding/dilation/ceil_mode combination, indices,
+kernels' (rows x columns) tiles, every stride/padding/dilation/ceil_mode combination, indices,
 channels-last and strided inputs, NaN inputs, NaN-poisoned outputs, and the refusals."""
 from __future__ import annotations
 
@@ -199,6 +199,24 @@ def test_pool2d_layouts(device, layout, kind):
         assert_close(y, ref_pool(a, "avg", (3, 3), (2, 2), (1, 1), None, True))
     if layout == "channels_last":     # torch keeps the layout
         assert y.stride(1) == 1 and y.permute(0, 2, 3, 1).is_contiguous()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_pool2d_narrow_column_tiles(device, monkeypatch, layout):
+    # 4-wide column tiles: 11 output columns (NCHW) and 7 channels (channels-last) overhang
+    # them, 2 x 7 x 6 rows overhang the 256-row tiles; max with indices, then the average
+    if device != "cpu":
+        import nbxtensor.kernels.pooling as kp
+        monkeypatch.setattr(kp, "_OVERRIDE", dict(BLOCK_Q=4))
+    x, a = _input((2, 7, 13, 22), nbx.float32, device, layout)
+    y, i = F.max_pool2d(x, (3, 2), (2, 2), (1, 1), return_indices=True)
+    ry, ri = ref_pool(a, "max", (3, 2), (2, 2), (1, 1))
+    np.testing.assert_array_equal(y.numpy(), ry.astype(np.float32))
+    np.testing.assert_array_equal(i.numpy(), ri)
+    y = F.avg_pool2d(x, 3, 1, 1, count_include_pad=False)
+    assert_close(y, ref_pool(a, "avg", (3, 3), (1, 1), (1, 1), count_include_pad=False))
+    y = F.adaptive_max_pool2d(x, (5, 3))
+    np.testing.assert_array_equal(y.numpy(), ref_adaptive(a, (5, 3), "max")[0].astype(np.float32))
 
 
 def test_pool3d_channels_last(device):

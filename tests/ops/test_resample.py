@@ -137,6 +137,21 @@ def test_interpolate_dtypes(device, dtype, mode):
     assert_close(y, ref, **_tol(dtype, 4))
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_interpolate_narrow_column_tiles(device, monkeypatch, layout):
+    # 4-wide column tiles (the pooling tiling's override): 13 output columns (NCHW) and
+    # 7 channels (channels-last) overhang them
+    if device != "cpu":
+        import nbxtensor.kernels.pooling as kp
+        monkeypatch.setattr(kp, "_OVERRIDE", dict(BLOCK_Q=4))
+    a = rng().standard_normal((2, 7, 6, 9))
+    size = (11, 13)
+    ref = ref_separable(a.astype(np.float32).astype(np.float64),
+                        [_axis_matrix("linear", i, o) for i, o in zip((6, 9), size)])
+    y = F.interpolate(_tensor(a, nbx.float32, device, layout), size=size, mode="bilinear")
+    assert_close(y, ref, **_tol(nbx.float32, 4))
+
+
 @pytest.mark.parametrize("layout", ["channels_last", "strided"])
 @pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
 def test_interpolate_layouts(device, layout, mode):
@@ -471,12 +486,12 @@ def test_kernels_compile_for_sm90():
                                           (False, False, True, False), (True, False, True, True)):
             k = compile_(_pool_kernel, {"x_ptr": f"*{ty}", "o_ptr": f"*{ty}", "i_ptr": "*i64"},
                          dict(IS_MAX=is_max, ADAPTIVE=adaptive, COUNT_PAD=True, HAS_DIV=False,
-                              CL=cl, IDX=is_max, F64=False, BIG=big, BLOCK=256))
+                              CL=cl, IDX=is_max, F64=False, BIG=big, BLOCK_R=16, BLOCK_Q=64))
             assert "ld.global" in k.asm["ptx"] and k.metadata.shared == 0
         k = compile_(_resample_kernel, {"x_ptr": f"*{ty}", "o_ptr": f"*{ty}", "td_ptr": "*i32",
                                         "wd_ptr": "*fp32", "th_ptr": "*i32", "wh_ptr": "*fp32",
                                         "tw_ptr": "*i32", "ww_ptr": "*fp32"},
-                     dict(CL=True, F64=False, BIG=False, BLOCK=256))
+                     dict(CL=True, F64=False, BIG=False, BLOCK_R=16, BLOCK_Q=64))
         assert "st.global" in k.asm["ptx"]
         for mode, three_d, ones in ((0, True, False), (1, True, False), (2, False, False),
                                     (2, False, True), (0, True, True)):
@@ -487,11 +502,11 @@ def test_kernels_compile_for_sm90():
             assert "st.global" in k.asm["ptx"]
     k = compile_(_pool_kernel, {"x_ptr": "*bf16", "o_ptr": "*bf16", "i_ptr": "*i64"},
                  dict(IS_MAX=True, ADAPTIVE=True, COUNT_PAD=True, HAS_DIV=False, CL=False,
-                      IDX=True, F64=False, BIG=False, BLOCK=256), True)
+                      IDX=True, F64=False, BIG=False, BLOCK_R=16, BLOCK_Q=64), True)
     k = compile_(_pool_kernel, {"x_ptr": "*bf16", "o_ptr": "*bf16", "i_ptr": "*i64"},
                  dict(IS_MAX=False, ADAPTIVE=False, COUNT_PAD=False, HAS_DIV=False, CL=False,
-                      IDX=False, F64=False, BIG=False, BLOCK=256), True)
+                      IDX=False, F64=False, BIG=False, BLOCK_R=16, BLOCK_Q=64), True)
     k = compile_(_resample_kernel, {"x_ptr": "*bf16", "o_ptr": "*bf16", "td_ptr": "*i32",
                                     "wd_ptr": "*fp32", "th_ptr": "*i32", "wh_ptr": "*fp32",
                                     "tw_ptr": "*i32", "ww_ptr": "*fp32"},
-                 dict(CL=False, F64=False, BIG=False, BLOCK=256), True)
+                 dict(CL=False, F64=False, BIG=False, BLOCK_R=16, BLOCK_Q=64), True)

@@ -1,10 +1,12 @@
 """Pooling on cuda/interp: the "pool" dispatch (max, average, adaptive; see ops/pooling.py).
 
-One program per tile of BLOCK output elements, numbered in the output's memory order
-(channels innermost for a channels-last output, so neighbouring lanes read neighbouring
-channels: coalesced; width innermost otherwise). Each program walks the window, loading
-one position of every lane's window per step through the input's strides, with masks for
-the tail of the tile, padding and the shorter windows of adaptive pooling. Max pooling
+One program per 2-D tile of outputs, whose columns are the output's contiguous dim:
+(n, c, od, oh) rows by ow columns, or for a channels-last output (n, od, oh, ow) rows by
+channel columns (neighbouring lanes read neighbouring memory: coalesced, and vectorised
+along channels). Coordinates are divided out per row: per-element integer division cost
+more than the memory traffic. Each program walks the window, loading one position of
+every output's window per step through the input's strides, with masks for the tile's
+edges, padding and the shorter windows of adaptive pooling. Max pooling
 keeps the first maximum, and the last NaN (a NaN always wins, as torch); sums and maxima
 are fp32 (fp64 for fp64 tensors), rounded once.
 """
@@ -13,7 +15,8 @@ from __future__ import annotations
 from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from ..dispatch import register
-from ._host import cdiv as _cdiv
+from ._coords import tile_coords, unravel4
+from ._host import cdiv as _cdiv, next_pow2 as _next_pow2
 
 BLOCK = 256
 
@@ -33,23 +36,12 @@ def flat_offsets(BIG: tl.constexpr, BLOCK: tl.constexpr):
 def out_coords(offs, C, OD, OH, OW, CL: tl.constexpr):
     """(n, c, od, oh, ow) of flat output numbers `offs` in the output's memory order."""
     if CL:
+        n, od, oh, ow = unravel4(offs // C, OD, OH, OW)
         c = offs % C
-        r = offs // C
-        ow = r % OW
-        r = r // OW
-        oh = r % OH
-        r = r // OH
-        od = r % OD
-        n = r // OD
     else:
-        ow = offs % OW
-        r = offs // OW
-        oh = r % OH
-        r = r // OH
-        od = r % OD
-        r = r // OD
-        c = r % C
-        n = r // C
+        nc, od, oh, ow = unravel4(offs, OD, OH, OW)
+        n = nc // C
+        c = nc % C
     return n, c, od, oh, ow
 
 
@@ -72,28 +64,31 @@ def _first(start, dil):
 
 
 @triton.jit
-def _pool_kernel(x_ptr, o_ptr, i_ptr, total, C, OD, OH, OW, ID, IH, IW,
+def _pool_kernel(x_ptr, o_ptr, i_ptr, R, Q, C, OD, OH, OW, ID, IH, IW,
                  sxn, sxc, sxd, sxh, sxw, son, soc, sod, soh, sow,
                  KD, KH, KW, SD, SH, SW, PD, PH, PW, DD, DH, DW, divisor,
                  IS_MAX: tl.constexpr, ADAPTIVE: tl.constexpr, COUNT_PAD: tl.constexpr,
                  HAS_DIV: tl.constexpr, CL: tl.constexpr, IDX: tl.constexpr,
-                 F64: tl.constexpr, BIG: tl.constexpr, BLOCK: tl.constexpr):
-    offs = flat_offsets(BIG, BLOCK)
-    mask = offs < total
-    n, c, od, oh, ow = out_coords(tl.where(mask, offs, 0), C, OD, OH, OW, CL)
+                 F64: tl.constexpr, BIG: tl.constexpr, BLOCK_R: tl.constexpr,
+                 BLOCK_Q: tl.constexpr):
+    """One [BLOCK_R, BLOCK_Q] tile of outputs: rows (n, c, od, oh) and columns ow, or
+    (CL) rows (n, od, oh, ow) and columns c. Coordinates are divided out once per row,
+    not per element, and each window step loads the whole tile."""
+    mask, n, c, od, oh, ow = tile_coords(R, Q, C, OD, OH, OW, CL, BIG, BLOCK_R, BLOCK_Q)
     d0, dl = _window(od, OD, ID, KD, SD, PD, ADAPTIVE)
     h0, hl = _window(oh, OH, IH, KH, SH, PH, ADAPTIVE)
     w0, wl = _window(ow, OW, IW, KW, SW, PW, ADAPTIVE)
     base = x_ptr + n * sxn + c * sxc
     if F64:
-        acc = tl.zeros([BLOCK], tl.float64)
+        acc = tl.zeros([BLOCK_R, BLOCK_Q], tl.float64)
     else:
-        acc = tl.zeros([BLOCK], tl.float32)
+        acc = tl.zeros([BLOCK_R, BLOCK_Q], tl.float32)
     if IS_MAX:
         # torch's index before any update: each axis's first window position >= 0 (the
         # first valid element; past the input only for a window that misses it entirely)
         acc = acc - float("inf")
-        best = ((_first(d0, DD) * IH + _first(h0, DH)) * IW + _first(w0, DW)).to(tl.int64)
+        best = ((_first(d0, DD) * IH + _first(h0, DH)) * IW + _first(w0, DW)).to(tl.int64) \
+            + tl.zeros([BLOCK_R, BLOCK_Q], tl.int64)
     for kd in range(0, KD):
         pd = d0 + kd * DD
         okd = mask & (kd < dl) & (pd >= 0) & (pd < ID)
@@ -122,7 +117,7 @@ def _pool_kernel(x_ptr, o_ptr, i_ptr, total, C, OD, OH, OW, ID, IH, IW,
                 cnt = ((tl.minimum(d0 + dl, ID) - tl.maximum(d0, 0))
                        * (tl.minimum(h0 + hl, IH) - tl.maximum(h0, 0))
                        * (tl.minimum(w0 + wl, IW) - tl.maximum(w0, 0)))
-            cnt = cnt.to(acc.dtype)
+            cnt = cnt.to(acc.dtype) + tl.zeros_like(acc)
         if F64:
             acc = acc / cnt
         else:
@@ -147,18 +142,41 @@ def is_channels_last(t):
         s >= t.shape[1] or n == 1 for s, n in zip(st[2:], t.shape[2:]))
 
 
+TILE = 1024      # outputs a program owns: BLOCK_R rows x BLOCK_Q columns
+_OVERRIDE: dict | None = None     # tests: BLOCK_Q
+
+
+def pool_tile(Q) -> tuple[int, int]:
+    """(BLOCK_R, BLOCK_Q): the columns (the output's contiguous dim) up to 64 wide."""
+    bq = min(_next_pow2(Q), 64)
+    if _OVERRIDE:
+        bq = _OVERRIDE.get("BLOCK_Q", bq)
+    return max(1, TILE // bq), bq
+
+
+def tile_grid(out):
+    """(R, Q, grid, BLOCK_R, BLOCK_Q, CL) of the row x column tiling of `out` (5-D view):
+    see _coords.tile_coords."""
+    N, C, OD, OH, OW = out.shape
+    cl = is_channels_last(out)
+    R, Q = (N * OD * OH * OW, C) if cl else (N * C * OD * OH, OW)
+    br, bq = pool_tile(Q)
+    return R, Q, (_cdiv(R, br), _cdiv(Q, bq)), br, bq, cl
+
+
 @register("pool", "triton")
 def pool(out, indices, x, kernel, stride, padding, dilation, *, adaptive, is_max,
          count_include_pad, divisor):
     from ..backends.launch import launch
-    total = out.numel()
-    if total == 0:
+    if out.numel() == 0:
         return out
     N, C, OD, OH, OW = out.shape
-    launch(_pool_kernel, (_cdiv(total, BLOCK),), x, out, indices if indices is not None else out,
-           total, C, OD, OH, OW, *x.shape[2:], *x.stride(), *out.stride(), *kernel, *stride,
-           *padding, *dilation, int(divisor),
+    R, Q, grid, br, bq, cl = tile_grid(out)
+    launch(_pool_kernel, grid, x, out,
+           indices if indices is not None else out, R, Q, C, OD, OH, OW, *x.shape[2:],
+           *x.stride(), *out.stride(), *kernel, *stride, *padding, *dilation, int(divisor),
            IS_MAX=bool(is_max), ADAPTIVE=bool(adaptive), COUNT_PAD=bool(count_include_pad),
-           HAS_DIV=bool(divisor), CL=is_channels_last(out), IDX=indices is not None,
-           F64=x.dtype.itemsize == 8, BIG=needs_int64(x, out), BLOCK=BLOCK, num_warps=4)
+           HAS_DIV=bool(divisor), CL=cl, IDX=indices is not None,
+           F64=x.dtype.itemsize == 8, BIG=needs_int64(x, out), BLOCK_R=br, BLOCK_Q=bq,
+           num_warps=4)
     return out

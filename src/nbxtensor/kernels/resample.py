@@ -1,9 +1,10 @@
 """Resampling on cuda/interp: the "resample" dispatch (interpolate's separable modes) and
 "grid_sample" (see ops/resample.py).
 
-Both number the output like the pooling kernel (one program per BLOCK output elements in
-the output's memory order: channels innermost for channels-last, coalesced) and address
-the input through its strides; every load is masked (tile tail, taps outside the input).
+resample tiles the output as the pooling kernel does (rows x the contiguous dim, so the
+taps of a row are read once per row); grid_sample numbers it in its memory order, one
+program per BLOCK outputs (channels innermost for channels-last: coalesced). Both address
+the input through its strides; every load is masked (tile edges, taps outside the input).
 
 resample: out[n, c, od, oh, ow] = sum_abc wd[od, a] wh[oh, b] ww[ow, c] x[n, c, id, ih, iw]
 with per-axis tap tables (index, weight; index -1 marks an unused tap) computed by the op
@@ -16,34 +17,35 @@ from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from ..dispatch import register
 from ._host import cdiv as _cdiv
-from .pooling import flat_offsets, is_channels_last, needs_int64, out_coords
+from ._coords import tile_coords
+from .pooling import flat_offsets, is_channels_last, needs_int64, out_coords, tile_grid
 
 BLOCK = 256
 
 
 @triton.jit
 def _resample_kernel(x_ptr, o_ptr, td_ptr, wd_ptr, th_ptr, wh_ptr, tw_ptr, ww_ptr,
-                     total, C, OD, OH, OW, sxn, sxc, sxd, sxh, sxw, son, soc, sod, soh, sow,
+                     R, Q, C, OD, OH, OW, sxn, sxc, sxd, sxh, sxw, son, soc, sod, soh, sow,
                      TD, TH, TW, CL: tl.constexpr, F64: tl.constexpr, BIG: tl.constexpr,
-                     BLOCK: tl.constexpr):
-    offs = flat_offsets(BIG, BLOCK)
-    mask = offs < total
-    n, c, od, oh, ow = out_coords(tl.where(mask, offs, 0), C, OD, OH, OW, CL)
+                     BLOCK_R: tl.constexpr, BLOCK_Q: tl.constexpr):
+    """One [BLOCK_R, BLOCK_Q] output tile (pooling's tiling, _coords.tile_coords): the
+    taps of a row's (od, oh) are read once per row, those of ow once per column."""
+    mask, n, c, od, oh, ow = tile_coords(R, Q, C, OD, OH, OW, CL, BIG, BLOCK_R, BLOCK_Q)
     base = x_ptr + n * sxn + c * sxc
     if F64:
-        acc = tl.zeros([BLOCK], tl.float64)
+        acc = tl.zeros([BLOCK_R, BLOCK_Q], tl.float64)
     else:
-        acc = tl.zeros([BLOCK], tl.float32)
+        acc = tl.zeros([BLOCK_R, BLOCK_Q], tl.float32)
     for a in range(0, TD):
-        pd = tl.load(td_ptr + od * TD + a, mask=mask, other=-1)
-        fd = tl.load(wd_ptr + od * TD + a, mask=mask, other=0.0)
+        pd = tl.load(td_ptr + od * TD + a)
+        fd = tl.load(wd_ptr + od * TD + a)
         for b in range(0, TH):
-            ph = tl.load(th_ptr + oh * TH + b, mask=mask, other=-1)
-            fh = fd * tl.load(wh_ptr + oh * TH + b, mask=mask, other=0.0)
+            ph = tl.load(th_ptr + oh * TH + b)
+            fh = fd * tl.load(wh_ptr + oh * TH + b)
             for e in range(0, TW):
-                pw = tl.load(tw_ptr + ow * TW + e, mask=mask, other=-1)
-                f = fh * tl.load(ww_ptr + ow * TW + e, mask=mask, other=0.0)
-                ok = (pd >= 0) & (ph >= 0) & (pw >= 0)
+                pw = tl.load(tw_ptr + ow * TW + e)
+                f = fh * tl.load(ww_ptr + ow * TW + e)
+                ok = mask & (pd >= 0) & (ph >= 0) & (pw >= 0)
                 v = tl.load(base + pd * sxd + ph * sxh + pw * sxw, mask=ok, other=0.0)
                 acc += tl.where(ok, f.to(acc.dtype) * v.to(acc.dtype), 0.0)
     dst = n * son + c * soc + od * sod + oh * soh + ow * sow
@@ -54,15 +56,15 @@ def _resample_kernel(x_ptr, o_ptr, td_ptr, wd_ptr, th_ptr, wh_ptr, tw_ptr, ww_pt
 def resample(out, x, tables):
     """tables: per axis (D, H, W) an (index int32 (O, T), weight (O, T)) pair on the device."""
     from ..backends.launch import launch
-    total = out.numel()
-    if total == 0:
+    if out.numel() == 0:
         return out
     (td, wd), (th, wh), (tw, ww) = tables
     N, C, OD, OH, OW = out.shape
-    launch(_resample_kernel, (_cdiv(total, BLOCK),), x, out, td, wd, th, wh, tw, ww, total, C,
+    R, Q, grid, br, bq, cl = tile_grid(out)
+    launch(_resample_kernel, grid, x, out, td, wd, th, wh, tw, ww, R, Q, C,
            OD, OH, OW, *x.stride(), *out.stride(), td.shape[1], th.shape[1], tw.shape[1],
-           CL=is_channels_last(out), F64=x.dtype.itemsize == 8, BIG=needs_int64(x, out),
-           BLOCK=BLOCK, num_warps=4)
+           CL=cl, F64=x.dtype.itemsize == 8, BIG=needs_int64(x, out),
+           BLOCK_R=br, BLOCK_Q=bq, num_warps=4)
     return out
 
 

@@ -22,8 +22,10 @@ import numpy as np
 from .. import nn
 from .. import ops as _ops
 from ..nn import functional as F
+from ..ops.conv import conv2d_activation
 
-__all__ = ["CRAFT", "Layers", "MEAN", "STD", "detector_input", "from_checkpoint", "load_state"]
+__all__ = ["CRAFT", "Layers", "MEAN", "STD", "cat_channels", "detector_input",
+           "fold_batch_norm", "from_checkpoint", "load_state"]
 
 MEAN = (0.485, 0.456, 0.406)        # ImageNet statistics, applied to RGB in [0, 255]
 STD = (0.229, 0.224, 0.225)
@@ -57,8 +59,60 @@ class Layers(nn.Module):
 
     def forward(self, x):
         for step in self._plan:
-            x = getattr(self, step)(x) if isinstance(step, str) else step(x)
+            if isinstance(step, str):
+                x = getattr(self, step)(x)
+            elif isinstance(step, tuple):         # (conv name, activation): a fused step
+                m = getattr(self, step[0])
+                x = conv2d_activation(x, m.weight, m.bias, m.stride, m.padding, m.dilation,
+                                      m.groups, padding_mode=m.padding_mode,
+                                      activation=step[1])
+            else:
+                x = step(x)
         return x
+
+    def fuse(self):
+        """For inference (weights loaded, eval mode): each batch norm that follows a
+        convolution is folded into it and removed, and each ReLU that follows one is
+        applied in its pass (ops/conv.conv2d_activation). The model then computes the
+        same function in fewer passes over the activations; its state dict holds the
+        folded weights (a checkpoint loads into an unfused model)."""
+        plan, fused, i = self._plan, [], 0
+        while i < len(plan):
+            step = plan[i]
+            i += 1
+            if not (isinstance(step, str) and isinstance(getattr(self, step), nn.Conv2d)):
+                fused.append(step)
+                continue
+            if i < len(plan) and isinstance(plan[i], str) and \
+                    isinstance(getattr(self, plan[i]), nn.BatchNorm2d):
+                fold_batch_norm(getattr(self, step), getattr(self, plan[i]))
+                delattr(self, plan[i])
+                i += 1
+            act = None
+            if i < len(plan) and plan[i] is relu:
+                act, i = "relu", i + 1
+            fused.append((step, act))
+        self._plan = fused
+        return self
+
+
+def fold_batch_norm(conv, bn):
+    """conv's weight and bias with the eval-mode batch norm after it folded in:
+    w * g / sqrt(var + eps) per output channel, (b - mean) * g / sqrt(var + eps) + beta,
+    computed in float64 on the host and rounded once to the weight's dtype."""
+    from ..creation import from_numpy
+    w = conv.weight.double().cpu().numpy()
+    n = w.shape[0]
+
+    def vec(t, fill):
+        return np.full(n, fill) if t is None else t.double().cpu().numpy()
+    scale = vec(bn.weight, 1.0) / np.sqrt(vec(bn.running_var, 1.0) + bn.eps)
+    shift = vec(bn.bias, 0.0) - vec(bn.running_mean, 0.0) * scale
+    b = vec(conv.bias, 0.0) * scale + shift
+    dev, dt = conv.weight.device, conv.weight.dtype
+    conv.weight = nn.Parameter(from_numpy(w * scale.reshape((n,) + (1,) * (w.ndim - 1)))
+                               .to(dt).to(dev))
+    conv.bias = nn.Parameter(from_numpy(b).to(dt).to(dev))
 
 
 def relu(x):
@@ -105,8 +159,26 @@ class VGG16BN(nn.Module):
         h4 = self.slice3(h3)
         h5 = self.slice4(h4)
         fc7 = self.slice5(h5)
+        if self._fused:     # slices 1-3 end with that ReLU
+            return fc7, h5, h4, h3, h2
         # the in-place ReLU opening slices 2-4 reaches h2, h3, h4 (see the module docstring)
         return fc7, h5, F.relu(h4), F.relu(h3), F.relu(h2)
+
+    _fused = False
+
+    def fuse(self):
+        """Layers.fuse on every slice, after moving the ReLU that opens slices 2-4 to the
+        end of slices 1-3 (so it is fused into their last convolution): the skips are
+        seen after it, as torchvision's in-place ReLU has them."""
+        slices = (self.slice1, self.slice2, self.slice3, self.slice4, self.slice5)
+        for a, b in zip(slices[:3], slices[1:4]):
+            if b._plan[0] is not relu:
+                raise ValueError("VGG16BN.fuse: slices 2-4 must open with a ReLU")
+            a._plan.append(b._plan.pop(0))
+        for s in slices:
+            s.fuse()
+        self._fused = True
+        return self
 
 
 class DoubleConv(nn.Module):
@@ -138,35 +210,69 @@ class CRAFT(nn.Module):
                                 Conv2d(16, 16, 1), relu,
                                 Conv2d(16, 2, 1)])
 
+    def fuse(self):
+        """Fold the batch norms and fuse the ReLUs of every part (Layers.fuse)."""
+        self.basenet.fuse()
+        for part in (self.upconv1, self.upconv2, self.upconv3, self.upconv4):
+            part.conv.fuse()
+        self.conv_cls.fuse()
+        return self
+
     def forward(self, x):
         if x.ndim != 4 or x.shape[1] != 3 or x.shape[2] % 32 or x.shape[3] % 32:
             raise ValueError(f"CRAFT: input must be (N, 3, H, W) with H and W multiples of 32, "
                              f"got shape {tuple(x.shape)}")
+        if x.device.type != "cpu":
+            # channels-last from the first layer on: the GPU convolutions read and write it
+            # uncopied, pooling and resampling keep it, so no layer converts layouts
+            x = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
         fc7, h5, h4, h3, h2 = self.basenet(x)
-        y = self.upconv1(_ops.cat([fc7, h5], 1))
+        y = self.upconv1(cat_channels([fc7, h5]))
         for up, skip in ((self.upconv2, h4), (self.upconv3, h3), (self.upconv4, h2)):
             y = F.interpolate(y, size=tuple(skip.shape[2:]), mode="bilinear", align_corners=False)
-            y = up(_ops.cat([y, skip], 1))
+            y = up(cat_channels([y, skip]))
         return self.conv_cls(y).permute(0, 2, 3, 1)
+
 
     @classmethod
     def from_file(cls, path, device=None, dtype=None):
         return load_state(cls(), path, device, dtype)
 
     def detect(self, image, *, canvas_size=2560, mag_ratio=1.0, text_threshold=0.7,
-               low_text=0.4, link_threshold=0.4):
+               low_text=0.4, link_threshold=0.4, run=None):
         """image: (H, W, 3) uint8 RGB -> (boxes, region, affinity): boxes a list of (4, 2)
         float arrays of corner points (clockwise from the top-left) in image coordinates;
-        region and affinity the score maps (float32, at half the network's input size)."""
+        region and affinity the score maps (float32, at half the network's input size).
+        run: what computes the network (default self; nbx.cuda.graphed(self) replays it)."""
         from .ocr import detection_boxes
         x, ratio = detector_input(image, canvas_size, mag_ratio)
         p = next(self.parameters())
         from ..creation import from_numpy
-        y = self(from_numpy(x).to(device=p.device, dtype=p.dtype))
+        y = (run or self)(from_numpy(x).to(device=p.device, dtype=p.dtype))
         maps = y[0].float().numpy()
         region, affinity = maps[..., 0], maps[..., 1]
         boxes = detection_boxes(region, affinity, text_threshold, link_threshold, low_text)
         return [b * (2.0 / ratio) for b in boxes], region, affinity
+
+
+def _is_channels_last(t):
+    return t.stride(1) == 1 and t.permute(0, 2, 3, 1).is_contiguous()
+
+
+def cat_channels(ts):
+    """cat(ts, dim=1), channels-last when every input is (cat's own result is NCHW, which
+    the next convolution would convert back)."""
+    if not all(_is_channels_last(t) for t in ts):
+        return _ops.cat(ts, 1)
+    from ..creation import empty
+    n, _, h, w = ts[0].shape
+    out = empty((n, h, w, sum(t.shape[1] for t in ts)), dtype=ts[0].dtype,
+                device=ts[0].device)
+    c0 = 0
+    for t in ts:
+        out.narrow(3, c0, t.shape[1]).copy_(t.permute(0, 2, 3, 1))
+        c0 += t.shape[1]
+    return out.permute(0, 3, 1, 2)
 
 
 def detector_input(image, canvas_size=2560, mag_ratio=1.0):
@@ -193,7 +299,8 @@ def detector_input(image, canvas_size=2560, mag_ratio=1.0):
 
 def load_state(model, path, device=None, dtype=None):
     """Load a torch checkpoint (DataParallel `module.` prefix stripped) into `model`, put it
-    in eval mode and on `device` in `dtype`."""
+    in eval mode, fuse it for inference (`model.fuse()`: batch norms folded, ReLUs in the
+    convolutions' pass) and put it on `device` in `dtype`."""
     from ..io import load_torch
     sd = load_torch(path)
     if not isinstance(sd, dict):
@@ -201,6 +308,7 @@ def load_state(model, path, device=None, dtype=None):
     sd = {k[len("module."):] if k.startswith("module.") else k: v for k, v in sd.items()}
     model.load_state_dict(sd)
     model.eval()
+    model.fuse()
     if device is not None or dtype is not None:
         model.to(device=device, dtype=dtype)
     return model

@@ -67,6 +67,11 @@ class CRNN(nn.Module):
             BidirectionalLSTM(hidden_size, hidden_size, hidden_size))
         self.Prediction = Linear(hidden_size, num_class)
 
+    def fuse(self):
+        """Fold the batch norms and fuse the ReLUs of the feature extractor (Layers.fuse)."""
+        self.FeatureExtraction.ConvNet.fuse()
+        return self
+
     def forward(self, x):
         if x.ndim != 4 or x.shape[1] != 1 or x.shape[2] != HEIGHT or x.shape[3] < 8:
             raise ValueError(f"CRNN: input must be (N, 1, {HEIGHT}, W) with W >= 8, got shape "

@@ -450,10 +450,16 @@ def ctc_greedy(probs: np.ndarray, charset: str) -> tuple[str, float]:
 
 # ---------------------------------------------------------------------------- pipeline
 
+def _graphed(module):
+    """The module replayed from CUDA graphs, one per input shape (nbx.cuda.graphed)."""
+    from ..cuda import graphed
+    return graphed(module)
+
+
 class OCR:
     """CRAFT + the english_g2 recogniser on one device and dtype."""
 
-    def __init__(self, device=None, dtype=None):
+    def __init__(self, device=None, dtype=None, graphs: bool = False):
         from ..device import as_device
         from .. import dtypes as _dt
         from .craft import CRAFT
@@ -466,16 +472,23 @@ class OCR:
         if self.dtype.name not in allowed:
             raise TypeError(f"dtype must be float32, bfloat16 or float16 (float64 on cpu), got "
                             f"{self.dtype.name} on {self.device}")
+        if graphs.__class__ is not bool:
+            raise TypeError(f"OCR: graphs must be a bool, got {graphs!r}")
+        if graphs and self.device.type != "cuda":
+            raise ValueError(f"OCR: graphs=True needs a cuda device, got {self.device}")
         det, rec = ocr_weights()
         self.detector = CRAFT.from_file(det, self.device, self.dtype)
         self.recogniser = CRNN.from_file(rec, self.device, self.dtype)
         self.charset = ENGLISH_G2_CHARACTERS
+        # graphs=True (cuda): both networks replay from CUDA graphs, one per input shape
+        self._detect_net = _graphed(self.detector) if graphs else None
+        self._recognise_net = _graphed(self.recogniser) if graphs else self.recogniser
 
     def detect(self, rgb):
         """(H, W, 3) uint8 -> (word quadrilaterals in image coordinates, region, affinity)."""
         boxes, region, affinity = self.detector.detect(
             rgb, canvas_size=CANVAS_SIZE, mag_ratio=MAG_RATIO, text_threshold=TEXT_THRESHOLD,
-            low_text=LOW_TEXT, link_threshold=LINK_THRESHOLD)
+            low_text=LOW_TEXT, link_threshold=LINK_THRESHOLD, run=self._detect_net)
         return [b.astype(np.int32) for b in boxes], region, affinity
 
     def recognise(self, crop, contrast=0.0):
@@ -484,7 +497,7 @@ class OCR:
         from .crnn import HEIGHT
         x = from_numpy(line_input(crop, HEIGHT, contrast)).to(device=self.device,
                                                                 dtype=self.dtype)
-        logits = self.recogniser(x)[0].float().numpy()
+        logits = self._recognise_net(x)[0].float().numpy()
         return ctc_greedy(softmax(logits), self.charset)
 
     def read(self, image, timings=None):

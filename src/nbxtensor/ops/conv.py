@@ -18,7 +18,9 @@ channels-last and other strided inputs reach the kernels uncopied. A channels-la
 (channels the innermost dim in memory) gets a channels-last output, as torch.
 
 Dispatch: `conv` (cpu: backends/cpu/conv.py; cuda/interp: kernels/conv.py, which routes
-depthwise problems to a direct kernel) and `conv_transpose`. 16-bit inputs are computed
+1x1 problems to the matmul, depthwise ones to a direct kernel and 16-bit stride-1 ones to
+a TMA kernel) and `conv_transpose`. `conv2d_activation` (an extension) is conv2d with a
+ReLU applied in the same pass. 16-bit inputs are computed
 with fp32 accumulation and rounded once; float64 in float64. fp32 on cuda follows
 `set_float32_matmul_precision` (IEEE by default; TF32 when allowed).
 """
@@ -28,7 +30,7 @@ import numbers
 
 from ..dispatch import impl
 from ..tensor import Tensor
-from ._common import check_tensor
+from ._common import check_float, check_like_input, check_tensor
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
            "conv_transpose3d"]
@@ -58,14 +60,8 @@ def _ints(v, nd, name, op, minimum):
 def _check_operands(input, weight, bias, nd, op, w_desc):  # noqa: A002
     check_tensor(input, "input", op)
     check_tensor(weight, "weight", op)
-    if not input.dtype.is_floating_point or input.dtype.is_float8:
-        raise TypeError(f"{op}: input must have a float16, bfloat16, float32 or float64 dtype, "
-                        f"got {input.dtype.name}")
-    if weight.dtype is not input.dtype:
-        raise TypeError(f"{op}: input ({input.dtype.name}) and weight ({weight.dtype.name}) "
-                        f"must have the same dtype")
-    if weight.device != input.device:
-        raise ValueError(f"{op}: input is on {input.device} but weight is on {weight.device}")
+    check_float(input, "input", op)
+    check_like_input(weight, "weight", input, op)
     if weight.ndim != nd + 2:
         raise ValueError(f"{op}: weight must be {nd + 2}-D {w_desc}, got shape "
                          f"{tuple(weight.shape)}")
@@ -74,11 +70,26 @@ def _check_operands(input, weight, bias, nd, op, w_desc):  # noqa: A002
                          f"input, got shape {tuple(input.shape)}")
     if bias is not None:
         check_tensor(bias, "bias", op)
-        if bias.dtype is not input.dtype:
-            raise TypeError(f"{op}: input ({input.dtype.name}) and bias ({bias.dtype.name}) "
-                            f"must have the same dtype")
-        if bias.device != input.device:
-            raise ValueError(f"{op}: input is on {input.device} but bias is on {bias.device}")
+        check_like_input(bias, "bias", input, op)
+
+
+def _checked_args(input, weight, bias, groups, stride, dilation, nd, op, w_channels):  # noqa: A002
+    """The operands of a convolution checked (weight (w_channels, k...)); (groups, stride,
+    dilation) as an int and tuples of nd ints."""
+    _check_operands(input, weight, bias, nd, op,
+                    "(" + w_channels + ", " + ", ".join("k" * nd) + ")")
+    return (_check_groups(groups, op), _ints(stride, nd, "stride", op, 1),
+            _ints(dilation, nd, "dilation", op, 1))
+
+
+def _as_batch(input, weight, groups, nd, op, w_rows):  # noqa: A002
+    """(whether input is batched, input as a batch), once `groups` is known to divide
+    weight.shape[0] (its `w_rows`)."""
+    batched = input.ndim == nd + 2
+    n = weight.shape[0]
+    if n % groups:
+        raise ValueError(f"{op}: groups={groups} must divide {w_rows} = weight.shape[0] = {n}")
+    return batched, input if batched else input.unsqueeze(0)
 
 
 def _check_groups(groups, op):
@@ -131,13 +142,13 @@ def _new_output(x, shape):
     return o.permute((0, nd + 1) + tuple(range(1, nd + 1)))
 
 
-def _conv(input, weight, bias, stride, padding, dilation, groups, padding_mode, nd):  # noqa: A002
-    op = f"conv{nd}d"
-    _check_operands(input, weight, bias, nd, op,
-                    "(out_channels, in_channels/groups, " + ", ".join("k" * nd) + ")")
-    groups = _check_groups(groups, op)
-    stride = _ints(stride, nd, "stride", op, 1)
-    dilation = _ints(dilation, nd, "dilation", op, 1)
+def _conv(input, weight, bias, stride, padding, dilation, groups, padding_mode, nd,  # noqa: A002
+          activation=None, op=None):
+    op = op or f"conv{nd}d"
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"{op}: activation must be one of {ACTIVATIONS}, got {activation!r}")
+    groups, stride, dilation = _checked_args(input, weight, bias, groups, stride, dilation, nd,
+                                             op, "out_channels, in_channels/groups")
     if padding_mode not in PADDING_MODES:
         raise ValueError(f"{op}: padding_mode must be one of {PADDING_MODES}, got "
                          f"{padding_mode!r}")
@@ -157,12 +168,8 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, padding_mode, 
                              f"{nd} ints, got {padding!r}")
     else:
         lo = hi = _ints(padding, nd, "padding", op, 0)
-    batched = input.ndim == nd + 2
-    x = input if batched else input.unsqueeze(0)
+    batched, x = _as_batch(input, weight, groups, nd, op, "out_channels")
     c_out, c_in_g = weight.shape[0], weight.shape[1]
-    if c_out % groups:
-        raise ValueError(f"{op}: groups={groups} must divide out_channels = weight.shape[0] "
-                         f"= {c_out}")
     if x.shape[1] != c_in_g * groups:
         raise ValueError(f"{op}: expected input with {c_in_g * groups} channels "
                          f"(weight.shape[1] = {c_in_g} x groups = {groups}), got "
@@ -188,20 +195,18 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, padding_mode, 
         osz.append((i + a + b - span) // s + 1)
     out = _new_output(x, (x.shape[0], c_out) + tuple(osz))
     if out.numel():
+        extra = {} if activation is None else {"activation": activation}
         impl("conv", x.device)(_as3d(out, nd), _as3d(x, nd), _as3d(weight, nd), bias,
                                _pad3(stride, nd, 1), _pad3(lo, nd, 0), _pad3(dilation, nd, 1),
-                               groups, precision=_precision())
+                               groups, precision=_precision(), **extra)
     return out if batched else out.squeeze(0)
 
 
 def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation,  # noqa: A002
                     nd):
     op = f"conv_transpose{nd}d"
-    _check_operands(input, weight, bias, nd, op,
-                    "(in_channels, out_channels/groups, " + ", ".join("k" * nd) + ")")
-    groups = _check_groups(groups, op)
-    stride = _ints(stride, nd, "stride", op, 1)
-    dilation = _ints(dilation, nd, "dilation", op, 1)
+    groups, stride, dilation = _checked_args(input, weight, bias, groups, stride, dilation, nd,
+                                             op, "in_channels, out_channels/groups")
     if isinstance(padding, str):
         raise ValueError(f"{op}: padding must be an int or a tuple of {nd} ints, got "
                          f"{padding!r} (string padding is for conv only)")
@@ -211,12 +216,8 @@ def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups
         if p >= max(s, d):
             raise ValueError(f"{op}: output_padding {output_padding} must be smaller than "
                              f"either stride {stride} or dilation {dilation}")
-    batched = input.ndim == nd + 2
-    x = input if batched else input.unsqueeze(0)
+    batched, x = _as_batch(input, weight, groups, nd, op, "in_channels")
     c_in, c_out_g = weight.shape[0], weight.shape[1]
-    if c_in % groups:
-        raise ValueError(f"{op}: groups={groups} must divide in_channels = weight.shape[0] "
-                         f"= {c_in}")
     if x.shape[1] != c_in:
         raise ValueError(f"{op}: expected input with {c_in} channels (weight.shape[0]), got "
                          f"{x.shape[1]} channels (input shape {tuple(input.shape)})")
@@ -253,6 +254,19 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
            padding_mode="zeros"):
     """torch.nn.functional.conv3d: input (N, C_in, D, H, W) or (C_in, D, H, W)."""
     return _conv(input, weight, bias, stride, padding, dilation, groups, padding_mode, 3)
+
+
+ACTIVATIONS = (None, "relu")
+
+
+def conv2d_activation(input, weight, bias=None, stride=1, padding=0,  # noqa: A002
+                      dilation=1, groups=1, *, padding_mode="zeros", activation=None):
+    """conv2d with `activation` (None or 'relu') applied to its output in the same pass --
+    on cuda/interp in the kernel's epilogue, before the one rounding (an nbx extension,
+    not in torch: the models' convolution + ReLU pairs, whose separate ReLU would read
+    and write the whole activation once more)."""
+    return _conv(input, weight, bias, stride, padding, dilation, groups, padding_mode, 2,
+                 activation, "conv2d_activation")
 
 
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0,  # noqa: A002

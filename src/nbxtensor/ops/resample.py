@@ -39,7 +39,7 @@ from .. import dtypes as _dt
 from .. import plans as _plans
 from ..dispatch import impl
 from ..tensor import Tensor
-from ._common import check_tensor
+from ._common import check_float, check_like_input, check_tensor
 from .conv import _as3d, _ints
 from .pooling import _new_like, adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 
@@ -52,14 +52,6 @@ SUPPORTED_DTYPES = {n: ("float16", "bfloat16", "float32", "float64")
 _MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area")
 _NDIM = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
 FUSED_TAPS = 16     # the most taps per output element one fused pass takes
-
-
-def _check_float(x, name, op):
-    check_tensor(x, name, op)
-    if not x.dtype.is_floating_point or x.dtype.is_float8:
-        raise TypeError(f"{op}: {name} must have a float16, bfloat16, float32 or float64 dtype, "
-                        f"got {x.dtype.name}")
-    return x
 
 
 # ------------------------------------------------------------------------------ tap tables
@@ -172,7 +164,7 @@ def _resample(x, out_sizes, mode, align, scales, antialias):
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,  # noqa: A002
                 recompute_scale_factor=None, antialias=False):
     op = "interpolate"
-    _check_float(input, "input", op)
+    check_float(input, "input", op)
     if mode not in _MODES:
         raise ValueError(f"{op}: mode must be one of {', '.join(_MODES)}, got {mode!r}")
     if input.ndim not in (3, 4, 5):
@@ -240,8 +232,8 @@ def upsample_bilinear(input, size=None, scale_factor=None):  # noqa: A002
 # ------------------------------------------------------------------------------ grid_sample
 def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):  # noqa: A002
     op = "grid_sample"
-    _check_float(input, "input", op)
-    _check_float(grid, "grid", op)
+    check_float(input, "input", op)
+    check_float(grid, "grid", op)
     if mode not in ("bilinear", "nearest", "bicubic"):
         raise ValueError(f"{op}: mode must be 'bilinear', 'nearest' or 'bicubic', got {mode!r}")
     if padding_mode not in ("zeros", "border", "reflection"):
@@ -254,11 +246,7 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
         raise ValueError(f"{op}: for an input of shape {tuple(input.shape)} the grid must have "
                          f"shape (N={input.shape[0]}, *output spatial, {nd}), got "
                          f"{tuple(grid.shape)}")
-    if grid.dtype is not input.dtype:
-        raise TypeError(f"{op}: input ({input.dtype.name}) and grid ({grid.dtype.name}) must "
-                        f"have the same dtype")
-    if grid.device != input.device:
-        raise ValueError(f"{op}: input is on {input.device} but grid is on {grid.device}")
+    check_like_input(grid, "grid", input, op)
     if mode == "bicubic" and nd == 3:
         raise ValueError(f"{op}: bicubic mode needs a 4-D input, got a 5-D one")
     if any(n == 0 for n in input.shape[1:]):
@@ -277,7 +265,7 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
 
 def affine_grid(theta, size, align_corners=None):
     op = "affine_grid"
-    _check_float(theta, "theta", op)
+    check_float(theta, "theta", op)
     size = tuple(int(s) for s in size)
     if len(size) not in (4, 5):
         raise ValueError(f"{op}: size must have 4 (N, C, H, W) or 5 (N, C, D, H, W) elements, "
@@ -305,19 +293,20 @@ def affine_grid(theta, size, align_corners=None):
 
 
 # ------------------------------------------------------------------------------ pixel shuffle
-def _factor(v, name, op):
+def _shuffle_factor(input, v, name, op):  # noqa: A002
+    """The factor `v` of a pixel (un)shuffle of input (*, C, H, W), both checked."""
+    check_tensor(input, "input", op)
     if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
         raise ValueError(f"{op}: {name} must be a positive int, got {v!r}")
+    if input.ndim < 3:
+        raise ValueError(f"{op}: expected an input of at least 3 dims (*, C, H, W), got shape "
+                         f"{tuple(input.shape)}")
     return int(v)
 
 
 def pixel_shuffle(input, upscale_factor):  # noqa: A002
     op = "pixel_shuffle"
-    check_tensor(input, "input", op)
-    r = _factor(upscale_factor, "upscale_factor", op)
-    if input.ndim < 3:
-        raise ValueError(f"{op}: expected an input of at least 3 dims (*, C, H, W), got shape "
-                         f"{tuple(input.shape)}")
+    r = _shuffle_factor(input, upscale_factor, "upscale_factor", op)
     *lead, c, h, w = input.shape
     if c % (r * r):
         raise ValueError(f"{op}: the channel dim (size {c}) must be divisible by "
@@ -330,11 +319,7 @@ def pixel_shuffle(input, upscale_factor):  # noqa: A002
 
 def pixel_unshuffle(input, downscale_factor):  # noqa: A002
     op = "pixel_unshuffle"
-    check_tensor(input, "input", op)
-    r = _factor(downscale_factor, "downscale_factor", op)
-    if input.ndim < 3:
-        raise ValueError(f"{op}: expected an input of at least 3 dims (*, C, H, W), got shape "
-                         f"{tuple(input.shape)}")
+    r = _shuffle_factor(input, downscale_factor, "downscale_factor", op)
     *lead, c, h, w = input.shape
     if h % r or w % r:
         raise ValueError(f"{op}: height ({h}) and width ({w}) must be divisible by "
@@ -346,7 +331,13 @@ def pixel_unshuffle(input, downscale_factor):  # noqa: A002
 
 
 # ------------------------------------------------------------------------------ unfold / fold
-def _fold_args(kernel_size, dilation, padding, stride, op):
+def _fold_args(input, batched_ndim, kernel_size, dilation, padding, stride, op):  # noqa: A002
+    """(kernel_size, dilation, padding, stride) of an unfold / fold as pairs of ints, once
+    input is known to be a tensor of batched_ndim dims or one fewer (unbatched)."""
+    check_tensor(input, "input", op)
+    if input.ndim not in (batched_ndim - 1, batched_ndim):
+        raise ValueError(f"{op}: expected a {batched_ndim - 1}-D (unbatched) or {batched_ndim}-D "
+                         f"input, got shape {tuple(input.shape)}")
     return (_ints(kernel_size, 2, "kernel_size", op, 1), _ints(dilation, 2, "dilation", op, 1),
             _ints(padding, 2, "padding", op, 0), _ints(stride, 2, "stride", op, 1))
 
@@ -363,11 +354,7 @@ def _blocks(size, k, d, p, s, op):
 def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
     """im2col: (N, C, H, W) -> (N, C * kh * kw, L), L the number of blocks."""
     op = "unfold"
-    check_tensor(input, "input", op)
-    if input.ndim not in (3, 4):
-        raise ValueError(f"{op}: expected a 3-D (unbatched) or 4-D input, got shape "
-                         f"{tuple(input.shape)}")
-    k, d, p, s = _fold_args(kernel_size, dilation, padding, stride, op)
+    k, d, p, s = _fold_args(input, 4, kernel_size, dilation, padding, stride, op)
     x = input if input.ndim == 4 else input.unsqueeze(0)
     N, C, H, W = x.shape
     oh, ow = _blocks((H, W), k, d, p, s, op)
@@ -384,11 +371,7 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
 def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
     """col2im: (N, C * kh * kw, L) -> (N, C, H, W), overlapping blocks summed."""
     op = "fold"
-    check_tensor(input, "input", op)
-    if input.ndim not in (2, 3):
-        raise ValueError(f"{op}: expected a 2-D (unbatched) or 3-D input, got shape "
-                         f"{tuple(input.shape)}")
-    k, d, p, s = _fold_args(kernel_size, dilation, padding, stride, op)
+    k, d, p, s = _fold_args(input, 3, kernel_size, dilation, padding, stride, op)
     size = _ints(output_size, 2, "output_size", op, 1)
     x = input if input.ndim == 3 else input.unsqueeze(0)
     N, CK, L = x.shape

@@ -28,10 +28,15 @@ def _window(start, count, step):
     return slice(start, start + (count - 1) * step + 1, step)
 
 
-def _finish(out, acc, bias, wt):
-    """acc (N, *spatial, C_out) in the working dtype -> out, bias added, rounded once."""
+def _finish(out, acc, bias, wt, activation=None):
+    """acc (N, *spatial, C_out) in the working dtype -> out, bias added, the activation
+    ('relu' or None) applied, rounded once."""
     if bias is not None:
         acc += bias._host_view().astype(wt)
+    if activation == "relu":
+        np.maximum(acc, 0, out=acc)          # NaN stays NaN, as torch
+    elif activation not in (None, "none"):
+        raise ValueError(f"conv: activation must be None or 'relu' on cpu, got {activation!r}")
     np.copyto(out._host_view(), np.moveaxis(acc, -1, 1), casting="unsafe")
     return out
 
@@ -52,7 +57,8 @@ def _chunks(n, od, oh, ow, per_pixel):
 
 
 @register("conv", "numpy")
-def conv(out, x, weight, bias, stride, padding, dilation, groups, precision="ieee"):
+def conv(out, x, weight, bias, stride, padding, dilation, groups, precision="ieee",
+         activation=None):
     """Chunked im2col: the padded channels-last input seen as windows
     (N, OD, OH, OW, KD, KH, KW, C) without a copy; each block of output pixels copies its
     columns out and takes one GEMM with the (taps * C_in/g, C_out/g) weight matrix of each
@@ -79,7 +85,7 @@ def conv(out, x, weight, bias, stride, padding, dilation, groups, precision="iee
             wd = w.reshape(c_out, taps)
             for t, tap in enumerate(_taps(ks)):
                 acc += np.repeat(win[(slice(None),) * 4 + tap], og, axis=-1) * wd[:, t]
-            return _finish(out, acc, bias, wt)
+            return _finish(out, acc, bias, wt, activation)
         # (G, taps * C_in/g, C_out/g): row (tap, ci) of group g's matrix
         wm = np.moveaxis(w.reshape((G, og, cg, taps)), 1, -1).transpose(0, 2, 1, 3)
         wm = np.ascontiguousarray(wm).reshape(G, taps * cg, og)
@@ -93,7 +99,7 @@ def conv(out, x, weight, bias, stride, padding, dilation, groups, precision="iee
                 a = cols.reshape(p, taps, G, cg).transpose(2, 0, 1, 3).reshape(G, p, taps * cg)
                 res = np.matmul(a, wm).transpose(1, 0, 2)
             acc[b, d, h, w] = res.reshape(acc[b, d, h, w].shape)
-        _finish(out, acc, bias, wt)
+        _finish(out, acc, bias, wt, activation)
     return out
 
 
