@@ -13,7 +13,10 @@ Rows (written to OUTDIR/bench_quant.json and printed):
               the contiguous kernel (nbx.decode_attention) against the paged one
               (nbx.paged_decode_attention, page size 16, shuffled pages): us each and the
               paged/contiguous ratio (the bar: within 5 %).
-Times are CUDA-event best-of-3 over N calls (benchmarks/_common.event_best_ms, nbx.cuda.Event).
+Times are CUDA-event best-of-3 over N calls (benchmarks/_common.event_best_ms, nbx.cuda.Event):
+`us` back to back (host included: eager), `gpu_us` queued behind a sleep kernel
+(_common.time_rotated: kernel time, what a CUDA-graph replay of a decode step sees; needs
+torch for the sleep kernel, else None); `gpu_vs_bf16` is the ratio on kernel time.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import event_best_ms, out_dir, recorder  # noqa: E402
+from _common import event_best_ms, out_dir, recorder, time_rotated  # noqa: E402
 
 import nbxtensor as nbx  # noqa: E402
 
@@ -35,6 +38,8 @@ def _copies(make, nbytes, min_total=256 << 20):
 
 
 def _time(fn_list, iters):
+    """(eager us, GPU us) per call: CUDA events around back-to-back calls (host included),
+    and the calls queued behind a sleep kernel (kernel time only; None without torch)."""
     it = {"i": 0}
 
     def step():
@@ -43,7 +48,12 @@ def _time(fn_list, iters):
     for _ in range(3):
         step()
     nbx.cuda.synchronize()
-    return event_best_ms(step, iters, nbx.cuda.Event) * 1e3        # us
+    eager = event_best_ms(step, iters, nbx.cuda.Event) * 1e3
+    try:
+        gpu = time_rotated(lambda i: fn_list[i % len(fn_list)](), len(fn_list), iters) * 1e3
+    except ImportError:
+        gpu = None
+    return eager, gpu
 
 
 def bench_gemv(record, iters):
@@ -57,10 +67,13 @@ def bench_gemv(record, iters):
     bf = lambda i: nbx.tensor(  # noqa: E731
         (g.standard_normal((N, K)) * 0.02).astype(np.float32), device="cuda").to(nbx.bfloat16)
     ws = _copies(bf, N * K * 2)
-    us = _time([lambda w=w: nbx.linear(x, w) for w in ws], iters)
-    base = us
-    record(kind="gemv", fmt="bf16", K=K, N=N, us=us, GBps=N * K * 2 / us / 1e3,
-           tok_s=1e6 / us, vs_bf16=1.0)
+    us, gpu = _time([lambda w=w: nbx.linear(x, w) for w in ws], iters)
+    base, gbase = us, gpu
+    record(kind="gemv", fmt="bf16", K=K, N=N, us=us, gpu_us=gpu, GBps=N * K * 2 / us / 1e3,
+           tok_s=1e6 / us, vs_bf16=1.0, gpu_vs_bf16=1.0)
+
+    def ratio(g):
+        return None if g is None or gbase is None else gbase / g
     for fmt in ("gptq", "awq"):
         def mk(i, fmt=fmt):
             if fmt == "gptq":
@@ -73,9 +86,10 @@ def bench_gemv(record, iters):
             return nbx.QuantizedTensor(T(qw), T(sc), T(qz), group_size=gs, format=fmt)
         nbytes = K * N // 2 + K // gs * N * 2.5
         ws = _copies(mk, int(nbytes))
-        us = _time([lambda w=w: nbx.linear(x, w) for w in ws], iters)
-        record(kind="gemv", fmt=f"int4-{fmt}", K=K, N=N, us=us, GBps=nbytes / us / 1e3,
-               tok_s=1e6 / us, vs_bf16=base / us)
+        us, gpu = _time([lambda w=w: nbx.linear(x, w) for w in ws], iters)
+        record(kind="gemv", fmt=f"int4-{fmt}", K=K, N=N, us=us, gpu_us=gpu,
+               GBps=nbytes / us / 1e3, tok_s=1e6 / us, vs_bf16=base / us,
+               gpu_vs_bf16=ratio(gpu))
     from nbxtensor.backends.cpu.ggml_blocks import BLOCK_SIZES
     for qt in ("Q4_K", "Q5_K", "Q6_K"):
         bs, ts = BLOCK_SIZES[qt]
@@ -85,9 +99,9 @@ def bench_gemv(record, iters):
             raw = g.integers(0, 256, (N, rb), dtype=np.uint8)
             return QuantWeight(nbx.tensor(raw, device="cuda"), qt, (N, K))
         ws = _copies(mk, N * rb)
-        us = _time([lambda w=w: quant_linear(x, w) for w in ws], iters)
-        record(kind="gemv", fmt=qt, K=K, N=N, us=us, GBps=N * rb / us / 1e3, tok_s=1e6 / us,
-               vs_bf16=base / us)
+        us, gpu = _time([lambda w=w: quant_linear(x, w) for w in ws], iters)
+        record(kind="gemv", fmt=qt, K=K, N=N, us=us, gpu_us=gpu, GBps=N * rb / us / 1e3,
+               tok_s=1e6 / us, vs_bf16=base / us, gpu_vs_bf16=ratio(gpu))
 
 
 def bench_attention(record, iters, lens):
@@ -100,15 +114,18 @@ def bench_attention(record, iters, lens):
             kc = nbx.randn(B, Hk, L, D, device="cuda").to(nbx.bfloat16)
             vc = nbx.randn(B, Hk, L, D, device="cuda").to(nbx.bfloat16)
             lengths = nbx.tensor(np.full(B, L, np.int32), device="cuda")
-            us_c = _time([lambda: nbx.decode_attention(q, kc, vc, lengths)], iters)
+            us_c, gpu_c = _time([lambda: nbx.decode_attention(q, kc, vc, lengths)], iters)
             nb = B * L // PS
             cache = nbx.PagedKVCache(nb, PS, 1, Hk, D, dtype=nbx.bfloat16, device="cuda")
             tab = g.permutation(nb).astype(np.int32).reshape(B, L // PS)
             cache.set_block_tables(nbx.tensor(tab, device="cuda"), lengths)
             kp, vp, bt, ln = cache.view(0)
-            us_p = _time([lambda: nbx.paged_decode_attention(q, (kp, vp), bt, ln)], iters)
+            us_p, gpu_p = _time([lambda: nbx.paged_decode_attention(q, (kp, vp), bt, ln)],
+                                iters)
             record(kind="attention", B=B, L=L, contiguous_us=us_c, paged_us=us_p,
-                   paged_over_contiguous=us_p / us_c)
+                   paged_over_contiguous=us_p / us_c, contiguous_gpu_us=gpu_c,
+                   paged_gpu_us=gpu_p,
+                   gpu_paged_over_contiguous=None if gpu_c is None else gpu_p / gpu_c)
 
 
 def main():

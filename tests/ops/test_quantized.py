@@ -105,6 +105,32 @@ def test_kquant_gemv_vs_float64(device, qtype, M):
     np.testing.assert_allclose(y.numpy(), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("qtype", KQ)
+@pytest.mark.parametrize("cfg", [dict(BLOCK_N=32, BLOCK_S=4, num_warps=8),
+                                 dict(BLOCK_N=16, BLOCK_S=2, num_warps=4),
+                                 dict(BLOCK_N=64, BLOCK_S=4, num_warps=8)])
+def test_kquant_packed_tiles_vs_float64(qtype, cfg):
+    """The packed K-quant GEMVs with the GPU's tiles on interp (Q6_K: its uint16-pair
+    kernel, PACKED): 3 super-blocks a row (a tail step for BLOCK_S 2 and 4), N overhanging
+    BLOCK_N, bias, M = 2, bf16 x, fp32 logits."""
+    if qtype == "Q6_K":
+        cfg = dict(cfg, PACKED=True)
+    from nbxtensor.kernels.quant import quant_linear
+    g = rng(13)
+    N, K = 45, 768
+    w, wd = _kweight(g, qtype, N, K, "interp")
+    x = g.standard_normal((2, K)).astype(np.float32)
+    b = g.standard_normal(N).astype(np.float32)
+    y = quant_linear(nbx.tensor(x, device="interp"), w, nbx.tensor(b, device="interp"),
+                     config=cfg)
+    ref = x.astype(np.float64) @ wd.T + b
+    np.testing.assert_allclose(y.numpy(), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    xb = nbx.tensor(x, device="interp").to(nbx.bfloat16)
+    yb = quant_linear(xb, w, config=cfg).numpy().astype(np.float64)
+    refb = xb.to(nbx.float32).numpy().astype(np.float64) @ wd.T
+    np.testing.assert_allclose(yb, refb, rtol=1e-2, atol=1e-2 * np.abs(refb).max())
+
+
 # ============================================================================ int4 references
 # The layouts, from the formats' definitions (independent of ops/quantized.py)
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]        # nibble i of a word holds column 8c + AWQ_ORDER[i]
@@ -221,6 +247,37 @@ def test_int4_linear_vs_float64(device, fmt, desc_act, M, split):
     assert nbx.linear(x, qt).shape == (M, N)
 
 
+@pytest.mark.parametrize("fmt", ["gptq", "awq"])
+@pytest.mark.parametrize("cfg,split", [
+    (dict(BLOCK_N=512, BLOCK_K=32, num_warps=2), 3),      # slices of whole groups
+    (dict(BLOCK_N=1024, BLOCK_K=16, num_warps=1), 16),    # slices inside one group
+    (dict(BLOCK_N=256, BLOCK_K=64, num_warps=1), 1),
+    (dict(BLOCK_N=64, BLOCK_K=8, num_warps=4), 64),
+    (dict(BLOCK_N=256, BLOCK_K=64, num_warps=4, FLAT=True), 3),   # the flat loop
+    (dict(BLOCK_N=128, BLOCK_K=16, num_warps=4, FLAT=True), 64)])
+def test_int4_packed_configs_vs_float64(fmt, cfg, split):
+    """The packed GEMVs with the GPU's tiles on interp (a column's rows in one thread),
+    split-K merged by the last program of each column block: N overhanging BLOCK_N, bias,
+    M = 3, into a NaN-poisoned output; a second call gives the same bits (the ticket
+    counters reset)."""
+    from helpers import poisoned
+    from nbxtensor.kernels.int4 import int4_gemv
+    g = rng(24)
+    K, N, group = 512, 72, 128
+    qt, (q, z, s, gi, *_) = _int4(g, fmt, K, N, group, False, "interp")
+    W = ref_dequant(fmt, q, z, s, gi, group).astype(np.float64)
+    x = g.standard_normal((3, K)).astype(np.float32)
+    b = g.standard_normal(N).astype(np.float32)
+    X, B = nbx.tensor(x, device="interp"), nbx.tensor(b, device="interp")
+    y = poisoned((3, N), nbx.float32, "interp")
+    int4_gemv(X, qt, B, y, split=split, config=cfg)
+    ref = x.astype(np.float64) @ W + b
+    np.testing.assert_allclose(y.numpy(), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    y2 = poisoned((3, N), nbx.float32, "interp")
+    int4_gemv(X, qt, B, y2, split=split, config=cfg)
+    np.testing.assert_array_equal(y2.numpy().view(np.uint32), y.numpy().view(np.uint32))
+
+
 def test_int4_refusals(device):
     g = rng(23)
     qt, (q, z, s, gi, qw, qz) = _int4(g, "gptq", 256, 16, 128, device=device)
@@ -322,23 +379,27 @@ def test_int4_kernels_compile_for_sm90():
     from nbxtensor.kernels import int4 as K4
     for fmt, gidx in ((0, False), (0, True), (1, False)):
             cfg = K4.gemv_config(14336, 4096, 128, H200, gidx, ("gptq", "awq")[fmt])
-            if gidx or fmt == 0:
+            if gidx:
                 k = _compile(K4._int4_gemv_kernel,
                              {"x_ptr": "*bf16", "qw_ptr": "*i32", "qz_ptr": "*i32",
                               "s_ptr": "*fp16", "gi_ptr": "*i32", "b_ptr": "*bf16",
                               "y_ptr": "*bf16"},
                              dict(FMT=fmt, HAS_GIDX=gidx, HAS_BIAS=False, BLOCK_N=64,
                                   BLOCK_K=cfg["BLOCK_K"], s_xk=1), num_warps=4)
+                st = _ptxas_stats(k.asm["ptx"])
+                assert st is None or st[1] == 0, (fmt, gidx, st)          # no spills
             else:
-                k = _compile(K4._awq_gemv_packed,
-                             {"x_ptr": "*bf16", "qw_ptr": "*i32", "qz_ptr": "*i32",
-                              "s_ptr": "*fp16", "b_ptr": "*fp32", "y_ptr": "*fp32"},
-                             dict(HAS_BIAS=False, SPLIT=cfg["SPLIT"] > 1,
-                                  BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], s_xk=1),
-                             num_warps=4)
-            st = _ptxas_stats(k.asm["ptx"])
-            if st is not None:
-                assert st[1] == 0, (fmt, gidx, st)          # no spills
+                for split in (True, False):
+                    k = _compile(K4._gptq_gemv_packed if fmt == 0 else K4._awq_gemv_packed,
+                                 {"x_ptr": "*bf16", "qw_ptr": "*i32", "qz_ptr": "*i32",
+                                  "s_ptr": "*fp16", "b_ptr": "*bf16", "y_ptr": "*bf16",
+                                  "ws_ptr": "*fp32", "cnt_ptr": "*i32"},
+                                 dict(HAS_BIAS=not split, SPLIT=split, BLOCK_N=cfg["BLOCK_N"],
+                                      BLOCK_K=cfg["BLOCK_K"], s_xk=1),
+                                 div16=("N", "N8", "K", "group", "gstep", "k_split", "s_xm",
+                                        "s_ym"), num_warps=cfg["num_warps"])
+                    st = _ptxas_stats(k.asm["ptx"])
+                    assert st is None or st[1] == 0, (fmt, split, st)     # no spills
             _compile(K4._int4_dequant_kernel,
                      {"qw_ptr": "*i32", "qz_ptr": "*i32", "s_ptr": "*fp16", "gi_ptr": "*i32",
                       "y_ptr": "*bf16"},

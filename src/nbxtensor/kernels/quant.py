@@ -39,6 +39,7 @@ from ..tensor import Tensor
 from ._common import device_facts
 from ._host import cdiv as _cdiv, next_pow2 as _np2
 from .indexing import _after, _flag, _flag_bad_lanes, _tag
+from .int4 import field_bias, field_minus
 
 
 # QTYPES: formats with the fused dequantise-GEMV (quant_linear); DEQUANT_QTYPES: formats
@@ -51,6 +52,9 @@ from .indexing import _after, _flag, _flag_bad_lanes, _tag
 # write is small next to 2*M*K*N flops.
 QTYPES = {"Q8_0": 0, "Q4_1": 1, "Q4_K": 3, "Q5_K": 4, "Q6_K": 5}
 KQUANTS = ("Q4_K", "Q5_K", "Q6_K")
+# the K-quants whose GEMV loads packed words (`_kq_gemv_kernel`), and its tile
+KQ_PACKED = ("Q4_K", "Q5_K")
+KQ_TILE = dict(BLOCK_N=32, BLOCK_S=4, num_warps=8)
 KQ_GEMV_MAX_M = 8
 DEQUANT_QTYPES = {
     "Q8_0": (0, 32, 34), "Q4_1": (1, 32, 20), "Q4_0": (2, 32, 18), "Q4_K": (3, 256, 144),
@@ -175,6 +179,175 @@ def _quant_gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, K, row_bytes, stride_xm, s
 
 
 @triton.jit
+def _kq_field(v, I: tl.constexpr, zero, Q5: tl.constexpr):
+    """Element field I of a word `v` as exact float32 (int4.field_minus). Q4_K: nibble I of
+    a qs word (byte I // 2, the low nibble for even I); Q5_K: byte I of a 5-bit lane word
+    (`_kq_gemv_kernel`). Fields are moved below bit 20 first."""
+    if Q5:
+        if I == 3:
+            v = v >> 8
+        P: tl.constexpr = 16 if I == 3 else 8 * I
+        return field_minus(v, P, 31, zero, field_bias(0.0, P))
+    else:
+        if I >= 5:
+            v = v >> 12
+        P: tl.constexpr = 4 * I - 12 if I >= 5 else 4 * I
+        return field_minus(v, P, 15, zero, field_bias(0.0, P))
+
+
+@triton.jit
+def _kq_gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, K, row_bytes, stride_xm, stride_xk,
+                    stride_ym, QTYPE: tl.constexpr, HAS_BIAS: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr):
+    """Q4_K / Q5_K y[m, n] for BLOCK_N rows, BLOCK_S super-blocks a step. A super-block's
+    128 qs bytes load as 16-byte vectors into a (blocks, 4 pairs, rows, 8 words) tile: word
+    u of pair p holds elements 4u..4u+3 of sub-block 2p (low nibbles) and 2p+1 (high). The
+    rows come last but one so that Triton's layout spreads threads over words, pairs and
+    blocks first and keeps several rows in each thread (each x value it loads serves them
+    all). Q5_K first merges the 5th bits into two words of four 5-bit byte lanes (L:
+    sub-block 2p, H: 2p + 1; bit 2p + h of qh byte l belongs to element l). Each element
+    costs one LOP3, one FADD and one FFMA (no int-to-float conversion: int4.field_minus);
+    the sub-block scales d * sc (`_k_scale_min`) multiply the per-word sums, and the mins
+    enter as dmin * mn * (the sub-block's sum of x)."""
+    pid_n = tl.program_id(0)
+    m = tl.program_id(1).to(tl.int64)
+    TS: tl.constexpr = 144 if QTYPE == 3 else 176
+    QS: tl.constexpr = 16 if QTYPE == 3 else 48
+    n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = tl.where(n < N, n, 0).to(tl.int64) * row_bytes     # tail rows re-read row 0
+    nblk = K // 256
+    s = tl.arange(0, BLOCK_S)
+    p4 = tl.arange(0, 4)[None, :, None, None]
+    h4 = tl.arange(0, 2)[None, None, None, :]
+    u4 = tl.arange(0, 8)[None, None, None, :]
+    r4 = rows[None, None, :, None]
+    x_row = x_ptr + m * stride_xm
+    zero = N >> 31          # 0 (N > 0), unknown to the compiler: see int4.field_minus
+    acc = tl.zeros((BLOCK_S, 4, BLOCK_N, 8), tl.float32)
+    accm = tl.zeros((BLOCK_S, 4, BLOCK_N, 2), tl.float32)
+    for b0 in range(0, nblk, BLOCK_S):
+        blk1 = b0 + s
+        bok1 = blk1 < nblk
+        blk1 = tl.where(bok1, blk1, 0)                         # tail blocks re-read block 0
+        blk = blk1[:, None, None, None]
+        bok = bok1[:, None, None, None]
+        base = w_ptr + r4 + blk * TS                          # (S, 1, BN, 1) block starts
+        # scales and mins of sub-blocks 2p + h: (S, 4, BN, 2); the sub-blocks' sums of x
+        d = _f16_at(base, bok)                 # 0 for tail blocks: their products vanish
+        dmin = _f16_at(base + 2, bok)
+        sc, mn = _k_scale_min(base + 4, 2 * p4 + h4, bok)
+        xs = x_row + ((256 * blk + 64 * p4 + 32 * h4)[:, :, :, :, None]
+                      + tl.arange(0, 32)[None, None, None, None, :]) * stride_xk
+        xsum = tl.sum(tl.load(xs, mask=bok[:, :, :, :, None], other=0.0).to(tl.float32),
+                      axis=4)                                  # (S, 4, 1, 2)
+        accm += (dmin * mn) * xsum
+        ds_lo, ds_hi = tl.split(d * sc)
+        ds_lo = ds_lo[:, :, :, None]
+        ds_hi = ds_hi[:, :, :, None]
+        # the quants: (S, 4, BN, 8) words
+        W = tl.load((base + QS).to(tl.pointer_type(tl.int32)) + 8 * p4 + u4)
+        # x pointers (S, 4, 8), expanded over the rows after the load: loaded so, they take
+        # the slice of the words' layout (a 4-D (S, 4, 1, 8) load would get a layout of
+        # its own, and Triton would convert every product to it)
+        xe = x_row + (256 * blk1[:, None, None] + 64 * tl.arange(0, 4)[None, :, None]
+                      + 4 * tl.arange(0, 8)[None, None, :]) * stride_xk
+        lo = tl.zeros((BLOCK_S, 4, BLOCK_N, 8), tl.float32)
+        hi = tl.zeros((BLOCK_S, 4, BLOCK_N, 8), tl.float32)
+        if QTYPE == 4:
+            qh = tl.load((base + 16).to(tl.pointer_type(tl.int32)) + u4) >> (2 * p4)
+            lo_w = (W & 0x0F0F0F0F) | ((qh << 4) & 0x10101010)
+            hi_w = ((W >> 4) & 0x0F0F0F0F) | ((qh << 3) & 0x10101010)
+            for k in tl.static_range(4):
+                xl = tl.load(xe + k * stride_xk).to(tl.float32)[:, :, None, :]
+                xh = tl.load(xe + (32 + k) * stride_xk).to(tl.float32)[:, :, None, :]
+                lo += _kq_field(lo_w, k, zero, True) * xl
+                hi += _kq_field(hi_w, k, zero, True) * xh
+        else:
+            for i in tl.static_range(8):
+                xi = tl.load(xe + (32 * (i % 2) + i // 2) * stride_xk).to(
+                    tl.float32)[:, :, None, :]
+                if i % 2 == 0:
+                    lo += _kq_field(W, i, zero, False) * xi
+                else:
+                    hi += _kq_field(W, i, zero, False) * xi
+        acc += ds_lo * lo + ds_hi * hi
+    out = tl.sum(tl.sum(tl.sum(acc, axis=3), axis=1), axis=0)
+    out -= tl.sum(tl.sum(tl.sum(accm, axis=3), axis=1), axis=0)
+    if HAS_BIAS:
+        out += tl.load(b_ptr + n, mask=n < N, other=0.0).to(tl.float32)
+    tl.store(y_ptr + m * stride_ym + n, out.to(y_ptr.dtype.element_ty), mask=n < N)
+
+
+@triton.jit
+def _q6k_gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, K, row_bytes, stride_xm, stride_xk,
+                     stride_ym, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_S: tl.constexpr):
+    """Q6_K y[m, n] for BLOCK_N rows, BLOCK_S super-blocks a step. Blocks are 210 bytes
+    (2-byte aligned), so ql and qh load as uint16 pairs into (blocks, half h, 16-element
+    half lh, rows, pair l8) tiles: pair l8 of ql row cc holds elements l = 16 lh + 2 l8 + b
+    (byte b) of columns c = cc (low nibbles) and cc + 2 (high) of half h; their two high bits
+    sit at bits 8b + 2c of the qh pair, which a shift by 4 - 2cc moves next to each nibble,
+    so each 6-bit field is one mask away (int4.field_minus, minus 32). The 16 scales are one
+    per (h, c, lh): they multiply the per-pair sums."""
+    pid_n = tl.program_id(0)
+    m = tl.program_id(1).to(tl.int64)
+    n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = tl.where(n < N, n, 0).to(tl.int64) * row_bytes     # tail rows re-read row 0
+    nblk = K // 256
+    s = tl.arange(0, BLOCK_S)
+    h5 = tl.arange(0, 2)[None, :, None, None, None]
+    lh5 = tl.arange(0, 2)[None, None, :, None, None]
+    l85 = tl.arange(0, 8)[None, None, None, None, :]
+    r5 = rows[None, None, None, :, None]
+    h4 = tl.arange(0, 2)[None, :, None, None]
+    lh4 = tl.arange(0, 2)[None, None, :, None]
+    l84 = tl.arange(0, 8)[None, None, None, :]
+    x_row = x_ptr + m * stride_xm
+    zero = N >> 31          # 0 (N > 0), unknown to the compiler: see int4.field_minus
+    acc = tl.zeros((BLOCK_S, 2, 2, BLOCK_N, 8), tl.float32)
+    for b0 in range(0, nblk, BLOCK_S):
+        blk1 = b0 + s
+        bok1 = blk1 < nblk
+        blk1 = tl.where(bok1, blk1, 0)                         # tail blocks re-read block 0
+        blk5 = blk1[:, None, None, None, None]
+        base = w_ptr + r5 + blk5 * 210                        # (S, 1, 1, BN, 1)
+        d = _f16_at(base + 208, bok1[:, None, None, None, None])   # 0 for tail blocks
+        pair = base + 64 * h5 + 16 * lh5 + 2 * l85
+        ql0 = tl.load(pair.to(tl.pointer_type(tl.uint16))).to(tl.int32)
+        ql1 = tl.load((pair + 32).to(tl.pointer_type(tl.uint16))).to(tl.int32)
+        qh = tl.load((base + 128 + 32 * h5 + 16 * lh5 + 2 * l85).to(
+            tl.pointer_type(tl.uint16))).to(tl.int32)
+        # x of the step: (S, 2, 2, 8) pointers, expanded over the rows after the load
+        xe = x_row + (256 * blk1[:, None, None, None] + 128 * h4 + 16 * lh4 + 2 * l84) \
+            * stride_xk
+        sc_base = base + 192 + 8 * h5 + lh5                    # + 2c: scale of (h, c, lh)
+        for cc in tl.static_range(2):
+            ql = ql0 if cc == 0 else ql1
+            hb = qh << (4 - 2 * cc)
+            lo_w = (ql & 0x0F0F) | (hb & 0x3030)                # c = cc, bytes 0 and 1
+            hi_w = (ql & 0xF0F0) | (hb & 0x30300)               # c = cc + 2
+            for nib in tl.static_range(2):
+                v = lo_w if nib == 0 else hi_w
+                p = tl.zeros((BLOCK_S, 2, 2, BLOCK_N, 8), tl.float32)
+                for b in tl.static_range(2):
+                    xv = tl.load(xe + (32 * (cc + 2 * nib) + b) * stride_xk).to(tl.float32)
+                    p += _q6_field(v, 8 * b + 4 * nib, zero) * xv[:, :, :, None, :]
+                scv = tl.load((sc_base + 2 * (cc + 2 * nib)).to(
+                    tl.pointer_type(tl.int8))).to(tl.float32)
+                acc += (d * scv) * p
+    out = tl.sum(tl.sum(tl.sum(tl.sum(acc, axis=4), axis=2), axis=1), axis=0)
+    if HAS_BIAS:
+        out += tl.load(b_ptr + n, mask=n < N, other=0.0).to(tl.float32)
+    tl.store(y_ptr + m * stride_ym + n, out.to(y_ptr.dtype.element_ty), mask=n < N)
+
+
+@triton.jit
+def _q6_field(v, P: tl.constexpr, zero):
+    """The 6-bit field at bit P of `v`, minus 32, as exact float32 (int4.field_minus)."""
+    return field_minus(v, P, 63, zero, field_bias(32.0, P))
+
+
+@triton.jit
 def _dequant_rows_kernel(w_ptr, ids_ptr, y_ptr, flag_ptr, tag, K, row_bytes, n_rows,
                          QTYPE: tl.constexpr, BLOCK: tl.constexpr, HAS_IDS: tl.constexpr = True):
     i = tl.program_id(0)
@@ -196,8 +369,14 @@ def _dequant_rows_kernel(w_ptr, ids_ptr, y_ptr, flag_ptr, tag, K, row_bytes, n_r
 
 
 # ----------------------------------------------------------------------------- launch config
-def _gemv_config(N: int, K: int, M: int, dev):
+def _gemv_config(N: int, K: int, M: int, dev, qtype=None):
     """The launch config for `dev` (kernels/_common.DeviceFacts)."""
+    if qtype in KQ_PACKED:
+        # BLOCK_N rows x BLOCK_S super-blocks a step: with 8 warps over 32 rows each thread
+        # holds 4 rows of one 16-byte word group (each x value it loads serves 4 rows), and
+        # an x tensor of a step (S x 4 x 8) is smaller than the CTA, which lets Triton load it
+        # straight into the slice of the words' layout (no shared-memory conversion)
+        return dict(KQ_TILE)
     if dev.type != "cuda":
         # the interpreter pays per program, not per element: few, wide programs
         return dict(BLOCK_N=32, BLOCK_K=128, num_warps=4)
@@ -260,11 +439,12 @@ def _check_blocks(w, who):
     return N, K, rb
 
 
-def quant_linear(x: Tensor, w, b: Tensor | None = None, *, block_n=None, block_k=None) -> Tensor:
+def quant_linear(x: Tensor, w, b: Tensor | None = None, *, block_n=None, block_k=None,
+                 config=None) -> Tensor:
     """x (..., K) @ dequant(w).T (+ b) -> (..., N) in x's dtype; x on cuda or interp: the
     GEMV (a K-quant prefill of more than KQ_GEMV_MAX_M rows is dequantised and multiplied by
     ops/decode.quant_linear instead). block_n / block_k override the launch config (tests use
-    them to force tails)."""
+    them to force tails), `config` any of its keys (benchmark sweeps)."""
     from ..backends.launch import launch
     N, K, rb = _check_weight(w)
     if x.shape[-1] != K:
@@ -285,12 +465,27 @@ def quant_linear(x: Tensor, w, b: Tensor | None = None, *, block_n=None, block_k
     if b is not None and N > 1 and b.stride(0) != 1:
         b = b.contiguous()   # the kernel reads the bias at b_ptr + n
     if M and N:
-        cfg = _gemv_config(N, K, M, device_facts(x.device))
+        cfg = _gemv_config(N, K, M, device_facts(x.device), w.qtype)
+        if config:
+            cfg.update(config)
         if block_n is not None:
             cfg["BLOCK_N"] = block_n
         if block_k is not None:
             cfg["BLOCK_K"] = block_k
         grid = (_cdiv(N, cfg["BLOCK_N"]), M)
+        if w.qtype == "Q6_K" and cfg.get("PACKED"):
+            launch(_q6k_gemv_kernel, grid, x2, w.blocks, b if b is not None else y, y, N, K,
+                   rb, x2.stride(0), x2.stride(1), y.stride(0), HAS_BIAS=b is not None,
+                   BLOCK_N=cfg["BLOCK_N"], BLOCK_S=min(cfg.get("BLOCK_S", 4), _np2(K // 256)),
+                   num_warps=cfg["num_warps"])
+            return y.view(*lead, N)
+        if w.qtype in KQ_PACKED:
+            launch(_kq_gemv_kernel, grid, x2, w.blocks, b if b is not None else y, y, N, K, rb,
+                   x2.stride(0), x2.stride(1), y.stride(0), QTYPE=QTYPES[w.qtype],
+                   HAS_BIAS=b is not None, BLOCK_N=cfg["BLOCK_N"],
+                   BLOCK_S=min(cfg.get("BLOCK_S", 4), _np2(K // 256)),
+                   num_warps=cfg["num_warps"])
+            return y.view(*lead, N)
         launch(_quant_gemv_kernel, grid, x2, w.blocks, b if b is not None else y, y, N, K, rb,
                x2.stride(0), x2.stride(1), y.stride(0), QTYPE=QTYPES[w.qtype],
                HAS_BIAS=b is not None, **cfg)

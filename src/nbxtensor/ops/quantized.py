@@ -26,6 +26,8 @@ rounding to x's dtype.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import dtypes as _dt
@@ -203,35 +205,46 @@ def linear(input, weight, bias=None, *, block_n=None, split_k=None):  # noqa: A0
     """input (..., K) @ W + bias -> (..., N) in input's dtype, W the QuantizedTensor `weight`.
     block_n / split_k override the GEMV's columns per program and K slices (tests force
     tails and the split-K partials with them)."""
-    from ..creation import from_numpy
     op = "linear"
     _check_x(input, weight, bias, op)
-    lead = tuple(input.shape[:-1])
-    M = int(np.prod(lead)) if lead else 1
+    shape = input._shape
+    lead = tuple(shape[:-1])
+    M = math.prod(lead)
     K, N = weight.in_features, weight.out_features
     if input.device.type == "cpu":
+        from ..creation import from_numpy
         wt = np.float64 if input.dtype is _dt.float64 else np.float32
         y = input.numpy().reshape(M, K).astype(wt) @ weight._numpy_kn().astype(wt)
         if bias is not None:
             y += bias.numpy().astype(wt)
         return from_numpy(_dt.cast(y, input.dtype)).reshape(*lead, N)
-    x2 = input.reshape(M, K)
+    x2 = input if len(shape) == 2 else input.reshape(M, K)
     if bias is not None and bias.stride(0) != 1:
         bias = bias.contiguous()
     if M <= SMALL_M:
-        from ..kernels.int4 import int4_gemv
-        y = Tensor._empty((M, N), input.dtype, input.device)
+        y = Tensor._empty((M, N), input._dtype, input.device)
         if M:
-            int4_gemv(x2, weight, bias, y, block_n=block_n, split=split_k)
-        return y.reshape(*lead, N)
-    from ..kernels.int4 import int4_dequantize
+            _kernels().int4_gemv(x2, weight, bias, y, block_n=block_n, split=split_k)
+        return y if len(shape) == 2 else y.reshape(*lead, N)
     from .linalg import matmul as _mm
-    w = int4_dequantize(weight, Tensor._empty((K, N), input.dtype, input.device),
-                        transpose=False)
+    w = _kernels().int4_dequantize(weight, Tensor._empty((K, N), input.dtype, input.device),
+                                   transpose=False)
     y = _mm(x2, w)
     if bias is not None:
         y = y + bias.to(y.dtype)
     return y.reshape(*lead, N)
+
+
+_K4 = None
+
+
+def _kernels():
+    """kernels/int4.py, imported on the first device call (it imports Triton)."""
+    global _K4
+    if _K4 is None:
+        from ..kernels import int4
+        _K4 = int4
+    return _K4
 
 
 def matmul(input, weight):  # noqa: A002
