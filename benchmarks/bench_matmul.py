@@ -20,7 +20,7 @@ Sections
            GEMV rows the table's "TF/s" column is TB/s and "ratio" is the fraction of copy.
 
   mmsweep  (--mm-sweep, alone) the big-product candidates MM_CANDIDATES (tiled kernel
-           variants and the TMA kernel through the TMA_BIG switch) at bf16/fp16 4096^3 and
+           variants and the TMA kernel forced through config_override) at bf16/fp16 4096^3 and
            8192^3 against torch, compiled first in parallel processes; then GEMV launch
            variants (split-K or not, CUDA graph of rotated GEMVs, empty-kernel floor).
            JSON to OUTDIR/matmul_mmsweep.json.
@@ -57,15 +57,7 @@ def _mm_apply(kind, cfg):
     if kind == "tiled":
         return km.config_override(**cfg)
     if kind == "tma":
-        @contextlib.contextmanager
-        def tma():
-            old = km.TMA_BIG
-            km.TMA_BIG = cfg
-            try:
-                yield
-            finally:
-                km.TMA_BIG = old
-        return tma()
+        return km.config_override(TMA=True, **cfg)
     return contextlib.nullcontext()
 
 
@@ -623,11 +615,11 @@ def bench_m16_fused():
 
 # ------------------------------------------------------------------ --mm-sweep (session 4)
 # Candidates for the big 16-bit products (name, kind, config). kind "rule": nbx.matmul as
-# it runs by default; "tiled": config_override on the tiled kernel; "tma": the A/B switch
-# kernels/matmul.py TMA_BIG set to the config (the path the lead would ship).
+# it runs by default; "tiled": config_override on the tiled kernel; "tma": the TMA kernel
+# forced with the config (config_override(TMA=True, ...)).
 _TMA = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, GROUP_M=8)
 MM_CANDIDATES = [
-    ("rule (the default: TMA_BIG)", "rule", None),
+    ("rule (the default)", "rule", None),
     ("tiled s3 (session 3's rule)", "tiled", dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
                                                    num_warps=8, num_stages=3)),
     ("tiled s4", "tiled", dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=4)),

@@ -203,6 +203,77 @@ def main():
     print(f"wrote {path}")
 
 
+COLSUM_KEYS = ("col_block_k", "col_tile", "col_warps")
+COLSUM_CANDS = [(256, 8192, 8), (32, 4096, 4)]
+
+
+def colsum_jobs():
+    """precompile jobs (call, set_override) of the kernels `colsum_probe` launches."""
+    import nbxtensor as nbx
+    from nbxtensor.kernels import reduction as R
+    cfg = R.CONFIG["cuda"]
+    shipped = tuple(cfg[k] for k in COLSUM_KEYS)
+    x = nbx.empty((16384, 4096), dtype=nbx.float32, device="cuda")
+    y = nbx.empty((64, 1024, 1024), dtype=nbx.float32, device="cuda")
+    xb = nbx.empty((32768, 4096), dtype=nbx.bfloat16, device="cuda")
+
+    def setter(cand):
+        def set_():
+            cfg.update(zip(COLSUM_KEYS, cand))
+            R._plan.cache_clear()
+        return set_
+    jobs = [(lambda: x.sum(0), setter(c)) for c in [shipped] + COLSUM_CANDS]
+    jobs += [(lambda: y.sum(1), setter(c)) for c in [shipped] + COLSUM_CANDS]
+    jobs.append((lambda: xb.sum(0), setter(shipped)))
+    return jobs
+
+
+def colsum_probe(deadline=None):
+    """A short look for a shared GPU call (~3 s): sum over dim 0 of f32 (16384, 4096), over
+    dim 1 of f32 (64, 1024, 1024) and over dim 0 of bf16 (32768, 4096) against torch, the f32
+    cases under a few column tiles of
+    kernels/reduction.py CONFIG (col_block_k, col_tile, col_warps; the first is the
+    shipped one); stops starting cases after `deadline` (time.time())."""
+    import time
+
+    import torch
+    import nbxtensor as nbx
+    from nbxtensor.kernels import reduction as R
+    from _common import time_gpu
+    cfg = R.CONFIG["cuda"]
+    shipped = tuple(cfg[k] for k in COLSUM_KEYS)
+    keys = COLSUM_KEYS
+    for shape, dim in (((16384, 4096), 0), ((64, 1024, 1024), 1)):
+        t = torch.randn(*shape, device="cuda")
+        x = nbx.from_dlpack(t)
+        t_t = time_gpu(lambda: t.sum(dim), 5, repeats=2)
+        ref = t.sum(dim)
+        for cand in [shipped] + COLSUM_CANDS:
+            if deadline is not None and time.time() > deadline:
+                print("colsum probe: deadline")
+                break
+            cfg.update(zip(keys, cand))
+            R._plan.cache_clear()
+            try:
+                err = (torch.from_dlpack(x.sum(dim)) - ref).abs().max().item()
+                tn = time_gpu(lambda: x.sum(dim), 5, repeats=2)
+                print(f"  sum f32 {shape} dim={dim} {cand}: {tn * 1e6:7.1f} us "
+                      f"{t.numel() * 4 / tn / 1e9:6.0f} GB/s  {t_t / tn:5.2f}x torch "
+                      f"(torch {t_t * 1e6:.1f} us)  err {err:.1e}", flush=True)
+            except Exception as e:  # noqa: BLE001
+                print(f"  colsum {cand}: {type(e).__name__}: {str(e)[:100]}")
+        cfg.update(zip(keys, shipped))
+        R._plan.cache_clear()
+    cfg.update(zip(keys, shipped))
+    R._plan.cache_clear()
+    tb = torch.randn(32768, 4096, device="cuda", dtype=torch.bfloat16)
+    xb = nbx.from_dlpack(tb)
+    t_t = time_gpu(lambda: tb.sum(0), 5, repeats=2)
+    tn = time_gpu(lambda: xb.sum(0), 5, repeats=2)
+    print(f"  sum bf16 (32768,4096) dim=0 shipped: {tn * 1e6:7.1f} us  {t_t / tn:5.2f}x torch",
+          flush=True)
+
+
 def _tune(nbx, both, randn, timeit, gputime, rows):
     """Small sweeps (one GPU call, ~2-3 min incl. compiles): each knob group is scored by
     the geometric mean of kernel times over the shapes it drives; prints ready-to-paste
@@ -265,10 +336,11 @@ def _tune(nbx, both, randn, timeit, gputime, rows):
           [lambda: x.sum(-1), lambda: xb.sum(-1)])
     # (col_block_k, col_tile, col_warps)
     sweep("col", cfg, clear, ("col_block_k", "col_tile", "col_warps"),
-          [(128, 4096, 8), (256, 8192, 4), (256, 8192, 8), (512, 8192, 8), (256, 16384, 16)],
-          [lambda: x.sum(0), lambda: y.sum(1), lambda: xb.sum(0)])
+          [(256, 8192, 8), (128, 4096, 8), (128, 4096, 4), (64, 4096, 4), (64, 2048, 2),
+           (128, 8192, 8), (256, 8192, 4), (512, 8192, 8), (256, 16384, 16), (128, 2048, 4)],
+          [lambda: x.sum(0), lambda: y.sum(1)])   # fp32 (16-bit columns: CONFIG16)
     sweep("split", cfg, clear, ("target_programs_per_sm", "split_min_steps"),
-          [(4, 4), (8, 2), (8, 4), (16, 2), (32, 2)],
+          [(8, 2), (4, 4), (4, 2), (8, 4), (16, 2), (32, 2)],
           [lambda: x.sum(), lambda: x.sum(0), lambda: y.sum(1)])
     del x, xb, y
 

@@ -331,7 +331,7 @@ class FakeDriver:
                     self.invalidated.add(s)
                 return 900
             self._out(args[0], self._handle() << 20)
-        elif name == "cuStreamCreate":
+        elif name in ("cuStreamCreate", "cuEventCreate"):
             self._out(args[0], self._handle())
         elif name == "cuStreamBeginCapture":
             if not a[0]:
@@ -369,3 +369,69 @@ class FakeDriver:
 
     def names(self):
         return [n for n, _ in self.calls]
+
+
+# ---- from the transfer tests
+class FakeTransferGPU(FakeGPU):
+    """FakeGPU with the legacy stream (0) as a queue, synchronous copies that first drain it
+    (the legacy stream's ordering) and device-to-host copies, sync and async (late, like the
+    host-to-device ones: an async copy lands only when its stream or an event after it is
+    synchronised)."""
+
+    def __init__(self, raw):
+        super().__init__(raw)
+        self.queues[0] = []
+
+    def memcpy_htod(self, dst, src, n, stream=None):
+        if stream is not None:
+            return super().memcpy_htod(dst, src, n, stream)
+        self._run(0)
+        self.log.append(("sync_htod", dst, src, n))
+        buf, off = self.raw.locate(dst, n)
+        buf[off:off + n] = ctypes.string_at(src, n)
+
+    def memcpy_dtoh(self, dst, src, n, stream=None):
+        if stream is None:
+            self._run(0)
+            self.log.append(("sync_dtoh", dst, src, n))
+            buf, off = self.raw.locate(src, n)
+            ctypes.memmove(dst, bytes(buf[off:off + n]), n)
+            return
+        if self._pinned_of(dst, n) is None:
+            self.violations.append(f"async copy destination {dst:#x} is not pinned memory")
+        self.queues[stream].append(("dtoh", dst, src, n))
+        self.log.append(("dtoh", dst, src, n))
+
+    def _run(self, stream, until=None):
+        q = self.queues[stream]
+        while q:
+            op = q.pop(0)
+            if op[0] == "dtoh":
+                _, dst, src, n = op
+                if self._pinned_of(dst, n) is None:
+                    self.violations.append("copy ran into freed pinned memory")
+                    continue
+                buf, off = self.raw.locate(src, n)
+                ctypes.memmove(dst, bytes(buf[off:off + n]), n)
+            elif op[0] == "copy":           # as FakeGPU runs a host-to-device copy
+                _, dst, src, n, snap = op
+                if self._pinned_of(src, n) is None:
+                    self.violations.append("copy ran from freed pinned memory")
+                    continue
+                now = ctypes.string_at(src, n)
+                if now != snap:
+                    self.violations.append(f"pinned bytes [{src:#x}, +{n}) overwritten before "
+                                           f"their copy ran")
+                buf, off = self.raw.locate(dst, n)
+                buf[off:off + n] = now
+            else:
+                self.events[op[1]] = "done"
+                if op[1] == until:
+                    return
+
+    def stream_synchronize(self, s):
+        self.log.append(("stream_sync", s))
+        self._run(s)
+
+    def pending(self, stream=0):
+        return len(self.queues[stream])

@@ -290,21 +290,22 @@ _legacy_types()
 
 def _factory_keywords():
     """torch's factories take requires_grad=, pin_memory=, layout= and memory_format=: the
-    values that change nothing here are accepted (requires_grad=False, pin_memory=False,
-    layout=strided, memory_format=None/contiguous_format/preserve_format) and the rest
-    refused, as requires_grad_(True) is."""
+    values that change nothing here are accepted (requires_grad=False, layout=strided,
+    memory_format=None/contiguous_format/preserve_format), pin_memory=True returns the cpu
+    result in pinned memory (Tensor.pin_memory), and the rest is refused, as
+    requires_grad_(True) is."""
     import functools
 
     def accept(fn):
         @functools.wraps(fn)
         def call(*args, **kwargs):
+            pin = False
             if kwargs:
                 rg = kwargs.pop("requires_grad", False)
                 if rg:
                     raise RuntimeError(f"{fn.__name__}(requires_grad=True): nbxtensor has no "
                                        f"autograd; tensors cannot require grad")
-                if kwargs.pop("pin_memory", False):
-                    raise NotImplementedError(f"{fn.__name__}(pin_memory=True) is not supported")
+                pin = kwargs.pop("pin_memory", False)
                 lay = kwargs.pop("layout", None)
                 if lay not in (None, strided):
                     raise NotImplementedError(f"{fn.__name__}: only layout=strided is supported, "
@@ -314,7 +315,8 @@ def _factory_keywords():
                     raise NotImplementedError(f"{fn.__name__}: memory_format={mf!r} is not "
                                               f"supported by factories (use .contiguous("
                                               f"memory_format=...))")
-            return fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
+            return out.pin_memory() if pin else out
         call._nbx_factory = True
         return call
 

@@ -93,6 +93,9 @@ def add_commands(sub) -> None:
     p.add_argument("--dtype", default=None, type=_dtype_arg, choices=_DTYPES,
                    help="compute dtype (default: float32)")
     p.add_argument("--batch-size", type=_int_at_least(1), default=32)
+    p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=None,
+                   help="replay each batch from a CUDA graph (cuda only; default: on when "
+                        "the texts fill more than one batch, where captures pay for themselves)")
     p.set_defaults(fn=cmd_embed)
 
     p = sub.add_parser("ocr", help="read the text in images (CRAFT detector + CRNN recogniser)",
@@ -232,8 +235,13 @@ def cmd_embed(args) -> int:
     model = models.load_model(args.model, device=resolve_device(args.device), dtype=args.dtype)
     if not isinstance(model, models.BertModel):
         return _fail(f"{args.model!r} is a decoder; use `nbx generate`")
+    graphs = args.graphs
+    if graphs is None:
+        graphs = model.device.type == "cuda" and len(args.texts) > args.batch_size
+    elif graphs and model.device.type != "cuda":
+        return _fail(f"--graphs needs a cuda device, got {model.device}")
     t0 = time.perf_counter()
-    emb = model.embed(args.texts, batch_size=args.batch_size)
+    emb = model.embed(args.texts, batch_size=args.batch_size, graphs=graphs)
     dt = time.perf_counter() - t0
     if args.output:
         if args.output.endswith(".npy"):

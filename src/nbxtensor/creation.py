@@ -114,7 +114,9 @@ def tensor(data, dtype=None, device=None) -> Tensor:
         raise TypeError(f"tensor: complex data cannot be converted to {dtype.name} (the imaginary "
                         f"parts would be lost); take .real or .abs() of a complex tensor")
     with np.errstate(all="ignore"):
-        arr = _dt.cast(arr, dtype)
+        # a device copy is the copy torch.tensor makes: no host copy first (for a large array
+        # the fresh pages alone cost more than the staged upload)
+        arr = _dt.cast(arr, dtype, copy=device.is_host)
     return _host_to(arr, device)
 
 

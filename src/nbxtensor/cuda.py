@@ -106,12 +106,17 @@ def record_memory_trace(path):
 # CUDA graphs (graphs engineer's section): nbx.cuda.CUDAGraph, nbx.cuda.graph
 # ============================================================================================
 # g = nbx.cuda.CUDAGraph(); with nbx.cuda.graph(g): y = f(x)   -> g.replay() re-runs f on x.
+# f = nbx.cuda.graphed(fn) (or make_graphed_callables(fn, sample_args)): f(x) captures once
+# per input signature, then copies the inputs into the graph's static buffers and replays.
 # See backends/cuda/graphs.py for the capture rules and docs/design/graphs.md.
 
-from .backends.cuda.graphs import (CUDAGraph, graph, is_current_stream_capturing)  # noqa: E402
+from .backends.cuda.graphs import (CUDAGraph, GraphedCallable, GraphPool, graph,  # noqa: E402
+                                   graph_pool_handle, graphed, is_current_stream_capturing,
+                                   make_graphed_callables)
 from .backends.cuda.driver import CaptureError  # noqa: E402,F401 - public name
 
-__all__ += ["CUDAGraph", "graph", "is_current_stream_capturing", "CaptureError"]
+__all__ += ["CUDAGraph", "graph", "is_current_stream_capturing", "CaptureError", "GraphPool",
+            "graph_pool_handle", "GraphedCallable", "graphed", "make_graphed_callables"]
 # ============================================================================================
 # end of the CUDA graphs section
 # ============================================================================================

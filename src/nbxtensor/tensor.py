@@ -364,21 +364,18 @@ class Tensor:
     def shape(self) -> Size:
         return self._shape
 
-    def size(self, dim=None):
-        if dim is None:
-            return self._shape
+    def _entry_of_dim(self, entries, dim):
+        """size(dim), stride(dim): the entry of `dim` in `entries` (torch's errors)."""
         d = normalize_dim(dim, self.ndim)
         if not self.ndim:
             raise IndexError(f"dim: dimension specified as {dim} but the tensor has no dimensions")
-        return self._shape[d]
+        return entries[d]
+
+    def size(self, dim=None):
+        return self._shape if dim is None else self._entry_of_dim(self._shape, dim)
 
     def stride(self, dim=None):
-        if dim is None:
-            return self._stride
-        d = normalize_dim(dim, self.ndim)
-        if not self.ndim:
-            raise IndexError(f"dim: dimension specified as {dim} but the tensor has no dimensions")
-        return self._stride[d]
+        return self._stride if dim is None else self._entry_of_dim(self._stride, dim)
 
     def storage_offset(self) -> int:
         return self._offset
@@ -826,13 +823,32 @@ class Tensor:
                                "memory location (an expanded tensor); clone() it first")
         _check_cast(src._dtype, self._dtype, "copy_")
         if src.device != self.device:
-            src = src._to_device(self.device)
+            if self._copy_across(src, non_blocking):
+                return self
+            # (a pinned temporary that a host kernel reads at once must have landed)
+            src = src._to_device(self.device, non_blocking and self.device.type == "cuda")
         elif _overlaps(self, src):
             if src._same_view(self):
                 return self
             src = src.clone()  # read everything before writing anything
         impl("copy_", self.device)(self, src)
         return self
+
+    def _copy_across(self, src, non_blocking) -> bool:
+        """copy_ between the host and a cuda tensor of one dtype straight into a contiguous
+        destination (no temporary, no kernel); False when the layout needs the general path."""
+        if src._dtype is not self._dtype or not self.is_contiguous():
+            return False
+        item = self._dtype.itemsize
+        if self.device.type == "cuda" and src.device.type == "cpu":
+            self._storage.from_host(self._offset * item, src._host_view(), non_blocking)
+            return True
+        if self.device.type == "cpu" and src.device.type == "cuda" and src.is_contiguous():
+            out = self._host_view()
+            src._storage.to_host_into(src._offset * item, out.reshape(-1).view(np.uint8),
+                                      non_blocking and self.is_pinned())
+            return True
+        return False
 
     def _same_view(self, other) -> bool:
         return (self.data_ptr() == other.data_ptr() and self._dtype is other._dtype
@@ -873,15 +889,55 @@ class Tensor:
             impl("copy_", device)(out, self)
         return out
 
-    def _to_device(self, device: Device) -> "Tensor":
-        """A contiguous copy on `device`, same dtype (staged through host memory)."""
+    def _to_device(self, device: Device, non_blocking: bool = False) -> "Tensor":
+        """A contiguous copy on `device`, same dtype (staged through host memory). cuda -> cpu
+        with non_blocking lands in pinned memory, asynchronously on the current stream (torch:
+        synchronise before reading it)."""
+        if non_blocking and self.device.type == "cuda" and device.type == "cpu":
+            src = self.contiguous()
+            out = self._empty_pinned()
+            item = self._dtype.itemsize
+            src._storage.to_host_into(src._offset * item, out._storage.host_array(), True)
+            return out
         host = self.numpy()
         host = host if host.flags.c_contiguous else host.copy()
         if device.type == "cpu":
             return Tensor._from_numpy_unchecked(host)
         out = Tensor._empty(self._shape, self._dtype, device)
-        out._storage.from_host(0, host)
+        if device.type == "cuda":
+            out._storage.from_host(0, host, non_blocking)
+        else:
+            out._storage.from_host(0, host)
         return out
+
+    def _empty_pinned(self) -> "Tensor":
+        """An uninitialised contiguous cpu tensor of self's shape and dtype in pinned memory."""
+        out = _new_object(Tensor)
+        out._storage = _ALLOCATE["pinned"](_CPU, math.prod(self._shape) * self._dtype.itemsize)
+        out._shape = Size(self._shape)
+        out._stride = contiguous_strides(self._shape)
+        out._offset = 0
+        out._dtype = self._dtype
+        return out
+
+    def pin_memory(self, device=None) -> "Tensor":
+        """A copy of this cpu tensor in page-locked host memory (self when already pinned):
+        copies between it and cuda tensors are DMAs, asynchronous with non_blocking=True."""
+        if self.device.type != "cpu":
+            raise RuntimeError(f"pin_memory: only cpu tensors can be pinned, got a tensor on "
+                               f"{self.device}")
+        if device is not None and as_device(device).type != "cuda":
+            raise ValueError(f"pin_memory: device must be a cuda device, got {device!r}")
+        if self.is_pinned():
+            return self
+        out = self._empty_pinned()
+        if out.numel():
+            np.copyto(out._host_view(), self._host_view())
+        return out
+
+    def is_pinned(self, device=None) -> bool:
+        """True when the tensor lives in page-locked host memory (made by pin_memory())."""
+        return getattr(self._storage, "is_pinned", False)
 
     def to(self, *args, **kwargs) -> "Tensor":
         """to(device), to(dtype), to(device, dtype), to(other); copy=True forces a copy."""
@@ -898,7 +954,7 @@ class Tensor:
             return out
         device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
         copy = kwargs.pop("copy", False)
-        kwargs.pop("non_blocking", None)
+        non_blocking = kwargs.pop("non_blocking", False)
         memory_format = kwargs.pop("memory_format", None)
         if memory_format is not None and memory_format is not preserve_format:
             _layout_perm(memory_format, self.ndim, "to")   # checked before any copy
@@ -913,15 +969,21 @@ class Tensor:
             elif isinstance(a, (_dt.DType, np.dtype, type)) or (isinstance(a, str)
                                                                 and _is_dtype_name(a)):
                 dtype = a
+            elif a.__class__ is bool:       # to(device, dtype, non_blocking) positionally
+                non_blocking = a
             elif a is not None:
                 device = a
+        if non_blocking.__class__ is not bool:
+            raise TypeError(f"to: non_blocking must be a bool, got {non_blocking!r}")
         device = self.device if device is None else as_device(device)
         dtype = self._dtype if dtype is None else _dt.as_dtype(dtype)
         if device == self.device and dtype is self._dtype and not copy:
             return self
         _check_cast(self._dtype, dtype, "to")
         if device != self.device:
-            src = self._to_device(device)
+            # (a cast on the host reads the copy at once: it must have landed)
+            src = self._to_device(device, non_blocking and (device.type == "cuda"
+                                                            or dtype is self._dtype))
             if dtype is src._dtype:
                 return src
         else:
@@ -949,29 +1011,16 @@ class Tensor:
     def cpu(self) -> "Tensor":
         return self.to("cpu")
 
-    def cuda(self, device=None) -> "Tensor":
-        return self.to(as_device("cuda" if device is None else device))
+    def cuda(self, device=None, non_blocking: bool = False) -> "Tensor":
+        return self.to(as_device("cuda" if device is None else device), non_blocking=non_blocking)
 
-    def float(self):
-        return self.to(_dt.float32)
-
-    def double(self):
-        return self.to(_dt.float64)
-
-    def half(self):
-        return self.to(_dt.float16)
-
-    def bfloat16(self):
-        return self.to(_dt.bfloat16)
-
-    def int(self):
-        return self.to(_dt.int32)
-
-    def long(self):
-        return self.to(_dt.int64)
-
-    def bool(self):
-        return self.to(_dt.bool)
+    float = _dt.cast_method("float", _dt.float32, "to")
+    double = _dt.cast_method("double", _dt.float64, "to")
+    half = _dt.cast_method("half", _dt.float16, "to")
+    bfloat16 = _dt.cast_method("bfloat16", _dt.bfloat16, "to")
+    int = _dt.cast_method("int", _dt.int32, "to")
+    long = _dt.cast_method("long", _dt.int64, "to")
+    bool = _dt.cast_method("bool", _dt.bool, "to")
 
     # ---------------------------------------------------------------- to the host
     def _host_view(self) -> np.ndarray:

@@ -486,3 +486,52 @@ def test_tiny_bert_on_device(tiny_bert_folder, device):
     got = m.embed(texts)
     ref = RefBert(str(tiny_bert_folder)).embed(ids, mask)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_tiny_bert_padding_to_a_graph_length_changes_nothing(tiny_bert_folder, device):
+    """The graphed path pads each batch to a multiple of GRAPH_LENGTH_STEP: masked padding
+    must not move an embedding (checked eagerly on every device; the replay on cuda below)."""
+    from nbxtensor.models import BertModel
+    m = BertModel.from_folder(str(tiny_bert_folder), device=device)
+    texts = ["w5", "w7 w9 w11 w13 w15 w17 w19", "w4 w40 w41", "w49 " * 20]
+    ids, mask = m.tokenize(texts, pad_to_multiple=16)
+    assert ids.shape == (4, 32) and mask.sum(1).tolist() == [3, 9, 5, 22]
+    assert (ids[~mask] == 0).all()
+    ref = RefBert(str(tiny_bert_folder)).embed(*m.tokenize(texts))
+    got = m._eager_batch(ids, mask).numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    long_ids, _ = m.tokenize(["w5 " * 62], pad_to_multiple=16)
+    assert long_ids.shape == (1, 64)                 # capped at max_position_embeddings
+    if device != "cuda":
+        with pytest.raises(ValueError, match=f"graphs=True needs a cuda model, got {device}"):
+            m.embed(texts, graphs=True)
+    with pytest.raises(TypeError, match="graphs must be a bool, got 1"):
+        m.embed(texts, graphs=1)
+
+
+@pytest.mark.cuda
+def test_tiny_bert_graphed_embed_equals_eager_on_cuda(tiny_bert_folder):
+    from nbxtensor.models import BertModel
+    if not nbx.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    m = BertModel.from_folder(str(tiny_bert_folder), device="cuda")
+    texts = ["w5", "w7 w9 w11 w13 w15 w17 w19", "w4 w40 w41", "w49 " * 20, "w6 w8"] * 3
+    eager = m.embed(texts, batch_size=4)
+    graphed = m.embed(texts, batch_size=4, graphs=True)
+    again = m.embed(texts[::-1], batch_size=4, graphs=True)[::-1]
+    ref = RefBert(str(tiny_bert_folder)).embed(*m.tokenize(texts))
+    np.testing.assert_allclose(graphed, ref, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(graphed, eager, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(again, graphed, rtol=1e-5, atol=1e-6)   # other batches, shapes
+    g = m._graphed
+    assert g.replays == 8 and g.num_graphs <= 4
+
+
+def test_cli_embed_graphs_flag(tiny_bert_folder, capsys, tmp_path):
+    from nbxtensor.cli import main
+    folder = str(tiny_bert_folder)
+    assert main(["embed", folder, "w5 w6", "--device", "cpu", "--graphs"]) == 2
+    assert "--graphs needs a cuda device, got cpu" in capsys.readouterr().err
+    assert main(["embed", folder, "w5 w6", "w7", "--device", "cpu", "--no-graphs",
+                 "-o", str(tmp_path / "e.npy")]) == 0
+    assert np.load(tmp_path / "e.npy").shape == (2, 32)

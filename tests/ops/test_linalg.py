@@ -447,7 +447,8 @@ def _compile_sm90(cfg, dt, **flags):
     ce = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
               GROUP_M=8, EVEN_K=True, HINT_M=True, HINT_N=True, A_K1=True, A_M1=False,
               B_N1=True, B_K1=False, A_DIV=1, B_DIV=1, HAS_ALPHA=False, HAS_BIAS=True,
-              HAS_RES=False, ACT=0, PRECISION="ieee", ACC_F64=False, SPLIT_K=False)
+              HAS_RES=False, ACT=0, PRECISION="ieee", ACC_F64=False, SPLIT_K=False,
+              PERSISTENT=False, FLATTEN=False, C_DIV=1)
     ce.update(flags)
     sig = {n: ("constexpr" if n in ce else "*" + dt.triton if n.endswith("_ptr")
                else "fp32" if n in ("alpha", "beta") else "i32") for n in names}
@@ -495,7 +496,7 @@ def test_tma_configs_compile_for_sm90():
                                          (128, 4, True, True, True, False)]:
         ce = dict(BLOCK_M=128, BLOCK_N=bn, BLOCK_K=64, GROUP_M=8, A_T=False, B_T=b_t,
                   C_DESC=True, SUBTILE=sub, PERSISTENT=pers, FLATTEN=flat, HAS_ALPHA=False,
-                  HAS_BIAS=False, HAS_RES=False, ACT=0)
+                  HAS_BIAS=False, HAS_RES=False, ACT=0, SPLIT=False, PRECISION="ieee")
         sig = {n: ("constexpr" if n in ce else "*bf16" if n.endswith("_ptr")
                    else "fp32" if n in ("alpha", "beta") else "i32") for n in names}
         attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names
@@ -598,15 +599,15 @@ def test_tma_epilogue_and_pointer_store(device, subtile):
 
 
 def test_tma_refuses_unreadable_operands(device):
-    """Forced on operands TMA cannot read (row stride 83: not 16-byte aligned; fp32; a
+    """Forced on operands TMA cannot read (row stride 83: not 16-byte aligned; fp64; a
     batch), the TMA kernel is refused with the reason, never silently replaced."""
     if device == "cpu":
         pytest.skip("kernel variant")
     from nbxtensor.kernels.matmul import config_override
     g = rng()
     dt = nbx.bfloat16
-    cases = [((40, 83), (83, 48), dt, "16-byte aligned"), ((40, 64), (64, 48), nbx.float32,
-             "float16 or bfloat16"), ((2, 40, 64), (2, 64, 48), dt, "one batch")]
+    cases = [((40, 83), (83, 48), dt, "16-byte aligned"), ((40, 64), (64, 48), nbx.float64,
+             "float16, bfloat16 or float32"), ((2, 40, 64), (2, 64, 48), dt, "one batch")]
     for sa, sb, dtype, why in cases:
         with config_override(TMA=True, **TMA_TILE), pytest.raises(ValueError, match=why):
             nbx.matmul(T(arr(sa, dtype, g), dtype, device), T(arr(sb, dtype, g), dtype, device))

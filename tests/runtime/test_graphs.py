@@ -499,3 +499,231 @@ def test_cuda_static_decode_replay_equals_eager_step_bit_for_bit(batch):
         assert graph.positions.numpy().tolist() == [[len(prompts[0]) + i + 1]] * batch
     # and generate() through the graph equals the eager loop
     assert_graph_generate_equals_eager(m, prompts, batch, 16)
+
+
+# ----------------------------------------------------------------------------- shared pools
+
+def test_graphs_share_a_pool_released_with_its_last_user(fake):
+    h = nbx.cuda.graph_pool_handle()
+    g1, g2 = nbx.cuda.CUDAGraph(), nbx.cuda.CUDAGraph()
+    with nbx.cuda.graph(g1, pool=h):
+        _memset(_cuda_empty(1000), 1)            # a temporary: back to the pool
+    with nbx.cuda.graph(g2, pool=g1.pool()):     # torch's other form: another graph's pool()
+        _memset(_cuda_empty(1000), 2)            # reuses g1's freed block: no new segment
+    assert g1.pool().id == g2.pool().id == h.mempool.id
+    assert fake.alloc.reserved == 2 * MiB
+    del h
+    g1.reset()
+    assert fake.alloc.reserved == 2 * MiB        # g2 still uses the pool
+    del g2
+    gc.collect()
+    assert fake.alloc.reserved == 0
+    g3 = nbx.cuda.CUDAGraph()
+    with pytest.raises(TypeError, match="pool must be a GraphPool"):
+        with nbx.cuda.graph(g3, pool=7):
+            pass
+    with pytest.raises(CaptureError, match="is not the pool of a live graph"):
+        with nbx.cuda.graph(g3, pool=memory.MemPool(99)):
+            pass
+    assert not driver.capture_active()
+
+
+# ----------------------------------------------------------------------------- graphed callables
+
+def _fill_out(x, value=3):
+    """A graphable function for the fake: one 'kernel' (a memset) into a new output."""
+    y = _cuda_empty(x.shape[0] // 2)
+    _memset(y, value)
+    return y, {"input": x, "none": None}
+
+
+def _launch_count(fake):
+    return len(fake.launched)
+
+
+def test_graphed_captures_once_per_signature_and_replays(fake):
+    g = nbx.cuda.graphed(_fill_out)
+    x1, x2 = _cuda_empty(100), _cuda_empty(100)
+    y1, d1 = g(x1)
+    assert fake.names().count("cuStreamBeginCapture") == 1 and g.captures == 1
+    # the warm-up ran eagerly (a memset outside any capture), then the capture, then a replay
+    assert _launch_count(fake) == 1 and g.replays == 1
+    static_in = d1["input"]
+    assert static_in is not x1 and static_in.shape == x1.shape and d1["none"] is None
+    fake.calls.clear()
+    y2, d2 = g(x2)                                   # same signature: replay only
+    assert y2 is y1 and d2["input"] is static_in     # torch's rule: the static outputs
+    names = fake.names()
+    assert "cuStreamBeginCapture" not in names
+    copy = names.index("cuMemcpyDtoDAsync")
+    assert names.index("cuGraphLaunch") > copy
+    assert fake.calls[copy][1][:3] == [static_in.data_ptr(), x2.data_ptr(), x2.nbytes]
+    g(x1, 4)                                         # a new constant: a new graph
+    g(_cuda_empty(200))                              # a new shape: a new graph
+    assert g.num_graphs == 3 and g.captures == 3
+    pools = {e.graph.pool().id for e in g._graphs.values()}
+    assert len(pools) == 1                           # one pool for the callable's graphs
+    g.reset()
+    assert g.num_graphs == 0
+
+
+def test_graphed_host_inputs_are_copied_to_the_device(fake):
+    seen = []
+
+    def f(x):
+        seen.append(x.device.type)
+        return _fill_out(x)[0]
+    g = nbx.cuda.graphed(f, device="cuda")
+    a = np.arange(64, dtype=np.float32)
+    y = g(a)
+    assert seen == ["cuda", "cuda"] and y.device.type == "cuda"
+    fake.calls.clear()
+    g(nbx.from_numpy(a))                             # a cpu tensor: the same signature
+    assert fake.names().count("cuMemcpyHtoD") == 1 and "cuStreamBeginCapture" not in fake.names()
+
+
+def test_graphed_refusals_name_the_function(fake):
+    x = _cuda_empty(16)
+
+    def syncs(x):
+        nbx.cuda.synchronize()
+        return _fill_out(x)
+
+    def reads(x):
+        return _fill_out(x)[0], x[0].item()
+
+    def host_data(x):
+        return nbx.tensor(np.ones(4, np.float32), device="cuda")
+
+    calls = [0]
+
+    def reshapes(x):
+        calls[0] += 1
+        return _cuda_empty(calls[0])
+
+    def returns_a_number(x):
+        return 3
+
+    before = nbx.cuda.current_stream(0)
+    for fn, match in ((syncs, r"syncs cannot be graphed \(inputs 0: \(16,\) float32\): "
+                              r"ctx_synchronize"),
+                      (reads, r"reads cannot be graphed.*device-to-host read"),
+                      (host_data, r"host_data cannot be graphed.*host data"),
+                      (reshapes, r"reshapes changes shapes from call to call.*warm-up returned "
+                                 r"\[\('output', \(1,\)\)\], the capture \[\('output', \(2,\)\)\]")):
+        g = nbx.cuda.graphed(fn)
+        with pytest.raises(CaptureError, match=match):
+            g(x)
+        assert g.num_graphs == 0 and not driver.capture_active()
+        assert nbx.cuda.current_stream(0) == before
+    with pytest.raises(TypeError, match=r"output is int; a graphed callable returns tensors"):
+        nbx.cuda.graphed(returns_a_number)(x)
+    g = nbx.cuda.graphed(_fill_out)
+    with pytest.raises(TypeError, match=r"argument 1 \(list\) is neither a tensor nor hashable"):
+        g(x, [1])
+    with pytest.raises(ValueError, match=r"argument 0 is on interp"):
+        g(nbx.zeros(4, device="interp"))
+    with pytest.raises(ValueError, match="no cuda tensor among the arguments and no device="):
+        g(np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="warmup must be an int >= 1, got 0"):
+        nbx.cuda.graphed(_fill_out, warmup=0)
+    with pytest.raises(TypeError, match="fn must be callable"):
+        nbx.cuda.graphed(3)
+
+
+def test_graphed_lru_bound_resets_the_oldest_graph(fake):
+    g = nbx.cuda.graphed(_fill_out, max_graphs=2)
+    g(_cuda_empty(10))
+    first = next(iter(g._graphs.values())).graph
+    g(_cuda_empty(20))
+    g(_cuda_empty(10))                               # refresh the first: now the newest
+    g(_cuda_empty(30))                               # evicts the 20
+    assert g.num_graphs == 2 and first._exec is not None
+    assert [k[0][2] for k in g._graphs] == [(10,), (30,)]
+
+
+def test_graphed_replay_on_another_stream_waits_for_the_last_replay(fake):
+    g = nbx.cuda.graphed(_fill_out)
+    x = _cuda_empty(8)
+    g(x)
+    fake.calls.clear()
+    g(x)
+    assert "cuStreamWaitEvent" not in fake.names()   # same stream: stream order suffices
+    s = nbx.cuda.Stream()
+    with nbx.cuda.stream(s):
+        fake.calls.clear()
+        g(_cuda_empty(8))
+    names = fake.names()
+    wait = names.index("cuStreamWaitEvent")
+    assert fake.calls[wait][1][0] == s.handle
+    assert wait < names.index("cuMemcpyDtoDAsync") < names.index("cuGraphLaunch")
+
+
+def test_make_graphed_callables_on_a_module_and_functions(fake):
+    class Net(nbx.nn.Module):
+        def forward(self, x):
+            return _fill_out(x, 5)[0]
+    net, x = Net(), _cuda_empty(32)
+    same = nbx.cuda.make_graphed_callables(net, (x,))
+    assert same is net and isinstance(net.forward, nbx.cuda.GraphedCallable)
+    assert fake.names().count("cuStreamBeginCapture") == 1 and not fake.launched
+    y = net(x)                                       # replays: no new capture
+    assert fake.names().count("cuStreamBeginCapture") == 1 and len(fake.launched) == 1
+    assert y.shape == (16,)
+    f1, f2 = nbx.cuda.make_graphed_callables((_fill_out, lambda t: _fill_out(t, 9)[0]),
+                                             ((x,), (x,)))
+    assert fake.names().count("cuStreamBeginCapture") == 3
+    assert f2(x).shape == (16,)
+    with pytest.raises(ValueError, match="one argument tuple per callable"):
+        nbx.cuda.make_graphed_callables((_fill_out, _fill_out), ((x,),))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _cuda_ok(), reason="no CUDA device")
+def test_cuda_graphed_callable_equals_eager_for_each_shape():
+    def f(x, w, b, r):
+        return {"y": _step(x, w, b, r), "s": nbx.softmax(x, dim=-1)}
+    g = nbx.cuda.graphed(f)
+    K, N = 257, 385
+    w, b = _rand((N, K), nbx.float32, 2), _rand((N,), nbx.float32, 3)
+    for m, seed in ((37, 10), (1, 11), (37, 12), (130, 13)):
+        x, r = _rand((m, K), nbx.float32, seed), _rand((m, N), nbx.float32, seed + 100)
+        eager = f(x, w, b, r)
+        got = g(x, w, b, r)
+        for k in ("y", "s"):
+            assert got[k].numpy().tobytes() == eager[k].numpy().tobytes(), (m, k)
+        got["y"].fill_(float("nan"))                # poisoned: the next replay rewrites it
+        again = g(x, w, b, r)
+        assert again["y"] is got["y"]
+        assert again["y"].numpy().tobytes() == eager["y"].numpy().tobytes()
+    assert g.num_graphs == 3 and g.captures == 3 and g.replays == 8
+    # host inputs are copied into the static buffers
+    xh = np.random.default_rng(5).standard_normal((37, K)).astype(np.float32)
+    rh = np.random.default_rng(6).standard_normal((37, N)).astype(np.float32)
+    got = g(xh, w, b, rh)["y"].numpy()
+    eager = _step(nbx.tensor(xh, device="cuda"), w, b, nbx.tensor(rh, device="cuda")).numpy()
+    assert got.tobytes() == eager.tobytes() and g.num_graphs == 3
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _cuda_ok(), reason="no CUDA device")
+def test_cuda_make_graphed_module():
+    net = nbx.nn.Sequential(nbx.nn.Linear(96, 200), nbx.nn.GELU(), nbx.nn.LayerNorm(200),
+                            nbx.nn.Linear(200, 33)).to("cuda")
+    x = _rand((50, 96), nbx.float32, 7)
+    eager = net(x).numpy()
+    nbx.cuda.make_graphed_callables(net, (x,))
+    x.copy_(_rand((50, 96), nbx.float32, 8))
+    got = net(x).numpy()
+    ref = x.numpy().astype(np.float64)
+    for layer in (net[0], None, net[2], net[3]):
+        if layer is None:
+            from math import erf
+            ref = 0.5 * ref * (1 + np.vectorize(erf)(ref / np.sqrt(2)))
+        elif isinstance(layer, nbx.nn.Linear):
+            ref = ref @ layer.weight.numpy().astype(np.float64).T + layer.bias.numpy()
+        else:
+            mu, var = ref.mean(-1, keepdims=True), ref.var(-1, keepdims=True)
+            ref = (ref - mu) / np.sqrt(var + layer.eps) * layer.weight.numpy() + layer.bias.numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3)
+    assert not np.allclose(got, eager)

@@ -184,7 +184,11 @@ NOT_CACHES = {
     ("backends/cuda/driver.py", "_capturing"): "streams capturing a graph now",
     ("backends/cuda/storage.py", "_launch_tokens"): "the launch mark per device",
     ("backends/cuda/memory.py", "_allocators"): "the caching allocator per device",
+    ("backends/cuda/storage.py", "_rings"): "the pinned staging ring per device (pinned "
+                                            "buffers kept for the process)",
     ("backends/cuda/graphs.py", "_side_streams"): "the capture side stream per device",
+    ("backends/cuda/graphs.py", "_pool_handles"): "live graph pools by id: weak references "
+                                                  "that drop with the pool",
     ("backends/cuda/launcher.py", "_devinfo"): "compute capability and shared limits per device",
     ("backends/cuda/launcher.py", "_modules"): "loaded CUmodules: loaded once, never unloaded "
                                               "(evicting one would unload a kernel in use)",

@@ -99,14 +99,22 @@ def _matmul_space(dtype: str) -> list[dict]:
                       num_warps=[4, 8], num_stages=[3, 4], GROUP_M=[8])
         pers = _grid(BLOCK_M=[128], BLOCK_N=[128, 256], BLOCK_K=[64], num_warps=[8],
                      num_stages=[3, 4], GROUP_M=[8], PERSISTENT=[True], FLATTEN=[False, True])
-        return tiles + pers
+        return tiles + pers + _tma_space(64)
     if dtype == "float32":
         return _grid(BLOCK_M=[64, 128], BLOCK_N=[64, 128], BLOCK_K=[16, 32],
-                     num_warps=[4, 8], num_stages=[2, 3], GROUP_M=[8])
+                     num_warps=[4, 8], num_stages=[2, 3, 4], GROUP_M=[8]) + _tma_space(32)
     if dtype == "float64":
         return _grid(BLOCK_M=[32, 64], BLOCK_N=[32, 64], BLOCK_K=[16], num_warps=[4],
                      num_stages=[2], GROUP_M=[8])
     return []
+
+
+def _tma_space(bk: int) -> list[dict]:
+    """The TMA kernel's configs (kernels/matmul.py `_TMA_16`, `_TMA_TF32`), persistent and
+    flattened when the items outnumber the SMs; their K split is derived at launch
+    (`_tma_split`), so it is not part of the space."""
+    return _grid(TMA=[True], BLOCK_M=[128], BLOCK_N=[64, 128, 256], BLOCK_K=[bk],
+                 num_warps=[4, 8], num_stages=[3, 4], GROUP_M=[8], FLATTEN=[True])
 
 
 def _matmul_bucket(key: tuple) -> tuple:

@@ -12,4 +12,12 @@ def _first_cuda_allocate(device, nbytes):
     return allocate(device, nbytes)
 
 
+def _first_pinned_allocate(device, nbytes):
+    # page-locked host memory (Tensor.pin_memory): the cuda backend's pinned allocator
+    from .cuda.memory import PinnedHostStorage
+    _storage.register_allocator("pinned", PinnedHostStorage.allocate)
+    return PinnedHostStorage.allocate(device, nbytes)
+
+
 _storage.register_allocator("cuda", _first_cuda_allocate)
+_storage.register_allocator("pinned", _first_pinned_allocate)

@@ -12,18 +12,21 @@ view (addmm's `input`, or the residual stream of a transformer block). `act` is
 none, gelu (erf), gelu_tanh, silu or relu.
 
 Decode-shaped products (M <= GEMV_MAX_M = 16 rows, one batch) go to the GEMV kernel in
-gemv.py; other products with fewer tiles than SMs may split K (fp32 partials + a reduce),
-as the cost model behind `matmul_config` decides.
+gemv.py, and so do their transposes (N <= GEMV_MAX_M columns, no bias: out^T = b^T @ a^T);
+other products with fewer tiles than SMs may split K (fp32 partials + a reduce), as the
+cost model behind `matmul_config` decides.
 
 Loads vectorise (16-byte cp.async, pipelined) only where the compiler can prove 16-byte
 aligned rows: strides that are multiples of 16 bytes are proven through A_DIV/B_DIV, and
 operands that are not aligned at all (K = 4093 rows) are first copied into a padded buffer
 when the product is big enough (`_pad_copy`). The K tail is one peeled, masked step.
 
-`_matmul_tma_kernel` is a Hopper variant for one-batch 16-bit products (TMA tile loads via
-device-built descriptors, persistent or one tile a program, descriptor stores); it runs
-when forced (`config_override(TMA=True)`) or, for the big products, when the A/B switch
-`TMA_BIG` is set (the default since the H200 sweep; None keeps the tiled kernel).
+`_matmul_tma_kernel` is a Hopper variant for one-batch 16-bit and fp32 products (TMA tile
+loads via device-built descriptors, persistent over tiles and K slices or one item a
+program, descriptor stores; a K split writes fp32 partials that the GEMV family's reduce
+kernel finishes). Which kernel, tile and split run is one cost model, `_rule`, over both
+kernels' candidates: `config_override(TMA=True)` forces the TMA kernel, `TMA_BIG = None`
+keeps every product on the tiled kernel.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from .. import autotune as _autotune   # autotune seam (autotune engineer): pick() below
 from .. import dtypes as _dt
+from .. import plans as _plans
 from ..dispatch import register
 from ._common import device_facts
 from ._host import cdiv as _cdiv
@@ -198,13 +202,33 @@ def _mm_tile(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr, pid_m, pid_n, M, N, K, M_LD, 
 
 
 @triton.jit
+def _batch_tile(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr, pid_b, B1, s_a0, s_a1, s_b0, s_b1,
+                s_c0, s_c1, s_r0, s_r1, pid_m, pid_n, M, N, K, M_LD, N_LD,
+                s_am, s_ak, s_bk, s_bn, s_cm, s_cn, s_rm, s_rn, s_bias, alpha, beta,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                EVEN_K: tl.constexpr, HINT_M: tl.constexpr, HINT_N: tl.constexpr,
+                A_K1: tl.constexpr, A_M1: tl.constexpr, B_N1: tl.constexpr, B_K1: tl.constexpr,
+                HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
+                ACT: tl.constexpr, PRECISION: tl.constexpr, ACC_F64: tl.constexpr):
+    """Output tile (pid_m, pid_n) of batch pid_b (int64; B0 * B1 batches, B1 the inner)."""
+    b0 = pid_b // B1
+    b1 = pid_b % B1
+    _mm_tile(a_ptr + b0 * s_a0 + b1 * s_a1, b_ptr + b0 * s_b0 + b1 * s_b1,
+             c_ptr + b0 * s_c0 + b1 * s_c1, bias_ptr, r_ptr + b0 * s_r0 + b1 * s_r1,
+             pid_m, pid_n, M, N, K, M_LD, N_LD, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, s_rm, s_rn,
+             s_bias, alpha, beta, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, HINT_M, HINT_N, A_K1, A_M1,
+             B_N1, B_K1, HAS_ALPHA, HAS_BIAS, HAS_RES, ACT, PRECISION, ACC_F64)
+
+
+@triton.jit
 def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr,
                    M, N, K, B1, M_LD, N_LD,
                    s_a0, s_a1, s_am, s_ak,
                    s_b0, s_b1, s_bk, s_bn,
                    s_c0, s_c1, s_cm, s_cn,
                    s_r0, s_r1, s_rm, s_rn,
-                   s_bias, alpha, beta, K_SPLIT, SPLIT_STRIDE,
+                   s_bias, alpha, beta, K_SPLIT, SPLIT_STRIDE, NUM_PROGS, NUM_TILES,
+                   TILES_PER_BATCH,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
                    HINT_M: tl.constexpr, HINT_N: tl.constexpr,
@@ -212,14 +236,36 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr,
                    B_K1: tl.constexpr, A_DIV: tl.constexpr, B_DIV: tl.constexpr,
                    HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
                    ACT: tl.constexpr, PRECISION: tl.constexpr, ACC_F64: tl.constexpr,
-                   SPLIT_K: tl.constexpr):
+                   SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr,
+                   C_DIV: tl.constexpr):
     """One program per output tile; grid (tiles, B0 * B1) -- or, with SPLIT_K (one batch),
     grid (tiles, 1, SPLIT): program k sums K-slice [k*K_SPLIT, (k+1)*K_SPLIT) into the fp32
-    workspace c + k*SPLIT_STRIDE (no epilogue; the reduce kernel applies it)."""
+    workspace c + k*SPLIT_STRIDE (no epilogue; the reduce kernel applies it) -- or,
+    PERSISTENT, grid (NUM_PROGS,): one wave striding over the NUM_TILES tiles of all batches
+    (TILES_PER_BATCH each), with FLATTEN pipelined across tile boundaries too."""
     s_a0, s_a1, s_am, s_ak, s_b0, s_b1, s_bk, s_bn = _scale_strides(
         s_a0, s_a1, s_am, s_ak, s_b0, s_b1, s_bk, s_bn, A_K1, A_M1, B_N1, B_K1, A_DIV, B_DIV)
-    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    if SPLIT_K:
+    if C_DIV > 1:
+        # N and the output's row and batch strides come divided by C_DIV (16 bytes in
+        # elements): multiplied back, they prove every output row 16-byte aligned and the
+        # N mask constant over 16-byte groups, so the stores vectorise (N = 1000 rows stored
+        # element by element otherwise)
+        N = N * C_DIV
+        s_c0 = s_c0 * C_DIV
+        s_c1 = s_c1 * C_DIV
+        s_cm = s_cm * C_DIV
+    if PERSISTENT:
+        for t in tl.range(tl.program_id(0), NUM_TILES, NUM_PROGS, flatten=FLATTEN):
+            pid_m, pid_n = _grouped_tile(t % TILES_PER_BATCH, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+            _batch_tile(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr,
+                        (t // TILES_PER_BATCH).to(tl.int64), B1, s_a0, s_a1, s_b0, s_b1,
+                        s_c0, s_c1, s_r0, s_r1, pid_m, pid_n, M, N, K, M_LD, N_LD,
+                        s_am, s_ak, s_bk, s_bn, s_cm, s_cn, s_rm, s_rn, s_bias,
+                        alpha, beta, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, HINT_M, HINT_N,
+                        A_K1, A_M1, B_N1, B_K1, HAS_ALPHA, HAS_BIAS, HAS_RES, ACT, PRECISION,
+                        ACC_F64)
+    elif SPLIT_K:
+        pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
         pid_k = tl.program_id(2)
         k_lo = pid_k * K_SPLIT
         a_k = k_lo if A_K1 else k_lo.to(tl.int64) * s_ak   # constexpr unit strides keep
@@ -230,57 +276,25 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr,
                  alpha, beta, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, HINT_M, HINT_N, A_K1, A_M1,
                  B_N1, B_K1, False, False, False, 0, PRECISION, ACC_F64)
     else:
-        pid_b = tl.program_id(1).to(tl.int64)
-        b0 = pid_b // B1
-        b1 = pid_b % B1
-        _mm_tile(a_ptr + b0 * s_a0 + b1 * s_a1, b_ptr + b0 * s_b0 + b1 * s_b1,
-                 c_ptr + b0 * s_c0 + b1 * s_c1, bias_ptr, r_ptr + b0 * s_r0 + b1 * s_r1,
-                 pid_m, pid_n, M, N, K, M_LD, N_LD, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, s_rm, s_rn, s_bias,
-                 alpha, beta, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, HINT_M, HINT_N, A_K1, A_M1,
-                 B_N1, B_K1, HAS_ALPHA, HAS_BIAS, HAS_RES, ACT, PRECISION, ACC_F64)
-
-
-@triton.jit
-def _matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr,
-                              M, N, K, B1, NUM_PROGS, M_LD, N_LD,
-                              s_a0, s_a1, s_am, s_ak,
-                              s_b0, s_b1, s_bk, s_bn,
-                              s_c0, s_c1, s_cm, s_cn,
-                              s_r0, s_r1, s_rm, s_rn,
-                              s_bias, alpha, beta, NUM_TILES, TILES_PER_BATCH,
-                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                              GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
-                              HINT_M: tl.constexpr, HINT_N: tl.constexpr,
-                              A_K1: tl.constexpr, A_M1: tl.constexpr, B_N1: tl.constexpr,
-                              B_K1: tl.constexpr, A_DIV: tl.constexpr, B_DIV: tl.constexpr,
-                              HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr,
-                              HAS_RES: tl.constexpr, ACT: tl.constexpr, PRECISION: tl.constexpr,
-                              ACC_F64: tl.constexpr, FLATTEN: tl.constexpr):
-    """Persistent variant: NUM_PROGS programs (one wave) stride over all tiles of all
-    batches; with FLATTEN the compiler pipelines across tile boundaries too."""
-    s_a0, s_a1, s_am, s_ak, s_b0, s_b1, s_bk, s_bn = _scale_strides(
-        s_a0, s_a1, s_am, s_ak, s_b0, s_b1, s_bk, s_bn, A_K1, A_M1, B_N1, B_K1, A_DIV, B_DIV)
-    for t in tl.range(tl.program_id(0), NUM_TILES, NUM_PROGS, flatten=FLATTEN):
-        pid_b = (t // TILES_PER_BATCH).to(tl.int64)
-        pid_m, pid_n = _grouped_tile(t % TILES_PER_BATCH, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        b0 = pid_b // B1
-        b1 = pid_b % B1
-        _mm_tile(a_ptr + b0 * s_a0 + b1 * s_a1, b_ptr + b0 * s_b0 + b1 * s_b1,
-                 c_ptr + b0 * s_c0 + b1 * s_c1, bias_ptr, r_ptr + b0 * s_r0 + b1 * s_r1,
-                 pid_m, pid_n, M, N, K, M_LD, N_LD, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, s_rm, s_rn, s_bias,
-                 alpha, beta, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, HINT_M, HINT_N, A_K1, A_M1,
-                 B_N1, B_K1, HAS_ALPHA, HAS_BIAS, HAS_RES, ACT, PRECISION, ACC_F64)
+        pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        _batch_tile(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr, tl.program_id(1).to(tl.int64), B1,
+                    s_a0, s_a1, s_b0, s_b1, s_c0, s_c1, s_r0, s_r1, pid_m, pid_n, M, N, K,
+                    M_LD, N_LD, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, s_rm, s_rn, s_bias,
+                    alpha, beta, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, HINT_M, HINT_N, A_K1, A_M1,
+                    B_N1, B_K1, HAS_ALPHA, HAS_BIAS, HAS_RES, ACT, PRECISION, ACC_F64)
 
 
 # ------------------------------------------------------------------ TMA variant (Hopper)
 
 @triton.jit
-def _tma_acc(a_desc, b_desc, om, on, k_tiles, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_K: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
-    """The fp32 accumulator of the tile at rows om.., cols on.. (TMA loads, no masks)."""
+def _tma_acc(a_desc, b_desc, om, on, k0, k_tiles, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             BLOCK_K: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
+             PRECISION: tl.constexpr):
+    """The fp32 accumulator of the tile at rows om.., cols on.. over k_tiles K blocks from k0
+    (TMA loads, no masks: reads past K are zero-filled)."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for ki in range(k_tiles):
-        ok = ki * BLOCK_K
+        ok = k0 + ki * BLOCK_K
         if A_T:
             a = a_desc.load([ok, om]).T
         else:
@@ -289,7 +303,7 @@ def _tma_acc(a_desc, b_desc, om, on, k_tiles, BLOCK_M: tl.constexpr, BLOCK_N: tl
             b = b_desc.load([on, ok]).T
         else:
             b = b_desc.load([ok, on])
-        acc = tl.dot(a, b, acc)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
     return acc
 
 
@@ -321,22 +335,54 @@ def _tma_store(acc, c_desc, c_ptr, pid_m, pid_n, M, N, s_c, s_cn, bias_ptr, s_bi
 
 
 @triton.jit
+def _tma_item(t, M, N, K, K_SPLIT, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, SPLIT: tl.constexpr):
+    """Work item t -> (pid_m, pid_n, first K element, K slice). With SPLIT the items are
+    slice-major (every tile of slice 0, then of slice 1, ...: programs running together
+    share operand rows in L2); else an item is a tile and covers all of K."""
+    if SPLIT:
+        tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+        ks = t // tiles
+        t = t % tiles
+    else:
+        ks = 0
+    pid_m, pid_n = _grouped_tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    return pid_m, pid_n, ks * K_SPLIT, ks
+
+
+@triton.jit
+def _ws_store(acc, w_desc, ks, pid_m, pid_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A K slice's fp32 partial tile into plane ks of the [slices, M, N] workspace, as two
+    half-width descriptor stores (half the staging shared memory; clipped at M, N). No
+    epilogue: the reduce kernel applies it once to the sum."""
+    acc = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+    c0, c1 = tl.split(acc)
+    w_desc.store([ks, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(c0, (1, BLOCK_M, BLOCK_N // 2)))
+    w_desc.store([ks, pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2],
+                 tl.reshape(c1, (1, BLOCK_M, BLOCK_N // 2)))
+
+
+@triton.jit
 def _matmul_tma_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr, M, N, K, NUM_PROGS, NUM_TILES,
-                       s_a, s_b, s_c, s_cn, s_rm, s_rn, s_bias, alpha, beta,
+                       s_a, s_b, s_c, s_cn, s_rm, s_rn, s_bias, alpha, beta, K_SPLIT,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        GROUP_M: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
                        C_DESC: tl.constexpr, SUBTILE: tl.constexpr, PERSISTENT: tl.constexpr,
                        FLATTEN: tl.constexpr, HAS_ALPHA: tl.constexpr,
-                       HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr):
-    """One-batch 16-bit product with TMA tile loads (device-built tensor descriptors).
+                       HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr,
+                       SPLIT: tl.constexpr, PRECISION: tl.constexpr):
+    """One-batch product with TMA tile loads (device-built tensor descriptors): 16-bit, or
+    fp32 at PRECISION ("tf32" or "ieee").
 
     A is [M, K] row-major (A_T: stored [K, M], i.e. a transposed view), B is [K, N]
     row-major (B_T: stored [N, K], linear's weight); s_a / s_b are the non-unit strides.
     C is stored through a descriptor (C_DESC: unit column stride, s_c its row stride) or
     by pointers (s_c, s_cn). TMA zero-fills reads past M, N and K, so the K loop has no
     mask and no peeled tail, and descriptor stores clip at M, N.
-    PERSISTENT: NUM_PROGS programs stride over NUM_TILES tiles (FLATTEN pipelines across
-    tile boundaries); else one tile a program. No warp specialisation: Triton 3.6 on
+    PERSISTENT: NUM_PROGS programs stride over NUM_TILES work items (FLATTEN pipelines
+    across item boundaries); else one item a program. SPLIT: an item is (tile, K slice of
+    K_SPLIT elements, a multiple of BLOCK_K, so every item runs the same number of K
+    blocks) and c_ptr is the fp32 workspace [slices, M, N]. No warp specialisation: Triton 3.6 on
     sm_90 was seen to compute wrong results with it when programs run different trip
     counts (a persistent loop does), and for this kernel it was not lowered at 8 warps
     (no setmaxnreg in the PTX) and failed to compile at 4."""
@@ -353,31 +399,56 @@ def _matmul_tma_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, r_ptr, M, N, K, NUM_PROGS,
         b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[s_b, 1],
                                            block_shape=[BLOCK_K, BLOCK_N])
     c_desc = c_ptr
-    if C_DESC:
+    if SPLIT:   # the fp32 workspace [slices, M, N] (N a multiple of 4: 16-byte rows)
+        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[tl.cdiv(K, K_SPLIT), M, N],
+                                           strides=[M * N, N, 1],
+                                           block_shape=[1, BLOCK_M, BLOCK_N // 2])
+    elif C_DESC:
         if SUBTILE:
             c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[s_c, 1],
                                                block_shape=[BLOCK_M, BLOCK_N // 2])
         else:
             c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[s_c, 1],
                                                block_shape=[BLOCK_M, BLOCK_N])
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    if PERSISTENT:
-        # the epilogue's tile index runs on its own counter (as Triton's persistent
-        # tutorial): with FLATTEN the next tile's loads are issued under this epilogue
-        tile_c = tl.program_id(0) - NUM_PROGS
-        for t in tl.range(tl.program_id(0), NUM_TILES, NUM_PROGS, flatten=FLATTEN):
-            pid_m, pid_n = _grouped_tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-            acc = _tma_acc(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_tiles,
-                           BLOCK_M, BLOCK_N, BLOCK_K, A_T, B_T)
-            tile_c += NUM_PROGS
-            pid_m, pid_n = _grouped_tile(tile_c, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-            _tma_store(acc, c_desc, c_ptr, pid_m, pid_n, M, N, s_c, s_cn, bias_ptr, s_bias,
-                       r_ptr, s_rm, s_rn, alpha, beta, BLOCK_M, BLOCK_N, C_DESC, SUBTILE,
-                       HAS_ALPHA, HAS_BIAS, HAS_RES, ACT)
+    if SPLIT:
+        k_tiles = K_SPLIT // BLOCK_K
     else:
-        pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = _tma_acc(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_tiles,
-                       BLOCK_M, BLOCK_N, BLOCK_K, A_T, B_T)
+        k_tiles = tl.cdiv(K, BLOCK_K)
+    if PERSISTENT:
+        # the epilogue's item index runs on its own counter (as Triton's persistent
+        # tutorial): with FLATTEN the next item's loads are issued under this epilogue
+        item_c = tl.program_id(0) - NUM_PROGS
+        for t in tl.range(tl.program_id(0), NUM_TILES, NUM_PROGS, flatten=FLATTEN):
+            pid_m, pid_n, k0, ks = _tma_item(t, M, N, K, K_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K,
+                                             GROUP_M, SPLIT)
+            acc = _tma_acc(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k0, k_tiles,
+                           BLOCK_M, BLOCK_N, BLOCK_K, A_T, B_T, PRECISION)
+            item_c += NUM_PROGS
+            pid_m, pid_n, k0, ks = _tma_item(item_c, M, N, K, K_SPLIT, BLOCK_M, BLOCK_N,
+                                             BLOCK_K, GROUP_M, SPLIT)
+            _tma_finish(acc, c_desc, c_ptr, pid_m, pid_n, ks, M, N, s_c, s_cn, bias_ptr,
+                        s_bias, r_ptr, s_rm, s_rn, alpha, beta, BLOCK_M, BLOCK_N, C_DESC,
+                        SUBTILE, HAS_ALPHA, HAS_BIAS, HAS_RES, ACT, SPLIT)
+    else:
+        pid_m, pid_n, k0, ks = _tma_item(tl.program_id(0), M, N, K, K_SPLIT, BLOCK_M,
+                                         BLOCK_N, BLOCK_K, GROUP_M, SPLIT)
+        acc = _tma_acc(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k0, k_tiles,
+                       BLOCK_M, BLOCK_N, BLOCK_K, A_T, B_T, PRECISION)
+        _tma_finish(acc, c_desc, c_ptr, pid_m, pid_n, ks, M, N, s_c, s_cn, bias_ptr, s_bias,
+                    r_ptr, s_rm, s_rn, alpha, beta, BLOCK_M, BLOCK_N, C_DESC, SUBTILE,
+                    HAS_ALPHA, HAS_BIAS, HAS_RES, ACT, SPLIT)
+
+
+@triton.jit
+def _tma_finish(acc, c_desc, c_ptr, pid_m, pid_n, ks, M, N, s_c, s_cn, bias_ptr, s_bias,
+                r_ptr, s_rm, s_rn, alpha, beta, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                C_DESC: tl.constexpr, SUBTILE: tl.constexpr, HAS_ALPHA: tl.constexpr,
+                HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr,
+                SPLIT: tl.constexpr):
+    """An item's end: its partial into workspace plane ks (SPLIT), else epilogue and store."""
+    if SPLIT:
+        _ws_store(acc, c_desc, ks, pid_m, pid_n, BLOCK_M, BLOCK_N)
+    else:
         _tma_store(acc, c_desc, c_ptr, pid_m, pid_n, M, N, s_c, s_cn, bias_ptr, s_bias,
                    r_ptr, s_rm, s_rn, alpha, beta, BLOCK_M, BLOCK_N, C_DESC, SUBTILE,
                    HAS_ALPHA, HAS_BIAS, HAS_RES, ACT)
@@ -432,76 +503,165 @@ def config_override(**cfg):
         _OVERRIDE = old
 
 
-# 16-bit candidates, biggest first: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, efficiency).
-# Efficiency = tensor-core rate of one program relative to the 128x256 tile (which measured
-# ~5.4 TFLOP/s per SM, 712 TFLOP/s at 4096^3 on the H200). Smaller tiles re-read more
-# operand bytes per FLOP and use half-filled warpgroups (64-row tiles: one warpgroup).
-# The autotune table's M=128 winners (64x64x64 at N, K <= 1536) are in this list.
+# The rule's candidates, biggest first: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, efficiency).
+# Efficiency = tensor-core rate of one program relative to the tiled kernel's 128x256 tile
+# (~5.6 TFLOP/s an SM in bf16 on the H200; the TMA kernel's tiles run above it). Smaller
+# tiles re-read more operand bytes per FLOP and use half-filled warpgroups (64-row tiles:
+# one warpgroup). `_TILES_16` / `_TILES_32` / `_TILES_TF32`: the tiled kernel (any batch,
+# any strides); `_TMA_16` / `_TMA_TF32`: the TMA kernel (one batch, operands TMA can read,
+# `_tma_operand`), persistent and flattened when the items outnumber the SMs, with its own
+# K split. The efficiencies are fitted to `benchmarks/bench_matmul_grid.py --sweep` on the
+# H200 (docs/design/matmul-and-gemv.md).
 _TILES_16 = [(128, 256, 64, 8, 3, 1.00), (128, 128, 64, 8, 4, 0.85), (128, 64, 64, 4, 4, 0.70),
              (64, 128, 64, 4, 4, 0.70), (64, 64, 64, 4, 4, 0.50)]
-_SM_FLOPS = 5.6e12        # bf16/fp16 FLOP/s of one SM running the 128x256 tile
+# H200 grid (`bench_matmul_grid.py --quick --probe`, torch time / ours): the TMA 128x256 tile
+# runs at 1.08-1.10 of the tiled one's rate (4096^3: 777 against 705 TFLOP/s), its 128x128
+# at 0.66 (3000x2000x5000: 0.645 against 0.769 for 128x256 in 1.45 waves), its 128x64 and
+# its K split lost to the tiled kernel on every few-tile shape (256^3 .. 1024^3 0.58-0.64
+# against 0.85-1.09; 1024^2 x 16384 0.864 against 0.908), so the TMA family has neither.
+_TMA_16 = [(128, 256, 64, 8, 3, 1.10), (128, 128, 64, 8, 4, 0.66)]
+# IEEE fp32 (FMA): 64x128x32 at 4 warps, 4 stages 0.880 of cuBLAS at 4096^3, 128x64 0.868,
+# the former 128x128x32 at 8 warps 0.815 (f32 efficiencies relative to the first)
+_TILES_32 = [(64, 128, 32, 4, 4, 1.00), (128, 64, 32, 4, 4, 0.98), (64, 64, 32, 4, 3, 0.60)]
+_TILES_TF32 = [(128, 128, 32, 8, 3, 1.00), (64, 64, 32, 4, 3, 0.60)]
+_TMA_TF32 = [(128, 256, 32, 8, 3, 1.10), (128, 128, 32, 8, 4, 0.66)]
+# FLOP/s of one SM running the reference tile: 16-bit, TF32, IEEE fp32 (FMA)
+_SM_FLOPS = {"16": 5.6e12, "tf32": 2.8e12, "ieee": 0.36e12}
 _SM_L2_BW = 100e9         # operand bytes/s one SM pulls from L2 (64 B/clk at ~1.7 GHz)
 _HBM_BW = 3.6e12          # achievable HBM bytes/s (4.19 TB/s copy)
 _T_TILE = 2e-6            # per program: pipeline fill + epilogue
+_T_TILE_TMA = 1e-6        # the same under a persistent TMA loop (the next loads overlap)
 _T_LAUNCH = 3e-6          # the split-K reduce: one more kernel on the stream
 
 
-def _estimate(M, N, K, bm, bn, eff, split, batch, itemsize, sms):
+def _estimate(M, N, K, bm, bn, eff, split, batch, itemsize, sms, flops=_SM_FLOPS["16"],
+              t_tile=_T_TILE):
     """Modelled seconds of one product with a bm x bn tile and `split` K slices.
 
     Programs = tiles * batch * split are spread over the `sms` SMs; an SM that runs c of them
-    takes c * max(compute, operand loads) plus the fill/epilogue latency once per pair
-    (two small programs share an SM and hide each other's latency; a 128x256 one does not).
-    Bounded below by the HBM traffic of the operands. A split adds the reduce kernel and
-    its fp32 workspace traffic (written and read once per slice)."""
+    takes c * max(compute, operand loads) plus the fill/epilogue latency `t_tile` once per
+    pair (two small programs share an SM and hide each other's latency; a 128x256 one does
+    not). Bounded below by the HBM traffic of the operands. A split adds the reduce kernel
+    and its fp32 workspace traffic (written and read once per slice)."""
     tiles = _cdiv(M, bm) * _cdiv(N, bn) * batch
     progs = tiles * split
     c = _cdiv(progs, sms)
     ks = _cdiv(K, split)
     occ = 1 if bm * bn >= 128 * 256 else 2
-    t_tile = max(2.0 * bm * bn * ks / (_SM_FLOPS * eff), (bm + bn) * ks * itemsize / _SM_L2_BW)
-    t = c * t_tile + _T_TILE * _cdiv(c, occ)
-    t = max(t, batch * itemsize * (M * K + K * N + M * N) / _HBM_BW)
+    t_prog = max(2.0 * bm * bn * ks / (flops * eff), (bm + bn) * ks * itemsize / _SM_L2_BW)
+    t = c * t_prog + t_tile * _cdiv(c, occ)
+    # the operands' HBM traffic, at the share of the bandwidth the programs can draw: fewer
+    # programs than SMs keep fewer loads in flight (H200: 64 programs streaming a 4096^2
+    # weight drew 2.2 TB/s, 86 of them 2.0)
+    t = max(t, batch * itemsize * (M * K + K * N + M * N) / (_HBM_BW * min(1.0, progs / sms)))
     if split > 1:
         t += _T_LAUNCH + (2 * split + 1) * 4.0 * M * N * batch / _HBM_BW
     return t
 
 
-def matmul_config(M, N, K, dtype, dev, batch=1) -> dict:
-    """The default launch config of the tiled kernel on `dev` (kernels/_common.DeviceFacts;
-    the autotune table overrides it per shape where it has an entry; `config_override` for
-    tests and sweeps).
+def _p2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
 
-    16-bit: among _TILES_16, the one (with its best K split, `splitk_factor`) whose
-    `_estimate` is lowest -- so the big square products keep 128x256x64 (8 warps, 3 stages),
-    a product with few output tiles takes a smaller tile to fill the SMs (measured on the
-    H200: M = 2048, N = 512: 128x64; M = 128, N = 2048: 64x64), and a small M*N with a long K splits K.
-    fp32 (FMA or TF32): 128x128x32 / 64x64x32 (8 / 4 warps, 3 stages) by M >= 64.
-    fp64: 64x64x16, 4 warps, 2 stages, never split."""
+
+def _families(dtype, precision, tma, tiles16):
+    """(kernel, candidates, FLOP/s an SM, per-program latency) the rule weighs for `dtype`."""
     if dtype.itemsize == 2:
-        best = None
-        for bm, bn, bk, w, st, eff in _TILES_16:
-            split = _best_split(M, N, K, bm, bn, bk, eff, batch, 2, dev.sms)
-            t = _estimate(M, N, K, bm, bn, eff, split, batch, 2, dev.sms)
-            if best is None or t < best[0] * 0.97:   # ties go to the bigger tile
-                best = (t, dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w,
-                                num_stages=st))
-        cfg = best[1]
-    elif dtype.itemsize == 4:
-        if M >= 64:
-            cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3)
-        else:
-            cfg = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3)
-    else:
-        cfg = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=16, num_warps=4, num_stages=2)
-    cfg["GROUP_M"] = 8
-    if _OVERRIDE:
+        return ((("tma", _TMA_16, _SM_FLOPS["16"], _T_TILE_TMA),) if tma else ()) + \
+            (("tiled", tiles16, _SM_FLOPS["16"], _T_TILE),)
+    if precision == "tf32":
+        return ((("tma", _TMA_TF32, _SM_FLOPS["tf32"], _T_TILE_TMA),) if tma else ()) + \
+            (("tiled", _TILES_TF32, _SM_FLOPS["tf32"], _T_TILE),)
+    return (("tiled", _TILES_32, _SM_FLOPS["ieee"], _T_TILE),)
+
+
+@_plans.memoize("kernels.matmul.rule", 4096)
+def _rule(M, N, K, dtype, sms, batch, precision, tma, tiles16, band=True):
+    """(modelled seconds, config): the cheapest candidate by `_estimate` (with its best K
+    split) over the families; ties (within 3 %) go to the earlier one: the TMA kernel, then
+    the bigger tile. With `band`, a TMA pick may become two launches (`_band`)."""
+    if dtype.itemsize == 8:
+        return 0.0, dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=16, num_warps=4, num_stages=2,
+                         GROUP_M=8)
+    best = None
+    for kernel, cands, flops, t_tile in _families(dtype, precision, tma and batch == 1,
+                                                  tiles16):
+        # a tile beyond the rows (columns) only adds masked-off work
+        fits = [c for c in cands if c[0] <= max(64, _p2(M)) and c[1] <= max(64, _p2(N))]
+        for bm, bn, bk, w, st, eff in fits or cands:
+            split = _best_split(M, N, K, bm, bn, bk, eff, batch, dtype.itemsize, sms, flops,
+                                t_tile, kernel == "tma")
+            t = _estimate(M, N, K, bm, bn, eff, split, batch, dtype.itemsize, sms, flops, t_tile)
+            if best is None or t < best[0] * 0.97:
+                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=st,
+                           GROUP_M=8)
+                if kernel == "tma":
+                    cfg.update(TMA=True, FLATTEN=True)
+                best = (t, cfg, eff, flops, t_tile)
+    if band and best[1].get("TMA"):
+        banded = _band(M, N, K, best, dtype, sms, precision, tiles16)
+        if banded is not None:
+            return banded
+    return best[:2]
+
+
+def _band(M, N, K, best, dtype, sms, precision, tiles16):
+    """(seconds, config with BAND=(axis, extent)) when two launches beat one: the TMA tiles
+    fill whole waves of the SMs and part of one more, so the rows (or columns) of the whole
+    waves run with this tile and the rest is planned on its own (a smaller tile or a K split
+    then fills the SMs) -- the cheap half of stream-K; else None."""
+    t_full, cfg, eff, flops, t_tile = best
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    mb, nb = _cdiv(M, bm), _cdiv(N, bn)
+    waves = mb * nb // sms
+    if waves < 1 or mb * nb % sms == 0:
+        return None
+    out = None
+    for axis, blocks, other, size in (("M", mb, nb, bm), ("N", nb, mb, bn)):
+        keep = waves * sms // other
+        if keep < 1 or keep >= blocks:
+            continue
+        head = keep * size
+        hm, hn, rm, rn = (head, N, M - head, N) if axis == "M" else (M, head, M, N - head)
+        t = (_estimate(hm, hn, K, bm, bn, eff, 1, 1, dtype.itemsize, sms, flops, t_tile)
+             + _rule(rm, rn, K, dtype, sms, 1, precision, True, tiles16, False)[0] + _T_LAUNCH)
+        if t < t_full * 0.97 and (out is None or t < out[0]):
+            out = (t, dict(cfg, BAND=(axis, head)))
+    return out
+
+
+def _tma_split(M, N, K, cfg, itemsize, precision, sms) -> int:
+    """The TMA kernel's K slices: 1 (the tiled kernel's split won every few-tile shape on the
+    H200) unless forced (`config_override(TMA=True, SPLIT=n)`: tests, sweeps)."""
+    if _OVERRIDE and "SPLIT" in _OVERRIDE:
+        return max(1, int(_OVERRIDE["SPLIT"]))
+    return 1
+
+
+def matmul_config(M, N, K, dtype, dev, batch=1, precision="ieee", tma=True, band=True) -> dict:
+    """The default launch config on `dev` (kernels/_common.DeviceFacts; the autotune table
+    overrides it per shape where it has an entry; `config_override` for tests and sweeps).
+
+    The cheapest candidate of `_rule`'s cost model: for one-batch 16-bit (and TF32) products
+    the TMA kernel's tiles (TMA=True, with their K split) compete with the tiled kernel's
+    (tma=False: the tiled ones only -- the fallback when TMA cannot read the operands). So
+    the big products take the TMA 128x256 tile, a product with few output tiles a smaller
+    tile or a K split to fill the SMs, batches the tiled kernel. IEEE fp32 runs the tiled
+    kernel's FMA tiles; fp64 64x64x16, 4 warps, 2 stages, never split. `TMA_BIG = None`
+    keeps every product on the tiled kernel. A config with BAND=(axis, extent) runs as two
+    products (`_banded`); band=False never gives one."""
+    if _OVERRIDE:   # forced: the tiled kernel unless the override says TMA
+        cfg = dict(_rule(M, N, K, dtype, dev.sms, batch, precision, False,
+                         tuple(_TILES_16))[1])
         cfg.update({k: v for k, v in _OVERRIDE.items() if k not in ("SPLIT", "PAD")})
-    return cfg
+        return cfg
+    return dict(_rule(M, N, K, dtype, dev.sms, batch, precision, tma and TMA_BIG is not None,
+                      tuple(_TILES_16), band)[1])
 
 
-def _best_split(M, N, K, bm, bn, bk, eff, batch, itemsize, sms):
-    if batch != 1 or itemsize == 8:
+@_plans.memoize("kernels.matmul.split", 4096)
+def _best_split(M, N, K, bm, bn, bk, eff, batch, itemsize, sms, flops=_SM_FLOPS["16"],
+                t_tile=_T_TILE, never=False):
+    if batch != 1 or itemsize == 8 or never:
         return 1
     tiles = _cdiv(M, bm) * _cdiv(N, bn)
     if tiles >= sms:
@@ -509,14 +669,15 @@ def _best_split(M, N, K, bm, bn, bk, eff, batch, itemsize, sms):
     k_blocks = _cdiv(K, bk)
     best_s, best_t = 1, None
     for s in range(1, min(16, k_blocks // 4, _cdiv(sms, tiles)) + 1):
-        t = _estimate(M, N, K, bm, bn, eff, s, 1, itemsize, sms)
+        t = _estimate(M, N, K, bm, bn, eff, s, 1, itemsize, sms, flops, t_tile)
         if best_t is None or t < best_t:
             best_s, best_t = s, t
     return best_s
 
 
-def splitk_factor(M, N, K, BK, tiles, itemsize, dev, BM=None, BN=None) -> int:
-    """How many K-slices for a one-batch product with `tiles` output tiles.
+def splitk_factor(M, N, K, BK, tiles, itemsize, dev, BM=None, BN=None, precision="ieee") -> int:
+    """How many K-slices for a one-batch product of the tiled kernel with `tiles` output
+    tiles.
 
     Split only when the tiles do not fill one wave of SMs, with >= 4 K-blocks a slice and
     at most 16 slices; among those, the split `_estimate` models fastest (the reduce kernel
@@ -528,25 +689,18 @@ def splitk_factor(M, N, K, BK, tiles, itemsize, dev, BM=None, BN=None) -> int:
     if BM is None:   # tile shape unknown: assume square tiles of the same count
         BM = BN = max(16, int((M * N / tiles) ** 0.5))
     eff = {(128, 256): 1.0, (128, 128): 0.85, (64, 64): 0.5}.get((BM, BN), 0.7)
-    if itemsize == 4:
-        eff *= 0.5
-    return _best_split(M, N, K, BM, BN, BK, eff, 1, itemsize, dev.sms)
+    flops = _SM_FLOPS["16" if itemsize == 2 else "tf32" if precision == "tf32" else "ieee"]
+    return _best_split(M, N, K, BM, BN, BK, eff, 1, itemsize, dev.sms, flops)
 
 
-# A/B switch for the big 16-bit products (the H200 sweep, `bench_matmul.py --mm-sweep`,
-# decides): None keeps the tiled kernel; a dict such as
-#   dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, GROUP_M=8,
-#        PERSISTENT=True, FLATTEN=True, SUBTILE=True)
-# runs `_matmul_tma_kernel` with it for one-batch bf16/fp16 products whose rule tile is
-# 128x256 (enough tiles to fill the SMs) and whose operands TMA can read (`_tma_operand`).
-# `config_override(TMA=True, ...)` forces the TMA kernel (tests, sweeps).
-# Measured on the H200 (`bench_matmul.py --mm-sweep`, torch time / ours): the persistent flattened
-# TMA kernel at 3 stages 0.978 bf16 / 0.977 fp16 at 4096^3, 0.999 / 0.997 at 8192^3, against
-# the tiled kernel's 0.900 / 0.898 and 0.869 / 0.866 in the same run.
+# A/B switch of the TMA kernel in the rule: None keeps every product on the tiled kernel;
+# otherwise the rule's TMA candidates (`_TMA_16`, `_TMA_TF32`) compete. `config_override(TMA=
+# True, ...)` forces the TMA kernel (tests, sweeps). Measured on the H200 (`bench_matmul.py
+# --mm-sweep`, torch time / ours): the persistent flattened TMA kernel at 3 stages 0.978 bf16 /
+# 0.977 fp16 at 4096^3, 0.999 / 0.997 at 8192^3, against the tiled kernel's 0.900 / 0.898 and
+# 0.869 / 0.866 in the same run.
 TMA_BIG: dict | None = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, GROUP_M=8,
                             num_stages=3, PERSISTENT=True, FLATTEN=True)
-TMA_DEFAULTS = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, GROUP_M=8,
-                    PERSISTENT=True, FLATTEN=False, SUBTILE=True)
 
 
 def _tma_operand(t, st, dims):
@@ -567,47 +721,83 @@ def _tma_operand(t, st, dims):
     return transposed, other
 
 
-def _launch_tma(cfg, out, a, b, bias, residual, alpha, beta, act, need):
+def _tma_refusal(a, b, la, lb):
+    """Why the TMA kernel cannot run this product (None when it can)."""
+    B0, B1, M, K = a.shape
+    if B0 * B1 != 1 or K == 0:
+        return f"one batch and K > 0 (got batch {B0 * B1}, K {K})"
+    if a.dtype not in (_dt.float16, _dt.bfloat16, _dt.float32):
+        return f"float16, bfloat16 or float32 operands (got {a.dtype.name})"
+    if la is None or lb is None:
+        return (f"16-byte aligned operands with one unit stride (got a strides "
+                f"{_strides4(a)[2:]}, b strides {_strides4(b)[2:]})")
+    return None
+
+
+def _launch_tma(cfg, out, a, b, bias, residual, alpha, beta, act, need, precision="ieee"):
     """Run the product through `_matmul_tma_kernel` when TMA can read the operands (one
     batch, 16-bit, K > 0); returns False (nothing launched) when it cannot, or raises when
-    `need` (a forced TMA config) and it cannot."""
-    from .. import dtypes as _dt
+    `need` (a forced TMA config) and it cannot. cfg["SPLIT"] > 1 splits K: the slices'
+    fp32 partials go to a workspace that `splitk_reduce` sums and finishes."""
     B0, B1, M, K = a.shape
     N = b.shape[3]
     sa, sb, sc = _strides4(a), _strides4(b), _strides4(out)
-    la = _tma_operand(a, sa, (M, K)) if a.dtype.itemsize == 2 else None
-    lb = _tma_operand(b, sb, (K, N)) if b.dtype.itemsize == 2 else None
-    why = None
-    if B0 * B1 != 1 or K == 0:
-        why = f"one batch and K > 0 (got batch {B0 * B1}, K {K})"
-    elif a.dtype not in (_dt.float16, _dt.bfloat16):
-        why = f"float16 or bfloat16 operands (got {a.dtype.name})"
-    elif la is None or lb is None:
-        why = (f"16-byte aligned operands with one unit stride (got a strides {sa[2:]}, "
-               f"b strides {sb[2:]})")
+    la = _tma_operand(a, sa, (M, K)) if a.dtype.itemsize <= 4 else None
+    lb = _tma_operand(b, sb, (K, N)) if b.dtype.itemsize <= 4 else None
+    why = _tma_refusal(a, b, la, lb)
     if why is not None:
         if need:
             raise ValueError(f"matmul: the TMA kernel was forced but needs {why}")
         return False
-    align = 8
-    c_desc = (sc[3] == 1 or N == 1) and sc[2] > 0 and sc[2] % align == 0 \
-        and out.data_ptr() % 16 == 0
-    BM, BN = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    BM, BN, BK = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     tiles = _cdiv(M, BM) * _cdiv(N, BN)
-    nprog = (min(tiles, cfg.get("NUM_PROGS", device_facts(a.device).sms))
-             if cfg.get("PERSISTENT", True) else tiles)
-    sr = _strides4(residual)
+    split, k_split = max(1, int(cfg.get("SPLIT", 1))), 0
+    if split > 1 and N % 4:   # the workspace descriptor needs 16-byte rows
+        if need:
+            raise ValueError(f"matmul: the TMA kernel's K split needs N a multiple of 4 "
+                             f"(got N {N})")
+        return False
+    if split > 1:   # whole K blocks a slice, so every item runs the same trip count
+        k_split = _cdiv(_cdiv(K, BK), split) * BK
+        split = _cdiv(K, k_split)
+    items = tiles * split
+    nprog = (min(items, cfg.get("NUM_PROGS", device_facts(a.device).sms))
+             if cfg.get("PERSISTENT", True) else items)
+    consts = dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=cfg.get("GROUP_M", 8),
+                  A_T=la[0], B_T=lb[0], SUBTILE=cfg.get("SUBTILE", True),
+                  PERSISTENT=nprog < items, FLATTEN=cfg.get("FLATTEN", False) and nprog < items,
+                  PRECISION=precision if a.dtype is _dt.float32 else "ieee",
+                  num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     from ..backends.launch import launch
+    if split > 1:
+        from ..tensor import Tensor
+        from .gemv import splitk_reduce
+        ws = Tensor._empty((split, M, N), _dt.float32, out.device)
+        launch(_matmul_tma_kernel, (nprog,), a, b, ws, ws, ws, M, N, K, nprog, items,
+               la[1], lb[1], N, 1, 0, 0, 0, 1.0, 1.0, k_split, C_DESC=False, HAS_ALPHA=False,
+               HAS_BIAS=False, HAS_RES=False, ACT=0, SPLIT=True, **consts)
+        splitk_reduce(ws, out._view(out._shape[2:], out._stride[2:]), bias,
+                      residual._view(residual._shape[2:], residual._stride[2:])
+                      if residual is not None else None, alpha, beta, act)
+        return True
+    c_desc = (sc[3] == 1 or N == 1) and sc[2] > 0 and sc[2] % (16 // out.dtype.itemsize) == 0 \
+        and out.data_ptr() % 16 == 0
+    sr = _strides4(residual)
     launch(_matmul_tma_kernel, (nprog,), a, b, out, bias if bias is not None else out,
-           residual if residual is not None else out, M, N, K, nprog, tiles,
+           residual if residual is not None else out, M, N, K, nprog, items,
            la[1], lb[1], sc[2], sc[3], sr[2], sr[3], bias.stride(0) if bias is not None else 0,
-           float(alpha), float(beta),
-           BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg.get("GROUP_M", 8),
-           A_T=la[0], B_T=lb[0], C_DESC=c_desc, SUBTILE=cfg.get("SUBTILE", True),
-           PERSISTENT=nprog < tiles, FLATTEN=cfg.get("FLATTEN", False) and nprog < tiles,
-           HAS_ALPHA=alpha != 1, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-           ACT=act, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+           float(alpha), float(beta), 0, C_DESC=c_desc, HAS_ALPHA=alpha != 1,
+           HAS_BIAS=bias is not None, HAS_RES=residual is not None, ACT=act, SPLIT=False,
+           **consts)
     return True
+
+
+def _t4(t):
+    """The 4-D view t with its last two dims swapped (None stays None)."""
+    if t is None:
+        return None
+    sh, st = t._shape, t._stride
+    return t._view((sh[0], sh[1], sh[3], sh[2]), (st[0], st[1], st[3], st[2]))
 
 
 def _strides4(t):
@@ -670,6 +860,36 @@ def _pad_copy(t, unit_dim):
 _GEMV = [None]
 
 
+def _out_div(out, sc, N):
+    """C_DIV: 16 bytes in elements when the output's rows can be stored in aligned 16-byte
+    vectors -- unit column stride, base 16-byte aligned, N and every other stride a multiple
+    of it (within int32, as `_operand_div`) -- else 1 (fp64: 1)."""
+    align = 16 // out.dtype.itemsize
+    if align < 2 or sc[3] != 1 or out.data_ptr() % 16 or N % align:
+        return 1
+    if any(x % align or abs(x) > _I32_MAX for x in sc[:3]):
+        return 1
+    return align
+
+
+def _fp32_layouts(a, b, precision):
+    """fp32 operands copied (once, `_pad_copy`) into the layout their product runs fast in:
+    TF32 tensor cores read both K-major (wgmma takes no transposed fp32 tile: 4096^3 with a
+    row-major B ran at 78 TFLOP/s, a K-major one at 371 on the H200), the FMA path a B whose
+    unit stride is along N (2048^2 x 8192 with linear's K-major weight: 0.44 of cuBLAS,
+    row-major squares 0.82). A copy costs two passes over the operand, a few percent of
+    these products."""
+    sa, sb = _strides4(a), _strides4(b)
+    if precision == "tf32":
+        if sa[2] == 1 and sa[3] != 1:
+            a = _pad_copy(a, 3)[0]
+        if sb[3] == 1 and sb[2] != 1:
+            b = _pad_copy(b, 2)[0]
+    elif sb[2] == 1 and sb[3] != 1:
+        b = _pad_copy(b, 3)[0]
+    return a, b
+
+
 def _aligned_operands(a, b, M, N, K):
     """The operands as the kernel reads them: (a, b, strides, layouts, alignment divisors,
     leading extents M_LD/N_LD). Operands that cannot be read in aligned 16-byte vectors
@@ -717,12 +937,23 @@ def _launch_split_k(split, out, a, b, bias, residual, alpha, beta, act, M, N, K,
     split = _cdiv(K, k_split)
     ws = Tensor._empty((split, M, N), _dt.float32, out.device)
     launch(_matmul_kernel, (tiles, 1, split), a, b, ws, ws, ws, M, N, K, 1, M_LD, N_LD,
-           *qa, *qb, 0, 0, N, 1, 0, 0, 0, 0, 0, 1.0, 1.0, k_split, M * N,
-           SPLIT_K=True, **dict(consts, HAS_ALPHA=False, HAS_BIAS=False, HAS_RES=False, ACT=0))
+           *qa, *qb, 0, 0, N, 1, 0, 0, 0, 0, 0, 1.0, 1.0, k_split, M * N, 0, 0, 0,
+           SPLIT_K=True, PERSISTENT=False, FLATTEN=False, C_DIV=1,
+           **dict(consts, HAS_ALPHA=False, HAS_BIAS=False, HAS_RES=False, ACT=0))
     splitk_reduce(ws, out._view(out._shape[2:], out._stride[2:]), bias,
                   residual._view(residual._shape[2:], residual._stride[2:])
                   if residual is not None else None, alpha, beta, act)
     return out
+
+
+def _tuned(cfg, M, N, K, a, dev, precision):
+    """The autotune seam: a screened config of the user cache / shipped table for this key,
+    else the rule's `cfg`. The tables hold tiled-kernel configs, looked up against the tiled
+    rule; a miss keeps `cfg` (the TMA kernel where the rule chose it)."""
+    tiled = matmul_config(M, N, K, a.dtype, dev, 1, precision, tma=False) if cfg.get("TMA") \
+        else cfg
+    got = _autotune.pick("matmul", (M, N, K), tiled, dtype=a.dtype.name, device=a.device)
+    return cfg if got == tiled else got
 
 
 @register("matmul", "triton")
@@ -739,26 +970,68 @@ def matmul(out, a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activati
         raise TypeError(f"matmul: dtype {a.dtype.name} is not supported on {a.device} "
                         f"(expected float16, bfloat16, float32 or float64)")
     act = ACTIVATIONS[activation]
-    if (B0 * B1 == 1 and M <= GEMV_MAX_M and K > 0 and adt is not _dt.float64
-            and _OVERRIDE is None):
+    if B0 * B1 == 1 and K > 0 and adt is not _dt.float64 and _OVERRIDE is None and (
+            M <= GEMV_MAX_M or (N <= GEMV_MAX_M and bias is None)):
         gemv = _GEMV[0]
         if gemv is None:    # imported once here: gemv.py imports this module
             from .gemv import gemv
             _GEMV[0] = gemv
-        return gemv(out, a, b, bias=bias, residual=residual, alpha=alpha, beta=beta, act=act,
-                    precision=precision)
+        if M <= GEMV_MAX_M:
+            return gemv(out, a, b, bias=bias, residual=residual, alpha=alpha, beta=beta,
+                        act=act, precision=precision)
+        # few columns: out^T = b^T @ a^T streams a as the GEMV's weight (a bias over N would
+        # be one over the GEMV's rows, which it has not)
+        gemv(_t4(out), _t4(b), _t4(a), bias=None, residual=_t4(residual), alpha=alpha,
+             beta=beta, act=act, precision=precision)
+        return out
+    return _product(out, a, b, bias, residual, alpha, beta, act, precision, True)
+
+
+def _band_view(t, dim, lo, n):
+    """Elements lo..lo+n of dim `dim` of view t (None stays None)."""
+    if t is None:
+        return None
+    shape = list(t._shape)
+    shape[dim] = n
+    return t._view(tuple(shape), t._stride, t._offset + lo * t._stride[dim])
+
+
+def _banded(band, out, a, b, bias, residual, alpha, beta, act, precision):
+    """The product as two: rows (axis "M") or columns ("N") [0, extent) and the rest, each
+    planned by the rule without a further band."""
+    axis, head = band
+    M, N = out._shape[2], out._shape[3]
+    for lo, n in ((0, head), (head, (M if axis == "M" else N) - head)):
+        if axis == "M":
+            parts = (_band_view(out, 2, lo, n), _band_view(a, 2, lo, n), b, bias,
+                     _band_view(residual, 2, lo, n))
+        else:
+            parts = (_band_view(out, 3, lo, n), a, _band_view(b, 3, lo, n),
+                     _band_view(bias, 0, lo, n), _band_view(residual, 3, lo, n))
+        _product(*parts, alpha, beta, act, precision, False)
+    return out
+
+
+def _product(out, a, b, bias, residual, alpha, beta, act, precision, band):
+    """The TMA or tiled kernel on 4-D views, as the rule (and the autotune table) says."""
+    B0, B1, M, K = a._shape
+    N = b._shape[3]
+    adt = a._dtype
     dev = device_facts(a.device)
-    cfg = matmul_config(M, N, K, a.dtype, dev, B0 * B1)
+    if adt is _dt.float32 and M * N * K >= PAD_MIN_MACS:
+        a, b = _fp32_layouts(a, b, precision)
+    cfg = matmul_config(M, N, K, a.dtype, dev, B0 * B1, precision, band=band)
     if _OVERRIDE is None and B0 * B1 == 1:
-        # autotune seam: a screened config from the user cache / shipped table, else the rule
-        cfg = _autotune.pick("matmul", (M, N, K), cfg, dtype=a.dtype.name, device=a.device)
+        cfg = _tuned(cfg, M, N, K, a, dev, precision)
+    if "BAND" in cfg:
+        return _banded(cfg["BAND"], out, a, b, bias, residual, alpha, beta, act, precision)
     if cfg.get("TMA"):
-        _launch_tma(cfg, out, a, b, bias, residual, alpha, beta, act, need=True)
-        return out
-    if (TMA_BIG is not None and _OVERRIDE is None and (cfg["BLOCK_M"], cfg["BLOCK_N"]) ==
-            (128, 256) and _launch_tma(dict(TMA_DEFAULTS, **TMA_BIG), out, a, b, bias,
-                                       residual, alpha, beta, act, need=False)):
-        return out
+        cfg["SPLIT"] = _tma_split(M, N, K, cfg, a.dtype.itemsize, precision, dev.sms)
+        if _launch_tma(cfg, out, a, b, bias, residual, alpha, beta, act,
+                       need=_OVERRIDE is not None, precision=precision):
+            return out
+        # operands TMA cannot read (unaligned rows, no unit stride): the tiled kernel's rule
+        cfg = matmul_config(M, N, K, a.dtype, dev, B0 * B1, precision, tma=False)
     BM, BN, BK = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     from ..backends.launch import launch
     a, b, sa, sb, lay_a, lay_b, div_a, div_b, M_LD, N_LD = _aligned_operands(a, b, M, N, K)
@@ -770,9 +1043,11 @@ def matmul(out, a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activati
     qb = (sb[0] // div_b, sb[1] // div_b, sb[2] // div_b if b_n1 else sb[2],
           sb[3] // div_b if b_k1 else sb[3])
     sc, sr = _strides4(out), _strides4(residual)
+    div_c = _out_div(out, sc, N)
+    qc = (sc[0] // div_c, sc[1] // div_c, sc[2] // div_c, sc[3])
     tensors = (a, b, out, bias if bias is not None else out,
                residual if residual is not None else out)
-    strides = (*qa, *qb, *sc, *sr, bias.stride(0) if bias is not None else 0,
+    strides = (*qa, *qb, *qc, *sr, bias.stride(0) if bias is not None else 0,
                float(alpha), float(beta))
     consts = dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=cfg["GROUP_M"], EVEN_K=K % BK == 0,
                   HINT_M=M_LD % 8 == 0, HINT_N=N_LD % 8 == 0,
@@ -784,14 +1059,16 @@ def matmul(out, a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activati
     tiles = _cdiv(M, BM) * _cdiv(N, BN)
     if cfg.get("PERSISTENT"):
         nprog = min(tiles * B0 * B1, cfg.get("NUM_PROGS", dev.sms))
-        launch(_matmul_persistent_kernel, (nprog,), *tensors, M, N, K, B1, nprog, M_LD, N_LD,
-               *strides, tiles * B0 * B1, tiles,
-               FLATTEN=cfg.get("FLATTEN", False), **consts)
+        launch(_matmul_kernel, (nprog,), *tensors, M, N // div_c, K, B1, M_LD, N_LD, *strides,
+               0, 0, nprog, tiles * B0 * B1, tiles, SPLIT_K=False, PERSISTENT=True,
+               FLATTEN=cfg.get("FLATTEN", False), C_DIV=div_c, **consts)
         return out
-    split = splitk_factor(M, N, K, BK, tiles, a.dtype.itemsize, dev, BM, BN) if B0 * B1 == 1 else 1
+    split = splitk_factor(M, N, K, BK, tiles, a.dtype.itemsize, dev, BM, BN, precision) \
+        if B0 * B1 == 1 else 1
     if split == 1:
-        launch(_matmul_kernel, (tiles, B0 * B1), *tensors, M, N, K, B1, M_LD, N_LD, *strides,
-               0, 0, SPLIT_K=False, **consts)
+        launch(_matmul_kernel, (tiles, B0 * B1), *tensors, M, N // div_c, K, B1, M_LD, N_LD,
+               *strides, 0, 0, 0, 0, 0, SPLIT_K=False, PERSISTENT=False, FLATTEN=False,
+               C_DIV=div_c, **consts)
         return out
     return _launch_split_k(split, out, a, b, bias, residual, alpha, beta, act, M, N, K, BK,
                            tiles, M_LD, N_LD, qa, qb, consts)

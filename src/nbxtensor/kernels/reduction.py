@@ -367,9 +367,12 @@ def contiguous_copy(x: Tensor) -> Tensor:
 # `target_programs_per_sm`: a long reduction with few outputs is split over this many
 # programs a SM. _plan caches its answers: call _plan.cache_clear() after changing these
 # (benchmarks/bench_reduction.py --tune sweeps them and prints a dict to paste here).
+# Columns (fp32 and wider): 64 columns x 64 rows at 4 warps (H200, sum f32 (16384, 4096)
+# dim=0, `bench_matmul_grid.py --colsum`: 68.0 us, 1.11x torch; 256 x 32 at 8 warps 72.7 us,
+# 128 x 32 at 8 warps 76.1, 64 x 32 at 2 warps 79.8).
 CONFIG = {
     "cuda": {"row_tile": 8192, "row_block_r": 4096, "row_warps": 8,
-             "col_tile": 8192, "col_block_k": 256, "col_warps": 8,
+             "col_tile": 4096, "col_block_k": 64, "col_warps": 4,
              "target_programs_per_sm": 8, "split_min_steps": 2},
     "interp": {"row_tile": 64, "row_block_r": 32, "row_warps": 4,
                "col_tile": 64, "col_block_k": 8, "col_warps": 4,
@@ -693,65 +696,82 @@ def _reduce_full(kind, x, dims, values, indices, **params):
 
 
 # ------------------------------------------------------------------ scans (cumsum, cumprod)
+# A scan walks the scanned dim of a contiguous (O, N, I) view in tiles of BLOCK_N positions by
+# BLOCK_K lanes, with a carry per lane: rows (I == 1) take tiles [BLOCK_K rows, BLOCK_N],
+# inner columns [BLOCK_N, BLOCK_K columns], so every load is coalesced. _scan_lanes and
+# _scan_tile are that walk (scan.py's logcumsumexp takes it too).
 @triton.jit
-def _scan_kernel(x_ptr, y_ptr, O, N, I, PROD: tl.constexpr, ACC: tl.constexpr, ROW: tl.constexpr,
-                 BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, NZ: tl.constexpr = False):
-    # NZ: scan the flags (x != 0) instead of x (positions for nonzero/unique)
-    # contiguous (O, N, I); scan along N in chunks of BLOCK_N with a carry per lane
+def _scan_lanes(O, N, I, ROW: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+    # this program's lanes (in-range mask, offset of position 0 of each lane) and a tile's
+    # positions 0..BLOCK_N-1
     pid = tl.program_id(0).to(tl.int64)
     kk = tl.arange(0, BLOCK_K)
     nn = tl.arange(0, BLOCK_N)
-    if ROW:  # I == 1: tile [BLOCK_K rows, BLOCK_N]
+    if ROW:
         ks = pid * BLOCK_K + kk
         kmask = ks < O
         base = ks[:, None] * N
-        AX: tl.constexpr = 1
-    else:    # tile [BLOCK_N, BLOCK_K inner columns]
+    else:
         nib = tl.cdiv(I, BLOCK_K)
         o = pid // nib
         ks = (pid % nib) * BLOCK_K + kk
         kmask = ks < I
         base = o * N * I + ks[None, :]
-        AX: tl.constexpr = 0
+    return kmask, base, nn
+
+
+@triton.jit
+def _scan_tile(kmask, base, n, N, I, ROW: tl.constexpr):
+    # (mask, offsets) of the tile at positions n of the scanned dim
+    if ROW:
+        m = kmask[:, None] & (n[None, :] < N)
+        offs = base + n[None, :]
+    else:
+        m = kmask[None, :] & (n[:, None] < N)
+        offs = base + n[:, None].to(tl.int64) * I
+    return m, offs
+
+
+@triton.jit
+def _scan_kernel(x_ptr, y_ptr, O, N, I, PROD: tl.constexpr, ACC: tl.constexpr, ROW: tl.constexpr,
+                 BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, NZ: tl.constexpr = False):
+    # NZ: scan the flags (x != 0) instead of x (positions for nonzero/unique)
+    kmask, base, nn = _scan_lanes(O, N, I, ROW, BLOCK_K, BLOCK_N)
+    AX: tl.constexpr = 1 if ROW else 0
     carry = _to_acc(tl.zeros([BLOCK_K], tl.int32), ACC) + (1 if PROD else 0)
     for n0 in range(0, N, BLOCK_N):
-        n = n0 + nn
-        if ROW:
-            m = kmask[:, None] & (n[None, :] < N)
-            offs = base + n[None, :]
-        else:
-            m = kmask[None, :] & (n[:, None] < N)
-            offs = base + n[:, None].to(tl.int64) * I
+        m, offs = _scan_tile(kmask, base, n0 + nn, N, I, ROW)
         v = tl.load(x_ptr + offs, mask=m, other=0)
         if NZ:
             v = _nonzero(v)
         v = tl.where(m, _to_acc(v, ACC), 1 if PROD else 0)
+        # the carry meets each lane: lanes are the tile's rows (AX 1) or columns (AX 0)
         if PROD:
-            s = tl.cumprod(v, axis=AX)
-            if ROW:
-                s = s * carry[:, None]
-            else:
-                s = s * carry[None, :]
+            s = tl.cumprod(v, axis=AX) * tl.expand_dims(carry, AX)
             carry = carry * tl.reduce(v, AX, _mul)
         else:
-            s = tl.cumsum(v, axis=AX)
-            if ROW:
-                s = s + carry[:, None]
-            else:
-                s = s + carry[None, :]
+            s = tl.cumsum(v, axis=AX) + tl.expand_dims(carry, AX)
             carry = carry + tl.sum(v, axis=AX)
         tl.store(y_ptr + offs, s.to(y_ptr.dtype.element_ty), mask=m)
 
 
 @triton.jit
-def _scan_chunk_load(x_ptr, N, PROD: tl.constexpr, ACC: tl.constexpr, CHUNK: tl.constexpr,
-                     NZ: tl.constexpr):
-    # both chunked-scan passes: chunk c (axis 1) of row r (axis 0), padded with the identity
+def _row_chunk(x_ptr, N, CHUNK: tl.constexpr):
+    # chunk c (grid axis 1) of row r (grid axis 0) of a contiguous (rows, N):
+    # (r, c, positions n, mask, x[r, n] with 0 past the row)
     r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
     n = c * CHUNK + tl.arange(0, CHUNK)
     m = n < N
     v = tl.load(x_ptr + r * N + n, mask=m, other=0)
+    return r, c, n, m, v
+
+
+@triton.jit
+def _scan_chunk_load(x_ptr, N, PROD: tl.constexpr, ACC: tl.constexpr, CHUNK: tl.constexpr,
+                     NZ: tl.constexpr):
+    # both chunked-scan passes: the chunk padded with the identity
+    r, c, n, m, v = _row_chunk(x_ptr, N, CHUNK)
     if NZ:
         v = _nonzero(v)
     v = tl.where(m, _to_acc(v, ACC), 1 if PROD else 0)

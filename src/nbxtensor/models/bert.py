@@ -1,5 +1,10 @@
 """BERT encoder for sentence embeddings (all-MiniLM-L6-v2): batched, padded inputs with an
-attention mask, mean pooling and L2 normalisation as sentence-transformers does."""
+attention mask, mean pooling and L2 normalisation as sentence-transformers does.
+
+On cuda, `embed(..., graphs=True)` runs each batch as a CUDA-graph replay
+(nbx.cuda.graphed over `_embed_batch`): one graph per (batch, padded length) with the
+length padded up to a multiple of GRAPH_LENGTH_STEP, so a corpus of varied sentence lengths
+needs a handful of captures. Padding is masked out of attention and pooling."""
 from __future__ import annotations
 
 import os
@@ -34,12 +39,17 @@ def _weight_shapes(cfg) -> dict:
     return w
 
 
+# graphed batches pad their length up to a multiple of this (fewer distinct graphs)
+GRAPH_LENGTH_STEP = 16
+
+
 class BertModel:
     def __init__(self, cfg: BertConfig, weights: dict, tokenizer, device, dtype, max_seq_length=256):
         self.cfg, self.w, self.tokenizer = cfg, weights, tokenizer
         self.device, self.dtype = as_device(device), dtype
         self.max_seq_length = max_seq_length
         self.load_seconds = 0.0
+        self._graphed = None          # nbx.cuda.graphed(self._embed_batch), made on first use
 
     @classmethod
     def from_folder(cls, folder, device="cpu", dtype=None, max_seq_length=None):
@@ -102,14 +112,17 @@ class BertModel:
         m.load_seconds = time.perf_counter() - t0
         return m
 
-    def tokenize(self, texts):
-        """-> (ids int64 (B, T), mask bool (B, T)) padded on the right to the longest."""
+    def tokenize(self, texts, pad_to_multiple: int = 1):
+        """-> (ids int64 (B, T), mask bool (B, T)) padded on the right to the longest (rounded
+        up to a multiple of `pad_to_multiple`, at most the position table's length)."""
         if isinstance(texts, str):
             texts = [texts]
         if not texts:
             raise ValueError("embed: texts is empty")
         enc = self.tokenizer.encode_batch(list(texts))
         T = max(len(e.ids) for e in enc)
+        T = max(T, min(-(-T // pad_to_multiple) * pad_to_multiple,
+                       self.cfg.max_position_embeddings))
         ids = np.zeros((len(enc), T), np.int64)
         mask = np.zeros((len(enc), T), bool)
         for i, e in enumerate(enc):
@@ -118,19 +131,23 @@ class BertModel:
         return ids, mask
 
     def forward(self, ids: np.ndarray, mask: np.ndarray):
-        """Last hidden states (B, T, hidden)."""
+        """Last hidden states (B, T, hidden) and the mask on the device."""
+        mask_t = nbx.tensor(mask, device=self.device)
+        return self._encode(nbx.tensor(ids, device=self.device), mask_t), mask_t
+
+    def _encode(self, ids_t, mask_t):
+        """Last hidden states (B, T, hidden) of device ids (B, T) int64 under mask (B, T) bool.
+        Reads no host data (positions are rows 0..T-1 of the table, token type 0), so a CUDA
+        graph can record it."""
         cfg, w = self.cfg, self.w
-        B, T = ids.shape
+        B, T = ids_t.shape
         H = cfg.num_attention_heads
         D = cfg.hidden_size // H
-        ids_t = nbx.tensor(ids.reshape(-1), device=self.device)
-        pos_t = nbx.tensor(np.tile(np.arange(T), B), device=self.device)
-        typ_t = nbx.zeros((B * T,), dtype=nbx.int64, device=self.device)
-        x = O.add(O.add(O.embedding(ids_t, w["word_embeddings.weight"]),
-                        O.embedding(pos_t, w["position_embeddings.weight"])),
-                  O.embedding(typ_t, w["token_type_embeddings.weight"]))
-        x = O.layer_norm(x, w["LayerNorm.weight"], w["LayerNorm.bias"], cfg.layer_norm_eps)
-        mask_t = nbx.tensor(mask, device=self.device)
+        words = O.embedding(ids_t.reshape(-1), w["word_embeddings.weight"]).view(B, T, -1)
+        x = O.add(O.add(words, w["position_embeddings.weight"][:T]),
+                  w["token_type_embeddings.weight"][0])
+        x = O.layer_norm(x.view(B * T, -1), w["LayerNorm.weight"], w["LayerNorm.bias"],
+                         cfg.layer_norm_eps)
         for L in w["layers"]:
             def proj(n):
                 return O.linear(x, L[f"attention.self.{n}.weight"], L[f"attention.self.{n}.bias"]) \
@@ -145,16 +162,36 @@ class BertModel:
             h = O.linear(h, L["output.dense.weight"], L["output.dense.bias"])
             x = O.layer_norm(O.add(h, x), L["output.LayerNorm.weight"], L["output.LayerNorm.bias"],
                              cfg.layer_norm_eps)
-        return x.view(B, T, cfg.hidden_size), mask_t
+        return x.view(B, T, cfg.hidden_size)
 
-    def embed(self, texts, batch_size: int = 32) -> np.ndarray:
-        """Unit-length sentence embeddings, float32 (N, hidden)."""
+    def _embed_batch(self, ids_t, mask_t):
+        """Unit-length embeddings (B, hidden) float32 of one batch on the device (what a graph
+        records)."""
+        return O.mean_pool_normalize(self._encode(ids_t, mask_t), mask_t)
+
+    def embed(self, texts, batch_size: int = 32, graphs: bool = False) -> np.ndarray:
+        """Unit-length sentence embeddings, float32 (N, hidden). graphs=True (cuda only)
+        replays each batch from a CUDA graph captured per (batch, padded length)."""
         if isinstance(texts, str):
             texts = [texts]
+        if graphs.__class__ is not bool:
+            raise TypeError(f"embed: graphs must be a bool, got {graphs!r}")
+        if graphs and self.device.type != "cuda":
+            raise ValueError(f"embed: graphs=True needs a cuda model, got {self.device}")
         texts = list(texts)
+        run = self._graphed_batch() if graphs else self._eager_batch
+        step = GRAPH_LENGTH_STEP if graphs else 1
         out = []
         for i in range(0, len(texts), batch_size):
-            ids, mask = self.tokenize(texts[i:i + batch_size])
-            x, m = self.forward(ids, mask)
-            out.append(O.mean_pool_normalize(x, m).numpy().astype(np.float32))
+            ids, mask = self.tokenize(texts[i:i + batch_size], pad_to_multiple=step)
+            out.append(run(ids, mask).numpy().astype(np.float32))
         return np.concatenate(out) if out else np.zeros((0, self.cfg.hidden_size), np.float32)
+
+    def _eager_batch(self, ids, mask):
+        return self._embed_batch(nbx.tensor(ids, device=self.device),
+                                 nbx.tensor(mask, device=self.device))
+
+    def _graphed_batch(self):
+        if self._graphed is None:
+            self._graphed = nbx.cuda.graphed(self._embed_batch, device=self.device)
+        return self._graphed

@@ -91,6 +91,7 @@ class GraphDecoder:
         self.positions = nbx.zeros((batch, 1), dtype=nbx.int32, device=dev)
         self.logits = None
         self.graph = None
+        self._prefills: dict = {}      # padded prompt length -> its static inputs and graph
         self.pos = 0                   # host count of the position (no device read needed)
 
     # ------------------------------------------------------------------ the step
@@ -173,19 +174,73 @@ class GraphDecoder:
                              f"(got lengths {[len(p) for p in prompts]})")
         if T >= self.capacity:
             raise ValueError(f"prefill: {T} prompt tokens leave no room in capacity {self.capacity}")
-        ids = nbx.tensor(self.model.check_token_ids(prompts, "prefill"), device=self.device)
+        ids = self.model.check_token_ids(prompts, "prefill")
         self.cache.reset()
-        pos = nbx.tensor(np.broadcast_to(np.arange(T, dtype=np.int32), (self.batch, T)).copy(),
-                         device=self.device)
         if self.history is not None:
             self.history.fill_(-1)
-            self.history[:, :T] = ids
-        logits = self.model.prefill(ids, pos, self.cache, fused=self.fused)
+            self.history[:, :T] = nbx.tensor(ids, device=self.device)
+        Tb = self._bucket(T)
+        if Tb == T:
+            pos = nbx.tensor(np.broadcast_to(np.arange(T, dtype=np.int32), (self.batch, T)).copy(),
+                             device=self.device)
+            logits = self.model.prefill(nbx.tensor(ids, device=self.device), pos, self.cache,
+                                        fused=self.fused)
+        else:
+            logits = self._bucket_prefill(ids, T, Tb)
+            self.cache.lengths.fill_(T)        # (the pad tokens' slots hold nothing)
         self.tokens.copy_(self._choose(logits).reshape(self.batch, 1))
         self.positions.fill_(T)
         if self.history is not None:
             self.history[:, T:T + 1] = self.tokens
         self.pos = T
+
+    # Short prompts run padded on the right to a multiple of PREFILL_BUCKET tokens (on cuda):
+    # a few shapes serve every short prompt, and a shape's prefill is captured as a CUDA graph
+    # at its second use (the first, eager, compiles and loads its kernels), so a warm prefill
+    # is one replay instead of ~10 launches a layer from Python. Eager or replayed, a padded
+    # prefill is the same launches, so both give the same tokens. Padding is causal-safe:
+    # a real token never attends to the pad tokens after it, and the decode steps overwrite
+    # their cache slots. Longer prompts are compute-bound: they run unpadded and eager.
+    PREFILL_BUCKET = 16
+    PREFILL_GRAPH_MAX = 128
+    PREFILL_DEVICES = ("cuda",)
+
+    def _bucket(self, T: int) -> int:
+        if self.device.type not in self.PREFILL_DEVICES or T > self.PREFILL_GRAPH_MAX:
+            return T
+        Tb = -(-T // self.PREFILL_BUCKET) * self.PREFILL_BUCKET
+        return Tb if Tb < self.capacity else T
+
+    def _bucket_prefill(self, ids, T: int, Tb: int):
+        """The logits (B, V) of the prompts `ids` (B, T) run padded to Tb tokens."""
+        B = self.batch
+        e = self._prefills.get(Tb)
+        if e is None:     # this shape's static inputs: padded ids, positions, last-token rows
+            e = self._prefills[Tb] = {
+                "ids": nbx.zeros((B, Tb), dtype=nbx.int64, device=self.device),
+                "pos": nbx.tensor(np.broadcast_to(np.arange(Tb, dtype=np.int32), (B, Tb)).copy(),
+                                  device=self.device),
+                "last": nbx.zeros((B,), dtype=nbx.int64, device=self.device),
+                "graph": None, "logits": None, "uses": 0}
+        padded = np.zeros((B, Tb), np.int64)
+        padded[:, :T] = ids
+        e["ids"].copy_(nbx.from_numpy(padded))
+        e["last"].copy_(nbx.from_numpy(np.arange(B, dtype=np.int64) * Tb + (T - 1)))
+
+        def run():
+            return self.model.prefill(e["ids"], e["pos"], self.cache, fused=self.fused,
+                                      last=e["last"])
+        if e["graph"] is None and self.use_graph and e["uses"]:
+            g = nbx.cuda.CUDAGraph()
+            with deferred_index_checks():       # (as the decode step's capture)
+                with nbx.cuda.graph(g):
+                    e["logits"] = run()
+            e["graph"] = g
+        e["uses"] += 1
+        if e["graph"] is None:
+            return run()
+        e["graph"].replay()
+        return e["logits"]
 
     def start_at(self, position: int, tokens=None) -> None:
         """Benchmarks: put every sequence at `position` (the cache holds `position` tokens,

@@ -34,18 +34,28 @@ that arrives while the allocator is busy in the same thread (the GC running a fi
 the middle of a malloc) is queued and done when the outer call finishes.
 
 The block bookkeeping runs against `FakeRaw` in CI (no GPU) and `DriverRaw` on a device.
+
+The pinned host section at the end caches page-locked host memory (pin_memory() tensors and
+the staging ring of pageable copies) the same way, with reuse gated on the events of the
+async copies that used a block.
 """
 from __future__ import annotations
 
+import collections
+import ctypes
 import threading
 from bisect import bisect_left, bisect_right, insort
 from contextlib import contextmanager
 
+import numpy as np
+
 from ...device import Device as _Device
+from ...storage import HostStorage
 
 __all__ = ["CachingAllocator", "Block", "Segment", "MemPool", "RawOutOfMemory", "OutOfMemoryError",
            "FakeRaw", "DriverRaw", "allocator_for", "allocators", "round_size", "segment_size",
-           "set_trace", "format_bytes"]
+           "set_trace", "format_bytes", "PinnedHostAllocator", "PinnedHostStorage",
+           "pinned_allocator", "pinned_array"]
 
 MIN_BLOCK = 512                 # rounding granularity and the smallest block
 SMALL_SIZE = 1 << 20            # rounded requests up to this come from the small pool
@@ -126,6 +136,16 @@ class Block:
         state = "allocated" if self.allocated else "free"
         return (f"Block(ptr={self.ptr:#x}, size={self.size}, requested={self.requested}, "
                 f"stream={self.stream:#x}, {state})")
+
+
+def _absorb(seg, left, right):
+    """Merge block `right` of segment `seg` into its free left neighbour `left`."""
+    left.size += right.size
+    left.next = n = right.next
+    if n is not None:
+        n.prev = left
+    starts = seg.starts
+    del starts[bisect_left(starts, right.ptr)]
 
 
 class MemPool:
@@ -227,9 +247,7 @@ class CachingAllocator:
                 if r > self.peak_requested:
                     self.peak_requested = r
             finally:
-                self._busy = False
-                if self._pending:
-                    self._drain()
+                self._idle()
         finally:
             self._release()
         if self._trace is not None:
@@ -327,11 +345,15 @@ class CachingAllocator:
             try:
                 self._free_block(block)
             finally:
-                self._busy = False
-                if self._pending:
-                    self._drain()
+                self._idle()
         finally:
             self._release()
+
+    def _idle(self):
+        """Leave a busy section: run the frees that finalizers queued inside it."""
+        self._busy = False
+        if self._pending:
+            self._drain()
 
     def _drain(self):
         # frees queued by finalizers; a bad one must not fail the unrelated call that drains it
@@ -376,7 +398,6 @@ class CachingAllocator:
 
     def _merge_free(self, block):
         # merge a no-longer-used block with its free neighbours into its free list
-        ptr = block.ptr
         seg = block.seg
         fl = self._free.get(seg.key)
         if fl is None:
@@ -384,22 +405,12 @@ class CachingAllocator:
         p = block.prev
         if p is not None and not p.allocated:      # merge into the free block before
             del fl[bisect_left(fl, (p.size, p.ptr))]
-            p.size += block.size
-            p.next = n = block.next
-            if n is not None:
-                n.prev = p
-            starts = seg.starts
-            del starts[bisect_left(starts, ptr)]
+            _absorb(seg, p, block)
             block = p
         n = block.next
         if n is not None and not n.allocated:      # merge the free block after
             del fl[bisect_left(fl, (n.size, n.ptr))]
-            block.size += n.size
-            block.next = nn = n.next
-            if nn is not None:
-                nn.prev = block
-            starts = seg.starts
-            del starts[bisect_left(starts, n.ptr)]
+            _absorb(seg, block, n)
         insort(fl, (block.size, block.ptr, block))
         if seg.pool and seg.pool in self._released_pools and block.size == seg.size:
             sync = getattr(self.raw, "synchronize", None)
@@ -486,9 +497,7 @@ class CachingAllocator:
             try:
                 return self._release_cached()
             finally:
-                self._busy = False
-                if self._pending:
-                    self._drain()
+                self._idle()
 
     # ----------------------------------------------------------------------- private pools
 
@@ -530,9 +539,7 @@ class CachingAllocator:
                 if not any(s.pool == pool.id for s in self._segs.values()):
                     self._released_pools.discard(pool.id)
             finally:
-                self._busy = False
-                if self._pending:
-                    self._drain()
+                self._idle()
 
     # ----------------------------------------------------------------------- queries
 
@@ -576,9 +583,7 @@ class CachingAllocator:
             try:
                 self._flush_parked()
             finally:
-                self._busy = False
-                if self._pending:
-                    self._drain()
+                self._idle()
 
     def largest_free_block(self) -> int:
         with self._lock:
@@ -826,3 +831,235 @@ def set_trace(recorder) -> None:
     _trace = recorder
     for a in list(_allocators.values()):
         a._trace = recorder
+
+
+# --------------------------------------------------------------------------- pinned host memory
+# Page-locked host memory: the pin_memory() tensors and the staging ring of pageable copies
+# (backends/cuda/storage.py). cuMemHostAlloc + cuMemFreeHost cost ~0.8 ms per MiB together,
+# so freed blocks are cached for the next request of a fitting size, as torch's
+# CachingHostAllocator does; and, as there, a block an async copy read or wrote carries the
+# event recorded after that copy (`record_use`): a cached block is handed out again only once
+# its events completed, so a pinned tensor dropped right after a non_blocking copy cannot be
+# overwritten (or freed) while the DMA engine still reads it.
+
+PINNED_GRAIN = 64 << 10         # pinned sizes are rounded up to a power of two >= this
+PINNED_CACHE_MAX_BYTES = 1 << 30    # idle cached pinned bytes kept; beyond it the oldest are freed
+
+
+class _PinnedHandle:
+    """Owns one pinned block: it goes back to the allocator when the last NumPy view of the
+    memory (through the ctypes buffer that references this handle) dies."""
+
+    __slots__ = ("ptr", "size", "alloc", "__weakref__")
+
+    def __init__(self, ptr, size, alloc):
+        self.ptr, self.size, self.alloc = ptr, size, alloc
+
+    def __del__(self):
+        try:
+            self.alloc.free(self.ptr)
+        except Exception:  # noqa: BLE001 - interpreter shutdown: nothing left to return it to
+            pass
+
+
+class PinnedHostAllocator:
+    """Caching allocator of pinned host memory (one per process: the memory is portable, so
+    every device's context may DMA from it). `driver` is backends/cuda/driver or a fake with
+    mem_host_alloc, mem_free_host, event_create, event_record, event_query, event_destroy.
+
+    Freeing takes no lock and calls no driver function (a finalizer may free, in any thread,
+    even in the middle of a malloc): it queues the block, and the next call that reads the
+    table moves it to the cache; events are queried and recycled when a request looks there."""
+
+    def __init__(self, driver=None):
+        self._driver = driver
+        self._lock = threading.Lock()
+        self._live = {}             # ptr -> size of blocks handed out
+        self._starts = []           # sorted ptrs of the live blocks (holds() on interior addresses)
+        # ptr -> {stream: (device index, event)}: the event recorded after the last async copy
+        # on that stream (a later record replaces an earlier one: stream order completes it later)
+        self._uses = {}
+        self._cached = []           # [(size, ptr)] freed blocks, oldest first
+        self._idle_events = {}      # device index -> [event] completed, ready to record again
+        self._returned = collections.deque()    # ptrs freed, not yet moved to the cache
+        self.allocated = 0          # bytes in live blocks
+        self.reserved = 0           # bytes pinned (live + cached)
+        self.num_host_allocs = 0    # cuMemHostAlloc calls
+
+    @property
+    def driver(self):
+        if self._driver is None:
+            from . import driver
+            self._driver = driver
+        return self._driver
+
+    @staticmethod
+    def size_for(nbytes: int) -> int:
+        n = PINNED_GRAIN
+        while n < nbytes:
+            n *= 2
+        return n
+
+    def malloc(self, nbytes: int) -> _PinnedHandle:
+        """A pinned block of at least `nbytes` (> 0) bytes."""
+        if nbytes.__class__ is not int or nbytes <= 0:
+            raise ValueError(f"PinnedHostAllocator.malloc: nbytes must be an int > 0, got {nbytes!r}")
+        size = self.size_for(nbytes)
+        self._drain()
+        with self._lock:
+            ptr = self._reuse(size)
+        if ptr is None:
+            ptr = self.driver.mem_host_alloc(size)
+            with self._lock:
+                self.reserved += size
+                self.num_host_allocs += 1
+        with self._lock:
+            self._live[ptr] = size
+            insort(self._starts, ptr)
+            self.allocated += size
+        return _PinnedHandle(ptr, size, self)
+
+    def _reuse(self, size):
+        """The ptr of a cached block of exactly `size` whose copies all completed, or None."""
+        for i, (n, p) in enumerate(self._cached):
+            if n == size and self._idle(p):
+                del self._cached[i]
+                return p
+        return None
+
+    def _idle(self, ptr) -> bool:
+        uses = self._uses.get(ptr)
+        if not uses:
+            return True
+        q = self.driver.event_query
+        if not all(q(e) for _, e in uses.values()):
+            return False
+        for dev, e in self._uses.pop(ptr).values():
+            self._idle_events.setdefault(dev, []).append(e)
+        return True
+
+    def free(self, ptr: int) -> None:
+        """Return a live block (its copies may still be in flight); see the class comment."""
+        self._returned.append(ptr)
+
+    def _drain(self) -> None:
+        """Move the freed blocks to the cache; free the oldest beyond PINNED_CACHE_MAX_BYTES."""
+        if not self._returned:
+            return
+        drop = []
+        with self._lock:
+            while self._returned:
+                ptr = self._returned.popleft()
+                size = self._live.pop(ptr)
+                del self._starts[bisect_left(self._starts, ptr)]
+                self.allocated -= size
+                self._cached.append((size, ptr))
+            while sum(n for n, _ in self._cached) > PINNED_CACHE_MAX_BYTES:
+                drop.append(self._cached.pop(0))
+        self._free_now(drop)
+
+    def _free_now(self, items) -> None:
+        """cuMemFreeHost the (size, ptr) items, waiting for their copies first."""
+        d = self.driver
+        for n, p in items:
+            with self._lock:
+                uses = self._uses.pop(p, {})
+                self.reserved -= n
+            for dev, e in uses.values():
+                d.event_synchronize(e)
+                d.event_destroy(e)
+            d.mem_free_host(p)
+
+    def holds(self, ptr: int, nbytes: int = 1) -> bool:
+        """True when [ptr, ptr + nbytes) lies inside one live pinned block."""
+        self._drain()
+        with self._lock:
+            i = bisect_right(self._starts, ptr) - 1
+            if i < 0:
+                return False
+            base = self._starts[i]
+            return ptr + nbytes <= base + self._live[base]
+
+    def _block_of(self, ptr: int):
+        i = bisect_right(self._starts, ptr) - 1
+        if i >= 0 and ptr < self._starts[i] + self._live[self._starts[i]]:
+            return self._starts[i]
+        return None
+
+    def record_use(self, ptr: int, stream: int, device: int = 0) -> None:
+        """An async copy from/to the live block holding `ptr` was queued on `stream`: the block
+        is not reused before the work queued there so far completes."""
+        d = self.driver
+        with self._lock:
+            base = self._block_of(ptr)
+            if base is None:
+                raise ValueError(f"record_use: {ptr:#x} is not in a live pinned block")
+            uses = self._uses.setdefault(base, {})
+            known = uses.get(stream)
+            if known is not None:
+                e = known[1]
+            else:
+                idle = self._idle_events.get(device)
+                e = idle.pop() if idle else None
+        if e is None:
+            e = d.event_create(timing=False)
+        d.event_record(e, stream)
+        with self._lock:
+            uses[stream] = (device, e)
+
+    def empty_cache(self) -> int:
+        """Free the cached blocks (waiting for their copies); returns the bytes freed."""
+        self._drain()
+        with self._lock:
+            items, self._cached = self._cached, []
+        self._free_now(items)
+        return sum(n for n, _ in items)
+
+    def stats(self) -> dict:
+        self._drain()
+        with self._lock:
+            return {"allocated": self.allocated, "reserved": self.reserved,
+                    "cached": sum(n for n, _ in self._cached), "live_blocks": len(self._live),
+                    "num_host_allocs": self.num_host_allocs}
+
+
+_pinned = [None]
+
+
+def pinned_allocator() -> PinnedHostAllocator:
+    """The process's pinned host allocator (made on first use; no driver call until a malloc)."""
+    a = _pinned[0]
+    if a is None:
+        with _create_lock:
+            a = _pinned[0]
+            if a is None:
+                a = _pinned[0] = PinnedHostAllocator()
+    return a
+
+
+def pinned_array(nbytes: int) -> np.ndarray:
+    """A uint8 NumPy array of `nbytes` over pinned memory; the block goes back to the cache
+    when the array and every view of it are gone."""
+    if nbytes == 0:
+        return np.empty(0, np.uint8)
+    from .driver import CudaUnavailable
+    try:
+        h = pinned_allocator().malloc(nbytes)
+    except CudaUnavailable as e:
+        raise CudaUnavailable(f"pinned host memory (pin_memory) needs the CUDA driver: {e}") from None
+    buf = (ctypes.c_uint8 * nbytes).from_address(h.ptr)
+    buf._nbx_pinned = h         # views -> buffer -> handle: the memory lives while a view does
+    return np.frombuffer(buf, np.uint8)
+
+
+class PinnedHostStorage(HostStorage):
+    """Host storage (device cpu) over page-locked memory: what pin_memory() makes. A copy
+    between it and a cuda tensor is a DMA with no staging; with non_blocking=True it is
+    asynchronous on the current stream."""
+
+    __slots__ = ()
+    is_pinned = True
+
+    @classmethod
+    def allocate(cls, device, nbytes: int) -> "PinnedHostStorage":
+        return cls(device, pinned_array(nbytes))
