@@ -122,20 +122,13 @@ complex_dtypes: tuple[DType, ...] = tuple(_BY_NAME[r[0]] for r in _COMPLEX_ROWS)
 # NumPy dtype -> row; the ml_dtypes rows enter when their `.np` is first resolved
 _BY_NP = {d.np: d for d in all_dtypes + complex_dtypes if not d.via_f32}
 
-bool = _BY_NAME["bool"]  # noqa: A001 - torch's name
-uint8 = _BY_NAME["uint8"]
-int8 = _BY_NAME["int8"]
-int16 = _BY_NAME["int16"]
-int32 = _BY_NAME["int32"]
-int64 = _BY_NAME["int64"]
-float16 = _BY_NAME["float16"]
-bfloat16 = _BY_NAME["bfloat16"]
-float32 = _BY_NAME["float32"]
-float64 = _BY_NAME["float64"]
-float8_e4m3fn = _BY_NAME["float8_e4m3fn"]
-float8_e5m2 = _BY_NAME["float8_e5m2"]
-complex64 = _BY_NAME["complex64"]
-complex128 = _BY_NAME["complex128"]
+# the public names, in the tables' order (checked below: a row added out of step is an
+# import error, not a misnamed dtype)
+(bool, uint8, int8, int16, int32, int64, float16, bfloat16,  # noqa: A001 - torch's names
+ float32, float64, float8_e4m3fn, float8_e5m2) = all_dtypes
+complex64, complex128 = complex_dtypes
+if any(globals()[d.name] is not d for d in all_dtypes + complex_dtypes):
+    raise ImportError("nbxtensor.dtypes: the public dtype names are out of step with _ROWS")
 # torch's aliases
 half, float, double = float16, float32, float64  # noqa: A001
 long, int, short = int64, int32, int16  # noqa: A001
@@ -143,6 +136,17 @@ cfloat, cdouble = complex64, complex128
 _ALIASES = {"half": float16, "float": float32, "double": float64, "long": int64,
             "int": int32, "short": int16, "bf16": bfloat16, "fp16": float16,
             "fp32": float32, "fp64": float64, "cfloat": complex64, "cdouble": complex128}
+
+
+def cast_method(name: str, dtype: DType, via: str):
+    """One of torch's shorthand cast methods (Tensor.float(), Module.half(), ...): a method
+    `name` that returns self.<via>(dtype), so Tensor and Module state only the name, the
+    dtype and how they cast."""
+    def method(self):
+        return getattr(self, via)(dtype)
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"self.{via}(nbxtensor.{dtype.name}), as torch's .{name}()."
+    return method
 
 _default_float = float32
 

@@ -70,7 +70,8 @@ def _complex_dtype(x):
 
 
 def _dims_sizes(x, s, dim, op, default_all):
-    """Normalised (dims, sizes) of an n-dimensional transform (torch's s= / dim= rules)."""
+    """Normalised (dims, sizes) of an n-dimensional transform (torch's s= / dim= rules; a
+    size None where s leaves it to the input)."""
     if dim is None:
         if s is None:
             dims = list(range(x.ndim)) if default_all else [x.ndim - 2, x.ndim - 1]
@@ -91,6 +92,8 @@ def _dims_sizes(x, s, dim, op, default_all):
         sizes = [None if v == -1 else v for v in s]
     if any(d < 0 for d in dims):
         raise ValueError(f"{op}: input of {x.ndim} dims has too few dims for s={s}")
+    for v in sizes:
+        _check_n(v, op, "s")
     return dims, sizes
 
 
@@ -270,8 +273,6 @@ def _nd(op, input, s, dim, norm, default_all, inverse, out):
     x = _input(input, op)
     norm = _norm(norm, op)
     dims, sizes = _dims_sizes(x, s, dim, op, default_all)
-    for v in sizes:
-        _check_n(v, op, "s")
     sizes = [v or x._shape[d] for v, d in zip(sizes, dims)]
     if x.device.type == "cpu":
         r = _np_call("ifftn" if inverse else "fftn", x, _complex_dtype(x), s=sizes, axes=dims,
@@ -303,8 +304,6 @@ def _rnd(op, input, s, dim, norm, default_all, out):
     x = _input(input, op, real_only=True)
     norm = _norm(norm, op)
     dims, sizes = _dims_sizes(x, s, dim, op, default_all)
-    for v in sizes:
-        _check_n(v, op, "s")
     sizes = [v or x._shape[d] for v, d in zip(sizes, dims)]
     if x.device.type == "cpu":
         r = _np_call("rfftn", x, _complex_dtype(x), s=sizes, axes=dims, norm=norm)
@@ -327,8 +326,6 @@ def _irnd(op, input, s, dim, norm, default_all, out):
     x = _input(input, op)
     norm = _norm(norm, op)
     dims, sizes = _dims_sizes(x, s, dim, op, default_all)
-    for v in sizes:
-        _check_n(v, op, "s")
     sizes = [v or x._shape[d] for v, d in zip(sizes[:-1], dims[:-1])] + [
         sizes[-1] or 2 * (x._shape[dims[-1]] - 1)]
     _check_n(sizes[-1], op, "s")

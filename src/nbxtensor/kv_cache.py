@@ -61,21 +61,47 @@ def _checked_dims(who, dtype, value_dim, **dims):
     return dtype
 
 
+def _allocate_kv(cache, device, dtype, num_layers, num_kv_heads, head_dim, value_dim, slots):
+    """Give `cache` the attributes both cache kinds share, and its zeroed k and v of shape
+    (num_layers, *slots, head_dim) and (num_layers, *slots, value_dim)."""
+    from .creation import zeros
+    cache.device = Device(device)
+    cache.dtype = dtype
+    cache.num_layers, cache.num_kv_heads, cache.head_dim = num_layers, num_kv_heads, head_dim
+    cache.value_dim = head_dim if value_dim is None else value_dim
+    cache.k = zeros(num_layers, *slots, head_dim, dtype=dtype, device=cache.device)
+    cache.v = zeros(num_layers, *slots, cache.value_dim, dtype=dtype, device=cache.device)
+
+
+def _checked_kv(cache, k, v, positions, op):
+    """The positions of an append of k, v (B, Hk, T, D) to `cache` (a KVCache or a
+    PagedKVCache), checked against its batch, heads, head sizes, dtype and device."""
+    from .ops.attention import _check_positions
+    for n, t, d in (("k", k, cache.head_dim), ("v", v, cache.value_dim)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op}: {n} must be a Tensor, got {type(t).__name__}")
+        if t.ndim != 4 or t.shape[0] != cache.batch or t.shape[1] != cache.num_kv_heads \
+                or t.shape[3] != d:
+            raise ValueError(f"{op}: {n} must have shape ({cache.batch}, "
+                             f"{cache.num_kv_heads}, T, {d}), got {tuple(t.shape)}")
+        if t.dtype != cache.dtype or t.device != cache.device:
+            raise ValueError(f"{op}: {n} must be {cache.dtype.name} on {cache.device}, got "
+                             f"{t.dtype.name} on {t.device}")
+    T = k.shape[2]
+    if v.shape[2] != T:
+        raise ValueError(f"{op}: k has {T} tokens but v has {v.shape[2]}")
+    return _check_positions(positions, cache.batch, T, cache.device, op)
+
+
 class KVCache:
     def __init__(self, num_layers, batch, num_kv_heads, capacity, head_dim, *, dtype=None,
                  device="cpu", value_dim=None):
         from .creation import zeros
         dtype = _checked_dims("KVCache", dtype, value_dim, num_layers=num_layers, batch=batch,
                               num_kv_heads=num_kv_heads, capacity=capacity, head_dim=head_dim)
-        self.device = Device(device)
-        self.dtype = dtype
-        self.num_layers, self.batch, self.num_kv_heads = num_layers, batch, num_kv_heads
-        self.capacity, self.head_dim = capacity, head_dim
-        self.value_dim = head_dim if value_dim is None else value_dim
-        self.k = zeros(num_layers, batch, num_kv_heads, capacity, head_dim, dtype=dtype,
-                       device=self.device)
-        self.v = zeros(num_layers, batch, num_kv_heads, capacity, self.value_dim, dtype=dtype,
-                       device=self.device)
+        self.batch, self.capacity = batch, capacity
+        _allocate_kv(self, device, dtype, num_layers, num_kv_heads, head_dim, value_dim,
+                     (batch, num_kv_heads, capacity))
         self.lengths = zeros(batch, dtype=_dt.int32, device=self.device)
         self.pos = 0    # the host's count of stored tokens, for loops that keep it (advance)
 
@@ -110,27 +136,10 @@ class KVCache:
             raise IndexError(f"KVCache: layer must be an int in [0, {self.num_layers}), "
                              f"got {layer!r}")
 
-    def _check_kv(self, k, v, positions, op):
-        from .ops.attention import _check_positions
-        for n, t, d in (("k", k, self.head_dim), ("v", v, self.value_dim)):
-            if not isinstance(t, Tensor):
-                raise TypeError(f"{op}: {n} must be a Tensor, got {type(t).__name__}")
-            if t.ndim != 4 or t.shape[0] != self.batch or t.shape[1] != self.num_kv_heads \
-                    or t.shape[3] != d:
-                raise ValueError(f"{op}: {n} must have shape ({self.batch}, "
-                                 f"{self.num_kv_heads}, T, {d}), got {tuple(t.shape)}")
-            if t.dtype != self.dtype or t.device != self.device:
-                raise ValueError(f"{op}: {n} must be {self.dtype.name} on {self.device}, got "
-                                 f"{t.dtype.name} on {t.device}")
-        T = k.shape[2]
-        if v.shape[2] != T:
-            raise ValueError(f"{op}: k has {T} tokens but v has {v.shape[2]}")
-        return _check_positions(positions, self.batch, T, self.device, op)
-
     def append(self, layer, k, v, positions):
         """Write k, v (B, Hk, T, D) at slots positions ((T,) or (B, T), on the device)."""
         self._check_layer(layer)
-        pos = self._check_kv(k, v, positions, "KVCache.append")
+        pos = _checked_kv(self, k, v, positions, "KVCache.append")
         if k.shape[2]:
             ck, cv, lengths = self.view(layer)
             impl("kv_append", self.device)(ck, cv, lengths, k, v, pos)
@@ -141,7 +150,7 @@ class KVCache:
         from .ops.attention import _check_float, _inv_freq_tensor
         op = "KVCache.append_rope"
         self._check_layer(layer)
-        pos = self._check_kv(k, v, positions, op)
+        pos = _checked_kv(self, k, v, positions, op)
         _check_float(q, "q", op)
         if q.ndim != 4 or q.shape[0] != self.batch or q.shape[2] != k.shape[2] \
                 or q.shape[3] != self.head_dim or q.shape[1] % self.num_kv_heads:
@@ -172,19 +181,12 @@ class KVCache:
 class PagedKVCache:
     def __init__(self, num_blocks, block_size, num_layers, num_kv_heads, head_dim, dtype=None,
                  device="cpu", *, value_dim=None):
-        from .creation import zeros
         dtype = _checked_dims("PagedKVCache", dtype, value_dim, num_blocks=num_blocks,
                               block_size=block_size, num_layers=num_layers,
                               num_kv_heads=num_kv_heads, head_dim=head_dim)
-        self.device = Device(device)
-        self.dtype = dtype
-        self.num_blocks, self.block_size, self.num_layers = num_blocks, block_size, num_layers
-        self.num_kv_heads, self.head_dim = num_kv_heads, head_dim
-        self.value_dim = head_dim if value_dim is None else value_dim
-        self.k = zeros(num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype,
-                       device=self.device)
-        self.v = zeros(num_layers, num_blocks, block_size, num_kv_heads, self.value_dim,
-                       dtype=dtype, device=self.device)
+        self.num_blocks, self.block_size = num_blocks, block_size
+        _allocate_kv(self, device, dtype, num_layers, num_kv_heads, head_dim, value_dim,
+                     (num_blocks, block_size, num_kv_heads))
         self._free = list(range(num_blocks))
         self._held: list = []
         self.block_tables = None
@@ -302,25 +304,10 @@ class PagedKVCache:
         device) into their pages. A slot outside [0, capacity) or whose page is unassigned
         raises IndexError (cpu: before writing; cuda/interp: the token is skipped and the
         index-error flag records it)."""
-        from .ops.attention import _check_positions
         op = "PagedKVCache.append"
         self._check_layer(layer)
         self._need_tables(op)
-        B = self.batch
-        for n, t, d in (("k", k, self.head_dim), ("v", v, self.value_dim)):
-            if not isinstance(t, Tensor):
-                raise TypeError(f"{op}: {n} must be a Tensor, got {type(t).__name__}")
-            if t.ndim != 4 or t.shape[0] != B or t.shape[1] != self.num_kv_heads \
-                    or t.shape[3] != d:
-                raise ValueError(f"{op}: {n} must have shape ({B}, {self.num_kv_heads}, T, "
-                                 f"{d}), got {tuple(t.shape)}")
-            if t.dtype != self.dtype or t.device != self.device:
-                raise ValueError(f"{op}: {n} must be {self.dtype.name} on {self.device}, got "
-                                 f"{t.dtype.name} on {t.device}")
-        T = k.shape[2]
-        if v.shape[2] != T:
-            raise ValueError(f"{op}: k has {T} tokens but v has {v.shape[2]}")
-        pos = _check_positions(positions, B, T, self.device, op)
-        if T:
+        pos = _checked_kv(self, k, v, positions, op)
+        if k.shape[2]:
             impl("paged_kv_append", self.device)(self.k[layer], self.v[layer],
                                                  self.block_tables, self.lengths, k, v, pos)

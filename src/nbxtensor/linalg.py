@@ -131,6 +131,27 @@ def _batch_prefix(fail):
     return f"(Batch element {fail[0]}): " if fail[2] else ""
 
 
+# torch's messages for a failed factorisation, by kind ({k}: the info value, a 1-based order)
+_FAILURES = {
+    "lu": ("torch.linalg.{op}: U[{k},{k}] is zero and using it on lu_solve would result in a "
+           "division by zero. If you still want to perform the factorization, consider calling "
+           "linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)"),
+    "solve": "torch.linalg.{op}: The solver failed because the input matrix is singular.",
+    "inv": ("linalg.{op}: The diagonal element {k} is zero, the inversion could not be "
+            "completed because the input matrix is singular."),
+    "cholesky": ("linalg.{op}: The factorization could not be completed because the input is "
+                 "not positive-definite (the leading minor of order {k} is not "
+                 "positive-definite)."),
+}
+
+
+def _raise_failure(kind, info, op):
+    """LinAlgError for the first matrix of a batch whose `info` says its `kind` failed."""
+    fail = _first_failure(info)
+    if fail is not None:
+        raise LinAlgError(_batch_prefix(fail) + _FAILURES[kind].format(op=op, k=fail[1]))
+
+
 # ------------------------------------------------------------------ LU, the shared factorisation
 def _np_lu(a):
     """getf2 over a batch (batch, m, n) in NumPy: (LU, pivots 1-based, perm, info)."""
@@ -196,24 +217,15 @@ def lu_factor_ex(A, *, pivot=True, check_errors=False, out=None):
                                   "(torch's cpu refuses it too); pass pivot=True")
     lu, piv, _, info = _lu_parts(A, "lu_factor_ex")
     if check_errors:
-        _raise_lu(info, "lu_factor_ex")
+        _raise_failure("lu", info, "lu_factor_ex")
     return _lu_factor_ex_result(lu, piv, info)
-
-
-def _raise_lu(info, op):
-    fail = _first_failure(info)
-    if fail is not None:
-        raise LinAlgError(f"{_batch_prefix(fail)}torch.linalg.{op}: U[{fail[1]},{fail[1]}] is "
-                          f"zero and using it on lu_solve would result in a division by zero. If "
-                          f"you still want to perform the factorization, consider calling "
-                          f"linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)")
 
 
 def lu_factor(A, *, pivot=True, out=None):
     """torch.linalg.lu_factor: (LU, pivots); a zero pivot raises LinAlgError (lu_factor_ex
     returns it in info instead)."""
     lu, piv, info = lu_factor_ex(A, pivot=pivot)
-    _raise_lu(info, "lu_factor")
+    _raise_failure("lu", info, "lu_factor")
     return _lu_factor_result(lu, piv)
 
 
@@ -381,23 +393,8 @@ def solve_ex(A, B, *, left=True, check_errors=False, out=None):
         _kernel_ok(A, "solve_ex")
         x, info = _solve_device(A, B, left, "solve_ex")
     if check_errors:
-        _raise_solve(info, "solve_ex")
+        _raise_failure("solve", info, "solve_ex")
     return _solve_ex_result(x, info)
-
-
-def _raise_solve(info, op):
-    fail = _first_failure(info)
-    if fail is not None:
-        raise LinAlgError(f"{_batch_prefix(fail)}torch.linalg.{op}: The solver failed because "
-                          f"the input matrix is singular.")
-
-
-def _raise_inv(info, op):
-    fail = _first_failure(info)
-    if fail is not None:
-        raise LinAlgError(f"{_batch_prefix(fail)}linalg.{op}: The diagonal element {fail[1]} is "
-                          f"zero, the inversion could not be completed because the input "
-                          f"matrix is singular.")
 
 
 def _eye_like(A):
@@ -412,7 +409,7 @@ def inv(A, *, out=None):
     if A.device.type != "cpu":
         _kernel_ok(A, "inv")
         x, info = _solve_device(A, _eye_like(A), True, "inv")
-        _raise_inv(info, "inv")
+        _raise_failure("inv", info, "inv")
         return x if out is None else out.copy_(x)
     a = A.numpy()
     try:
@@ -420,7 +417,7 @@ def inv(A, *, out=None):
     except np.linalg.LinAlgError:
         if A.dtype.is_complex:
             raise _singular("inv") from None
-        _raise_inv(_lu_parts(A, "inv")[3], "inv")
+        _raise_failure("inv", _lu_parts(A, "inv")[3], "inv")
         raise _singular("inv") from None
     return r if out is None else out.copy_(r)
 
@@ -435,7 +432,7 @@ def inv_ex(A, *, check_errors=False, out=None):
         _kernel_ok(A, "inv_ex")
     x, info = _solve_device(A, _eye_like(A), True, "inv_ex")
     if check_errors:
-        _raise_inv(info, "inv_ex")
+        _raise_failure("inv", info, "inv_ex")
     return _inv_ex_result(x, info)
 
 
@@ -448,7 +445,7 @@ def solve(A, B, *, left=True, out=None):
     if A.device.type != "cpu":
         _kernel_ok(A, "solve")
         x, info = _solve_device(A, B, left, "solve")
-        _raise_solve(info, "solve")
+        _raise_failure("solve", info, "solve")
         return x if out is None else out.copy_(x)
     a = A.numpy()
     Bm, vec = _as_matrix_rhs(A, B)
@@ -602,14 +599,6 @@ def eigvalsh(A, UPLO="L", *, out=None):
     return _wrap(np.linalg.eigvalsh(A.numpy(), UPLO=UPLO), _real(A.dtype))
 
 
-def _raise_cholesky(info, op):
-    fail = _first_failure(info)
-    if fail is not None:
-        raise LinAlgError(f"{_batch_prefix(fail)}linalg.{op}: The factorization could not be "
-                          f"completed because the input is not positive-definite (the leading "
-                          f"minor of order {fail[1]} is not positive-definite).")
-
-
 def _cholesky_device(A, op):
     n = A.shape[-1]
     flat = A.reshape(math.prod(A.shape[:-2]), n, n).contiguous()
@@ -645,7 +634,7 @@ def cholesky_ex(A, *, upper=False, check_errors=False, out=None):
         _kernel_ok(A, "cholesky_ex")
         L, info = _cholesky_device(A, "cholesky_ex")
     if check_errors:
-        _raise_cholesky(info, "cholesky_ex")
+        _raise_failure("cholesky", info, "cholesky_ex")
     if upper:
         L = L.mT.conj().contiguous() if L.dtype.is_complex else L.mT.contiguous()
     return _cholesky_ex_result(L, info)
@@ -667,7 +656,7 @@ def cholesky(A, *, upper=False, out=None):
     """L with A = L L^H (upper: U = L^H); only the lower triangle of A is read. A matrix that
     is not positive definite raises LinAlgError naming the failing minor."""
     L, info = cholesky_ex(A, upper=upper)
-    _raise_cholesky(info, "cholesky")
+    _raise_failure("cholesky", info, "cholesky")
     return L if out is None else out.copy_(L)
 
 

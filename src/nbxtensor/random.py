@@ -683,6 +683,15 @@ def _scalar(x, op, argname):
     return float(x)
 
 
+def _positive(x, op, argname, shown=None):
+    """_scalar(x), refused unless > 0 with torch's message (which names it `shown`)."""
+    x = _scalar(x, op, argname)
+    if not x > 0:
+        shown = shown or argname
+        raise ValueError(f"{op}: expects {shown} > 0.0, but found {shown}={x}")
+    return x
+
+
 def _normal_f64(g, mt, n, mean, std):
     """n draws of torch's scalar normal_distribution<double> (cached second value)."""
     out = []
@@ -799,6 +808,26 @@ def _to_dtype(v: np.ndarray, d):
     return v.astype(d.np)
 
 
+def _checked_range(d, from_, to, op):
+    """random_'s (from, to), refused as torch refuses them: to=None (the full 64-bit range)
+    only for the dtypes that hold it, else ints with from < to inside d's range."""
+    if from_ is None:
+        return None, None
+    if to is None:
+        if d.name not in ("int64", "float64", "float32", "bfloat16"):
+            raise TypeError(f"{op}: the full 64-bit range needs int64, float64, float32 or "
+                            f"bfloat16, got {d.name}")
+        return from_, None
+    from_, to = int(from_), int(to)
+    if not from_ < to:
+        raise ValueError(f"{op}: expects 'from' to be less than 'to', but got from={from_} "
+                         f">= to={to}")
+    lo, hi = _int_bounds(d)
+    if not (lo <= from_ <= hi and lo <= to - 1 <= hi):
+        raise ValueError(f"{op}: [from, to) = [{from_}, {to}) is out of bounds for {d.name}")
+    return from_, to
+
+
 def _int_bounds(d):
     if d.name == "bool":
         return 0, 1
@@ -821,8 +850,9 @@ def random_(self, from_=None, to=None, *, generator=None):
     n = self.numel()
     if from_ is not None and to is None and from_ != -(1 << 63):   # random_(to) is random_(0, to)
         from_, to = 0, from_
+    from_, to = _checked_range(d, from_, to, op)
     if mt is None:
-        return _random_device(self, g, d, from_, to, op)
+        return _random_device(self, g, d, from_, to)
     if from_ is None:                   # torch's uniform_int_distribution
         if d.name == "bool":
             v = mt.u32(n) & _U32(1)
@@ -836,21 +866,11 @@ def random_(self, from_=None, to=None, *, generator=None):
             v = mt.u32(n).astype(_U64) % _U64(_dt.iinfo(d).max + 1)
         return _write(self, _to_dtype(v.astype(np.int64), d))
     if to is None:                      # from = int64 min: the full 64-bit range
-        if d.name not in ("int64", "float64", "float32", "bfloat16"):
-            raise TypeError(f"{op}: the full 64-bit range needs int64, float64, float32 or "
-                            f"bfloat16, got {d.name}")
         return _write(self, _to_dtype(mt.u64(n).view(np.int64), d))
-    from_, to = int(from_), int(to)
-    if not from_ < to:
-        raise ValueError(f"{op}: expects 'from' to be less than 'to', but got from={from_} "
-                         f">= to={to}")
-    lo, hi = _int_bounds(d)
-    if not (lo <= from_ <= hi and lo <= to - 1 <= hi):
-        raise ValueError(f"{op}: [from, to) = [{from_}, {to}) is out of bounds for {d.name}")
     return _write(self, _to_dtype(_random_values(mt, n, to - from_, from_, d), d))
 
 
-def _random_device(t, g, d, from_, to, op):
+def _random_device(t, g, d, from_, to):
     """torch's random_kernel / random_from_to_kernel / random_full_64_bits_range_kernel:
     word % range + base, 64-bit words for int64/float64 (random_()) or a range >= 2**28."""
     from .kernels import random as _kr
@@ -866,17 +886,7 @@ def _random_device(t, g, d, from_, to, op):
         return _device_draw(t, g, _kr.RANDINT, d.name in ("int64", "float64"),
                             _signed64(rng), 0)
     if to is None:
-        if d.name not in ("int64", "float64", "float32", "bfloat16"):
-            raise TypeError(f"{op}: the full 64-bit range needs int64, float64, float32 or "
-                            f"bfloat16, got {d.name}")
         return _device_draw(t, g, _kr.FULL64, True)
-    from_, to = int(from_), int(to)
-    if not from_ < to:
-        raise ValueError(f"{op}: expects 'from' to be less than 'to', but got from={from_} "
-                         f">= to={to}")
-    lo, hi = _int_bounds(d)
-    if not (lo <= from_ <= hi and lo <= to - 1 <= hi):
-        raise ValueError(f"{op}: [from, to) = [{from_}, {to}) is out of bounds for {d.name}")
     rng = to - from_
     return _device_draw(t, g, _kr.RANDINT, rng >= _kr.WIDE_FROM, _signed64(rng), from_)
 
@@ -947,9 +957,8 @@ def _map(f, x):
 def _continuous(self, generator, op, cpu_only=False):
     """(the cpu engine or None on a device, the float dtype); cpu_only: refuse devices."""
     g, mt = _engine_for(self, generator, op)
+    _sampling.check_draw_dtype(self, "self", op)
     d = self.dtype
-    if not d.is_floating_point or d.is_float8:
-        raise TypeError(f"{op}: self must be float16/bfloat16/float32/float64, got {d.name}")
     if cpu_only and mt is None:
         raise NotImplementedError(f"{op}: not implemented on {self.device} (cpu only)")
     return mt, d
@@ -958,9 +967,7 @@ def _continuous(self, generator, op, cpu_only=False):
 def exponential_(self, lambd=1.0, *, generator=None):
     op = "exponential_"
     mt, d = _continuous(self, generator, op)
-    lambd = _scalar(lambd, op, "lambd")
-    if not lambd > 0:
-        raise ValueError(f"{op}: expects lambda > 0.0, but found lambda={lambd}")
+    lambd = _positive(lambd, op, "lambd", "lambda")
     if mt is None:
         from .kernels import random as _kr
         wide = d.name == "float64"
@@ -991,9 +998,7 @@ def _log(x):
 def cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
     op = "cauchy_"
     mt, d = _continuous(self, generator, op, cpu_only=True)
-    median, sigma = _scalar(median, op, "median"), _scalar(sigma, op, "sigma")
-    if not sigma > 0:
-        raise ValueError(f"{op}: expects sigma > 0.0, but found sigma={sigma}")
+    median, sigma = _scalar(median, op, "median"), _positive(sigma, op, "sigma")
     u = mt.uniform_f64(self.numel())
     # median + sigma * tan(...): one fused multiply-add, as the compiled kernel has it
     return _write(self, _fma64(_map(math.tan, math.pi * (u - 0.5)), sigma, median).astype(d.np))
@@ -1002,9 +1007,7 @@ def cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
 def log_normal_(self, mean=1.0, std=2.0, *, generator=None):
     op = "log_normal_"
     mt, d = _continuous(self, generator, op, cpu_only=True)
-    mean, std = _scalar(mean, op, "mean"), _scalar(std, op, "std")
-    if not std > 0:
-        raise ValueError(f"{op}: expects std > 0.0, but found std={std}")
+    mean, std = _scalar(mean, op, "mean"), _positive(std, op, "std")
     g = _gen(generator, op)
     z = _normal_f64(g, mt, self.numel(), mean, std)
     return _write(self, _map(_exp, z).astype(d.np))
@@ -1195,9 +1198,7 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
     if not isinstance(input, Tensor):
         raise TypeError(f"{op}: input must be a Tensor, got {type(input).__name__}")
     _device_ok(input.device, op)
-    if not input.dtype.is_floating_point or input.dtype.is_float8:
-        raise TypeError(f"{op}: input must be float16/bfloat16/float32/float64, got "
-                        f"{input.dtype.name}")
+    _sampling.check_draw_dtype(input, "input", op)
     if input.ndim not in (1, 2) or input.shape[-1] == 0:
         raise ValueError(f"{op}: input must be 1-D or 2-D with at least one category, got shape "
                          f"{tuple(input.shape)}")
@@ -1316,9 +1317,7 @@ def poisson(input, generator=None):
     if not isinstance(input, Tensor):
         raise TypeError(f"{op}: input must be a Tensor, got {type(input).__name__}")
     _cpu_only(input.device, op)
-    if not input.dtype.is_floating_point or input.dtype.is_float8:
-        raise TypeError(f"{op}: input must be float16/bfloat16/float32/float64, got "
-                        f"{input.dtype.name}")
+    _sampling.check_draw_dtype(input, "input", op)
     lam = np.ascontiguousarray(input.numpy()).astype(np.float64).ravel()
     if not np.all(lam >= 0):
         raise ValueError(f"{op}: invalid Poisson rate, expected rate to be non-negative")

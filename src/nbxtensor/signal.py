@@ -97,6 +97,12 @@ def _int_arg(v, name, op):
     return int(v)
 
 
+def _check_layout(x, ndims, layout, op):
+    """x has one of `ndims` dims (`layout` names them)."""
+    if x.ndim not in ndims:
+        raise ValueError(f"{op}: expected {layout} input, got shape {tuple(x.shape)}")
+
+
 def _lengths(op, n_fft, hop_length, win_length):
     n_fft = _int_arg(n_fft, "n_fft", op)
     hop = n_fft // 4 if hop_length is None else _int_arg(hop_length, "hop_length", op)
@@ -165,9 +171,7 @@ def stft(input, n_fft, hop_length=None, win_length=None, window=None, center=Tru
     if not (x._dtype.is_floating_point or x._dtype.kind == "c"):
         raise TypeError(f"{op}: expected a tensor of floating point or complex values, got "
                         f"{x._dtype.name}")
-    if x.ndim not in (1, 2):
-        raise ValueError(f"{op}: expected a 1-D (L) or 2-D (B, L) input, got shape "
-                         f"{tuple(x.shape)}")
+    _check_layout(x, (1, 2), "a 1-D (L) or 2-D (B, L)", op)
     n_fft, hop, win = _lengths(op, n_fft, hop_length, win_length)
     if hop <= 0:
         raise ValueError(f"{op}: expected hop_length > 0, got hop_length={hop}")
@@ -247,9 +251,7 @@ def istft(input, n_fft, hop_length=None, win_length=None, window=None, center=Tr
     if x._dtype.kind != "c":
         raise TypeError(f"{op}: requires a complex input tensor (stft's return_complex=True "
                         f"output), got {x._dtype.name}")
-    if x.ndim not in (2, 3):
-        raise ValueError(f"{op}: expected a (n_freq, n_frames) or (B, n_freq, n_frames) input, "
-                         f"got shape {tuple(x.shape)}")
+    _check_layout(x, (2, 3), "a (n_freq, n_frames) or (B, n_freq, n_frames)", op)
     n_fft, hop, win = _lengths(op, n_fft, hop_length, win_length)
     if not 0 < hop <= win:
         raise ValueError(f"{op}: expected 0 < hop_length <= win_length={win}, got "

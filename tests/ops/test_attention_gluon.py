@@ -141,7 +141,7 @@ class _Fake:
 
     def __init__(self, shape, dev="cuda", dtype="bfloat16", strides=None, ptr=4096):
         self.shape = shape
-        self.device = type("D", (), {"type": dev})()
+        self.device = type("D", (), {"type": dev, "index": 0})()
         self.dtype = getattr(nbx, dtype)
         st, acc = [], 1
         for n in reversed(shape):
@@ -157,8 +157,12 @@ class _Fake:
         return self._ptr
 
 
-def test_gluon_applies_rule():
+def test_gluon_applies_rule(monkeypatch):
+    from dataclasses import replace
+    from nbxtensor.kernels import _common
     from nbxtensor.kernels.attention_gluon import applies
+    hopper = replace(_common.INTERP, type="cuda", cc=90)     # the chip, as the driver says
+    monkeypatch.setattr(_common, "_CUDA", {0: hopper})
 
     def ok(L=256, S=256, D=128, DV=128, causal=True, mask=None, scale=0.1, **kw):
         t = _Fake((1, 2, L, D), **kw)
@@ -180,6 +184,8 @@ def test_gluon_applies_rule():
     assert not ok(ptr=4098)                  # TMA needs a 16-byte aligned base
     assert not ok(strides=(2 * 256 * 130, 256 * 130, 130, 1))   # 260-byte rows: not 16-aligned
     assert not ok(strides=(2 * 256 * 128, 256 * 128, 1, 256))   # head dim not unit-stride
+    monkeypatch.setattr(_common, "_CUDA", {0: replace(hopper, cc=89)})
+    assert not ok()                          # TMA and wgmma need sm_90
 
 
 @pytest.mark.parametrize("causal,stages,split,pair,pp", [(True, 2, False, False, False),

@@ -13,6 +13,7 @@ import pytest
 
 import nbxtensor as nbx
 from helpers import assert_close, poisoned, randn, rng, to64
+from nbxtensor import plans
 
 
 def _fresh_pair(shape_a, shape_b, dtype, device, g):
@@ -340,7 +341,7 @@ def test_elementwise_plans_follow_every_key(device, poison_outputs, monkeypatch)
         pytest.skip("the triton path's plans")
     from nbxtensor.kernels import elementwise as ew
     seen = _items_spy(monkeypatch, ew)
-    ew._launch_plan.cache_clear()    # the first call of each key below is the one this test made
+    plans.clear_all()    # the first call of each key below is the one this test made
     g = rng()
     f32 = nbx.float32
     for rnd in range(3):
@@ -408,8 +409,7 @@ def test_reduction_plans_follow_every_key(device, poison_outputs, monkeypatch):
     from nbxtensor.ops import reduction as ored
     seen = _items_spy(monkeypatch, rk)
     shipped_pipe = rk.PIPE
-    rk._simple_launch.cache_clear()
-    ored._fast_plan.cache_clear()
+    plans.clear_all()
     g = rng()
     f32 = nbx.float32
     tol = dict(rtol=1e-5, atol=1e-5)
@@ -508,7 +508,6 @@ def test_gemv_plans_follow_every_key(device, poison_outputs, monkeypatch):
     (split-K or not)."""
     if device == "cpu":
         pytest.skip("the triton path's plans")
-    from nbxtensor import plans
     from nbxtensor.kernels import gemv as kg
     plans.clear_all()
     monkeypatch.setattr(kg, "NOSPLIT_ROW_BYTES", 0)     # these short rows may split too
@@ -652,7 +651,6 @@ def test_gemv_workspaces_follow_their_key_and_are_never_shared(device, poison_ou
     sit in the workspace (re-entrant here, a second thread in life) gets another one."""
     if device == "cpu":
         pytest.skip("the triton path's workspaces")
-    from nbxtensor import plans
     from nbxtensor.kernels import gemv as kg
     plans.clear_all()           # the gemv plans and its workspaces with them
     monkeypatch.setattr(kg, "TARGET_PROGRAMS", 4 * 132)     # split-K at these sizes
@@ -707,7 +705,6 @@ def test_cuda_gemv_workspaces_follow_the_stream_and_skip_graph_capture(device, m
     kept workspace nor keeps its own: eager calls between replays never touch the graph's."""
     if device != "cuda":
         pytest.skip("streams and graphs: cuda only")
-    from nbxtensor import plans
     from nbxtensor.kernels import gemv as kg
     plans.clear_all()
     monkeypatch.setattr(kg, "TARGET_PROGRAMS", 4 * 132)

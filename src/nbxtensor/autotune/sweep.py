@@ -174,6 +174,14 @@ class GemvCase(_ProductCase):
         self._run(cfg)
 
 
+def _tuned_dtype(case, dtype):
+    """`dtype` as a DType, refused unless the case has a tolerance for it."""
+    d = _dtypes.as_dtype(dtype)
+    if d.name not in case.TOL:
+        raise ValueError(f"autotune: {case.kernel} is tuned for {sorted(case.TOL)}, got {d.name}")
+    return d
+
+
 class _RowsCase:
     """A contiguous [R, N] input, one row op along N (the rows rule of norm/softmax)."""
 
@@ -183,10 +191,7 @@ class _RowsCase:
     def __init__(self, key, dtype, device, seed=0):
         from ..tensor import Tensor
         self.R, self.N = (int(v) for v in key)
-        self.dtype = _dtypes.as_dtype(dtype)
-        if self.dtype.name not in self.TOL:
-            raise ValueError(f"autotune: {self.kernel} is tuned for {sorted(self.TOL)}, got "
-                             f"{self.dtype.name}")
+        self.dtype = _tuned_dtype(self, dtype)
         self.device = device
         g = np.random.default_rng(seed)
         x = (g.standard_normal((self.R, self.N)) * 3).astype(self.dtype.np)
@@ -287,35 +292,50 @@ class SoftmaxCase(_RowsCase):
         return self._ref
 
 
+class _AttentionCase:
+    """What the attention cases share: q, k, v drawn in the case's dtype (kept in float64 for
+    the reference), a tolerance that is a multiple of P @ |V|, the poisoned output."""
+
+    kernel = "?"
+    TOL = {"bfloat16": 2e-2, "float16": 1e-2, "float32": 1e-4}
+
+    def _draw(self, dtype, device, seed, q_shape, kv_shape):
+        """q (q_shape), k and v (kv_shape), and an output shaped as q."""
+        from ..tensor import Tensor
+        self.dtype = _tuned_dtype(self, dtype)
+        self.device = device
+        g = np.random.default_rng(seed)
+        q, k, v = (g.standard_normal(s).astype(self.dtype.np)
+                   for s in (q_shape, kv_shape, kv_shape))
+        self.q64, self.k64, self.v64 = (a.astype(np.float64)[0] for a in (q, k, v))
+        self.q, self.k, self.v = (_tensor(a, device=device) for a in (q, k, v))
+        self.out = Tensor._empty(q_shape, self.dtype, device)
+        self.scale = 1.0 / math.sqrt(self.D)
+        self.tol = self.TOL[self.dtype.name]
+        self.tol_text = f"{self.tol:.3g} x (P @ |V|)"
+        self._ref = None
+
+    describe = _ProductCase.describe
+    reset = _ProductCase.reset
+
+    def run_default(self):
+        self.run(None)
+
+
 @register_case("attention")
-class AttentionCase:
+class AttentionCase(_AttentionCase):
     """Self-attention of one sequence: q [1, H, L, D], k/v [1, Hk, L, D] (GQA); key
     (L, H, Hk, D[, causal]) -- a 4-long key is causal."""
 
     kernel = "attention"
-    TOL = {"bfloat16": 2e-2, "float16": 1e-2, "float32": 1e-4}
 
     def __init__(self, key, dtype, device, seed=0):
-        from ..tensor import Tensor
         from .space import _attn_key
         self.L, self.H, self.Hk, self.D, self.causal = _attn_key(tuple(key))
         if self.H % self.Hk:
             raise ValueError(f"autotune: attention heads {self.H} not a multiple of kv heads {self.Hk}")
-        self.dtype = _dtypes.as_dtype(dtype)
-        if self.dtype.name not in self.TOL:
-            raise ValueError(f"autotune: attention is tuned for {sorted(self.TOL)}, got {self.dtype.name}")
-        self.device = device
-        g = np.random.default_rng(seed)
-        mk = lambda h: g.standard_normal((1, h, self.L, self.D)).astype(self.dtype.np)  # noqa: E731
-        q, k, v = mk(self.H), mk(self.Hk), mk(self.Hk)
-        self.q64, self.k64, self.v64 = (a.astype(np.float64)[0] for a in (q, k, v))
-        self.q, self.k, self.v = (_tensor(a, device=device) for a in (q, k, v))
-        self.out = Tensor._empty((1, self.H, self.L, self.D), self.dtype, device)
-        self.scale = 1.0 / math.sqrt(self.D)
+        self._draw(dtype, device, seed, (1, self.H, self.L, self.D), (1, self.Hk, self.L, self.D))
         self.rows = row_windows(self.L) if self.L > 1024 else [(0, self.L)]
-        self.tol = self.TOL[self.dtype.name]
-        self.tol_text = f"{self.tol:.3g} x (P @ |V|)"
-        self._ref = None
 
     @property
     def M(self):
@@ -324,11 +344,6 @@ class AttentionCase:
     def describe_key(self) -> str:
         return (f"attention L={self.L} H={self.H} Hk={self.Hk} D={self.D} "
                 f"{'causal' if self.causal else 'full'} {self.dtype.name} on {self.device}")
-
-    describe = _ProductCase.describe
-
-    def reset(self):
-        self.out.fill_(float("nan"))
 
     def candidates(self):
         # TMA candidates only where the TMA kernel runs (16-bit, head dim a power of two):
@@ -350,9 +365,6 @@ class AttentionCase:
                     is_causal=bool(self.causal))
         finally:
             ka._OVERRIDE = old
-
-    def run_default(self):
-        self.run(None)
 
     def result(self) -> np.ndarray:
         o = self.out[0]
@@ -379,35 +391,19 @@ class AttentionCase:
 
 
 @register_case("decode_attention")
-class DecodeAttentionCase:
+class DecodeAttentionCase(_AttentionCase):
     """Split-K decode of one query token per head: q [1, Hk*R, 1, D], caches [1, Hk, C, D]
     filled to capacity (lengths = C, so every split works); key (B*Hk, C, R, D) with B = 1.
     Reference: float64 NumPy attention of each query row over its kv head's C keys."""
 
     kernel = "decode_attention"
-    TOL = {"bfloat16": 2e-2, "float16": 1e-2, "float32": 1e-4}
 
     def __init__(self, key, dtype, device, seed=0):
-        from ..tensor import Tensor
         self.Hk, self.C, self.R, self.D = (int(v) for v in key)
-        self.dtype = _dtypes.as_dtype(dtype)
-        if self.dtype.name not in self.TOL:
-            raise ValueError(f"autotune: decode_attention is tuned for {sorted(self.TOL)}, got "
-                             f"{self.dtype.name}")
-        self.device = device
-        g = np.random.default_rng(seed)
-        q = g.standard_normal((1, self.Hk * self.R, 1, self.D)).astype(self.dtype.np)
-        k = g.standard_normal((1, self.Hk, self.C, self.D)).astype(self.dtype.np)
-        v = g.standard_normal((1, self.Hk, self.C, self.D)).astype(self.dtype.np)
-        self.q64, self.k64, self.v64 = (a.astype(np.float64)[0] for a in (q, k, v))
-        self.q, self.k, self.v = (_tensor(a, device=device) for a in (q, k, v))
+        self._draw(dtype, device, seed, (1, self.Hk * self.R, 1, self.D),
+                   (1, self.Hk, self.C, self.D))
         self.lengths = _tensor(np.array(self.C, dtype=np.int32), device=device)
-        self.out = Tensor._empty((1, self.Hk * self.R, 1, self.D), self.dtype, device)
-        self.scale = 1.0 / math.sqrt(self.D)
         self.rows = [(0, self.Hk * self.R)]      # small output: all of it is compared
-        self.tol = self.TOL[self.dtype.name]
-        self.tol_text = f"{self.tol:.3g} x (P @ |V|)"
-        self._ref = None
 
     @property
     def M(self):
@@ -416,11 +412,6 @@ class DecodeAttentionCase:
     def describe_key(self) -> str:
         return (f"decode_attention Hk={self.Hk} C={self.C} R={self.R} D={self.D} "
                 f"{self.dtype.name} on {self.device}")
-
-    describe = _ProductCase.describe
-
-    def reset(self):
-        self.out.fill_(float("nan"))
 
     def candidates(self):
         from .space import decode_candidates
@@ -447,9 +438,6 @@ class DecodeAttentionCase:
             kd.decode_attention(self.out, self.q, self.k, self.v, self.lengths, scale=self.scale)
         finally:
             kd._OVERRIDE = old
-
-    def run_default(self):
-        self.run(None)
 
     def result(self) -> np.ndarray:
         return self.out.numpy().astype(np.float64)[0, :, 0]

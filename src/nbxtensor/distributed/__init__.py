@@ -461,24 +461,26 @@ def broadcast(tensor, src: int) -> None:
 
 def send(tensor, dst: int) -> None:
     """`tensor` to rank `dst` (which calls recv with src = this rank)."""
-    g = _require("send")
-    _check(g, "send", "tensor", tensor)
-    _check_peer(g, "send", "dst", dst)
-    if dst == g.rank:
-        raise ValueError(f"send: dst {dst} is this rank")
+    g = _p2p_group("send", tensor, "dst", dst)
     _p2p_debug(g, "send", tensor, g.rank, dst)
     g.comm.send(tensor, dst)
 
 
 def recv(tensor, src: int) -> None:
     """Into `tensor`, what rank `src` sends."""
-    g = _require("recv")
-    _check(g, "recv", "tensor", tensor)
-    _check_peer(g, "recv", "src", src)
-    if src == g.rank:
-        raise ValueError(f"recv: src {src} is this rank")
+    g = _p2p_group("recv", tensor, "src", src)
     _p2p_debug(g, "recv", tensor, src, g.rank)
     g.comm.recv(tensor, src)
+
+
+def _p2p_group(op, t, peer_name, peer):
+    """The group of a send/recv of `t` with rank `peer` (another one than this), checked."""
+    g = _require(op)
+    _check(g, op, "tensor", t)
+    _check_peer(g, op, peer_name, peer)
+    if peer == g.rank:
+        raise ValueError(f"{op}: {peer_name} {peer} is this rank")
+    return g
 
 
 def _p2p_debug(g, op, t, src, dst):

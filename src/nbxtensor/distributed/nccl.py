@@ -17,9 +17,11 @@ import ctypes
 import glob
 import importlib.util
 import os
+import sys
 import threading
 from ctypes import POINTER, Structure, byref, c_char, c_char_p, c_int, c_size_t, c_uint, c_void_p
 
+from ..backends.native import load_once
 from ..dtypes import DType
 
 __all__ = ["NcclError", "NcclUnavailable", "availability", "version", "RESULTS", "REDUCE_OPS",
@@ -146,49 +148,46 @@ def library_candidates() -> list:
 
 
 def _load():
-    global _lib, _version, _load_error
     if _lib is not None:
         return _lib
-    with _lock:
-        if _lib is not None:
-            return _lib
-        if _load_error is not None:
-            raise NcclUnavailable(_load_error)
-        errors, lib = [], None
-        for cand in library_candidates():
-            try:
-                lib = ctypes.CDLL(cand)
-                break
-            except OSError as e:
-                errors.append(f"{cand}: {e}")
-        if lib is None:
-            _load_error = ("libnccl.so.2 not found (install the nvidia-nccl-cu13 wheel or put "
-                           "NCCL on the library path): " + "; ".join(errors))
-            raise NcclUnavailable(_load_error)
-        fns = {}
-        for name, argtypes in _SIGNATURES.items():
-            f = getattr(lib, name, None)
-            if f is not None:
-                f.argtypes, f.restype = argtypes, c_int
-                fns[name] = f
-        for name in ("ncclGetErrorString", "ncclGetLastError"):
-            f = getattr(lib, name, None)
-            if f is not None:
-                f.argtypes = [c_int] if name == "ncclGetErrorString" else [_P]
-                f.restype = c_char_p
-                fns[name] = f
-        missing = [n for n in _SIGNATURES if n not in fns and n != "ncclCommInitRankConfig"]
-        if missing or "ncclGetErrorString" not in fns:
-            _load_error = f"{cand} lacks {', '.join(missing) or 'ncclGetErrorString'} (too old?)"
-            raise NcclUnavailable(_load_error)
-        v = c_int()
-        if fns["ncclGetVersion"](byref(v)) != 0:
-            _load_error = f"{cand}: ncclGetVersion failed"
-            raise NcclUnavailable(_load_error)
-        _fns.update(fns)
-        _version = v.value
-        _lib = lib
-        return lib
+    return load_once(sys.modules[__name__], _open_libnccl, NcclUnavailable)
+
+
+def _open_libnccl():
+    global _lib, _version
+    errors, lib = [], None
+    for cand in library_candidates():
+        try:
+            lib = ctypes.CDLL(cand)
+            break
+        except OSError as e:
+            errors.append(f"{cand}: {e}")
+    if lib is None:
+        raise NcclUnavailable("libnccl.so.2 not found (install the nvidia-nccl-cu13 wheel or put "
+                              "NCCL on the library path): " + "; ".join(errors))
+    fns = {}
+    for name, argtypes in _SIGNATURES.items():
+        f = getattr(lib, name, None)
+        if f is not None:
+            f.argtypes, f.restype = argtypes, c_int
+            fns[name] = f
+    for name in ("ncclGetErrorString", "ncclGetLastError"):
+        f = getattr(lib, name, None)
+        if f is not None:
+            f.argtypes = [c_int] if name == "ncclGetErrorString" else [_P]
+            f.restype = c_char_p
+            fns[name] = f
+    missing = [n for n in _SIGNATURES if n not in fns and n != "ncclCommInitRankConfig"]
+    if missing or "ncclGetErrorString" not in fns:
+        raise NcclUnavailable(f"{cand} lacks {', '.join(missing) or 'ncclGetErrorString'} "
+                              f"(too old?)")
+    v = c_int()
+    if fns["ncclGetVersion"](byref(v)) != 0:
+        raise NcclUnavailable(f"{cand}: ncclGetVersion failed")
+    _fns.update(fns)
+    _version = v.value
+    _lib = lib
+    return lib
 
 
 def availability() -> tuple[bool, str]:

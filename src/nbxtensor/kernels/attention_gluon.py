@@ -27,6 +27,7 @@ scratch, as `_flash_fwd_tma`), so GQA and (B, S, H, D) strided views work.
 from __future__ import annotations
 
 from ._triton import gluon, gl, hopper  # Triton, or its stand-in without Triton
+from ._common import device_facts
 fence_async_shared, mbarrier, tma = hopper.fence_async_shared, hopper.mbarrier, hopper.tma
 warpgroup_mma, warpgroup_mma_wait = hopper.warpgroup_mma, hopper.warpgroup_mma_wait
 
@@ -99,23 +100,13 @@ def _gfa_loader(qd, kd, vd, qa0, qa1, qb0, qb1, q_bar_a, q_bar_b, k_smem, v_smem
 # of sync/arrive pairs (1 + n_blk per tile), so the pattern never drifts. (Scalar inline asm:
 # every thread of the warpgroup executes it.)
 @gluon.jit
-def _pp_sync(PP: gl.constexpr, dep):
-    if PP == 1:
-        gl.inline_asm_elementwise("bar.sync 8, 256;\n\tmov.b32 $0, $1;", "=r,r", [dep],
-                                  dtype=gl.int32, is_pure=False, pack=1)
-    elif PP == 2:
-        gl.inline_asm_elementwise("bar.sync 9, 256;\n\tmov.b32 $0, $1;", "=r,r", [dep],
-                                  dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
-def _pp_arrive(PP: gl.constexpr, dep):
-    # signal the OTHER partition's barrier
-    if PP == 1:
-        gl.inline_asm_elementwise("bar.arrive 9, 256;\n\tmov.b32 $0, $1;", "=r,r", [dep],
-                                  dtype=gl.int32, is_pure=False, pack=1)
-    elif PP == 2:
-        gl.inline_asm_elementwise("bar.arrive 8, 256;\n\tmov.b32 $0, $1;", "=r,r", [dep],
+def _pp_barrier(PP: gl.constexpr, dep, ARRIVE: gl.constexpr):
+    # partition PP (0: no ping-pong, nothing) waits at its own barrier (8 for the first, 9 for
+    # the second) or, ARRIVE, signals the OTHER partition's
+    if PP != 0:
+        INSTR: gl.constexpr = "bar.arrive " if ARRIVE else "bar.sync "
+        BAR: gl.constexpr = "8" if (PP == 1) != ARRIVE else "9"
+        gl.inline_asm_elementwise(INSTR + BAR + ", 256;\n\tmov.b32 $0, $1;", "=r,r", [dep],
                                   dtype=gl.int32, is_pure=False, pack=1)
 
 
@@ -131,11 +122,11 @@ def _gfa_step(j, base, acc, m_i, l_i, p_op, q_smem, k_smem, v_smem, k_ready, v_r
     sp = (g - 1) % STAGES
     mbarrier.wait(k_ready.index(s), (g // STAGES) & 1)
     mbarrier.wait(v_ready.index(sp), ((g - 1) // STAGES) & 1)
-    _pp_sync(PP, g)
+    _pp_barrier(PP, g, ARRIVE=False)
     qk = warpgroup_mma(q_smem, k_smem.index(s).permute((1, 0)), zero_s, use_acc=False,
                        is_async=True)
     acc = warpgroup_mma(p_op, v_smem.index(sp), acc, is_async=True)
-    _pp_arrive(PP, g)
+    _pp_barrier(PP, g, ARRIVE=True)
     # wgmma groups retire in order: <= 1 outstanding means S_j is done, P V may run on
     qk = warpgroup_mma_wait(1, deps=(qk,))
     if MASK:
@@ -177,10 +168,10 @@ def _gfa_tile(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, od, row
     # matters; for later row blocks every key of block 0 is visible and the select keeps all)
     mbarrier.wait(q_bar, 0)
     mbarrier.wait(k_ready.index(base % STAGES), (base // STAGES) & 1)
-    _pp_sync(PP, base)
+    _pp_barrier(PP, base, ARRIVE=False)
     qk = warpgroup_mma(q_smem, k_smem.index(base % STAGES).permute((1, 0)), zero_s,
                        use_acc=False, is_async=True)
-    _pp_arrive(PP, base)
+    _pp_barrier(PP, base, ARRIVE=True)
     qk = warpgroup_mma_wait(0, deps=(qk,))
     if CAUSAL:
         qk = gl.where(offs_n0[None, :] <= offs_m[:, None], qk, -float("inf"))
@@ -205,9 +196,9 @@ def _gfa_tile(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, od, row
                                             STAGES, p_l, True, PP)
     g_last = base + n_blk - 1
     mbarrier.wait(v_ready.index(g_last % STAGES), (g_last // STAGES) & 1)
-    _pp_sync(PP, g_last)
+    _pp_barrier(PP, g_last, ARRIVE=False)
     acc = warpgroup_mma(p_op, v_smem.index(g_last % STAGES), acc, is_async=True)
-    _pp_arrive(PP, g_last)
+    _pp_barrier(PP, g_last, ARRIVE=True)
     acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
     # hand the last slot back too: a second tile's blocks reuse it
     gl.thread_barrier()
@@ -227,7 +218,7 @@ def _gfa_consumer(qa, qb, k_smem, v_smem, q_bar_a, q_bar_b, k_ready, v_ready, kv
                   STAGES: gl.constexpr, NW: gl.constexpr, PAIR: gl.constexpr,
                   PP: gl.constexpr):
     if PP == 2:
-        _pp_arrive(PP, n_a)     # the first partition goes first
+        _pp_barrier(PP, n_a, ARRIVE=True)    # the first partition goes first
     _gfa_tile(qa, k_smem, v_smem, q_bar_a, k_ready, v_ready, kv_empty, od, row_a, n_a, 0,
               qk_scale, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, STAGES, NW, PP)
     if PAIR:
@@ -235,7 +226,8 @@ def _gfa_consumer(qa, qb, k_smem, v_smem, q_bar_a, q_bar_b, k_ready, v_ready, kv
             _gfa_tile(qb, k_smem, v_smem, q_bar_b, k_ready, v_ready, kv_empty, od, row_b, n_b,
                       n_a, qk_scale, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, STAGES, NW, PP)
     if PP == 1:
-        _pp_sync(PP, n_a)       # take the second partition's last arrive: none left pending
+        # take the second partition's last arrive: none left pending
+        _pp_barrier(PP, n_a, ARRIVE=False)
     tma.store_wait(0)
 
 
@@ -276,21 +268,35 @@ def _gfa_setup(q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s
     h = pid_bh % H
     hk = (h // GROUP).to(gl.int64)
     h = h.to(gl.int64)
-    smem_l: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
-                                                rank=2)
-    qd = tma.make_tensor_descriptor(q_ptr + b * s_qb + h * s_qh, shape=[L, HEAD_D],
-                                    strides=[s_qm, 1], block_shape=[QROWS, HEAD_D],
-                                    layout=smem_l)
-    kd = tma.make_tensor_descriptor(k_ptr + b * s_kb + hk * s_kh, shape=[S, HEAD_D],
-                                    strides=[s_kn, 1], block_shape=[BLOCK_N, HEAD_D],
-                                    layout=smem_l)
-    vd = tma.make_tensor_descriptor(v_ptr + b * s_vb + hk * s_vh, shape=[S, HEAD_D],
-                                    strides=[s_vn, 1], block_shape=[BLOCK_N, HEAD_D],
-                                    layout=smem_l)
-    od = tma.make_tensor_descriptor(o_ptr + b * s_ob + h * s_oh, shape=[L, HEAD_D],
-                                    strides=[s_om, 1], block_shape=[QROWS, HEAD_D],
-                                    layout=smem_l)
+    qd = _gfa_desc(q_ptr + b * s_qb + h * s_qh, L, s_qm, QROWS, HEAD_D)
+    kd = _gfa_desc(k_ptr + b * s_kb + hk * s_kh, S, s_kn, BLOCK_N, HEAD_D)
+    vd = _gfa_desc(v_ptr + b * s_vb + hk * s_vh, S, s_vn, BLOCK_N, HEAD_D)
+    od = _gfa_desc(o_ptr + b * s_ob + h * s_oh, L, s_om, QROWS, HEAD_D)
     return qd, kd, vd, od, t_a * BLOCK_M, t_b * BLOCK_M, n_a, n_b, two
+
+
+@gluon.constexpr_function
+def _tile_layout():
+    # the shared layout of every tile: 128-byte swizzle, as TMA writes and wgmma reads it
+    return gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+
+
+@gluon.jit
+def _gfa_desc(base, rows, row_stride, BLOCK_ROWS: gl.constexpr, HEAD_D: gl.constexpr):
+    # TMA over one head's (rows, HEAD_D) matrix at base, in tiles of BLOCK_ROWS rows
+    return tma.make_tensor_descriptor(base, shape=[rows, HEAD_D], strides=[row_stride, 1],
+                                      block_shape=[BLOCK_ROWS, HEAD_D], layout=_tile_layout())
+
+
+@gluon.jit
+def _gfa_ring(dtype: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr,
+              HEAD_D: gl.constexpr, CONSUMERS: gl.constexpr):
+    # the K/V ring of STAGES slots and every barrier: (k_smem, v_smem, q_bar_a, q_bar_b,
+    # k_ready, v_ready, kv_empty)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], _tile_layout())
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], _tile_layout())
+    q_bar_a, q_bar_b, k_ready, v_ready, kv_empty = _gfa_barriers(STAGES, CONSUMERS)
+    return k_smem, v_smem, q_bar_a, q_bar_b, k_ready, v_ready, kv_empty
 
 
 @gluon.jit
@@ -324,16 +330,13 @@ def _gfa_fwd(q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_v
         q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn,
         s_ob, s_oh, s_om, H, L, S, GROUP, BLOCK_M, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, PAIR)
     dtype: gl.constexpr = q_ptr.dtype.element_ty
-    smem_l: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
-                                                rank=2)
-    qa = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], smem_l)
+    qa = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], _tile_layout())
     if PAIR:
-        qb = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], smem_l)
+        qb = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], _tile_layout())
     else:
         qb = qa
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], smem_l)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], smem_l)
-    q_bar_a, q_bar_b, k_ready, v_ready, kv_empty = _gfa_barriers(STAGES, 1)
+    k_smem, v_smem, q_bar_a, q_bar_b, k_ready, v_ready, kv_empty = _gfa_ring(
+        dtype, STAGES, BLOCK_N, HEAD_D, 1)
     gl.warp_specialize(
         [(_gfa_consumer, (qa, qb, k_smem, v_smem, q_bar_a, q_bar_b, k_ready, v_ready,
                           kv_empty, od, row_a, row_b, n_a, n_b, two, qk_scale, BLOCK_M,
@@ -360,19 +363,15 @@ def _gfa_fwd_split(q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_k
         q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn,
         s_ob, s_oh, s_om, H, L, S, GROUP, BLOCK_M, BLOCK_N, HALF, HEAD_D, CAUSAL, PAIR)
     dtype: gl.constexpr = q_ptr.dtype.element_ty
-    smem_l: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
-                                                rank=2)
-    qa0 = gl.allocate_shared_memory(dtype, [HALF, HEAD_D], smem_l)
-    qa1 = gl.allocate_shared_memory(dtype, [HALF, HEAD_D], smem_l)
+    qa0 = gl.allocate_shared_memory(dtype, [HALF, HEAD_D], _tile_layout())
+    qa1 = gl.allocate_shared_memory(dtype, [HALF, HEAD_D], _tile_layout())
     if PAIR:
-        qb0 = gl.allocate_shared_memory(dtype, [HALF, HEAD_D], smem_l)
-        qb1 = gl.allocate_shared_memory(dtype, [HALF, HEAD_D], smem_l)
+        qb0 = gl.allocate_shared_memory(dtype, [HALF, HEAD_D], _tile_layout())
+        qb1 = gl.allocate_shared_memory(dtype, [HALF, HEAD_D], _tile_layout())
     else:
-        qb0 = qa0
-        qb1 = qa1
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], smem_l)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], smem_l)
-    q_bar_a, q_bar_b, k_ready, v_ready, kv_empty = _gfa_barriers(STAGES, 2)
+        qb0, qb1 = qa0, qa1
+    k_smem, v_smem, q_bar_a, q_bar_b, k_ready, v_ready, kv_empty = _gfa_ring(
+        dtype, STAGES, BLOCK_N, HEAD_D, 2)
     gl.warp_specialize(
         [(_gfa_consumer, (qa0, qb0, k_smem, v_smem, q_bar_a, q_bar_b, k_ready, v_ready,
                           kv_empty, od, row_a, row_b, n_a, n_b, two, qk_scale, HALF,
@@ -390,6 +389,8 @@ def _gfa_fwd_split(q_ptr, k_ptr, v_ptr, o_ptr, s_qb, s_qh, s_qm, s_kb, s_kh, s_k
 def applies(q, k, v, out, mask, scale, is_causal, L, S, D, DV) -> bool:
     """Whether the Gluon kernel can run this call (the rest keeps the Triton kernels)."""
     if q.device.type != "cuda" or mask is not None or not is_causal:
+        return False
+    if device_facts(q.device).cc < 90:     # TMA and wgmma: Hopper and later
         return False
     if q.dtype.name not in ("float16", "bfloat16") or not (scale > 0) or D != BLOCK \
             or DV != BLOCK:

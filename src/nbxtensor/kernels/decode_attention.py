@@ -56,6 +56,19 @@ def _ranges(len_ptr, b, s_len, C, P, one_max, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def _softmax_step(qk, v, acc, l_i, m_i, PREC: tl.constexpr):
+    """One key tile of the online softmax from its masked scores qk (log2 units, -inf where
+    masked): the running max, sum and output rescaled (a row with no key yet stays 0)."""
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    m_use = tl.where(m_new == -float("inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_use)
+    p = tl.exp2(qk - m_use[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+    return acc, l_i, m_new
+
+
+@triton.jit
 def _merge(po_ptr, pml_ptr, o_ptr, pid_bg, n_act, P, R, T, GROUP_HQ, DV,
            b64, head0, s_ob, s_oh, s_ot, s_od,
            BLOCK_R: tl.constexpr, CHUNK_P: tl.constexpr, BLOCK_P: tl.constexpr,
@@ -95,6 +108,35 @@ def _merge(po_ptr, pml_ptr, o_ptr, pid_bg, n_act, P, R, T, GROUP_HQ, DV,
     tl.store(o_ptr + b64 * s_ob + head[:, None] * s_oh + t[:, None] * s_ot
              + offs_dv[None, :] * s_od, o.to(o_ptr.dtype.element_ty),
              mask=rmask[:, None] & (offs_dv[None, :] < DV))
+
+
+@triton.jit
+def _range_out(acc, l_i, m_i, n_act, o_ptr, po_ptr, pml_ptr, cnt_ptr, pid_bg, pid_s, P, R,
+               T, GROUP: tl.constexpr, DV, b64, g, head, t, rows, rmask, offs_dv,
+               s_ob, s_oh, s_ot, s_od, COMBINE: tl.constexpr, BLOCK_R: tl.constexpr,
+               CHUNK_P: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """A key range's result: the normalised output when it is the only range, else its
+    partial (acc, max, sum) and, with COMBINE, a ticket; the last ticket merges."""
+    if n_act == 1:
+        o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+        tl.store(o_ptr + b64 * s_ob + head[:, None] * s_oh + t[:, None] * s_ot
+                 + offs_dv[None, :] * s_od, o.to(o_ptr.dtype.element_ty),
+                 mask=rmask[:, None] & (offs_dv[None, :] < DV))
+    else:
+        prow = (pid_bg.to(tl.int64) * P + pid_s) * R + rows
+        tl.store(po_ptr + prow[:, None] * DV + offs_dv[None, :], acc,
+                 mask=rmask[:, None] & (offs_dv[None, :] < DV))
+        tl.store(pml_ptr + prow * 2, m_i, mask=rmask)
+        tl.store(pml_ptr + prow * 2 + 1, l_i, mask=rmask)
+        if COMBINE:
+            # every thread's stores are issued before the (acq_rel, gpu scope) ticket
+            tl.debug_barrier()
+            ticket = tl.atomic_add(cnt_ptr + pid_bg, 1, sem="acq_rel")
+            if ticket == n_act - 1:
+                tl.store(cnt_ptr + pid_bg, 0)        # ready for the next launch
+                _merge(po_ptr, pml_ptr, o_ptr, pid_bg, n_act, P, R, T, GROUP, DV,
+                       b64, g * GROUP, s_ob, s_oh, s_ot, s_od,
+                       BLOCK_R, CHUNK_P, BLOCK_P, BLOCK_DV)
 
 
 @triton.jit(do_not_specialize=["C"])
@@ -149,35 +191,12 @@ def _decode_split(q_ptr, k_ptr, v_ptr, len_ptr, o_ptr, po_ptr, pml_ptr, cnt_ptr,
             qk = tl.dot(q, kt, input_precision=PREC) * qk_scale
             qk = tl.where(nmask[None, :] & (offs_n[None, :] <= limit[:, None]), qk,
                           -float("inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            m_use = tl.where(m_new == -float("inf"), 0.0, m_new)
-            alpha = tl.exp2(m_i - m_use)
-            p = tl.exp2(qk - m_use[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
-            m_i = m_new
+            acc, l_i, m_i = _softmax_step(qk, v, acc, l_i, m_i, PREC)
             kt_ptr += BLOCK_N * s_kn
             v_ptr2 += BLOCK_N * s_vn
-        if n_act == 1:
-            o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-            tl.store(o_ptr + b64 * s_ob + head[:, None] * s_oh + t[:, None] * s_ot
-                     + offs_dv[None, :] * s_od, o.to(o_ptr.dtype.element_ty),
-                     mask=rmask[:, None] & (offs_dv[None, :] < DV))
-        else:
-            prow = (pid_bg.to(tl.int64) * P + pid_s) * R + rows
-            tl.store(po_ptr + prow[:, None] * DV + offs_dv[None, :], acc,
-                     mask=rmask[:, None] & (offs_dv[None, :] < DV))
-            tl.store(pml_ptr + prow * 2, m_i, mask=rmask)
-            tl.store(pml_ptr + prow * 2 + 1, l_i, mask=rmask)
-            if COMBINE:
-                # every thread's stores are issued before the (acq_rel, gpu scope) ticket
-                tl.debug_barrier()
-                ticket = tl.atomic_add(cnt_ptr + pid_bg, 1, sem="acq_rel")
-                if ticket == n_act - 1:
-                    tl.store(cnt_ptr + pid_bg, 0)        # ready for the next launch
-                    _merge(po_ptr, pml_ptr, o_ptr, pid_bg, n_act, P, R, T, GROUP, DV,
-                           b64, g * GROUP, s_ob, s_oh, s_ot, s_od,
-                           BLOCK_R, CHUNK_P, BLOCK_P, BLOCK_DV)
+        _range_out(acc, l_i, m_i, n_act, o_ptr, po_ptr, pml_ptr, cnt_ptr, pid_bg, pid_s, P, R,
+                   T, GROUP, DV, b64, g, head, t, rows, rmask, offs_dv, s_ob, s_oh, s_ot, s_od,
+                   COMBINE, BLOCK_R, CHUNK_P, BLOCK_P, BLOCK_DV)
 
 
 @triton.jit(do_not_specialize=["C"])

@@ -19,7 +19,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from ._triton import triton, tl, libdevice  # Triton, or its stand-in without Triton
+from ._triton import triton, tl  # Triton, or its stand-in without Triton
+from ._triton import libdevice  # noqa: F401 - the generated TWO_WAY helpers call it
 
 from .. import declarations as _declarations
 from .. import dtypes as _dt
@@ -136,9 +137,10 @@ def _encode(x, ENC: tl.constexpr, RAW: tl.constexpr):
 # compositions of the numpy-backed primitives, computed in float64 where that helps.
 
 
-# The helpers that are one expression under the interpreter and one libdevice (or other
-# compiled-only) call on cuda. Triton cannot take a function as a constexpr, so each is its
-# own @triton.jit function; `_two_way` generates them from this table:
+# The helpers that are one libdevice (or other compiled-only) call on cuda and, under the
+# interpreter, one expression or a call of their `<name>_interp` function below (the longer
+# compositions). Triton cannot take a function as a constexpr, so each is its own
+# @triton.jit function; `_two_way` generates them from this table:
 # name -> (parameters before INTERP, the interpreter's expression, the compiled expression).
 TWO_WAY = {
     "_fmod": ("x, y", "x % y", "libdevice.fmod(x, y)"),
@@ -152,6 +154,22 @@ TWO_WAY = {
     "_cos": ("x", "tl.cos(x)", "libdevice.cos(x)"),
     "_erf_any": ("x", "tl.erf(x)", "libdevice.erf(x)"),
     "_atan": ("x", "_atan64(x.to(tl.float64)).to(x.dtype)", "libdevice.atan(x)"),
+    "_expm1": ("x", "_expm1_interp(x)", "libdevice.expm1(x)"),
+    "_log1p": ("x", "_log1p_interp(x)", "libdevice.log1p(x)"),
+    "_tanh": ("x", "_tanh_interp(x)", "libdevice.tanh(x)"),
+    "_atan2": ("y, x", "_atan2_interp(y, x)", "libdevice.atan2(y, x)"),
+    "_pow_f": ("x, y", "_pow_f_interp(x, y)", "libdevice.pow(x, y)"),
+    "_rint": ("x", "_rint_interp(x)", "libdevice.rint(x)"),
+    "_tan": ("x", "_tan_interp(x)", "libdevice.tan(x)"),
+    "_sinh": ("x", "_sinh_interp(x)", "libdevice.sinh(x)"),
+    "_cosh": ("x", "_cosh_interp(x)", "libdevice.cosh(x)"),
+    "_asinh": ("x", "_asinh_interp(x)", "libdevice.asinh(x)"),
+    "_acosh": ("x", "_acosh_interp(x)", "libdevice.acosh(x)"),
+    "_atanh": ("x", "_atanh_interp(x)", "libdevice.atanh(x)"),
+    "_asin": ("x", "_asin_interp(x)", "libdevice.asin(x)"),
+    "_acos": ("x", "_acos_interp(x)", "libdevice.acos(x)"),
+    "_erfinv": ("x", "_erfinv_interp(x)", "libdevice.erfinv(x)"),
+    "_hypot": ("x, y", "_hypot_interp(x, y)", "libdevice.hypot(x, y)"),
 }
 
 
@@ -182,38 +200,29 @@ _two_way()
 
 
 @triton.jit
-def _expm1(x, INTERP: tl.constexpr):
-    if INTERP:
-        u = tl.exp(x)
-        r = tl.where(u == 1.0, x, (u - 1.0) * x / tl.log(u))   # Kahan's trick
-        r = tl.where(u - 1.0 == -1.0, -1.0, r)
-        # above 1, u - 1 loses nothing and cannot overflow where u does not (the trick's
-        # (u - 1) * x can, and inf / inf is NaN)
-        r = tl.where(x > 1.0, u - 1.0, r)
-    else:
-        r = libdevice.expm1(x)
+def _expm1_interp(x):
+    u = tl.exp(x)
+    r = tl.where(u == 1.0, x, (u - 1.0) * x / tl.log(u))   # Kahan's trick
+    r = tl.where(u - 1.0 == -1.0, -1.0, r)
+    # above 1, u - 1 loses nothing and cannot overflow where u does not (the trick's
+    # (u - 1) * x can, and inf / inf is NaN)
+    r = tl.where(x > 1.0, u - 1.0, r)
     return r
 
 
 @triton.jit
-def _log1p(x, INTERP: tl.constexpr):
-    if INTERP:
-        u = 1.0 + x
-        r = tl.where(u == 1.0, x, tl.log(u) * x / (u - 1.0))
-        r = tl.where((u == _INF) | (x <= -1.0), tl.log(u), r)
-    else:
-        r = libdevice.log1p(x)
+def _log1p_interp(x):
+    u = 1.0 + x
+    r = tl.where(u == 1.0, x, tl.log(u) * x / (u - 1.0))
+    r = tl.where((u == _INF) | (x <= -1.0), tl.log(u), r)
     return r
 
 
 @triton.jit
-def _tanh(x, INTERP: tl.constexpr):
-    if INTERP:
-        t = _expm1(-2.0 * tl.abs(x), INTERP)
-        r = -t / (2.0 + t)
-        r = tl.where(x < 0, -r, r)
-    else:
-        r = libdevice.tanh(x)
+def _tanh_interp(x):
+    t = _expm1_interp(-2.0 * tl.abs(x))
+    r = -t / (2.0 + t)
+    r = tl.where(x < 0, -r, r)
     return r
 
 
@@ -228,61 +237,54 @@ def _atan_small(t):
 
 
 @triton.jit
-def _atan2(y, x, INTERP: tl.constexpr):
-    if INTERP:
-        yd = y.to(tl.float64)
-        xd = x.to(tl.float64)
-        ay = tl.abs(yd)
-        ax = tl.abs(xd)
-        big = ay > ax
-        t = tl.where(big, ax / ay, ay / ax)        # in [0, 1]
-        t = tl.where(ax == ay, 1.0, t)            # inf/inf
-        SQ3: tl.constexpr = 1.7320508075688772
-        red = t > 0.2679491924311227
-        tr = tl.where(red, (t * SQ3 - 1.0) / (SQ3 + t), t)
-        a = _atan_small(tr)
-        a = tl.where(red, a + 0.5235987755982989, a)
-        a = tl.where(big, 1.5707963267948966 - a, a)
-        a = tl.where(xd < 0, 3.141592653589793 - a, a)
-        # atan2(+-0, -0) = +-pi: -0 has the sign bit set
-        if x.dtype == tl.float64:
-            xneg = (x.to(tl.int64, bitcast=True) < 0)
-        else:
-            xneg = (x.to(tl.float32).to(tl.int32, bitcast=True) < 0)
-        # (tl.where would materialise a float literal as float32: build pi in float64)
-        a = tl.where((xd == 0) & (yd == 0), tl.where(xneg, xd * 0.0 + 3.141592653589793,
-                                                     xd * 0.0), a)
-        if y.dtype == tl.float64:
-            yneg = (y.to(tl.int64, bitcast=True) < 0)
-        else:
-            yneg = (y.to(tl.float32).to(tl.int32, bitcast=True) < 0)
-        a = tl.where(yneg, _negf(a), a)
-        a = tl.where((yd != yd) | (xd != xd), _NAN, a)
-        r = a.to(x.dtype)
-    else:
-        r = libdevice.atan2(y, x)
+def _atan_ratio(t, big):
+    # float64 arctan(t) for t in [0, 1], or pi/2 - arctan(t) where big (t = 1/u: arctan(u));
+    # above tan(pi/12), t is first reduced by pi/6
+    SQ3: tl.constexpr = 1.7320508075688772
+    red = t > 0.2679491924311227
+    tr = tl.where(red, (t * SQ3 - 1.0) / (SQ3 + t), t)
+    a = _atan_small(tr)
+    a = tl.where(red, a + 0.5235987755982989, a)
+    return tl.where(big, 1.5707963267948966 - a, a)
+
+
+@triton.jit
+def _atan2_interp(y, x):
+    yd = y.to(tl.float64)
+    xd = x.to(tl.float64)
+    ay = tl.abs(yd)
+    ax = tl.abs(xd)
+    big = ay > ax
+    t = tl.where(big, ax / ay, ay / ax)        # in [0, 1]
+    t = tl.where(ax == ay, 1.0, t)            # inf/inf
+    a = _atan_ratio(t, big)
+    a = tl.where(xd < 0, 3.141592653589793 - a, a)
+    # atan2(+-0, -0) = +-pi: -0 has the sign bit set
+    # (tl.where would materialise a float literal as float32: build pi in float64)
+    a = tl.where((xd == 0) & (yd == 0), tl.where(_signbit(x), xd * 0.0 + 3.141592653589793,
+                                                 xd * 0.0), a)
+    a = tl.where(_signbit(y), _negf(a), a)
+    a = tl.where((yd != yd) | (xd != xd), _NAN, a)
+    r = a.to(x.dtype)
     return r
 
 
 @triton.jit
-def _pow_f(x, y, INTERP: tl.constexpr):
-    if INTERP:
-        xd = x.to(tl.float64)
-        yd = y.to(tl.float64)
-        ax = tl.abs(xd)
-        r = tl.exp(yd * tl.log(ax))
-        y_int = tl.floor(yd) == yd
-        y_odd = y_int & (tl.floor(yd * 0.5) * 2.0 != yd)
-        # a negative base needs an integer exponent, except -inf (C's pow: inf or 0)
-        r = tl.where(xd < 0, tl.where(y_int, tl.where(y_odd, -r, r),
-                                      tl.where(xd == -_INF, r, _NAN)), r)
-        r = tl.where((xd == 0) & (yd > 0), tl.where(y_odd, xd, 0.0), r)
-        r = tl.where((xd == 0) & (yd < 0), tl.where(y_odd, 1.0 / xd, _INF), r)
-        r = tl.where((ax == 1.0) & ((yd == _INF) | (yd == -_INF)), 1.0, r)
-        r = tl.where((yd == 0) | (xd == 1.0), 1.0, r)
-        r = r.to(x.dtype)
-    else:
-        r = libdevice.pow(x, y)
+def _pow_f_interp(x, y):
+    xd = x.to(tl.float64)
+    yd = y.to(tl.float64)
+    ax = tl.abs(xd)
+    r = tl.exp(yd * tl.log(ax))
+    y_int = tl.floor(yd) == yd
+    y_odd = y_int & (tl.floor(yd * 0.5) * 2.0 != yd)
+    # a negative base needs an integer exponent, except -inf (C's pow: inf or 0)
+    r = tl.where(xd < 0, tl.where(y_int, tl.where(y_odd, -r, r),
+                                  tl.where(xd == -_INF, r, _NAN)), r)
+    r = tl.where((xd == 0) & (yd > 0), tl.where(y_odd, xd, 0.0), r)
+    r = tl.where((xd == 0) & (yd < 0), tl.where(y_odd, 1.0 / xd, _INF), r)
+    r = tl.where((ax == 1.0) & ((yd == _INF) | (yd == -_INF)), 1.0, r)
+    r = tl.where((yd == 0) | (xd == 1.0), 1.0, r)
+    r = r.to(x.dtype)
     return r
 
 
@@ -303,15 +305,12 @@ def _pow_i(x, y):
 
 
 @triton.jit
-def _rint(x, INTERP: tl.constexpr):
+def _rint_interp(x):
     """Round half to even."""
-    if INTERP:
-        f = tl.floor(x)
-        d = x - f
-        f_even = tl.floor(f * 0.5) * 2.0 == f
-        r = tl.where(d > 0.5, f + 1.0, tl.where(d < 0.5, f, tl.where(f_even, f, f + 1.0)))
-    else:
-        r = libdevice.rint(x)
+    f = tl.floor(x)
+    d = x - f
+    f_even = tl.floor(f * 0.5) * 2.0 == f
+    r = tl.where(d > 0.5, f + 1.0, tl.where(d < 0.5, f, tl.where(f_even, f, f + 1.0)))
     return r
 
 
@@ -333,18 +332,6 @@ def _one(x):
 @triton.jit
 def _trunc(x):
     return tl.where(x < 0, tl.ceil(x), tl.floor(x))
-
-
-@triton.jit
-def _max_nan(a, b):
-    m = tl.where(a > b, a, b)
-    return tl.where(a != a, a, m)
-
-
-@triton.jit
-def _min_nan(a, b):
-    m = tl.where(a < b, a, b)
-    return tl.where(a != a, a, m)
 
 
 @triton.jit
@@ -413,12 +400,9 @@ def _sqrt(x, INTERP: tl.constexpr):
 
 
 @triton.jit
-def _tan(x, INTERP: tl.constexpr):
-    if INTERP:
-        xd = x.to(tl.float64)
-        r = (tl.sin(xd) / tl.cos(xd)).to(x.dtype)
-    else:
-        r = libdevice.tan(x)
+def _tan_interp(x):
+    xd = x.to(tl.float64)
+    r = (tl.sin(xd) / tl.cos(xd)).to(x.dtype)
     return r
 
 
@@ -449,21 +433,28 @@ def _fmod_any(x, y, IS_FLOAT: tl.constexpr, INTERP: tl.constexpr):
 
 
 @triton.jit
-def _maximum(x, y):
-    """NaN propagates from either side."""
-    if x.dtype.is_floating():
-        r = _max_nan(x, y)
-        r = tl.where(y != y, y, r)
+def _larger(x, y, MAX: tl.constexpr):
+    # the larger (MAX) or the smaller of x and y by comparison: y where they do not compare
+    if MAX:
+        r = tl.where(x > y, x, y)
     else:
-        r = tl.maximum(x, y)
+        r = tl.where(x < y, x, y)
     return r
 
 
 @triton.jit
-def _minimum(x, y):
+def _extremum(x, y, MAX: tl.constexpr, IGNORE_NAN: tl.constexpr = False):
+    """torch.maximum (MAX) or torch.minimum: a float NaN propagates from either side;
+    IGNORE_NAN (torch.fmax / fmin): a NaN is ignored unless both are NaN."""
     if x.dtype.is_floating():
-        r = _min_nan(x, y)
-        r = tl.where(y != y, y, r)
+        if IGNORE_NAN:
+            r = tl.where(x != x, y, tl.where(y != y, x, _larger(x, y, MAX)))
+        else:
+            r = _larger(x, y, MAX)
+            r = tl.where(x != x, x, r)
+            r = tl.where(y != y, y, r)
+    elif MAX:
+        r = tl.maximum(x, y)
     else:
         r = tl.minimum(x, y)
     return r
@@ -542,68 +533,58 @@ def _copysign(x, y):
 
 
 @triton.jit
-def _sinh(x, INTERP: tl.constexpr):
-    if INTERP:
-        xd = x.to(tl.float64)
-        ax = tl.abs(xd)
-        t = _expm1(ax, INTERP)
-        r = tl.where(ax > 20.0, tl.exp(ax - _LN2), 0.5 * (t + t / (t + 1.0)))
-        r = tl.where(xd < 0, -r, r)
-        r = tl.where(xd == 0, xd, r).to(x.dtype)           # keeps -0
-    else:
-        r = libdevice.sinh(x)
+def _odd(r, xd):
+    # an odd function's value at xd from r, its value at |xd|: xd's sign, and xd itself at
+    # +-0 (keeps -0)
+    r = tl.where(xd < 0, -r, r)
+    return tl.where(xd == 0, xd, r)
+
+
+@triton.jit
+def _sinh_interp(x):
+    xd = x.to(tl.float64)
+    ax = tl.abs(xd)
+    t = _expm1_interp(ax)
+    r = tl.where(ax > 20.0, tl.exp(ax - _LN2), 0.5 * (t + t / (t + 1.0)))
+    r = _odd(r, xd).to(x.dtype)
     return r
 
 
 @triton.jit
-def _cosh(x, INTERP: tl.constexpr):
-    if INTERP:
-        ax = tl.abs(x.to(tl.float64))
-        e = tl.exp(ax)
-        r = tl.where(ax > 20.0, tl.exp(ax - _LN2), 0.5 * (e + 1.0 / e)).to(x.dtype)
-    else:
-        r = libdevice.cosh(x)
+def _cosh_interp(x):
+    ax = tl.abs(x.to(tl.float64))
+    e = tl.exp(ax)
+    r = tl.where(ax > 20.0, tl.exp(ax - _LN2), 0.5 * (e + 1.0 / e)).to(x.dtype)
     return r
 
 
 @triton.jit
-def _asinh(x, INTERP: tl.constexpr):
-    if INTERP:
-        xd = x.to(tl.float64)
-        ax = tl.abs(xd)
-        small = _log1p(ax + ax * ax / (1.0 + tl.sqrt(1.0 + ax * ax)), INTERP)
-        r = tl.where(ax > 1e8, tl.log(ax) + _LN2, small)
-        r = tl.where(xd < 0, -r, r)
-        r = tl.where(xd == 0, xd, r).to(x.dtype)
-    else:
-        r = libdevice.asinh(x)
+def _asinh_interp(x):
+    xd = x.to(tl.float64)
+    ax = tl.abs(xd)
+    small = _log1p_interp(ax + ax * ax / (1.0 + tl.sqrt(1.0 + ax * ax)))
+    r = tl.where(ax > 1e8, tl.log(ax) + _LN2, small)
+    r = _odd(r, xd).to(x.dtype)
     return r
 
 
 @triton.jit
-def _acosh(x, INTERP: tl.constexpr):
-    if INTERP:
-        xd = x.to(tl.float64)
-        t = xd - 1.0
-        small = _log1p(t + tl.sqrt(2.0 * t + t * t), INTERP)
-        r = tl.where(xd > 1e8, tl.log(xd) + _LN2, small)
-        r = tl.where(xd < 1.0, (_INF - _INF), r).to(x.dtype)
-    else:
-        r = libdevice.acosh(x)
+def _acosh_interp(x):
+    xd = x.to(tl.float64)
+    t = xd - 1.0
+    small = _log1p_interp(t + tl.sqrt(2.0 * t + t * t))
+    r = tl.where(xd > 1e8, tl.log(xd) + _LN2, small)
+    r = tl.where(xd < 1.0, (_INF - _INF), r).to(x.dtype)
     return r
 
 
 @triton.jit
-def _atanh(x, INTERP: tl.constexpr):
-    if INTERP:
-        xd = x.to(tl.float64)
-        ax = tl.abs(xd)
-        r = 0.5 * _log1p(2.0 * ax / (1.0 - ax), INTERP)
-        r = tl.where(ax > 1.0, (_INF - _INF), r)
-        r = tl.where(xd < 0, -r, r)
-        r = tl.where(xd == 0, xd, r).to(x.dtype)
-    else:
-        r = libdevice.atanh(x)
+def _atanh_interp(x):
+    xd = x.to(tl.float64)
+    ax = tl.abs(xd)
+    r = 0.5 * _log1p_interp(2.0 * ax / (1.0 - ax))
+    r = tl.where(ax > 1.0, (_INF - _INF), r)
+    r = _odd(r, xd).to(x.dtype)
     return r
 
 
@@ -613,72 +594,57 @@ def _atan64(xd):
     ax = tl.abs(xd)
     big = ax > 1.0
     t = tl.where(big, 1.0 / ax, ax)               # in [0, 1]; 1/inf = 0
-    SQ3: tl.constexpr = 1.7320508075688772
-    red = t > 0.2679491924311227
-    tr = tl.where(red, (t * SQ3 - 1.0) / (SQ3 + t), t)
-    a = _atan_small(tr)
-    a = tl.where(red, a + 0.5235987755982989, a)
-    a = tl.where(big, 1.5707963267948966 - a, a)
-    a = tl.where(xd < 0, -a, a)
-    return tl.where(xd == 0, xd, a)               # keeps -0
+    a = _atan_ratio(t, big)
+    return _odd(a, xd)
 
 
 @triton.jit
-def _asin(x, INTERP: tl.constexpr):
-    if INTERP:
-        xd = x.to(tl.float64)
-        r = _atan64(xd / tl.sqrt((1.0 - xd) * (1.0 + xd))).to(x.dtype)   # +-1: +-pi/2
-    else:
-        r = libdevice.asin(x)
+def _asin_interp(x):
+    xd = x.to(tl.float64)
+    r = _atan64(xd / tl.sqrt((1.0 - xd) * (1.0 + xd))).to(x.dtype)   # +-1: +-pi/2
     return r
 
 
 @triton.jit
-def _acos(x, INTERP: tl.constexpr):
-    if INTERP:
-        xd = x.to(tl.float64)
-        # 2 atan(sqrt((1 - x) / (1 + x))): accurate near 1, pi at -1, NaN beyond +-1
-        r = (2.0 * _atan64(tl.sqrt((1.0 - xd) / (1.0 + xd)))).to(x.dtype)
-    else:
-        r = libdevice.acos(x)
+def _acos_interp(x):
+    xd = x.to(tl.float64)
+    # 2 atan(sqrt((1 - x) / (1 + x))): accurate near 1, pi at -1, NaN beyond +-1
+    r = (2.0 * _atan64(tl.sqrt((1.0 - xd) / (1.0 + xd)))).to(x.dtype)
     return r
 
 
 @triton.jit
-def _erfinv(x, INTERP: tl.constexpr):
-    if INTERP:
-        # Giles' single-precision approximation, then Newton steps on erf in float64
-        xd = x.to(tl.float64)
-        w = -tl.log((1.0 - xd) * (1.0 + xd))
-        wa = w - 2.5
-        pa = 2.81022636e-08
-        pa = 3.43273939e-07 + pa * wa
-        pa = -3.5233877e-06 + pa * wa
-        pa = -4.39150654e-06 + pa * wa
-        pa = 0.00021858087 + pa * wa
-        pa = -0.00125372503 + pa * wa
-        pa = -0.00417768164 + pa * wa
-        pa = 0.246640727 + pa * wa
-        pa = 1.50140941 + pa * wa
-        wb = tl.sqrt(tl.where(w < 5.0, 5.0, w)) - 3.0
-        pb = -0.000200214257
-        pb = 0.000100950558 + pb * wb
-        pb = 0.00134934322 + pb * wb
-        pb = -0.00367342844 + pb * wb
-        pb = 0.00573950773 + pb * wb
-        pb = -0.0076224613 + pb * wb
-        pb = 0.00943887047 + pb * wb
-        pb = 1.00167406 + pb * wb
-        pb = 2.83297682 + pb * wb
-        r = tl.where(w < 5.0, pa, pb) * xd
-        for _ in tl.static_range(3):
-            r = r - (tl.erf(r) - xd) / (1.1283791670955126 * tl.exp(-r * r))
-        ax = tl.abs(xd)
-        r = tl.where(ax == 1.0, xd * _INF, r)
-        r = tl.where(ax > 1.0, (_INF - _INF), r)
-        r = tl.where(xd == 0, xd, r).to(x.dtype)
-    else:
-        r = libdevice.erfinv(x)
+def _erfinv_interp(x):
+    # Giles' single-precision approximation, then Newton steps on erf in float64
+    xd = x.to(tl.float64)
+    w = -tl.log((1.0 - xd) * (1.0 + xd))
+    wa = w - 2.5
+    pa = 2.81022636e-08
+    pa = 3.43273939e-07 + pa * wa
+    pa = -3.5233877e-06 + pa * wa
+    pa = -4.39150654e-06 + pa * wa
+    pa = 0.00021858087 + pa * wa
+    pa = -0.00125372503 + pa * wa
+    pa = -0.00417768164 + pa * wa
+    pa = 0.246640727 + pa * wa
+    pa = 1.50140941 + pa * wa
+    wb = tl.sqrt(tl.where(w < 5.0, 5.0, w)) - 3.0
+    pb = -0.000200214257
+    pb = 0.000100950558 + pb * wb
+    pb = 0.00134934322 + pb * wb
+    pb = -0.00367342844 + pb * wb
+    pb = 0.00573950773 + pb * wb
+    pb = -0.0076224613 + pb * wb
+    pb = 0.00943887047 + pb * wb
+    pb = 1.00167406 + pb * wb
+    pb = 2.83297682 + pb * wb
+    r = tl.where(w < 5.0, pa, pb) * xd
+    for _ in tl.static_range(3):
+        r = r - (tl.erf(r) - xd) / (1.1283791670955126 * tl.exp(-r * r))
+    ax = tl.abs(xd)
+    r = tl.where(ax == 1.0, xd * _INF, r)
+    r = tl.where(ax > 1.0, (_INF - _INF), r)
+    r = tl.where(xd == 0, xd, r).to(x.dtype)
     return r
 
 
@@ -698,37 +664,15 @@ def _sinc(x, INTERP: tl.constexpr):
 
 
 @triton.jit
-def _hypot(x, y, INTERP: tl.constexpr):
-    if INTERP:
-        ax = tl.abs(x.to(tl.float64))
-        ay = tl.abs(y.to(tl.float64))
-        m = tl.where(ax > ay, ax, ay)
-        n = tl.where(ax > ay, ay, ax)
-        q = n / tl.where(m == 0, 1.0, m)
-        r = m * tl.sqrt(1.0 + q * q)
-        r = tl.where((ax != ax) | (ay != ay), (_INF - _INF), r)
-        r = tl.where((ax == _INF) | (ay == _INF), _INF, r).to(x.dtype)
-    else:
-        r = libdevice.hypot(x, y)
-    return r
-
-
-@triton.jit
-def _fmax(x, y):
-    """NaN ignored unless both are NaN."""
-    if x.dtype.is_floating():
-        r = tl.where(x != x, y, tl.where(y != y, x, tl.where(x > y, x, y)))
-    else:
-        r = tl.maximum(x, y)
-    return r
-
-
-@triton.jit
-def _fmin(x, y):
-    if x.dtype.is_floating():
-        r = tl.where(x != x, y, tl.where(y != y, x, tl.where(x < y, x, y)))
-    else:
-        r = tl.minimum(x, y)
+def _hypot_interp(x, y):
+    ax = tl.abs(x.to(tl.float64))
+    ay = tl.abs(y.to(tl.float64))
+    m = tl.where(ax > ay, ax, ay)
+    n = tl.where(ax > ay, ay, ax)
+    q = n / tl.where(m == 0, 1.0, m)
+    r = m * tl.sqrt(1.0 + q * q)
+    r = tl.where((ax != ax) | (ay != ay), (_INF - _INF), r)
+    r = tl.where((ax == _INF) | (ay == _INF), _INF, r).to(x.dtype)
     return r
 
 
@@ -739,19 +683,15 @@ def _xlogy(x, y, INTERP: tl.constexpr):
 
 
 @triton.jit
-def _logaddexp(x, y, INTERP: tl.constexpr):
+def _logaddexp(x, y, BASE2: tl.constexpr, INTERP: tl.constexpr):
+    """log(e**x + e**y), or with BASE2 log2(2**x + 2**y)."""
     m = tl.where(x > y, x, y)
     d = tl.abs(x - y)
-    r = m + _log1p(_exp(-d, INTERP), INTERP)
+    if BASE2:
+        r = m + _fdiv(_log1p(_exp2(-d, INTERP), INTERP), _one(x) * _LN2)
+    else:
+        r = m + _log1p(_exp(-d, INTERP), INTERP)
     # torch's: one infinity on both sides is itself (no inf - inf); NaN propagates through d
-    return tl.where((x == y) & ((x == _INF) | (x == -_INF)), x, r)
-
-
-@triton.jit
-def _logaddexp2(x, y, INTERP: tl.constexpr):
-    m = tl.where(x > y, x, y)
-    d = tl.abs(x - y)
-    r = m + _fdiv(_log1p(_exp2(-d, INTERP), INTERP), _one(x) * _LN2)
     return tl.where((x == y) & ((x == _INF) | (x == -_INF)), x, r)
 
 
@@ -796,6 +736,17 @@ def _scalars(sa, sb, sc, p0, p1, F64S: tl.constexpr):
         p0 = _bits_f64(p0)
         p1 = _bits_f64(p1)
     return sa, sb, sc, p0, p1
+
+
+@triton.jit
+def _block_offsets(IDX64: tl.constexpr, BLOCK: tl.constexpr):
+    # the BLOCK flat element offsets of this program, int64 where a tensor needs them (IDX64)
+    pid = tl.program_id(0)
+    if IDX64:
+        offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    else:
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+    return offs
 
 
 @triton.jit
@@ -845,11 +796,7 @@ def _ew_flat_kernel(out, a, b, c, sa, sb, sc, p0, p1, N,
                     BLOCK: tl.constexpr):
     """out[i] = OP(a[i], b[i], c[i]) for contiguous operands: no index math, wide accesses."""
     sa, sb, sc, p0, p1 = _scalars(sa, sb, sc, p0, p1, F64S)
-    pid = tl.program_id(0)
-    if IDX64:
-        offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    else:
-        offs = pid * BLOCK + tl.arange(0, BLOCK)
+    offs = _block_offsets(IDX64, BLOCK)
     _ew_flat_block(out, a, b, c, sa, sb, sc, p0, p1, offs, offs < N, OP, CT, MA, MB, MC,
                    EA, EB, EC, EO, INTERP)
 
@@ -901,11 +848,7 @@ def _ew_kernel(out, a, b, c, sa, sb, sc, p0, p1, N,
     per-operand strides, in elements.
     """
     sa, sb, sc, p0, p1 = _scalars(sa, sb, sc, p0, p1, F64S)
-    pid = tl.program_id(0)
-    if IDX64:
-        offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    else:
-        offs = pid * BLOCK + tl.arange(0, BLOCK)
+    offs = _block_offsets(IDX64, BLOCK)
     mask = offs < N
     rem = offs
     oo = offs * 0

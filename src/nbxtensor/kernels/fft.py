@@ -54,40 +54,55 @@ def _cdot(ar, ai, br, bi, PREC: tl.constexpr):
 
 
 @triton.jit
+def _swap(a, R: tl.constexpr, A: tl.constexpr, B: tl.constexpr):
+    # rows of R x [A, B] (row-major, in any 2-D shape) -> the [(r, b), a] tile [R * B, A]
+    return tl.reshape(tl.permute(tl.reshape(a, (R, A, B)), (0, 2, 1)), (R * B, A))
+
+
+@triton.jit
+def _dft_matrix(tab, N: tl.constexpr, CONJ: tl.constexpr):
+    # F_N[n, k] (re, im planes at tab; CONJ -1.0: the inverse's conjugate)
+    f = tl.arange(0, N)[:, None] * N + tl.arange(0, N)[None, :]
+    return tl.load(tab + f), tl.load(tab + N * N + f) * CONJ
+
+
+@triton.jit
+def _natural(br, bi, ROWS: tl.constexpr, N1: tl.constexpr, M: tl.constexpr):
+    # [(r, k1), k'] -> natural order [ROWS, N1 * M]: [ROWS, k', k1], k = k' N1 + k1
+    return (tl.reshape(_swap(br, ROWS, N1, M), (ROWS, N1 * M)),
+            tl.reshape(_swap(bi, ROWS, N1, M), (ROWS, N1 * M)))
+
+
+@triton.jit
+def _first_stage(xr, xi, tab, tt, CONJ: tl.constexpr, N1: tl.constexpr, M: tl.constexpr,
+                 ROWS: tl.constexpr, PREC: tl.constexpr):
+    # n = n1 M + m: a dot by F_N1 (at tab) over n1, then the twiddle w_(N1 M)^(m k1) (at tt;
+    # m k1 < N1 M), of the forward transform (CONJ: the inverse's conjugates) -> [(r, m), k1]
+    f1r, f1i = _dft_matrix(tab, N1, CONJ)
+    ar, ai = _cdot(_swap(xr, ROWS, N1, M), _swap(xi, ROWS, N1, M), f1r, f1i, PREC)
+    e = (tl.arange(0, ROWS * M) % M)[:, None] * tl.arange(0, N1)[None, :]
+    wr = tl.load(tt + e)
+    wi = tl.load(tt + N1 * M + e) * CONJ
+    return ar * wr - ai * wi, ar * wi + ai * wr
+
+
+@triton.jit
 def _core(xr, xi, tab, CONJ: tl.constexpr, N1: tl.constexpr, N2: tl.constexpr,
           ROWS: tl.constexpr, PREC: tl.constexpr):
     # The DFT of ROWS rows [ROWS, N1 * N2] in natural order, on-chip. tab: F_N1 (re, im
     # planes), F_N2, w_(N1 N2)^e, all of the forward transform; CONJ (1.0 forward, -1.0
     # inverse) multiplies their imaginary parts (the inverse's tables are the conjugates).
-    N: tl.constexpr = N1 * N2
     t2 = tab + 2 * N1 * N1
     tt = t2 + 2 * N2 * N2
-    f1 = tl.arange(0, N1)[:, None] * N1 + tl.arange(0, N1)[None, :]     # F_N1[n1, k1]
-    f1r = tl.load(tab + f1)
-    f1i = tl.load(tab + N1 * N1 + f1) * CONJ
     if N2 == 1:
+        f1r, f1i = _dft_matrix(tab, N1, CONJ)
         yr, yi = _cdot(xr, xi, f1r, f1i, PREC)
     else:
-        # n = n1 N2 + n2: [ROWS, N1, N2] -> [(r, n2), n1], a dot by F_N1
-        xr = tl.reshape(tl.permute(tl.reshape(xr, (ROWS, N1, N2)), (0, 2, 1)),
-                        (ROWS * N2, N1))
-        xi = tl.reshape(tl.permute(tl.reshape(xi, (ROWS, N1, N2)), (0, 2, 1)),
-                        (ROWS * N2, N1))
-        ar, ai = _cdot(xr, xi, f1r, f1i, PREC)                    # [(r, n2), k1]
-        # the twiddle w_N^(n2 k1), n2 k1 < N
-        e = (tl.arange(0, ROWS * N2) % N2)[:, None] * tl.arange(0, N1)[None, :]
-        wr = tl.load(tt + e)
-        wi = tl.load(tt + N + e) * CONJ
-        ar, ai = ar * wr - ai * wi, ar * wi + ai * wr
-        ar = tl.reshape(tl.permute(tl.reshape(ar, (ROWS, N2, N1)), (0, 2, 1)), (ROWS * N1, N2))
-        ai = tl.reshape(tl.permute(tl.reshape(ai, (ROWS, N2, N1)), (0, 2, 1)), (ROWS * N1, N2))
-        f2 = tl.arange(0, N2)[:, None] * N2 + tl.arange(0, N2)[None, :]
-        f2r = tl.load(t2 + f2)
-        f2i = tl.load(t2 + N2 * N2 + f2) * CONJ
+        ar, ai = _first_stage(xr, xi, tab, tt, CONJ, N1, N2, ROWS, PREC)   # [(r, n2), k1]
+        ar, ai = _swap(ar, ROWS, N2, N1), _swap(ai, ROWS, N2, N1)           # [(r, k1), n2]
+        f2r, f2i = _dft_matrix(t2, N2, CONJ)
         br, bi = _cdot(ar, ai, f2r, f2i, PREC)                    # [(r, k1), k2]
-        # natural order: [ROWS, k2, k1], k = k2 N1 + k1
-        yr = tl.reshape(tl.permute(tl.reshape(br, (ROWS, N1, N2)), (0, 2, 1)), (ROWS, N))
-        yi = tl.reshape(tl.permute(tl.reshape(bi, (ROWS, N1, N2)), (0, 2, 1)), (ROWS, N))
+        yr, yi = _natural(br, bi, ROWS, N1, N2)
     return yr, yi
 
 
@@ -100,23 +115,10 @@ def _core3(xr, xi, tab, CONJ: tl.constexpr, N1: tl.constexpr, N2: tl.constexpr,
     M: tl.constexpr = N2 * N3
     N: tl.constexpr = N1 * M
     tt = tab + 2 * N1 * N1
-    f1 = tl.arange(0, N1)[:, None] * N1 + tl.arange(0, N1)[None, :]
-    f1r = tl.load(tab + f1)
-    f1i = tl.load(tab + N1 * N1 + f1) * CONJ
-    xr = tl.reshape(tl.permute(tl.reshape(xr, (ROWS, N1, M)), (0, 2, 1)), (ROWS * M, N1))
-    xi = tl.reshape(tl.permute(tl.reshape(xi, (ROWS, N1, M)), (0, 2, 1)), (ROWS * M, N1))
-    ar, ai = _cdot(xr, xi, f1r, f1i, PREC)                        # [(r, m), k1]
-    e = (tl.arange(0, ROWS * M) % M)[:, None] * tl.arange(0, N1)[None, :]
-    wr = tl.load(tt + e)
-    wi = tl.load(tt + N + e) * CONJ
-    ar, ai = ar * wr - ai * wi, ar * wi + ai * wr
-    ar = tl.reshape(tl.permute(tl.reshape(ar, (ROWS, M, N1)), (0, 2, 1)), (ROWS * N1, M))
-    ai = tl.reshape(tl.permute(tl.reshape(ai, (ROWS, M, N1)), (0, 2, 1)), (ROWS * N1, M))
+    ar, ai = _first_stage(xr, xi, tab, tt, CONJ, N1, M, ROWS, PREC)        # [(r, m), k1]
+    ar, ai = _swap(ar, ROWS, M, N1), _swap(ai, ROWS, M, N1)                 # [(r, k1), m]
     br, bi = _core(ar, ai, tt + 2 * N, CONJ, N2, N3, ROWS * N1, PREC)   # [(r, k1), k']
-    # k = k' N1 + k1: [ROWS, k', k1]
-    yr = tl.reshape(tl.permute(tl.reshape(br, (ROWS, N1, M)), (0, 2, 1)), (ROWS, N))
-    yi = tl.reshape(tl.permute(tl.reshape(bi, (ROWS, N1, M)), (0, 2, 1)), (ROWS, N))
-    return yr, yi
+    return _natural(br, bi, ROWS, N1, M)
 
 
 @triton.jit

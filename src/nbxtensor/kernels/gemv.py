@@ -31,6 +31,31 @@ from ._host import cdiv as _cdiv, next_pow2 as _np2
 
 
 @triton.jit
+def _gemv_tiles(w_ptrs, x_ptrs, offs_k, k_left, EVEN_K: tl.constexpr, X2D: tl.constexpr):
+    """One step's weight and x tiles; past the end of K (k_left keys remain) they read 0."""
+    if EVEN_K:
+        w = tl.load(w_ptrs)
+        xv = tl.load(x_ptrs)
+    else:
+        kmask = offs_k < k_left
+        w = tl.load(w_ptrs, mask=kmask[None, :], other=0.0)
+        if X2D:
+            xv = tl.load(x_ptrs, mask=kmask[None, :], other=0.0)
+        else:
+            xv = tl.load(x_ptrs, mask=kmask, other=0.0)
+    return w, xv
+
+
+@triton.jit
+def _gemv_advance(w_ptrs, x_ptrs, s_wk, s_xk, BLOCK_K: tl.constexpr, K1: tl.constexpr):
+    """Both pointer tiles one BLOCK_K step along K (int64 steps for strided K)."""
+    if K1:
+        return w_ptrs + BLOCK_K, x_ptrs + BLOCK_K
+    return (w_ptrs + tl.full([], BLOCK_K, tl.int64) * s_wk,
+            x_ptrs + tl.full([], BLOCK_K, tl.int64) * s_xk)
+
+
+@triton.jit
 def _gemv_kernel(x_ptr, w_ptr, o_ptr, bias_ptr, r_ptr, ws_ptr,
                  M, N, K, K_SPLIT, SPLIT,
                  s_xm, s_xk, s_wn, s_wk, s_om, s_on, s_rm, s_rn, s_bias, alpha, beta,
@@ -62,20 +87,9 @@ def _gemv_kernel(x_ptr, w_ptr, o_ptr, bias_ptr, r_ptr, ws_ptr,
         acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         for kk in range(0, K_SPLIT, BLOCK_K):
             k = k_lo + kk
-            if EVEN_K:
-                w = tl.load(w_ptrs)
-                xv = tl.load(x_ptrs)
-            else:
-                kmask = offs_k < K - k
-                w = tl.load(w_ptrs, mask=kmask[None, :], other=0.0)
-                xv = tl.load(x_ptrs, mask=kmask, other=0.0)
+            w, xv = _gemv_tiles(w_ptrs, x_ptrs, offs_k, K - k, EVEN_K, False)
             acc2 += w.to(tl.float32) * xv.to(tl.float32)[None, :]
-            if K1:
-                w_ptrs += BLOCK_K
-                x_ptrs += BLOCK_K
-            else:
-                w_ptrs += tl.full([], BLOCK_K, tl.int64) * s_wk
-                x_ptrs += tl.full([], BLOCK_K, tl.int64) * s_xk
+            w_ptrs, x_ptrs = _gemv_advance(w_ptrs, x_ptrs, s_wk, s_xk, BLOCK_K, K1)
         acc = tl.sum(acc2, axis=1)[None, :]
     else:
         offs_xm = tl.where(offs_m < M, offs_m, 0).to(tl.int64)
@@ -86,20 +100,9 @@ def _gemv_kernel(x_ptr, w_ptr, o_ptr, bias_ptr, r_ptr, ws_ptr,
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kk in range(0, K_SPLIT, BLOCK_K):
             k = k_lo + kk
-            if EVEN_K:
-                w = tl.load(w_ptrs)
-                xv = tl.load(x_ptrs)
-            else:
-                kmask = offs_k < K - k
-                w = tl.load(w_ptrs, mask=kmask[None, :], other=0.0)
-                xv = tl.load(x_ptrs, mask=kmask[None, :], other=0.0)
+            w, xv = _gemv_tiles(w_ptrs, x_ptrs, offs_k, K - k, EVEN_K, True)
             acc = tl.dot(xv, tl.trans(w), acc, input_precision=PRECISION)
-            if K1:
-                w_ptrs += BLOCK_K
-                x_ptrs += BLOCK_K
-            else:
-                w_ptrs += tl.full([], BLOCK_K, tl.int64) * s_wk
-                x_ptrs += tl.full([], BLOCK_K, tl.int64) * s_xk
+            w_ptrs, x_ptrs = _gemv_advance(w_ptrs, x_ptrs, s_wk, s_xk, BLOCK_K, K1)
     omask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if PARTIAL:   # fp32 partial sums into workspace[pid_k]; contiguous [SPLIT, M, N]
         p_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]

@@ -66,6 +66,19 @@ def _tile(pid, n_cblocks, n_rows, R1, R2, C, BR: tl.constexpr, BC: tl.constexpr)
 
 
 @triton.jit
+def _col_offsets(cols, a_stride, b_stride, CONTIG: tl.constexpr):
+    """The tile's column offsets into two operands (the columns themselves when both have
+    unit column stride: CONTIG)."""
+    if CONTIG:
+        a = cols
+        b = cols
+    else:
+        a = cols * a_stride
+        b = cols * b_stride
+    return a, b
+
+
+@triton.jit
 def _flag_bad(flag_ptr, bad, idx, tag):
     """Record a bad index in the flag: [0] += count; the first op to see one writes its
     host-side `tag` (names the op) into [2] and one bad value (this program's largest) into [1]."""
@@ -136,12 +149,7 @@ def _gather_kernel(out_ptr, src_ptr, idx_ptr, flag_ptr, tag,
     """out[c] = src[soff(c) + wrap(idx[c]) * sdim]; idx range-checked against [lo, hi)."""
     r0, r1, r2, cols, rmask, cmask = _tile(tl.program_id(0), n_cblocks, n_rows, R1, R2, C, BR, BC)
     mask = rmask[:, None] & cmask[None, :]
-    if CONTIG:
-        ocol = cols
-        scol = cols
-    else:
-        ocol = cols * oc
-        scol = cols * sc
+    ocol, scol = _col_offsets(cols, oc, sc, CONTIG)
     soff = (r0 * s0 + r1 * s1 + r2 * s2)[:, None] + scol[None, :]
     lmask = mask
     if HAS_IDX:
@@ -359,12 +367,7 @@ def _masked_fill_kernel(out_ptr, x_ptr, m_ptr, value,
     """out[c] = mask[c] ? value : x[c]."""
     r0, r1, r2, cols, rmask, cmask = _tile(tl.program_id(0), n_cblocks, n_rows, R1, R2, C, BR, BC)
     mask = rmask[:, None] & cmask[None, :]
-    if CONTIG:
-        ocol = cols
-        xcol = cols
-    else:
-        ocol = cols * oc
-        xcol = cols * xc
+    ocol, xcol = _col_offsets(cols, oc, xc, CONTIG)
     moff = (r0 * m0 + r1 * m1 + r2 * m2)[:, None] + (cols * mc)[None, :]
     m = tl.load(m_ptr + moff, mask=mask, other=0) != 0
     xoff = (r0 * x0 + r1 * x1 + r2 * x2)[:, None] + xcol[None, :]

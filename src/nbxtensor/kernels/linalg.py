@@ -38,11 +38,10 @@ def _warps(block_elems: int) -> int:
 
 
 @triton.jit
-def _lu_kernel(a_ptr, lu_ptr, piv_ptr, perm_ptr, info_ptr, M, N, K,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    # getf2, right-looking: for each step k < min(M, N) pick the largest |a[i, k]| (i >= k, the
-    # first among equals), swap rows k and p, scale the column below the pivot, and subtract
-    # the rank-one update from the trailing block
+def _load_matrix(a_ptr, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # matrix b = program_id(0) of a contiguous (batch, M, N), as one [BLOCK_M, BLOCK_N] tile
+    # (0 outside it): (b, row ids, column ids, the two as a column and a row, the inside mask,
+    # the offsets, the tile)
     b = tl.program_id(0).to(tl.int64)
     r1 = tl.arange(0, BLOCK_M)
     c1 = tl.arange(0, BLOCK_N)
@@ -51,6 +50,16 @@ def _lu_kernel(a_ptr, lu_ptr, piv_ptr, perm_ptr, info_ptr, M, N, K,
     inside = (rows < M) & (cols < N)
     offs = b * M * N + rows * N + cols
     a = tl.load(a_ptr + offs, mask=inside, other=0.0)
+    return b, r1, c1, rows, cols, inside, offs, a
+
+
+@triton.jit
+def _lu_kernel(a_ptr, lu_ptr, piv_ptr, perm_ptr, info_ptr, M, N, K,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # getf2, right-looking: for each step k < min(M, N) pick the largest |a[i, k]| (i >= k, the
+    # first among equals), swap rows k and p, scale the column below the pivot, and subtract
+    # the rank-one update from the trailing block
+    b, r1, c1, rows, cols, inside, offs, a = _load_matrix(a_ptr, M, N, BLOCK_M, BLOCK_N)
     perm = r1
     info = tl.zeros([1], tl.int32)
     for k in range(0, K):
@@ -150,13 +159,7 @@ def _trsm_kernel(a_ptr, b_ptr, x_ptr, N, K, UPPER: tl.constexpr, UNIT: tl.conste
 @triton.jit
 def _qr_kernel(a_ptr, q_ptr, r_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # geqr2 with the reflectors applied to Q = I as they are made (Q = H_0 H_1 ... H_K-1)
-    b = tl.program_id(0).to(tl.int64)
-    r1 = tl.arange(0, BLOCK_M)
-    c1 = tl.arange(0, BLOCK_N)
-    rows = r1[:, None]
-    cols = c1[None, :]
-    inside = (rows < M) & (cols < N)
-    a = tl.load(a_ptr + b * M * N + rows * N + cols, mask=inside, other=0.0)
+    b, r1, _, rows, cols, inside, _, a = _load_matrix(a_ptr, M, N, BLOCK_M, BLOCK_N)
     qc = r1[None, :]
     q = tl.where((rows == qc) & (rows < M), 1.0, 0.0).to(a.dtype)
     for k in range(0, K):

@@ -24,7 +24,8 @@ from ._triton import triton, tl  # Triton, or its stand-in without Triton
 from ..dispatch import register
 from ._common import device_facts
 from ._host import next_pow2 as _np2
-from .decode_attention import (LOG2E, _counters, _merge, _ranges, decode_config)
+from .decode_attention import (LOG2E, _counters, _range_out, _ranges, _softmax_step,
+                               decode_config)
 from .indexing import _after, _flag, _flag_bad_lanes, _tag
 
 
@@ -84,31 +85,10 @@ def _paged_decode_split(q_ptr, k_ptr, v_ptr, bt_ptr, len_ptr, o_ptr, po_ptr, pml
             qk = tl.dot(q, kt, input_precision=PREC) * qk_scale
             qk = tl.where(kmask[None, :] & (offs_n[None, :] <= limit[:, None]), qk,
                           -float("inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            m_use = tl.where(m_new == -float("inf"), 0.0, m_new)
-            alpha = tl.exp2(m_i - m_use)
-            p = tl.exp2(qk - m_use[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
-            m_i = m_new
-        if n_act == 1:
-            o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-            tl.store(o_ptr + b64 * s_ob + head[:, None] * s_oh + t[:, None] * s_ot
-                     + offs_dv[None, :] * s_od, o.to(o_ptr.dtype.element_ty),
-                     mask=rmask[:, None] & (offs_dv[None, :] < DV))
-        else:
-            prow = (pid_bg.to(tl.int64) * P + pid_s) * R + rows
-            tl.store(po_ptr + prow[:, None] * DV + offs_dv[None, :], acc,
-                     mask=rmask[:, None] & (offs_dv[None, :] < DV))
-            tl.store(pml_ptr + prow * 2, m_i, mask=rmask)
-            tl.store(pml_ptr + prow * 2 + 1, l_i, mask=rmask)
-            tl.debug_barrier()
-            ticket = tl.atomic_add(cnt_ptr + pid_bg, 1, sem="acq_rel")
-            if ticket == n_act - 1:
-                tl.store(cnt_ptr + pid_bg, 0)
-                _merge(po_ptr, pml_ptr, o_ptr, pid_bg, n_act, P, R, T, GROUP, DV,
-                       b64, g * GROUP, s_ob, s_oh, s_ot, s_od,
-                       BLOCK_R, CHUNK_P, BLOCK_P, BLOCK_DV)
+            acc, l_i, m_i = _softmax_step(qk, v, acc, l_i, m_i, PREC)
+        _range_out(acc, l_i, m_i, n_act, o_ptr, po_ptr, pml_ptr, cnt_ptr, pid_bg, pid_s, P, R,
+                   T, GROUP, DV, b64, g, head, t, rows, rmask, offs_dv, s_ob, s_oh, s_ot, s_od,
+                   1, BLOCK_R, CHUNK_P, BLOCK_P, BLOCK_DV)
 
 
 @triton.jit(do_not_specialize=["C", "NB"])

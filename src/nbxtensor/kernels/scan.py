@@ -1,10 +1,10 @@
 """Scans whose combine is not a sum or a product: logcumsumexp (a log-add-exp prefix scan).
 
-One kernel walks the scanned dim of a contiguous (O, N, I) view in tiles of BLOCK_N, scanning
-each tile with tl.associative_scan and carrying the running value per lane from tile to tile.
-Rows (I == 1) take tiles [BLOCK_K rows, BLOCK_N]; inner columns (I > 1) tiles [BLOCK_N,
-BLOCK_K columns], so every load is coalesced either way. fp16/bf16 compute in fp32, float32 and
-float64 in their own precision.
+One kernel walks the scanned dim of a contiguous (O, N, I) view in tiles as cumsum does
+(kernels/reduction.py `_scan_lanes`, `_scan_tile`: rows (I == 1) take tiles [BLOCK_K rows,
+BLOCK_N], inner columns (I > 1) tiles [BLOCK_N, BLOCK_K columns], so every load is coalesced
+either way), scanning each tile with tl.associative_scan and carrying the running value per
+lane from tile to tile. fp16/bf16 compute in fp32, float32 and float64 in their own precision.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from ..dispatch import register
 from ..backends.launch import launch
 from ..tensor import Tensor
 from ._host import cdiv as _cdiv, next_pow2 as _p2
+from .reduction import _scan_lanes, _scan_tile
 
 __all__ = ["logcumsumexp", "SCAN_CONFIG"]
 
@@ -42,41 +43,19 @@ def _log_add_exp(a, b):
 @triton.jit
 def _logcumsumexp_kernel(x_ptr, y_ptr, O, N, I, ROW: tl.constexpr, WIDE: tl.constexpr,
                          BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)
-    kk = tl.arange(0, BLOCK_K)
-    nn = tl.arange(0, BLOCK_N)
-    if ROW:
-        ks = pid * BLOCK_K + kk
-        kmask = ks < O
-        base = ks[:, None] * N
-        AX: tl.constexpr = 1
-    else:
-        nib = tl.cdiv(I, BLOCK_K)
-        o = pid // nib
-        ks = (pid % nib) * BLOCK_K + kk
-        kmask = ks < I
-        base = o * N * I + ks[None, :]
-        AX: tl.constexpr = 0
+    kmask, base, nn = _scan_lanes(O, N, I, ROW, BLOCK_K, BLOCK_N)
+    AX: tl.constexpr = 1 if ROW else 0
     if WIDE:
         carry = tl.full([BLOCK_K], float("-inf"), tl.float64)
     else:
         carry = tl.full([BLOCK_K], float("-inf"), tl.float32)
     for n0 in range(0, N, BLOCK_N):
-        n = n0 + nn
-        if ROW:
-            m = kmask[:, None] & (n[None, :] < N)
-            offs = base + n[None, :]
-        else:
-            m = kmask[None, :] & (n[:, None] < N)
-            offs = base + n[:, None].to(tl.int64) * I
+        m, offs = _scan_tile(kmask, base, n0 + nn, N, I, ROW)
         v = tl.load(x_ptr + offs, mask=m, other=float("-inf"))
         v = v.to(tl.float64) if WIDE else v.to(tl.float32)
         v = tl.where(m, v, float("-inf"))
         s = tl.associative_scan(v, AX, _log_add_exp)
-        if ROW:
-            s = _log_add_exp(s, carry[:, None])
-        else:
-            s = _log_add_exp(s, carry[None, :])
+        s = _log_add_exp(s, tl.expand_dims(carry, AX))
         carry = _log_add_exp(carry, tl.reduce(v, AX, _log_add_exp))
         tl.store(y_ptr + offs, s.to(y_ptr.dtype.element_ty), mask=m)
 

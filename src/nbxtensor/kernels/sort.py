@@ -39,7 +39,7 @@ from .. import dtypes as _dt
 from ..dispatch import register
 from ..tensor import Tensor, cached_contiguous_strides
 from ..backends.launch import launch
-from .reduction import contiguous_copy, _p2
+from .reduction import contiguous_copy, _p2, _row_chunk
 from ._host import cdiv as _cdiv
 from ._common import device_facts
 
@@ -48,15 +48,18 @@ from ._common import device_facts
 
 
 @triton.jit
-def _key32(v, IS_FLOAT: tl.constexpr, DESC: tl.constexpr):
-    """An int32 whose signed order is the value order (NaN largest), inverted if DESC."""
+def _order_key(v, IS_FLOAT: tl.constexpr, DESC: tl.constexpr, WIDE: tl.constexpr):
+    """An int32 (WIDE, for 64-bit values: int64) whose signed order is the value order (NaN
+    largest), inverted if DESC."""
+    FT: tl.constexpr = tl.float64 if WIDE else tl.float32
+    IT: tl.constexpr = tl.int64 if WIDE else tl.int32
     if IS_FLOAT:
-        f = v.to(tl.float32)
+        f = v.to(FT)
         f = tl.where(f != f, float("nan"), f + 0.0)  # one NaN bit pattern; -0.0 -> +0.0
-        b = f.to(tl.int32, bitcast=True)
-        k = tl.where(b < 0, b ^ 0x7FFFFFFF, b)
+        b = f.to(IT, bitcast=True)
+        k = tl.where(b < 0, b ^ (0x7FFFFFFFFFFFFFFF if WIDE else 0x7FFFFFFF), b)
     else:
-        k = v.to(tl.int32)
+        k = v.to(IT)
     if DESC:
         k = ~k
     return k
@@ -64,7 +67,7 @@ def _key32(v, IS_FLOAT: tl.constexpr, DESC: tl.constexpr):
 
 @triton.jit
 def _pack(v, idx, IS_FLOAT: tl.constexpr, DESC: tl.constexpr, TOPK: tl.constexpr):
-    k = _key32(v, IS_FLOAT, DESC).to(tl.int64)
+    k = _order_key(v, IS_FLOAT, DESC, False).to(tl.int64)
     if TOPK:  # bigger packed key = better; among equal values the lower index wins
         low = 2147483647 - idx.to(tl.int64)
     else:     # ascending packed key; equal values keep index order (stable)
@@ -85,20 +88,6 @@ def _sort_tile_kernel(x_ptr, k_ptr, N, TILE: tl.constexpr, IS_FLOAT: tl.constexp
     key = tl.where(m, key, 9223372036854775807)  # padding sorts last
     key = tl.sort(key)
     tl.store(k_ptr + row * N + idx, key, mask=m)
-
-
-@triton.jit
-def _key64(v, IS_FLOAT: tl.constexpr, DESC: tl.constexpr):
-    """int64 order key of a 64-bit value (NaN largest, -0.0 as +0.0), inverted if DESC."""
-    if IS_FLOAT:
-        f = tl.where(v != v, float("nan"), v + 0.0)
-        b = f.to(tl.int64, bitcast=True)
-        k = tl.where(b < 0, b ^ 0x7FFFFFFFFFFFFFFF, b)
-    else:
-        k = v.to(tl.int64)
-    if DESC:
-        k = ~k
-    return k
 
 
 @triton.jit
@@ -127,7 +116,7 @@ def _sort_pairs_tile_kernel(x_ptr, k_ptr, i_ptr, N, TILE: tl.constexpr, LOG: tl.
     idx = t * TILE + tl.arange(0, TILE)
     m = idx < N
     v = tl.load(x_ptr + row * N + idx, mask=m, other=0)
-    key = tl.where(m, _key64(v, IS_FLOAT, DESC), 9223372036854775807)
+    key = tl.where(m, _order_key(v, IS_FLOAT, DESC, True), 9223372036854775807)
     ii = idx.to(tl.int64)
     k = tl.reshape(key, [2] * LOG)
     i = tl.reshape(ii, [2] * LOG)
@@ -307,11 +296,7 @@ def _decode_kernel(k_ptr, ki_ptr, x_ptr, v_ptr, i_ptr, NK, N, K, I, TOPK: tl.con
 def _topk_cmax_kernel(x_ptr, cmax_ptr, N, NC, CHUNK: tl.constexpr, IS_FLOAT: tl.constexpr,
                       DESC: tl.constexpr):
     # pass A: the best packed key of each chunk
-    row = tl.program_id(0).to(tl.int64)
-    c = tl.program_id(1)
-    idx = c * CHUNK + tl.arange(0, CHUNK)
-    m = idx < N
-    v = tl.load(x_ptr + row * N + idx, mask=m, other=0)
+    row, c, idx, m, v = _row_chunk(x_ptr, N, CHUNK)
     key = tl.where(m, _pack(v, idx, IS_FLOAT, DESC, True), -9223372036854775807 - 1)
     tl.store(cmax_ptr + row * NC + c, tl.max(key, axis=0))
 

@@ -1,7 +1,7 @@
 """A block bitonic sort in Gluon for rows of <= 8192 keys on Hopper.
 
 One program sorts one tile of NP = next pow2 keys (a whole row, or one tile of the "ml" path)
-in shared memory + registers, with the packed int64 keys of kernels/sort.py (`_key32`: the
+in shared memory + registers, with the packed int64 keys of kernels/sort.py (`_order_key`: the
 same order-preserving value key, NaN largest, -0.0 as +0.0, inverted for descending; low 32
 bits = the element's index in the row). Packed keys are unique, so the unstable bitonic
 network gives torch's stable order; padding (positions >= N) = INT64_MAX sorts last.
@@ -32,10 +32,10 @@ from ._triton import gluon, gl  # Triton, or its stand-in without Triton
 
 from ..backends.launch import launch
 from ._host import cdiv
-from .sort import _grid, _key32
+from .sort import _grid, _order_key
 
-# the same key rule as the Triton paths (one source: kernels/sort.py `_key32`)
-_gkey32 = gluon.jit(_key32.fn)
+# the same key rule as the Triton paths (one source: kernels/sort.py `_order_key`)
+_gkey = gluon.jit(_order_key.fn)
 
 # keys a thread R and warps the kernel takes; SWEEP: the (R, warps, S = steps a shared-memory
 # round) variants bench_reduction.py --sort-sweep2 times (2**(S+1) <= R)
@@ -254,7 +254,7 @@ def _block_sort_kernel(x_ptr, v_ptr, i_ptr, k_ptr, N, I, NP: gl.constexpr, R: gl
     idx = t * NP + pos
     m = idx < N
     v = gl.load(x_ptr + row * N + idx, mask=m, other=0)
-    key = (_gkey32(v, IS_FLOAT, DESC).to(gl.int64) << 32) | idx.to(gl.int64)
+    key = (_gkey(v, IS_FLOAT, DESC, False).to(gl.int64) << 32) | idx.to(gl.int64)
     x = gl.where(m, key, 9223372036854775807)          # padding sorts last
     sl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
     # the tile transposed in shared memory ([R, NP/R]): a warp's store of one register is 32

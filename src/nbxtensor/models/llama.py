@@ -177,10 +177,7 @@ class LlamaModel:
         Paris.") and decoded at 2175 tok/s against 1401 for float32. Pass dtype= to choose."""
         from ..io.gguf import GGUFFile
         from .tokenizer import Tokenizer
-        t0 = time.perf_counter()
-        dev = as_device(device)
-        dtype = nbx.dtypes.as_dtype(dtype) if dtype is not None else (
-            nbx.bfloat16 if dev.type == "cuda" else nbx.float32)
+        t0, dev, dtype = _load_start(device, dtype)
         from ..backends.cpu import quant as cpu_quant       # [cpuquant] (imports no numba)
         # cpu keeps weights quantised by default where its kernels can (numba, float32);
         # another dtype asked for on cpu means dequantised weights of that dtype
@@ -250,14 +247,9 @@ class LlamaModel:
     @classmethod
     def from_folder(cls, folder, device="cpu", dtype=None):
         """Load an HF folder: config.json, *.safetensors, tokenizer.json."""
-        from ..io.safetensors import open_folder
         from .tokenizer import Tokenizer
-        t0 = time.perf_counter()
-        dev = as_device(device)
-        dtype = nbx.dtypes.as_dtype(dtype) if dtype is not None else (
-            nbx.bfloat16 if dev.type == "cuda" else nbx.float32)
-        cfg = LlamaConfig.from_folder(folder)
-        files, index, prog = open_folder(folder)
+        t0, dev, dtype = _load_start(device, dtype)
+        cfg, files, index, prog = _open_hf_folder(folder, LlamaConfig)
 
         qcfg = _int4_config(folder)                # [int4] GPTQ / AWQ checkpoints
         with _staging(dev, prog.total) as up:      # [staging] pinned-ring uploads on cuda
@@ -265,19 +257,9 @@ class LlamaModel:
                 if qcfg is not None and name.endswith(".weight") and \
                         name[:-6] + "qweight" in index:
                     return _int4_weight(index, name[:-6], qcfg, dev)     # [int4]
-                f = index.get(name)
-                if f is None:
-                    if required:
-                        raise KeyError(f"{folder}: tensor {name!r} not found in {len(files)} "
-                                       f"safetensors file(s)")
-                    return None
-                a = _float_weight(f, name)
-                prog.update(a.nbytes)
-                return _to_device(a, dtype, dev, up, name)
-            w = {"embed": get("model.embed_tokens.weight"), "norm": get("model.norm.weight"),
-                 "layers": []}
-            lm = None if cfg.tie_word_embeddings else get("lm_head.weight", required=False)
-            w["lm_head"] = lm if lm is not None else w["embed"]
+                a = _host_weight(folder, files, index, prog, name, required)
+                return None if a is None else _to_device(a, dtype, dev, up, name)
+            w = _hf_head_weights(cfg, get)
             for i in range(cfg.num_hidden_layers):
                 p = f"model.layers.{i}."
                 L = {"attn_norm": get(p + "input_layernorm.weight"),
@@ -432,13 +414,19 @@ class LlamaModel:
                              f"{tuple(tokens_t.shape)} (use prefill)")
         return self._step(tokens_t, positions_t, cache, fused)
 
-    def prefill(self, tokens_t, positions_t, cache, fused: bool = True):
+    def prefill(self, tokens_t, positions_t, cache, fused: bool = True, last=None):
         """Prompts tokens_t (B, T) into an empty `cache` (positions_t must be 0..T-1 in every
-        row: causal attention over the first T slots); returns the last token's logits (B, V)."""
+        row: causal attention over the first T slots); returns the last token's logits (B, V).
+        last: optional (B,) int64 device tensor, the row of tokens_t.reshape(B * T) whose
+        logits each sequence returns (a prompt padded on the right: its last real token)."""
         self._check_step_args(tokens_t, positions_t, cache, "prefill")
-        return self._step(tokens_t, positions_t, cache, fused)
+        if last is not None and (not isinstance(last, nbx.Tensor) or last.shape != (tokens_t.shape[0],)
+                                 or last.dtype is not nbx.int64 or last.device != self.device):
+            raise ValueError(f"prefill: last must be a ({tokens_t.shape[0]},) int64 tensor on "
+                             f"{self.device}, got {last!r:.80}")
+        return self._step(tokens_t, positions_t, cache, fused, last)
 
-    def _step(self, tokens, positions, cache, fused):
+    def _step(self, tokens, positions, cache, fused, last=None):
         cfg, w = self.cfg, self.w
         B, T = tokens.shape
         Hq, Hkv, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
@@ -483,8 +471,9 @@ class LlamaModel:
                 x = self._combine(x, O.linear(a, L["wo"]))
                 h = O.rms_norm(x, L["ffn_norm"], eps)
                 x = self._combine(x, self._mlp(L, h))
-        if T > 1:
-            x = x.reshape(B, T, -1)[:, T - 1]
+        if T > 1:    # each sequence's last token (`last`: its row, when the prompt is padded)
+            x = x.reshape(B, T, -1)[:, T - 1] if last is None else \
+                nbx.index_select(x.reshape(B * T, -1), 0, last)
         if fused and self.fused_head:
             # final RMSNorm fused into the lm_head; fp32 logits (bf16 rounding would create
             # false argmax ties over tens of thousands of entries)
@@ -636,6 +625,50 @@ def _staging(dev, total_bytes=None):
         return contextlib.nullcontext(None)
     from ..io.staging import Uploader
     return Uploader(dev, total_bytes=total_bytes)
+
+
+def _load_start(device, dtype):
+    """(start time, device, dtype) of a load: dtype=None computes in bfloat16 on cuda and in
+    float32 elsewhere (from_gguf's docstring says why)."""
+    t0 = time.perf_counter()
+    dev = as_device(device)
+    return t0, dev, nbx.dtypes.as_dtype(dtype) if dtype is not None else (
+        nbx.bfloat16 if dev.type == "cuda" else nbx.float32)
+
+
+def _open_hf_folder(folder, config_class):
+    """(config, safetensors files, their tensor index, progress) of an HF folder."""
+    from ..io.safetensors import open_folder
+    cfg = config_class.from_folder(folder)
+    return (cfg, *open_folder(folder))
+
+
+def _host_weight(folder, files, index, prog, name, required=True, shape=None):
+    """The host array of float weight `name` of an HF folder (open_folder's files, index and
+    progress), or None where it is absent and not `required`; `shape`, where given, is the
+    one it must have."""
+    f = index.get(name)
+    if f is None:
+        if required:
+            raise KeyError(f"{folder}: tensor {name!r} not found in {len(files)} "
+                           f"safetensors file(s)")
+        return None
+    a = _float_weight(f, name)
+    if shape is not None and tuple(a.shape) != tuple(shape):
+        raise ValueError(f"{folder}: tensor {name!r} has shape {tuple(a.shape)}, "
+                         f"expected {tuple(shape)}")
+    prog.update(a.nbytes)
+    return a
+
+
+def _hf_head_weights(cfg, get):
+    """The weights dict of an HF checkpoint with the embedding, final norm and head (the
+    embedding itself where tied or absent) and no layers yet; get(name, required=...)."""
+    w = {"embed": get("model.embed_tokens.weight"), "norm": get("model.norm.weight"),
+         "layers": []}
+    lm = None if cfg.tie_word_embeddings else get("lm_head.weight", required=False)
+    w["lm_head"] = lm if lm is not None else w["embed"]
+    return w
 
 
 def _float_weight(f, name) -> np.ndarray:

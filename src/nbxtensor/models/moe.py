@@ -26,9 +26,9 @@ import numpy as np
 
 import nbxtensor as nbx
 from . import _ops as O
-from ..device import as_device
 from .config import LlamaConfig, _is_int, _Keys, read_json
-from .llama import LlamaModel, _float_weight, _staging, _to_device
+from .llama import (LlamaModel, _hf_head_weights, _host_weight, _load_start, _open_hf_folder,
+                    _staging, _to_device)
 
 __all__ = ["MoeConfig", "MoeModel", "MOE_TYPES", "is_moe_config"]
 
@@ -142,28 +142,12 @@ class MoeModel(LlamaModel):
     @classmethod
     def from_folder(cls, folder, device="cpu", dtype=None):
         """Load an HF folder: config.json, *.safetensors (sharded or not), tokenizer.json."""
-        from ..io.safetensors import open_folder
         from .tokenizer import Tokenizer
-        t0 = time.perf_counter()
-        dev = as_device(device)
-        dtype = nbx.dtypes.as_dtype(dtype) if dtype is not None else (
-            nbx.bfloat16 if dev.type == "cuda" else nbx.float32)
-        cfg = MoeConfig.from_folder(folder)
-        files, index, prog = open_folder(folder)
+        t0, dev, dtype = _load_start(device, dtype)
+        cfg, files, index, prog = _open_hf_folder(folder, MoeConfig)
 
         def host(name, shape=None, required=True):
-            f = index.get(name)
-            if f is None:
-                if required:
-                    raise KeyError(f"{folder}: tensor {name!r} not found in {len(files)} "
-                                   f"safetensors file(s)")
-                return None
-            a = _float_weight(f, name)
-            if shape is not None and tuple(a.shape) != tuple(shape):
-                raise ValueError(f"{folder}: tensor {name!r} has shape {tuple(a.shape)}, "
-                                 f"expected {tuple(shape)}")
-            prog.update(a.nbytes)
-            return a
+            return _host_weight(folder, files, index, prog, name, required, shape)
 
         with _staging(dev, prog.total) as up:
             def get(name, shape=None, required=True):
@@ -177,10 +161,7 @@ class MoeModel(LlamaModel):
 
             H = cfg.hidden_size
             Iq, Ik = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
-            w = {"embed": get("model.embed_tokens.weight"), "norm": get("model.norm.weight"),
-                 "layers": []}
-            lm = None if cfg.tie_word_embeddings else get("lm_head.weight", required=False)
-            w["lm_head"] = lm if lm is not None else w["embed"]
+            w = _hf_head_weights(cfg, get)
             for i in range(cfg.num_hidden_layers):
                 p = f"model.layers.{i}."
                 L = {"attn_norm": get(p + "input_layernorm.weight"),

@@ -16,6 +16,25 @@ def check_tensor(x, argname: str, op: str) -> Tensor:
     return x
 
 
+def check_float(x, argname: str, op: str) -> Tensor:
+    """`x` itself when it is a Tensor of float16, bfloat16, float32 or float64 (what the
+    float-only families compute in); otherwise a TypeError naming `op` and the argument."""
+    check_tensor(x, argname, op)
+    if not x.dtype.is_floating_point or x.dtype.is_float8:
+        raise TypeError(f"{op}: {argname} must have a float16, bfloat16, float32 or float64 "
+                        f"dtype, got {x.dtype.name}")
+    return x
+
+
+def check_like_input(x, argname: str, input, op: str) -> None:  # noqa: A002
+    """`x` (a weight, a bias, a grid) has the dtype of `input` and sits on its device."""
+    if x.dtype is not input.dtype:
+        raise TypeError(f"{op}: input ({input.dtype.name}) and {argname} ({x.dtype.name}) "
+                        f"must have the same dtype")
+    if x.device != input.device:
+        raise ValueError(f"{op}: input is on {input.device} but {argname} is on {x.device}")
+
+
 # the ops outside ops/elementwise.py (which has its own COMPLEX_NAMES) that accept complex
 COMPLEX_OPS = frozenset(("sum", "mean", "matmul", "complex", "polar", "real", "imag", "conj",
                          "angle"))

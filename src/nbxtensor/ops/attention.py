@@ -141,6 +141,25 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return out[0] if three else out
 
 
+def _check_lengths(lengths, B, op):
+    """A decode attention's lengths: int32/int64, one for all B sequences or one each."""
+    if lengths.dtype not in (_dt.int32, _dt.int64) or tuple(lengths.shape) not in ((), (B,)):
+        raise TypeError(f"{op}: lengths must be an int32/int64 tensor of shape () or ({B},), "
+                        f"got {lengths.dtype.name} {tuple(lengths.shape)}")
+
+
+def _decode_out(out, query, shape, op):
+    """A decode attention's output (B, Hq, T, Dv) of query's dtype and device: a new tensor,
+    or the caller's `out` when it is exactly that."""
+    dev = query.device
+    if out is None:
+        return Tensor._empty(shape, query.dtype, dev)
+    if tuple(out.shape) != shape or out.dtype != query.dtype or out.device != dev:
+        raise ValueError(f"{op}: out must be {query.dtype.name} {shape} on {dev}, got "
+                         f"{out.dtype.name} {tuple(out.shape)} on {out.device}")
+    return out
+
+
 def decode_attention(query, k_cache, v_cache, lengths, *, scale=None, out=None):
     op = "decode_attention"
     for n, t in (("query", query), ("k_cache", k_cache), ("v_cache", v_cache)):
@@ -167,17 +186,11 @@ def decode_attention(query, k_cache, v_cache, lengths, *, scale=None, out=None):
     Dv = v_cache.shape[3]
     if Hk == 0 or Hq % Hk:
         raise ValueError(f"{op}: query heads ({Hq}) must be a multiple of cache heads ({Hk})")
-    if lengths.dtype not in (_dt.int32, _dt.int64) or tuple(lengths.shape) not in ((), (B,)):
-        raise TypeError(f"{op}: lengths must be an int32/int64 tensor of shape () or ({B},), "
-                        f"got {lengths.dtype.name} {tuple(lengths.shape)}")
+    _check_lengths(lengths, B, op)
     if T > C:
         raise ValueError(f"{op}: {T} query tokens do not fit a cache of capacity {C}")
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    if out is None:
-        out = Tensor._empty((B, Hq, T, Dv), query.dtype, dev)
-    elif tuple(out.shape) != (B, Hq, T, Dv) or out.dtype != query.dtype or out.device != dev:
-        raise ValueError(f"{op}: out must be {query.dtype.name} {(B, Hq, T, Dv)} on {dev}, got "
-                         f"{out.dtype.name} {tuple(out.shape)} on {out.device}")
+    out = _decode_out(out, query, (B, Hq, T, Dv), op)
     if out.numel():
         impl("decode_attention", dev)(out, query, k_cache, v_cache, lengths, scale=scale)
     return out

@@ -103,6 +103,21 @@ def _check_index(index, argname, op, device):
     return index
 
 
+def _index_fits(input, dim, index, op):  # noqa: A002
+    """gather's and scatter's rule: index has input's dims (0-dim and 1-D mix) and no larger
+    size than input's outside `dim`; the normalised dim."""
+    d = normalize_dim(dim, input.ndim)
+    if index.ndim != input.ndim and not (index.ndim <= 1 and input.ndim <= 1):
+        raise ValueError(f"{op}: index must have as many dims as input ({input.ndim}), got shape "
+                         f"{tuple(index.shape)}")
+    for k in range(index.ndim):
+        if k != d and index.shape[k] > input.shape[k]:
+            raise ValueError(f"{op}: index.size({k}) = {index.shape[k]} exceeds input.size({k}) = "
+                             f"{input.shape[k]} (shapes {tuple(index.shape)}, "
+                             f"{tuple(input.shape)})")
+    return d
+
+
 def _check_out(out, shape, dtype, device, op):
     check_tensor(out, "out", op)
     if tuple(out.shape) != tuple(shape) or out.dtype is not dtype or out.device != device:
@@ -209,35 +224,31 @@ def _dim_info(t, d):
 _FAST = _plans.PlanCache("ops.indexing.gather", 4096)
 
 
-def _fast_hit(op, dim, src, index):
-    """The result of op(src, dim, index) through its cached plan, or None (a miss, or src and
-    index on different devices: the full path then runs, see _fast_key)."""
-    dev = src._storage.device
-    db = index._storage.device
-    if dev is not db and dev != db:
-        return None
+def _plan_key(op, dim, src, index, dev):
     # keyed by the device itself, not its type: a prepared cuda launch holds that device's
     # index-error flag
-    p = _FAST.get((op, dim, src._dtype, src._shape, src._stride, index._dtype, index._shape,
-                   index._stride, dev))
-    if p is None:
-        return None
-    run = p[6]
-    if run is not None:     # cuda: the launch is prepared; the views only carried strides
-        out = new_contiguous(p[0], p[7], src._dtype, dev, p[8])
-        run(out, src, index)
-        return out
-    return _fast_gather(p, src, index, dev)
-
-
-def _fast_key(op, dim, src, index):
-    """(key, device) the full path caches its plan under; (None, None) when src and index are
-    on different devices (no caching: the full path raises)."""
-    dev = _same_dev(src, index)
-    if dev is None:
-        return None, None
     return (op, dim, src._dtype, src._shape, src._stride, index._dtype, index._shape,
-            index._stride, dev), dev
+            index._stride, dev)
+
+
+def _planned_or_checked(op, dim, src, src_name, index, index_name, fast):
+    """The result of op(src, dim, index) through its cached plan when `fast` and there is one;
+    otherwise None, after checking that src is a tensor and index an integer tensor on its
+    device (the full path then runs, raises or caches its plan through _remember)."""
+    if fast:
+        dev = src._storage.device
+        db = index._storage.device
+        p = _FAST.get(_plan_key(op, dim, src, index, dev)) if dev is db or dev == db else None
+        if p is not None:
+            run = p[6]
+            if run is not None:     # cuda: the launch is prepared; the views only carried strides
+                out = new_contiguous(p[0], p[7], src._dtype, dev, p[8])
+                run(out, src, index)
+                return out
+            return _fast_gather(p, src, index, dev)
+    check_tensor(src, src_name, op)
+    _check_index(index, index_name, op, src.device)
+    return None
 
 
 def _fast_gather(p, src, index, dev):
@@ -251,11 +262,13 @@ def _fast_gather(p, src, index, dev):
     return out
 
 
-def _remember(key, out, sv, iv, sdim, hi, err):
-    """Cache the plan of a call the full path accepted; `sv`/`iv` are views of the source and
-    index with their storage offsets (what the prepared cuda launch relies on)."""
+def _remember(op, dim, src, index, out, sv, iv, sdim, hi, err):
+    """Cache the plan of op(src, dim, index), a call the full path accepted (so src and index
+    share a device); `sv`/`iv` are views of the source and index with their storage offsets
+    (what the prepared cuda launch relies on)."""
     run = None
     dev = out._storage.device
+    key = _plan_key(op, dim, src, index, src._storage.device)
     if out.numel() and dev.type == "cuda":
         prepare = getattr(impl("index_gather", dev), "prepared", None)
         if prepare is not None:
@@ -264,32 +277,15 @@ def _remember(key, out, sv, iv, sdim, hi, err):
                     out.numel() * out._dtype.itemsize))
 
 
-def _same_dev(a, b):
-    da, db = a._storage.device, b._storage.device
-    return da if da is db or da == db else None
-
-
 def gather(input, dim, index, *, sparse_grad=False, out=None):  # noqa: A002
     """out[i][j][k] = input[index[i][j][k]][j][k] (for dim=0); index values in [0, size)."""
     fast = out is None and input.__class__ is Tensor and index.__class__ is Tensor \
         and dim.__class__ is int
-    if fast:
-        r = _fast_hit("gather", dim, input, index)
-        if r is not None:
-            return r
-        key, dev = _fast_key("gather", dim, input, index)
+    r = _planned_or_checked("gather", dim, input, "input", index, "index", fast)
+    if r is not None:
+        return r
     op = "gather"
-    check_tensor(input, "input", op)
-    _check_index(index, "index", op, input.device)
-    d = normalize_dim(dim, input.ndim)
-    if index.ndim != input.ndim and not (index.ndim <= 1 and input.ndim <= 1):
-        raise ValueError(f"gather: index must have as many dims as input ({input.ndim}), got "
-                         f"shape {tuple(index.shape)}")
-    for k in range(index.ndim):
-        if k != d and index.shape[k] > input.shape[k]:
-            raise ValueError(f"gather: index.size({k}) = {index.shape[k]} exceeds input.size({k})"
-                             f" = {input.shape[k]} (shapes {tuple(index.shape)}, "
-                             f"{tuple(input.shape)})")
+    d = _index_fits(input, dim, index, op)
     if out is None:
         out = Tensor._empty(index.shape, input.dtype, input.device)
     else:
@@ -301,8 +297,8 @@ def gather(input, dim, index, *, sparse_grad=False, out=None):  # noqa: A002
     src = _along(input, d, index.shape) if input.ndim == index.ndim else \
         _with(input, index.shape, (0,) * index.ndim)
     err = (op, f"dim {d} of size {n}", 0, n)
-    if fast and dev is not None:
-        _remember(key, out, src, index, st, n, err)
+    if fast:
+        _remember(op, dim, input, index, out, src, index, st, n, err)
     return _gather(out, src, index, st, 0, n, False, err)
 
 
@@ -310,17 +306,13 @@ def index_select(input, dim, index, *, out=None):  # noqa: A002
     """input's slices at `index` (1-D, values in [0, size)) along `dim`."""
     fast = out is None and input.__class__ is Tensor and index.__class__ is Tensor \
         and dim.__class__ is int
-    if fast:
-        r = _fast_hit("index_select", dim, input, index)
-        if r is not None:
-            return r
-        key, dev = _fast_key("index_select", dim, input, index)
-    op = "index_select"
-    check_tensor(input, "input", op)
-    _check_index(index, "index", op, input.device)
+    r = _planned_or_checked("index_select", dim, input, "input", index, "index", fast)
+    if r is not None:
+        return r
     if index.ndim > 1:
         raise ValueError(f"index_select: index must be 0-dim or 1-D, got shape "
                          f"{tuple(index.shape)}")
+    op = "index_select"
     d = normalize_dim(dim, input.ndim)
     m = index.numel()
     shape = list(input.shape) if input.ndim else []
@@ -341,8 +333,8 @@ def index_select(input, dim, index, *, out=None):  # noqa: A002
     src = input if input.ndim else _with(input, (1,) * len(shape), (0,) * len(shape))
     sv, iv = _along(src, d, shape), _with(index, shape, istr)
     err = (op, f"dim {d} of size {n}", 0, n)
-    if fast and dev is not None and src is input:
-        _remember(key, out, sv, iv, st, n, err)
+    if fast and src is input:
+        _remember(op, dim, input, index, out, sv, iv, st, n, err)
     return _gather(out, sv, iv, st, 0, n, False, err)
 
 
@@ -354,14 +346,10 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # 
     """
     fast = input.__class__ is Tensor and weight.__class__ is Tensor and max_norm is None \
         and padding_idx is None
-    if fast:
-        r = _fast_hit("embedding", None, weight, input)
-        if r is not None:
-            return r
-        key, dev = _fast_key("embedding", None, weight, input)
     op = "embedding"
-    check_tensor(weight, "weight", op)
-    _check_index(input, "input", op, weight.device)
+    r = _planned_or_checked(op, None, weight, "weight", input, "input", fast)
+    if r is not None:
+        return r
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), got "
                          f"shape {tuple(weight.shape)}")
@@ -378,8 +366,8 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # 
     idx = _with(input, shape, input._stride + (0,))
     src = _with(weight, shape, (0,) * len(input._shape) + (weight._stride[1],))
     err = (op, f"a weight of {v} rows", 0, v)
-    if fast and dev is not None:
-        _remember(key, out, src, idx, weight._stride[0], v, err)
+    if fast:
+        _remember(op, None, weight, input, out, src, idx, weight._stride[0], v, err)
     return _gather(out, src, idx, weight._stride[0], 0, v, False, err)
 
 
@@ -417,23 +405,33 @@ def _identity(reduce, dtype):
     return int(info.min) if reduce == "amax" else int(info.max)
 
 
+def _check_like_input(src, argname, input, op):  # noqa: A002
+    """A scatter's values tensor: on input's device, with input's dtype."""
+    if src.device != input.device:
+        raise ValueError(f"{op}: {argname} is on {src.device}, but input is on {input.device}")
+    if src.dtype is not input.dtype:
+        raise TypeError(f"{op}: {argname} must have input's dtype {input.dtype.name}, got "
+                        f"{src.dtype.name}")
+
+
+def _scatter_target(input, index, src, out, inplace, op):  # noqa: A002
+    """The tensor a scatter writes into: input itself in place; else a copy of input, in `out`
+    unless out shares memory with an operand (then a temporary, copied into out at the end)."""
+    if inplace:
+        return input
+    if out is not None:
+        _check_out(out, input.shape, input.dtype, input.device, op)
+    if out is None or out_overlaps(out, input, index, src):
+        return _clone_into(Tensor._empty(input.shape, input.dtype, input.device), input)
+    return _clone_into(out, input)
+
+
 def _scatter_common(input, dim, index, src, op, out, inplace):
     check_tensor(input, "input", op)
     _check_index(index, "index", op, input.device)
-    d = normalize_dim(dim, input.ndim)
-    if index.ndim != input.ndim and not (index.ndim <= 1 and input.ndim <= 1):
-        raise ValueError(f"{op}: index must have as many dims as input ({input.ndim}), got shape "
-                         f"{tuple(index.shape)}")
-    for k in range(index.ndim):
-        if k != d and index.shape[k] > input.shape[k]:
-            raise ValueError(f"{op}: index.size({k}) = {index.shape[k]} exceeds input.size({k}) = "
-                             f"{input.shape[k]}")
+    d = _index_fits(input, dim, index, op)
     if isinstance(src, Tensor):
-        if src.device != input.device:
-            raise ValueError(f"{op}: src is on {src.device}, but input is on {input.device}")
-        if src.dtype is not input.dtype:
-            raise TypeError(f"{op}: src must have input's dtype {input.dtype.name}, got "
-                            f"{src.dtype.name}")
+        _check_like_input(src, "src", input, op)
         if src.ndim != index.ndim and not (src.ndim <= 1 and index.ndim <= 1):
             raise ValueError(f"{op}: src must have as many dims as index ({index.ndim}), got shape "
                              f"{tuple(src.shape)}")
@@ -441,16 +439,8 @@ def _scatter_common(input, dim, index, src, op, out, inplace):
             if index.shape[k] > src.shape[k]:
                 raise ValueError(f"{op}: index.size({k}) = {index.shape[k]} exceeds src.size({k}) "
                                  f"= {src.shape[k]}")
-    if inplace:
-        res = input
-    else:
-        if out is not None:
-            _check_out(out, input.shape, input.dtype, input.device, op)
-        if out is None or out_overlaps(out, input, index, src if isinstance(src, Tensor) else None):
-            # (an out= sharing memory with an operand: a temporary, copied into out at the end)
-            res = _clone_into(Tensor._empty(input.shape, input.dtype, input.device), input)
-        else:
-            res = _clone_into(out, input)
+    res = _scatter_target(input, index, src if isinstance(src, Tensor) else None, out, inplace,
+                          op)
     n, st = _dim_info(res, d)
     base = res if res.ndim == index.ndim else _with(res, index.shape, (0,) * index.ndim)
     dst = _along(base, d, index.shape)
@@ -546,25 +536,12 @@ def _index_scatter_op(input, dim, index, source, op, mode, out, inplace, alpha=N
     d, shape = _index_dim_common(input, dim, index, op)
     if source is not None:
         check_tensor(source, "source", op)
-        if source.device != input.device:
-            raise ValueError(f"{op}: source is on {source.device}, but input is on {input.device}")
-        if source.dtype is not input.dtype:
-            raise TypeError(f"{op}: source must have input's dtype {input.dtype.name}, got "
-                            f"{source.dtype.name}")
+        _check_like_input(source, "source", input, op)
         if tuple(source.shape) != tuple(shape) and not (input.ndim == 0 and source.ndim <= 1
                                                         and source.numel() == index.numel()):
             raise ValueError(f"{op}: source must have shape {tuple(shape)} (input's with dim {d} "
                              f"of size len(index) = {index.numel()}), got {tuple(source.shape)}")
-    if inplace:
-        res = input
-    else:
-        if out is not None:
-            _check_out(out, input.shape, input.dtype, input.device, op)
-        if out is None or out_overlaps(out, input, index, source):
-            # (an out= sharing memory with an operand: a temporary, copied into out at the end)
-            res = _clone_into(Tensor._empty(input.shape, input.dtype, input.device), input)
-        else:
-            res = _clone_into(out, input)
+    res = _scatter_target(input, index, source, out, inplace, op)
     r = res if res.ndim else _with(res, (1,), (0,))
     n, st = r.shape[d], r.stride(d)
     istr = [0] * len(shape)

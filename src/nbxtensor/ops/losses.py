@@ -17,7 +17,7 @@ from . import linalg as _la
 from . import nn as _nn
 from . import reduction as _red
 from . import shape as _sh
-from ._common import check_tensor
+from ._common import check_float, check_tensor
 
 __all__ = ["one_hot", "normalize", "cosine_similarity", "pairwise_distance", "cdist",
            "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
@@ -43,14 +43,6 @@ def _reduce(loss, reduction):
     if reduction == "sum":
         return _red.sum(loss)
     return loss
-
-
-def _float(x, name, op):
-    check_tensor(x, name, op)
-    if not x.dtype.is_floating_point or x.dtype.is_float8:
-        raise TypeError(f"{op}: {name} must have a float16, bfloat16, float32 or float64 dtype, "
-                        f"got {x.dtype.name}")
-    return x
 
 
 def _same_device(a, b, an, bn, op):
@@ -128,7 +120,7 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     p=2 through one matmul (torch's expansion |a|^2 - 2ab + |b|^2, clamped at 0) when
     compute_mode asks for it (by default when P or R exceeds 25), else directly, in row blocks.
     """
-    _float(x1, "x1", "cdist"), _float(x2, "x2", "cdist")
+    check_float(x1, "x1", "cdist"), check_float(x2, "x2", "cdist")
     _same_device(x1, x2, "x1", "x2", "cdist")
     if x1.dtype is not x2.dtype:
         raise TypeError(f"cdist: x1 and x2 must have one dtype, got {x1.dtype.name} and "
@@ -176,7 +168,7 @@ def _class_dim(input):
 def _check_weight(weight, c, input, op):
     if weight is None:
         return None
-    _float(weight, "weight", op)
+    check_float(weight, "weight", op)
     _same_device(input, weight, "input", "weight", op)
     if tuple(weight.shape) != (c,):
         raise ValueError(f"{op}: weight must have shape ({c},) (one per class), got "
@@ -210,7 +202,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100,  
     of the mean's weight total."""
     op = "nll_loss"
     reduction = _reduction(reduction, size_average, reduce, op)
-    _float(input, "input", op)
+    check_float(input, "input", op)
     if input.ndim == 0:
         raise ValueError("nll_loss: input must have at least 1 dim (the classes)")
     _check_targets(input, target, op)
@@ -243,7 +235,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     the target with the uniform distribution, as torch."""
     op = "cross_entropy"
     reduction = _reduction(reduction, size_average, reduce, op)
-    _float(input, "input", op)
+    check_float(input, "input", op)
     check_tensor(target, "target", op)
     if input.ndim == 0:
         raise ValueError("cross_entropy: input must have at least 1 dim (the classes)")
@@ -293,8 +285,18 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
 
 # ------------------------------------------------------------------ regression losses
 def _pointwise_pair(input, target, op):
-    _float(input, "input", op), check_tensor(target, "target", op)
+    check_float(input, "input", op), check_tensor(target, "target", op)
     _same_device(input, target, "input", "target", op)
+
+
+def _same_shape_pair(input, target, reduction, size_average, reduce, op):  # noqa: A002
+    """The reduction of a loss whose target has exactly input's shape (no broadcasting)."""
+    _pointwise_pair(input, target, op)
+    r = _reduction(reduction, size_average, reduce, op)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"{op}: target must have input's shape {tuple(input.shape)}, got "
+                         f"{tuple(target.shape)}")
+    return r
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):  # noqa: A002
@@ -367,11 +369,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
                          reduction="mean"):
     """-(t log x + (1 - t) log(1 - x)), each log clamped at -100 (torch); x must be in [0, 1]."""
     op = "binary_cross_entropy"
-    _pointwise_pair(input, target, op)
-    r = _reduction(reduction, size_average, reduce, op)
-    if tuple(target.shape) != tuple(input.shape):
-        raise ValueError(f"{op}: target must have input's shape {tuple(input.shape)}, got "
-                         f"{tuple(target.shape)}")
+    r = _same_shape_pair(input, target, reduction, size_average, reduce, op)
     if input.numel() and _red.any(_ew.logical_or(_ew.lt(input, 0), _ew.gt(input, 1))).item():
         raise ValueError(f"{op}: all elements of input should be between 0 and 1")
     lx = _ew.clamp_min(_ew.log(input), -100)
@@ -387,11 +385,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     """binary_cross_entropy(sigmoid(input), target) computed stably from the logits;
     pos_weight scales the positive term (broadcast along the last dim)."""
     op = "binary_cross_entropy_with_logits"
-    _pointwise_pair(input, target, op)
-    r = _reduction(reduction, size_average, reduce, op)
-    if tuple(target.shape) != tuple(input.shape):
-        raise ValueError(f"{op}: target must have input's shape {tuple(input.shape)}, got "
-                         f"{tuple(target.shape)}")
+    r = _same_shape_pair(input, target, reduction, size_average, reduce, op)
     # log(1 + exp(-|x|)) + max(-x, 0) = -logsigmoid(x), without overflow
     sp = _ew.add(_ew.log1p(_ew.exp(_ew.neg(_ew.abs(input)))), _ew.clamp_min(_ew.neg(input), 0))
     if pos_weight is not None:

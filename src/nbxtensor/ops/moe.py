@@ -78,6 +78,14 @@ def _check_float(t, name, op):
                         f"(bfloat16, float16, float32; float64 on cpu)")
 
 
+def _check_per_token(t, name, columns, op):
+    """t is a 2-D (tokens, `columns`) float tensor of a dtype the kernels take."""
+    if t.ndim != 2:
+        raise ValueError(f"{op}: {name} must be 2-D (tokens, {columns}), got shape "
+                         f"{tuple(t.shape)}")
+    _check_float(t, name, op)
+
+
 def _same_device(op, ref, **ts):
     for n, t in ts.items():
         if t is not None and t.device != ref.device:
@@ -88,10 +96,7 @@ def moe_topk(gating_output, topk, renormalize=True, scoring="softmax", num_exper
              topk_group=None, correction_bias=None, routed_scaling_factor=1.0):
     op = "moe_topk"
     g = check_tensor(gating_output, "gating_output", op)
-    if g.ndim != 2:
-        raise ValueError(f"{op}: gating_output must be 2-D (tokens, experts), got shape "
-                         f"{tuple(g.shape)}")
-    _check_float(g, "gating_output", op)
+    _check_per_token(g, "gating_output", "experts", op)
     M, E = g.shape
     if E == 0:
         raise ValueError(f"{op}: gating_output has 0 experts")
@@ -166,10 +171,7 @@ def _check_experts(op, x, w1, w2):
     x = check_tensor(x, "hidden_states", op)
     w1 = check_tensor(w1, "w1", op)
     w2 = check_tensor(w2, "w2", op)
-    if x.ndim != 2:
-        raise ValueError(f"{op}: hidden_states must be 2-D (tokens, hidden), got shape "
-                         f"{tuple(x.shape)}")
-    _check_float(x, "hidden_states", op)
+    _check_per_token(x, "hidden_states", "hidden", op)
     M, H = x.shape
     if w1.ndim != 3 or w1.shape[2] != H or w1.shape[1] % 2 or w1.shape[1] == 0:
         raise ValueError(f"{op}: w1 must have shape (experts, 2*intermediate, {H}) (gate rows "

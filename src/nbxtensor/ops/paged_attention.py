@@ -20,8 +20,7 @@ import math
 
 from .. import dtypes as _dt
 from ..dispatch import impl
-from ..tensor import Tensor
-from .attention import _check_float, _check_t
+from .attention import _check_float, _check_lengths, _check_t, _decode_out
 
 __all__ = ["paged_decode_attention"]
 
@@ -79,19 +78,13 @@ def paged_decode_attention(query, cache_layer, block_tables, lengths, *, scale=N
     _check_t(lengths, "lengths", op)
     if lengths.device != dev:
         raise ValueError(f"{op}: lengths is on {lengths.device} but query is on {dev}")
-    if lengths.dtype not in (_dt.int32, _dt.int64) or tuple(lengths.shape) not in ((), (B,)):
-        raise TypeError(f"{op}: lengths must be an int32/int64 tensor of shape () or ({B},), "
-                        f"got {lengths.dtype.name} {tuple(lengths.shape)}")
+    _check_lengths(lengths, B, op)
     C = block_tables.shape[1] * PAGE
     if T > C:
         raise ValueError(f"{op}: {T} query tokens do not fit a table of {C} slots")
     Dv = vc.shape[3]
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    if out is None:
-        out = Tensor._empty((B, Hq, T, Dv), query.dtype, dev)
-    elif tuple(out.shape) != (B, Hq, T, Dv) or out.dtype != query.dtype or out.device != dev:
-        raise ValueError(f"{op}: out must be {query.dtype.name} {(B, Hq, T, Dv)} on {dev}, got "
-                         f"{out.dtype.name} {tuple(out.shape)} on {out.device}")
+    out = _decode_out(out, query, (B, Hq, T, Dv), op)
     if out.numel():
         impl("paged_decode_attention", dev)(out, query, kc, vc, block_tables, lengths,
                                             scale=scale)

@@ -70,6 +70,14 @@ class Generator:
         return f"Generator(seed={self._seed}, device={self.device})"
 
 
+def check_draw_dtype(t, argname, op):
+    """Refuse a tensor whose dtype sampling and the random distributions cannot compute in:
+    they take float16/bfloat16/float32/float64 (float8 has too few bits for a draw)."""
+    if not t.dtype.is_floating_point or t.dtype.is_float8:
+        raise TypeError(f"{op}: {argname} must be float16/bfloat16/float32/float64, got "
+                        f"{t.dtype.name}")
+
+
 _DEFAULT: dict = {}
 
 
@@ -85,9 +93,7 @@ def sample(logits, *, temperature=1.0, top_k=None, top_p=None, repetition_penalt
     op = "sample"
     if not isinstance(logits, Tensor):
         raise TypeError(f"{op}: logits must be a Tensor, got {type(logits).__name__}")
-    if not logits.dtype.is_floating_point or logits.dtype.is_float8:
-        raise TypeError(f"{op}: logits must be float16/bfloat16/float32/float64, got "
-                        f"{logits.dtype.name}")
+    check_draw_dtype(logits, "logits", op)
     if logits.ndim not in (1, 2) or logits.shape[-1] == 0:
         raise ValueError(f"{op}: logits must be (V,) or (B, V) with V > 0, got "
                          f"{tuple(logits.shape)}")

@@ -226,9 +226,10 @@ def _cat_infer(devtype, dt, stack, dim, shapes_strides):
     return shape, run, cached_contiguous_strides(shape), math.prod(shape) * dt.itemsize
 
 
-def _cat_fast(tensors, dim, stack):
+def _cat_fast(tensors, dim, stack, out):
     """The result of cat/stack through one cat_rows dispatch, or None (take the full path)."""
-    if dim.__class__ is not int or tensors.__class__ not in (list, tuple) or len(tensors) < 2:
+    if out is not None or dim.__class__ is not int or tensors.__class__ not in (list, tuple) \
+            or len(tensors) < 2:
         return None
     t0 = tensors[0]
     if t0.__class__ is not Tensor:
@@ -254,10 +255,9 @@ def _cat_fast(tensors, dim, stack):
 
 def cat(tensors, dim=0, *, out=None):
     """Concatenate along `dim`; dtypes promote (torch); 1-D empty tensors are skipped (torch)."""
-    if out is None:
-        r = _cat_fast(tensors, dim, False)
-        if r is not None:
-            return r
+    r = _cat_fast(tensors, dim, False, out)
+    if r is not None:
+        return r
     tensors = _tensor_list(tensors, "cat")
     dtype = tensors[0].dtype
     for x in tensors[1:]:
@@ -294,10 +294,9 @@ concat = concatenate = cat
 
 
 def stack(tensors, dim=0, *, out=None):
-    if out is None:
-        r = _cat_fast(tensors, dim, True)
-        if r is not None:
-            return r
+    r = _cat_fast(tensors, dim, True, out)
+    if r is not None:
+        return r
     tensors = _tensor_list(tensors, "stack")
     for i, x in enumerate(tensors):
         if x.shape != tensors[0].shape:

@@ -18,7 +18,7 @@ import math
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, register_jitable
 
 _FM = {"reassoc", "contract"}
 H2F = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
@@ -61,6 +61,41 @@ def _kscale(row, o, j):
 # row keeps 32 lane sums, acc[j] += q * (scale * x), across its blocks and adds them at the
 # end: the lanes are independent, so the block loop vectorises without reordering a sum
 # (a running scalar sum per block measured 3.3x slower on AVX-512).
+# Every entry point is one loop nest (_gemv) around its format's block dot:
+# dot(acc, row, rq, r16, xv, dx, xs, i, b, lut, y) adds block b of the row, met with row i
+# of the activation, into the lanes acc and returns y plus the block's lane-free terms (the
+# offset or mins times the activation's block sums xs; none in Q8_0 and Q6_K). The dots and the
+# activations are register_jitable functions, inlined into the loop nest: numba's disk cache
+# keys a closure by its pickled cells, and a plain function pickles by name, a dispatcher
+# with a per-process id (which would recompile in every process).
+
+def _gemv(name, QK, dot, int8):
+    """The GEMV entry point `name`, a numba function: blocks of QK weights, x quantised to
+    int8 (int8) or kept float32. Named `name` because numba names its cache files after the
+    function."""
+    activation, LANES = (_int8_x, 16) if int8 else (_float_x, 32)
+
+    def gemv(blocks, qi8, x, lut, out, res, nchunk, u16):
+        N = blocks.shape[0]
+        M, K = x.shape
+        nb = K // QK       # outside the parallel loop: computed inside it, Q6_K ran 20% slower
+        xv, dx, xs = activation(x)
+        has_res = res.shape[0] > 0
+        for c in prange(nchunk):
+            acc = np.empty(LANES, np.float32)
+            r0, r1 = _chunk(c, nchunk, N)
+            for r in range(r0, r1):
+                row, rq, r16 = blocks[r], qi8[r], u16[r]
+                for i in range(M):
+                    acc[:] = 0.0
+                    y = np.float32(0.0)
+                    for b in range(nb):
+                        y = dot(acc, row, rq, r16, xv, dx, xs, i, b, lut, y)
+                    y += _lanes(acc, LANES)
+                    out[i, r] = y + res[i, r] if has_res else y
+    gemv.__name__ = gemv.__qualname__ = name
+    return njit(parallel=True, cache=True, fastmath=_FM)(gemv)
+
 
 @njit(cache=True, inline="always")
 def _chunk(c, nchunk, N):
@@ -77,193 +112,109 @@ def _nibbles(q):
 
 
 @njit(cache=True, inline="always")
-def _lanes(acc):
+def _lanes(acc, n):
     y = np.float32(0.0)
-    for j in range(32):
+    for j in range(n):
         y += acc[j]
     return y
 
 
-@njit(parallel=True, cache=True, fastmath=_FM)
-def gemv_q8_0(blocks, qi8, x, lut, out, res, nchunk, u16):
-    N = blocks.shape[0]
-    M, K = x.shape
-    nb = K // 32
-    has_res = res.shape[0] > 0
-    for c in prange(nchunk):
-        acc = np.empty(32, np.float32)
-        r0, r1 = _chunk(c, nchunk, N)
-        for r in range(r0, r1):
-            row, rq, r16 = blocks[r], qi8[r], u16[r]
-            for i in range(M):
-                acc[:] = 0.0
-                for b in range(nb):
-                    o = b * 34
-                    d = lut[r16[o // 2]]
-                    for j in range(32):
-                        acc[j] += np.float32(rq[o + 2 + j]) * (d * x[i, b * 32 + j])
-                y = _lanes(acc)
-                out[i, r] = y + res[i, r] if has_res else y
+@njit(cache=True, inline="always")
+def _q6(row, ql, sh, qh, c, l):
+    """Q6_K: weight l's 6-bit value: 4 bits at row[ql + l] >> sh, 2 at row[qh + l] >> 2c."""
+    return ((row[ql + l] >> sh) & 15) | (((row[qh + l] >> (2 * c)) & 3) << 4)
 
 
-@njit(parallel=True, cache=True, fastmath=_FM)
-def gemv_q4_0(blocks, qi8, x, lut, out, res, nchunk, u16):
-    N = blocks.shape[0]
-    M, K = x.shape
-    nb = K // 32
-    xs = _block_sums(x, 32)
-    has_res = res.shape[0] > 0
-    for c in prange(nchunk):
-        acc = np.empty(32, np.float32)
-        r0, r1 = _chunk(c, nchunk, N)
-        for r in range(r0, r1):
-            row, r16 = blocks[r], u16[r]
-            for i in range(M):
-                acc[:] = 0.0
-                y = np.float32(0.0)
-                for b in range(nb):
-                    o = b * 18
-                    d = lut[r16[o // 2]]
-                    for j in range(16):
-                        lo, hi = _nibbles(row[o + 2 + j])
-                        acc[j] += lo * (d * x[i, b * 32 + j])
-                        acc[16 + j] += hi * (d * x[i, b * 32 + 16 + j])
-                    y -= np.float32(8.0) * d * xs[i, b]
-                y += _lanes(acc)
-                out[i, r] = y + res[i, r] if has_res else y
+@register_jitable
+def _float_x(x):
+    """The float32 activation: x itself, no scales, and its sums over blocks of 32."""
+    return x, np.empty((0, 0), np.float32), _block_sums(x, 32)
 
 
-@njit(parallel=True, cache=True, fastmath=_FM)
-def gemv_q4_1(blocks, qi8, x, lut, out, res, nchunk, u16):
-    N = blocks.shape[0]
-    M, K = x.shape
-    nb = K // 32
-    xs = _block_sums(x, 32)
-    has_res = res.shape[0] > 0
-    for c in prange(nchunk):
-        acc = np.empty(32, np.float32)
-        r0, r1 = _chunk(c, nchunk, N)
-        for r in range(r0, r1):
-            row, r16 = blocks[r], u16[r]
-            for i in range(M):
-                acc[:] = 0.0
-                y = np.float32(0.0)
-                for b in range(nb):
-                    o = b * 20
-                    d = lut[r16[o // 2]]
-                    for j in range(16):
-                        lo, hi = _nibbles(row[o + 4 + j])
-                        acc[j] += lo * (d * x[i, b * 32 + j])
-                        acc[16 + j] += hi * (d * x[i, b * 32 + 16 + j])
-                    y += lut[r16[o // 2 + 1]] * xs[i, b]
-                y += _lanes(acc)
-                out[i, r] = y + res[i, r] if has_res else y
+@register_jitable(inline="always")
+def _nibble_lanes(acc, row, qo, d, x, i, xo):
+    """Q4_0 / Q4_1: acc[j] += lo_j * (d x[i, xo + j]), acc[16 + j] += hi_j * (d x[i, xo + 16 + j])
+    for the nibbles of the 16 bytes at row[qo]."""
+    for j in range(16):
+        lo, hi = _nibbles(row[qo + j])
+        acc[j] += lo * (d * x[i, xo + j])
+        acc[16 + j] += hi * (d * x[i, xo + 16 + j])
 
 
-@njit(parallel=True, cache=True, fastmath=_FM)
-def gemv_q4_k(blocks, qi8, x, lut, out, res, nchunk, u16):
-    N = blocks.shape[0]
-    M, K = x.shape
-    nb = K // 256
-    xs = _block_sums(x, 32)
-    has_res = res.shape[0] > 0
-    for ch in prange(nchunk):
-        acc = np.empty(32, np.float32)
-        r0, r1 = _chunk(ch, nchunk, N)
-        for r in range(r0, r1):
-            row = blocks[r]
-            for i in range(M):
-                acc[:] = 0.0
-                y = np.float32(0.0)
-                for b in range(nb):
-                    o = b * 144
-                    d, dm = _h(row, o, lut), _h(row, o + 2, lut)
-                    for c in range(4):
-                        sc0, mn0 = _kscale(row, o + 4, 2 * c)
-                        sc1, mn1 = _kscale(row, o + 4, 2 * c + 1)
-                        a0, a1 = d * sc0, d * sc1
-                        base = b * 256 + c * 64
-                        for l in range(32):
-                            q = row[o + 16 + c * 32 + l]
-                            acc[l] += np.float32(q & 15) * (a0 * x[i, base + l]) + \
-                                np.float32(q >> 4) * (a1 * x[i, base + 32 + l])
-                        g = b * 8 + 2 * c
-                        y -= dm * (mn0 * xs[i, g] + mn1 * xs[i, g + 1])
-                y += _lanes(acc)
-                out[i, r] = y + res[i, r] if has_res else y
+@register_jitable(inline="always")
+def _dot_q8_0(acc, row, rq, r16, x, dx, xs, i, b, lut, y):
+    d = lut[r16[b * 17]]
+    for j in range(32):
+        acc[j] += np.float32(rq[b * 34 + 2 + j]) * (d * x[i, b * 32 + j])
+    return y
 
 
-@njit(parallel=True, cache=True, fastmath=_FM)
-def gemv_q5_k(blocks, qi8, x, lut, out, res, nchunk, u16):
-    N = blocks.shape[0]
-    M, K = x.shape
-    nb = K // 256
-    xs = _block_sums(x, 32)
-    has_res = res.shape[0] > 0
-    for ch in prange(nchunk):
-        acc = np.empty(32, np.float32)
-        r0, r1 = _chunk(ch, nchunk, N)
-        for r in range(r0, r1):
-            row = blocks[r]
-            for i in range(M):
-                acc[:] = 0.0
-                y = np.float32(0.0)
-                for b in range(nb):
-                    o = b * 176
-                    d, dm = _h(row, o, lut), _h(row, o + 2, lut)
-                    for c in range(4):
-                        j0 = 2 * c
-                        sc0, mn0 = _kscale(row, o + 4, j0)
-                        sc1, mn1 = _kscale(row, o + 4, j0 + 1)
-                        a0, a1 = d * sc0, d * sc1
-                        base = b * 256 + c * 64
-                        for l in range(32):
-                            q = row[o + 48 + c * 32 + l]
-                            h = row[o + 16 + l]
-                            acc[l] += np.float32((q & 15) | (((h >> j0) & 1) << 4)) * \
-                                (a0 * x[i, base + l]) + \
-                                np.float32((q >> 4) | (((h >> (j0 + 1)) & 1) << 4)) * \
-                                (a1 * x[i, base + 32 + l])
-                        g = b * 8 + j0
-                        y -= dm * (mn0 * xs[i, g] + mn1 * xs[i, g + 1])
-                y += _lanes(acc)
-                out[i, r] = y + res[i, r] if has_res else y
+@register_jitable(inline="always")
+def _dot_q4_0(acc, row, rq, r16, x, dx, xs, i, b, lut, y):
+    d = lut[r16[b * 9]]
+    _nibble_lanes(acc, row, b * 18 + 2, d, x, i, b * 32)
+    return y - np.float32(8.0) * d * xs[i, b]
 
 
-@njit(parallel=True, cache=True, fastmath=_FM)
-def gemv_q6_k(blocks, qi8, x, lut, out, res, nchunk, u16):
-    N = blocks.shape[0]
-    M, K = x.shape
-    nb = K // 256
-    has_res = res.shape[0] > 0
-    for ch in prange(nchunk):
-        acc = np.empty(32, np.float32)
-        r0, r1 = _chunk(ch, nchunk, N)
-        for r in range(r0, r1):
-            row, rq = blocks[r], qi8[r]
-            for i in range(M):
-                acc[:] = 0.0
-                for b in range(nb):
-                    o = b * 210
-                    d = _h(row, o + 208, lut)
-                    for hh in range(2):
-                        for c in range(4):
-                            base = b * 256 + hh * 128 + c * 32
-                            lo = o + 64 * hh + 32 * (c % 2)
-                            sh = 4 * (c // 2)
-                            s0 = d * np.float32(rq[o + 192 + hh * 8 + c * 2])
-                            s1 = d * np.float32(rq[o + 192 + hh * 8 + c * 2 + 1])
-                            for l in range(16):
-                                q = ((row[lo + l] >> sh) & 15) | \
-                                    (((row[o + 128 + 32 * hh + l] >> (2 * c)) & 3) << 4)
-                                acc[l] += np.float32(np.int32(q) - 32) * (s0 * x[i, base + l])
-                            for l in range(16, 32):
-                                q = ((row[lo + l] >> sh) & 15) | \
-                                    (((row[o + 128 + 32 * hh + l] >> (2 * c)) & 3) << 4)
-                                acc[l] += np.float32(np.int32(q) - 32) * (s1 * x[i, base + l])
-                y = _lanes(acc)
-                out[i, r] = y + res[i, r] if has_res else y
+@register_jitable(inline="always")
+def _dot_q4_1(acc, row, rq, r16, x, dx, xs, i, b, lut, y):
+    _nibble_lanes(acc, row, b * 20 + 4, lut[r16[b * 10]], x, i, b * 32)
+    return y + lut[r16[b * 10 + 1]] * xs[i, b]
 
+
+@register_jitable(inline="always")
+def _dot_k(acc, row, x, xs, i, b, lut, y, five):
+    """Q4_K (five False) and Q5_K: the 32 bytes of nibbles for sub-blocks 2c and 2c+1 (low
+    and high nibbles), Q5_K's fifth bits from the 32 bytes at o + 16 (bit j for sub-block j)."""
+    o = b * (176 if five else 144)
+    qs = o + (48 if five else 16)
+    d, dm = _h(row, o, lut), _h(row, o + 2, lut)
+    for c in range(4):
+        sc0, mn0 = _kscale(row, o + 4, 2 * c)
+        sc1, mn1 = _kscale(row, o + 4, 2 * c + 1)
+        a0, a1 = d * sc0, d * sc1
+        base = b * 256 + c * 64
+        for l in range(32):
+            q = row[qs + c * 32 + l]
+            lo, hi = q & 15, q >> 4
+            if five:
+                h = row[o + 16 + l] >> (2 * c)
+                lo |= (h & 1) << 4
+                hi |= ((h >> 1) & 1) << 4
+            acc[l] += np.float32(lo) * (a0 * x[i, base + l]) + \
+                np.float32(hi) * (a1 * x[i, base + 32 + l])
+        g = b * 8 + 2 * c
+        y -= dm * (mn0 * xs[i, g] + mn1 * xs[i, g + 1])
+    return y
+
+
+@register_jitable(inline="always")
+def _dot_q4_k(acc, row, rq, r16, x, dx, xs, i, b, lut, y):
+    return _dot_k(acc, row, x, xs, i, b, lut, y, False)
+
+
+@register_jitable(inline="always")
+def _dot_q5_k(acc, row, rq, r16, x, dx, xs, i, b, lut, y):
+    return _dot_k(acc, row, x, xs, i, b, lut, y, True)
+
+
+@register_jitable(inline="always")
+def _dot_q6_k(acc, row, rq, r16, x, dx, xs, i, b, lut, y):
+    o = b * 210
+    d = _h(row, o + 208, lut)
+    for hh in range(2):
+        for c in range(4):
+            base = b * 256 + hh * 128 + c * 32
+            ql, sh, qh = o + 64 * hh + 32 * (c % 2), 4 * (c // 2), o + 128 + 32 * hh
+            s0 = d * np.float32(rq[o + 192 + hh * 8 + c * 2])
+            s1 = d * np.float32(rq[o + 192 + hh * 8 + c * 2 + 1])
+            for l in range(16):
+                acc[l] += np.float32(np.int32(_q6(row, ql, sh, qh, c, l)) - 32) * \
+                    (s0 * x[i, base + l])
+            for l in range(16, 32):
+                acc[l] += np.float32(np.int32(_q6(row, ql, sh, qh, c, l)) - 32) * \
+                    (s1 * x[i, base + l])
+    return y
 
 # ---------------------------------------------------------------------- int8-activation GEMVs
 # The activation is quantised once per call, per block of 32 values, to int8 with a float32
@@ -463,14 +414,6 @@ def quantize_activation(x, qx, dx, xs):
             xs[i, b] = d * np.float32(s)
 
 
-@njit(cache=True, inline="always")
-def _lanes16(acc):
-    y = np.float32(0.0)
-    for j in range(16):
-        y += acc[j]
-    return y
-
-
 @njit(cache=True)
 def _quantized(x):
     M, K = x.shape
@@ -491,165 +434,79 @@ def quantized_py(x):
 
 # gemv8_<fmt>(blocks, qi8, x, lut, out, res, nchunk, u16): as gemv_<fmt>; x is quantised
 # first, on the calling thread (quantize_activation), inside the call so a GEMV stays one
-# dispatch.
+# dispatch. The dots take the quantised row qx[i] with its block scales dx and sums xs.
 
-@njit(parallel=True, cache=True, fastmath=_FM)
-def gemv8_q8_0(blocks, qi8, x, lut, out, res, nchunk, u16):
-    N = blocks.shape[0]
-    M, K = x.shape
-    qx, dx, xs = _quantized(x)
-    has_res = res.shape[0] > 0
-    for c in prange(nchunk):
-        acc = np.empty(16, np.float32)
-        r0, r1 = _chunk(c, nchunk, N)
-        for r in range(r0, r1):
-            rq, r16 = qi8[r], u16[r]
-            for i in range(M):
-                acc[:] = 0.0
-                xi = qx[i]
-                for b in range(K // 32):
-                    _lanes_i8(acc, rq, b * 34 + 2, xi, b * 32, lut[r16[b * 17]] * dx[i, b])
-                y = _lanes16(acc)
-                out[i, r] = y + res[i, r] if has_res else y
+@register_jitable
+def _int8_x(x):
+    return _quantized(x)
 
 
-@njit(parallel=True, cache=True, fastmath=_FM)
-def gemv8_q4_0(blocks, qi8, x, lut, out, res, nchunk, u16):
-    N = blocks.shape[0]
-    M, K = x.shape
-    qx, dx, xs = _quantized(x)
-    has_res = res.shape[0] > 0
-    for c in prange(nchunk):
-        acc = np.empty(16, np.float32)
-        r0, r1 = _chunk(c, nchunk, N)
-        for r in range(r0, r1):
-            row, r16 = blocks[r], u16[r]
-            for i in range(M):
-                acc[:] = 0.0
-                xi = qx[i]
-                y = np.float32(0.0)
-                for b in range(K // 32):
-                    d = lut[r16[b * 9]]
-                    _lanes_u4(acc, row, b * 18 + 2, xi, b * 32, b * 32 + 16, d * dx[i, b])
-                    y -= np.float32(8.0) * d * xs[i, b]
-                y += _lanes16(acc)
-                out[i, r] = y + res[i, r] if has_res else y
+@register_jitable(inline="always")
+def _dot8_q8_0(acc, row, rq, r16, qx, dx, xs, i, b, lut, y):
+    _lanes_i8(acc, rq, b * 34 + 2, qx[i], b * 32, lut[r16[b * 17]] * dx[i, b])
+    return y
 
 
-@njit(parallel=True, cache=True, fastmath=_FM)
-def gemv8_q4_1(blocks, qi8, x, lut, out, res, nchunk, u16):
-    N = blocks.shape[0]
-    M, K = x.shape
-    qx, dx, xs = _quantized(x)
-    has_res = res.shape[0] > 0
-    for c in prange(nchunk):
-        acc = np.empty(16, np.float32)
-        r0, r1 = _chunk(c, nchunk, N)
-        for r in range(r0, r1):
-            row, r16 = blocks[r], u16[r]
-            for i in range(M):
-                acc[:] = 0.0
-                xi = qx[i]
-                y = np.float32(0.0)
-                for b in range(K // 32):
-                    _lanes_u4(acc, row, b * 20 + 4, xi, b * 32, b * 32 + 16,
-                              lut[r16[b * 10]] * dx[i, b])
-                    y += lut[r16[b * 10 + 1]] * xs[i, b]
-                y += _lanes16(acc)
-                out[i, r] = y + res[i, r] if has_res else y
+@register_jitable(inline="always")
+def _dot8_q4_0(acc, row, rq, r16, qx, dx, xs, i, b, lut, y):
+    d = lut[r16[b * 9]]
+    _lanes_u4(acc, row, b * 18 + 2, qx[i], b * 32, b * 32 + 16, d * dx[i, b])
+    return y - np.float32(8.0) * d * xs[i, b]
 
 
-@njit(parallel=True, cache=True, fastmath=_FM)
-def gemv8_q4_k(blocks, qi8, x, lut, out, res, nchunk, u16):
-    N = blocks.shape[0]
-    M, K = x.shape
-    qx, dx, xs = _quantized(x)
-    has_res = res.shape[0] > 0
-    for ch in prange(nchunk):
-        acc = np.empty(16, np.float32)
-        r0, r1 = _chunk(ch, nchunk, N)
-        for r in range(r0, r1):
-            row = blocks[r]
-            for i in range(M):
-                acc[:] = 0.0
-                xi = qx[i]
-                y = np.float32(0.0)
-                for b in range(K // 256):
-                    o = b * 144
-                    d, dm = _h(row, o, lut), _h(row, o + 2, lut)
-                    for c in range(4):
-                        sc0, mn0 = _kscale(row, o + 4, 2 * c)
-                        sc1, mn1 = _kscale(row, o + 4, 2 * c + 1)
-                        g = b * 8 + 2 * c
-                        s0, s1 = d * sc0 * dx[i, g], d * sc1 * dx[i, g + 1]
-                        for hf in range(0, 32, 16):
-                            _lanes_u4x2(acc, row, o + 16 + c * 32 + hf, xi, g * 32 + hf,
-                                        g * 32 + 32 + hf, s0, s1)
-                        y -= dm * (mn0 * xs[i, g] + mn1 * xs[i, g + 1])
-                y += _lanes16(acc)
-                out[i, r] = y + res[i, r] if has_res else y
+@register_jitable(inline="always")
+def _dot8_q4_1(acc, row, rq, r16, qx, dx, xs, i, b, lut, y):
+    _lanes_u4(acc, row, b * 20 + 4, qx[i], b * 32, b * 32 + 16, lut[r16[b * 10]] * dx[i, b])
+    return y + lut[r16[b * 10 + 1]] * xs[i, b]
 
 
-@njit(parallel=True, cache=True, fastmath=_FM)
-def gemv8_q5_k(blocks, qi8, x, lut, out, res, nchunk, u16):
-    N = blocks.shape[0]
-    M, K = x.shape
-    qx, dx, xs = _quantized(x)
-    has_res = res.shape[0] > 0
-    for ch in prange(nchunk):
-        acc = np.empty(16, np.float32)
-        r0, r1 = _chunk(ch, nchunk, N)
-        for r in range(r0, r1):
-            row = blocks[r]
-            for i in range(M):
-                acc[:] = 0.0
-                xi = qx[i]
-                y = np.float32(0.0)
-                for b in range(K // 256):
-                    o = b * 176
-                    d, dm = _h(row, o, lut), _h(row, o + 2, lut)
-                    for c in range(4):
-                        sc0, mn0 = _kscale(row, o + 4, 2 * c)
-                        sc1, mn1 = _kscale(row, o + 4, 2 * c + 1)
-                        g = b * 8 + 2 * c
-                        s0, s1 = d * sc0 * dx[i, g], d * sc1 * dx[i, g + 1]
-                        for hf in range(0, 32, 16):
-                            _lanes_u5x2(acc, row, o + 48 + c * 32 + hf, o + 16 + hf, 2 * c, xi,
-                                        g * 32 + hf, g * 32 + 32 + hf, s0, s1)
-                        y -= dm * (mn0 * xs[i, g] + mn1 * xs[i, g + 1])
-                y += _lanes16(acc)
-                out[i, r] = y + res[i, r] if has_res else y
+@register_jitable(inline="always")
+def _dot8_k(acc, row, qx, dx, xs, i, b, lut, y, five):
+    """_dot_k with the int8 activation: each 16 bytes of nibbles meet 16 + 16 values of qx."""
+    o = b * (176 if five else 144)
+    qs = o + (48 if five else 16)
+    d, dm = _h(row, o, lut), _h(row, o + 2, lut)
+    xi = qx[i]
+    for c in range(4):
+        sc0, mn0 = _kscale(row, o + 4, 2 * c)
+        sc1, mn1 = _kscale(row, o + 4, 2 * c + 1)
+        g = b * 8 + 2 * c
+        s0, s1 = d * sc0 * dx[i, g], d * sc1 * dx[i, g + 1]
+        for hf in range(0, 32, 16):
+            if five:
+                _lanes_u5x2(acc, row, qs + c * 32 + hf, o + 16 + hf, 2 * c, xi, g * 32 + hf,
+                            g * 32 + 32 + hf, s0, s1)
+            else:
+                _lanes_u4x2(acc, row, qs + c * 32 + hf, xi, g * 32 + hf, g * 32 + 32 + hf,
+                            s0, s1)
+        y -= dm * (mn0 * xs[i, g] + mn1 * xs[i, g + 1])
+    return y
 
 
-@njit(parallel=True, cache=True, fastmath=_FM)
-def gemv8_q6_k(blocks, qi8, x, lut, out, res, nchunk, u16):
-    N = blocks.shape[0]
-    M, K = x.shape
-    qx, dx, xs = _quantized(x)
-    has_res = res.shape[0] > 0
-    for ch in prange(nchunk):
-        acc = np.empty(16, np.float32)
-        r0, r1 = _chunk(ch, nchunk, N)
-        for r in range(r0, r1):
-            row, rq = blocks[r], qi8[r]
-            for i in range(M):
-                acc[:] = 0.0
-                xi = qx[i]
-                for b in range(K // 256):
-                    o = b * 210
-                    d = _h(row, o + 208, lut)
-                    for hh in range(2):
-                        for c in range(4):
-                            g = b * 8 + hh * 4 + c
-                            sd = d * dx[i, g]
-                            for hf in range(0, 32, 16):
-                                sc = np.float32(rq[o + 192 + hh * 8 + c * 2 + hf // 16])
-                                _lanes_q6(acc, row, o + 64 * hh + 32 * (c % 2) + hf, 4 * (c // 2),
-                                          o + 128 + 32 * hh + hf, 2 * c, xi, g * 32 + hf,
-                                          sd * sc)
-                y = _lanes16(acc)
-                out[i, r] = y + res[i, r] if has_res else y
+@register_jitable(inline="always")
+def _dot8_q4_k(acc, row, rq, r16, qx, dx, xs, i, b, lut, y):
+    return _dot8_k(acc, row, qx, dx, xs, i, b, lut, y, False)
 
+
+@register_jitable(inline="always")
+def _dot8_q5_k(acc, row, rq, r16, qx, dx, xs, i, b, lut, y):
+    return _dot8_k(acc, row, qx, dx, xs, i, b, lut, y, True)
+
+
+@register_jitable(inline="always")
+def _dot8_q6_k(acc, row, rq, r16, qx, dx, xs, i, b, lut, y):
+    o = b * 210
+    d = _h(row, o + 208, lut)
+    xi = qx[i]
+    for hh in range(2):
+        for c in range(4):
+            g = b * 8 + hh * 4 + c
+            sd = d * dx[i, g]
+            for hf in range(0, 32, 16):
+                sc = np.float32(rq[o + 192 + hh * 8 + c * 2 + hf // 16])
+                _lanes_q6(acc, row, o + 64 * hh + 32 * (c % 2) + hf, 4 * (c // 2),
+                          o + 128 + 32 * hh + hf, 2 * c, xi, g * 32 + hf, sd * sc)
+    return y
 
 # ------------------------------------------------------------------ dequantisation (prefill)
 # dequant_<fmt>(blocks, qi8, lut, out): out (N, K) float32. The same float32 values as
@@ -657,100 +514,83 @@ def gemv8_q6_k(blocks, qi8, x, lut, out, res, nchunk, u16):
 # on purpose: prefill alternates them with BLAS matmuls, and a numba pool next to BLAS's
 # own threads made the two fight for the cores (prefill 3 tok/s on a loaded 2-core machine);
 # a weight's dequantisation is ~1/10 of its matmul at a 41-token prompt.
+# As the GEMVs, one loop nest (_dequant) around the format's block: block(w, row, rq, b, lut)
+# writes block b of the row to w (its QK float32 values).
 
-@njit(cache=True)
-def dequant_q8_0(blocks, qi8, lut, out):
-    N, K = out.shape
-    for r in range(N):
-        row, rq = blocks[r], qi8[r]
-        for b in range(K // 32):
-            d = _h(row, b * 34, lut)
-            for j in range(32):
-                out[r, b * 32 + j] = np.float32(rq[b * 34 + 2 + j]) * d
-
-
-@njit(cache=True)
-def dequant_q4_0(blocks, qi8, lut, out):
-    N, K = out.shape
-    for r in range(N):
-        row = blocks[r]
-        for b in range(K // 32):
-            o = b * 18
-            d = _h(row, o, lut)
-            for j in range(16):
-                q = row[o + 2 + j]
-                out[r, b * 32 + j] = (np.float32(q & 15) - np.float32(8.0)) * d
-                out[r, b * 32 + 16 + j] = (np.float32(q >> 4) - np.float32(8.0)) * d
+def _dequant(name, QK, block):
+    """The dequantisation entry point `name` (named for numba's cache files, as _gemv's)."""
+    def dequant(blocks, qi8, lut, out):
+        N, K = out.shape
+        for r in range(N):
+            row, rq = blocks[r], qi8[r]
+            for b in range(K // QK):
+                block(out[r, b * QK:(b + 1) * QK], row, rq, b, lut)
+    dequant.__name__ = dequant.__qualname__ = name
+    return njit(cache=True)(dequant)
 
 
-@njit(cache=True)
-def dequant_q4_1(blocks, qi8, lut, out):
-    N, K = out.shape
-    for r in range(N):
-        row = blocks[r]
-        for b in range(K // 32):
-            o = b * 20
-            d, m = _h(row, o, lut), _h(row, o + 2, lut)
-            for j in range(16):
-                q = row[o + 4 + j]
-                out[r, b * 32 + j] = np.float32(q & 15) * d + m
-                out[r, b * 32 + 16 + j] = np.float32(q >> 4) * d + m
+@register_jitable(inline="always")
+def _dequant_q8_0(w, row, rq, b, lut):
+    d = _h(row, b * 34, lut)
+    for j in range(32):
+        w[j] = np.float32(rq[b * 34 + 2 + j]) * d
 
 
-@njit(cache=True)
-def dequant_q4_k(blocks, qi8, lut, out):
-    N, K = out.shape
-    for r in range(N):
-        row = blocks[r]
-        for b in range(K // 256):
-            o = b * 144
-            d, dm = _h(row, o, lut), _h(row, o + 2, lut)
-            for j in range(8):
-                sc, mn = _kscale(row, o + 4, j)
-                a, z = d * sc, dm * mn
-                sh = 4 * (j % 2)
-                for l in range(32):
-                    q = (row[o + 16 + (j // 2) * 32 + l] >> sh) & 15
-                    out[r, b * 256 + j * 32 + l] = a * np.float32(q) - z
+@register_jitable(inline="always")
+def _dequant_q4_0(w, row, rq, b, lut):
+    d = _h(row, b * 18, lut)
+    for j in range(16):
+        q = row[b * 18 + 2 + j]
+        w[j] = (np.float32(q & 15) - np.float32(8.0)) * d
+        w[16 + j] = (np.float32(q >> 4) - np.float32(8.0)) * d
 
 
-@njit(cache=True)
-def dequant_q5_k(blocks, qi8, lut, out):
-    N, K = out.shape
-    for r in range(N):
-        row = blocks[r]
-        for b in range(K // 256):
-            o = b * 176
-            d, dm = _h(row, o, lut), _h(row, o + 2, lut)
-            for j in range(8):
-                sc, mn = _kscale(row, o + 4, j)
-                a, z = d * sc, dm * mn
-                sh = 4 * (j % 2)
-                for l in range(32):
-                    q = ((row[o + 48 + (j // 2) * 32 + l] >> sh) & 15) | \
-                        (((row[o + 16 + l] >> j) & 1) << 4)
-                    out[r, b * 256 + j * 32 + l] = a * np.float32(q) - z
+@register_jitable(inline="always")
+def _dequant_q4_1(w, row, rq, b, lut):
+    d, m = _h(row, b * 20, lut), _h(row, b * 20 + 2, lut)
+    for j in range(16):
+        q = row[b * 20 + 4 + j]
+        w[j] = np.float32(q & 15) * d + m
+        w[16 + j] = np.float32(q >> 4) * d + m
 
 
-@njit(cache=True)
-def dequant_q6_k(blocks, qi8, lut, out):
-    N, K = out.shape
-    for r in range(N):
-        row, rq = blocks[r], qi8[r]
-        for b in range(K // 256):
-            o = b * 210
-            d = _h(row, o + 208, lut)
-            for hh in range(2):
-                for c in range(4):
-                    lo = o + 64 * hh + 32 * (c % 2)
-                    sh = 4 * (c // 2)
-                    for l in range(32):
-                        q = ((row[lo + l] >> sh) & 15) | \
-                            (((row[o + 128 + 32 * hh + l] >> (2 * c)) & 3) << 4)
-                        sc = np.float32(rq[o + 192 + hh * 8 + c * 2 + l // 16])
-                        out[r, b * 256 + hh * 128 + c * 32 + l] = \
-                            d * (np.float32(np.int32(q) - 32) * sc)
+@register_jitable(inline="always")
+def _dequant_k(w, row, b, lut, five):
+    """Q4_K (five False) and Q5_K, laid out as in _dot_k."""
+    o = b * (176 if five else 144)
+    qs = o + (48 if five else 16)
+    d, dm = _h(row, o, lut), _h(row, o + 2, lut)
+    for j in range(8):
+        sc, mn = _kscale(row, o + 4, j)
+        a, z = d * sc, dm * mn
+        for l in range(32):
+            q = (row[qs + (j // 2) * 32 + l] >> (4 * (j % 2))) & 15
+            if five:
+                q |= ((row[o + 16 + l] >> j) & 1) << 4
+            w[j * 32 + l] = a * np.float32(q) - z
 
+
+@register_jitable(inline="always")
+def _dequant_q4_k(w, row, rq, b, lut):
+    _dequant_k(w, row, b, lut, False)
+
+
+@register_jitable(inline="always")
+def _dequant_q5_k(w, row, rq, b, lut):
+    _dequant_k(w, row, b, lut, True)
+
+
+@register_jitable(inline="always")
+def _dequant_q6_k(w, row, rq, b, lut):
+    o = b * 210
+    d = _h(row, o + 208, lut)
+    for hh in range(2):
+        for c in range(4):
+            ql, sh, qh = o + 64 * hh + 32 * (c % 2), 4 * (c // 2), o + 128 + 32 * hh
+            for l in range(32):
+                sc = np.float32(rq[o + 192 + hh * 8 + c * 2 + l // 16])
+                w[hh * 128 + c * 32 + l] = \
+                    d * (np.float32(np.int32(_q6(row, ql, sh, qh, c, l)) - 32) * sc)
 
 # ------------------------------------------------------------- the decode step's small ops
 @njit(cache=True, fastmath=_FM)
@@ -833,9 +673,18 @@ def rope_attend(qkv, cos, sin, kc, vc, pos, n_heads, out):
                 out[t, o + d] = acc[d]
 
 
-GEMV = {"Q8_0": gemv_q8_0, "Q4_0": gemv_q4_0, "Q4_1": gemv_q4_1, "Q4_K": gemv_q4_k,
-        "Q5_K": gemv_q5_k, "Q6_K": gemv_q6_k}
-GEMV_INT8 = {"Q8_0": gemv8_q8_0, "Q4_0": gemv8_q4_0, "Q4_1": gemv8_q4_1, "Q4_K": gemv8_q4_k,
-             "Q5_K": gemv8_q5_k, "Q6_K": gemv8_q6_k}
-DEQUANT = {"Q8_0": dequant_q8_0, "Q4_0": dequant_q4_0, "Q4_1": dequant_q4_1,
-           "Q4_K": dequant_q4_k, "Q5_K": dequant_q5_k, "Q6_K": dequant_q6_k}
+# format: (weights a block, float32-activation dot, int8-activation dot, dequantisation)
+_FORMATS = {
+    "Q8_0": (32, _dot_q8_0, _dot8_q8_0, _dequant_q8_0),
+    "Q4_0": (32, _dot_q4_0, _dot8_q4_0, _dequant_q4_0),
+    "Q4_1": (32, _dot_q4_1, _dot8_q4_1, _dequant_q4_1),
+    "Q4_K": (256, _dot_q4_k, _dot8_q4_k, _dequant_q4_k),
+    "Q5_K": (256, _dot_q5_k, _dot8_q5_k, _dequant_q5_k),
+    "Q6_K": (256, _dot_q6_k, _dot8_q6_k, _dequant_q6_k),
+}
+GEMV = {f: _gemv(f"gemv_{f.lower()}", qk, dot, False)
+        for f, (qk, dot, _, _) in _FORMATS.items()}
+GEMV_INT8 = {f: _gemv(f"gemv8_{f.lower()}", qk, dot8, True)
+             for f, (qk, _, dot8, _) in _FORMATS.items()}
+DEQUANT = {f: _dequant(f"dequant_{f.lower()}", qk, block)
+           for f, (qk, _, _, block) in _FORMATS.items()}

@@ -13,9 +13,12 @@ nothing but the foreign call.
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 from ctypes import (POINTER, byref, c_char, c_char_p, c_float, c_int, c_size_t, c_uint,
                     c_uint64, c_void_p)
+
+from ..native import load_once
 
 __all__ = [
     "CudaError", "CudaUnavailable", "availability", "driver_version", "device_count",
@@ -160,44 +163,40 @@ _lock = threading.Lock()
 
 def _load():
     """Open libcuda, declare every signature once, cuInit(0). Idempotent; raises CudaUnavailable."""
-    global _lib, _load_error
     if _lib is not None:
         return _lib
-    with _lock:
-        if _lib is not None:
-            return _lib
-        if _load_error is not None:
-            raise CudaUnavailable(_load_error)
-        try:
-            lib = ctypes.CDLL("libcuda.so.1")
-        except OSError as e:
-            _load_error = f"libcuda.so.1 not found: {e}"
-            raise CudaUnavailable(_load_error) from None
-        fns = {}
-        for name, (symbols, argtypes) in _SIGNATURES.items():
-            for sym in symbols:
-                f = getattr(lib, sym, None)
-                if f is not None:
-                    f.argtypes = argtypes
-                    f.restype = c_int
-                    fns[name] = f
-                    break
-        missing = [n for n in ("cuInit", "cuGetErrorName", "cuGetErrorString") if n not in fns]
-        if missing:
-            _load_error = f"libcuda.so.1 lacks {', '.join(missing)} (driver too old?)"
-            raise CudaUnavailable(_load_error)
-        lib.cuGetErrorName = fns["cuGetErrorName"]
-        lib.cuGetErrorString = fns["cuGetErrorString"]
-        _fns.update(fns)
-        _lib = lib  # error_name works from here on
-        rc = fns["cuInit"](0)
-        if rc != 0:
-            name, text = error_name(rc)
-            _lib = None
-            _fns.clear()
-            _load_error = f"cuInit(0) failed: {name} ({rc}): {text}"
-            raise CudaUnavailable(_load_error)
-        return lib
+    return load_once(sys.modules[__name__], _open_libcuda, CudaUnavailable)
+
+
+def _open_libcuda():
+    global _lib
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        raise CudaUnavailable(f"libcuda.so.1 not found: {e}") from None
+    fns = {}
+    for name, (symbols, argtypes) in _SIGNATURES.items():
+        for sym in symbols:
+            f = getattr(lib, sym, None)
+            if f is not None:
+                f.argtypes = argtypes
+                f.restype = c_int
+                fns[name] = f
+                break
+    missing = [n for n in ("cuInit", "cuGetErrorName", "cuGetErrorString") if n not in fns]
+    if missing:
+        raise CudaUnavailable(f"libcuda.so.1 lacks {', '.join(missing)} (driver too old?)")
+    lib.cuGetErrorName = fns["cuGetErrorName"]
+    lib.cuGetErrorString = fns["cuGetErrorString"]
+    _fns.update(fns)
+    _lib = lib  # error_name works from here on
+    rc = fns["cuInit"](0)
+    if rc != 0:
+        name, text = error_name(rc)
+        _lib = None
+        _fns.clear()
+        raise CudaUnavailable(f"cuInit(0) failed: {name} ({rc}): {text}")
+    return lib
 
 
 def fn(name: str):

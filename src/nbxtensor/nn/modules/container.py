@@ -187,7 +187,33 @@ class ModuleList(_ModuleSequence):
         raise NotImplementedError('Module [ModuleList] is missing the required "forward" function')
 
 
-class ModuleDict(Module):
+class _KeyedContainer(Module):
+    """The key side of a dict-like container (ModuleDict, ParameterDict): len, iteration,
+    `in`, keys() and pop(), over `_key_table()`, the insertion-ordered dict whose keys are
+    the container's keys."""
+
+    def _key_table(self) -> dict:
+        raise NotImplementedError
+
+    def __len__(self):
+        return len(self._key_table())
+
+    def __iter__(self):
+        return iter(self._key_table())
+
+    def __contains__(self, key):
+        return key in self._key_table()
+
+    def keys(self):
+        return self._key_table().keys()
+
+    def pop(self, key):
+        v = self[key]
+        del self[key]
+        return v
+
+
+class ModuleDict(_KeyedContainer):
     """A dict of modules, registered as children under their keys."""
 
     def __init__(self, modules=None):
@@ -204,25 +230,11 @@ class ModuleDict(Module):
     def __delitem__(self, key):
         del self._modules[key]
 
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules)
-
-    def __contains__(self, key):
-        return key in self._modules
+    def _key_table(self) -> dict:
+        return self._modules
 
     def clear(self):
         self._modules.clear()
-
-    def pop(self, key):
-        v = self[key]
-        del self[key]
-        return v
-
-    def keys(self):
-        return self._modules.keys()
 
     def items(self):
         return self._modules.items()
@@ -306,7 +318,7 @@ class ParameterList(Module):
         raise RuntimeError("ParameterList should not be called.")
 
 
-class ParameterDict(Module):
+class ParameterDict(_KeyedContainer):
     """A dict of parameters (tensors become Parameters)."""
 
     def __init__(self, parameters=None):
@@ -326,17 +338,8 @@ class ParameterDict(Module):
         del self._keys[key]
         delattr(self, key)
 
-    def __len__(self):
-        return len(self._keys)
-
-    def __iter__(self):
-        return iter(self._keys)
-
-    def __contains__(self, key):
-        return key in self._keys
-
-    def keys(self):
-        return self._keys.keys()
+    def _key_table(self) -> dict:
+        return self._keys
 
     def items(self):
         return ((k, self[k]) for k in self._keys)
@@ -346,11 +349,6 @@ class ParameterDict(Module):
 
     def get(self, key, default=None):
         return self[key] if key in self else default
-
-    def pop(self, key):
-        v = self[key]
-        del self[key]
-        return v
 
     def clear(self):
         for k in list(self._keys):

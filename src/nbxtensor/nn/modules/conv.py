@@ -26,6 +26,12 @@ class _ConvNd(Module):
     _nd = 0
     _transposed = False
 
+    def __init_subclass__(cls, nd=None, **kwargs):
+        # Conv1d ... ConvTranspose3d state their number of spatial dims in the class header
+        super().__init_subclass__(**kwargs)
+        if nd is not None:
+            cls._nd = nd
+
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
                  dtype=None, output_padding=0):
@@ -147,31 +153,25 @@ class _ConvTranspose(_ConvNd):
                                      self.dilation, self._nd)
 
 
-class Conv1d(_Conv):
+class Conv1d(_Conv, nd=1):
     """torch.nn.Conv1d: weight (out_channels, in_channels/groups, k)."""
-    _nd = 1
 
 
-class Conv2d(_Conv):
+class Conv2d(_Conv, nd=2):
     """torch.nn.Conv2d: weight (out_channels, in_channels/groups, kH, kW)."""
-    _nd = 2
 
 
-class Conv3d(_Conv):
+class Conv3d(_Conv, nd=3):
     """torch.nn.Conv3d: weight (out_channels, in_channels/groups, kD, kH, kW)."""
-    _nd = 3
 
 
-class ConvTranspose1d(_ConvTranspose):
+class ConvTranspose1d(_ConvTranspose, nd=1):
     """torch.nn.ConvTranspose1d: weight (in_channels, out_channels/groups, k)."""
-    _nd = 1
 
 
-class ConvTranspose2d(_ConvTranspose):
+class ConvTranspose2d(_ConvTranspose, nd=2):
     """torch.nn.ConvTranspose2d: weight (in_channels, out_channels/groups, kH, kW)."""
-    _nd = 2
 
 
-class ConvTranspose3d(_ConvTranspose):
+class ConvTranspose3d(_ConvTranspose, nd=3):
     """torch.nn.ConvTranspose3d: weight (in_channels, out_channels/groups, kD, kH, kW)."""
-    _nd = 3

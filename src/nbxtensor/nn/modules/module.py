@@ -104,6 +104,20 @@ class RemovableHandle:
         self.remove()
 
 
+def _add_hook(hooks, hook, prepend, *flags) -> RemovableHandle:
+    """Add `hook` to the dict `hooks` (first with prepend, else last), marked True in each
+    table of the (table, marked) `flags` whose `marked` is set; its handle removes it from
+    them all."""
+    handle = RemovableHandle(hooks, *(table for table, _ in flags))
+    hooks[handle.id] = hook
+    for table, marked in flags:
+        if marked:
+            table[handle.id] = True
+    if prepend:
+        hooks.move_to_end(handle.id, last=False)
+    return handle
+
+
 def _addindent(s, n):
     lines = s.split("\n")
     if len(lines) == 1:
@@ -111,13 +125,17 @@ def _addindent(s, n):
     return lines[0] + "\n" + "\n".join(n * " " + line for line in lines[1:])
 
 
-def _check_name(kind, name, module):
+def _check_name(kind, name, module, table):
+    """A name `module` may register a `kind` under in `table` (its parameters, buffers or
+    submodules): a string, dotless, not empty and not another attribute's (torch's rules)."""
     if not isinstance(name, str):
         raise TypeError(f"{kind} name should be a string. Got {type(name).__name__}")
     if "." in name:
         raise KeyError(f'{kind} name can\'t contain ".", got: {name}')
     if name == "":
         raise KeyError(f'{kind} name can\'t be empty string ""')
+    if hasattr(module, name) and name not in table:
+        raise KeyError(f"attribute '{name}' already exists")
 
 
 class Module:
@@ -148,29 +166,27 @@ class Module:
                                   f'"forward" function')
 
     # ------------------------------------------------------------------ registration
+    def _registration_table(self, kind, table, name, value, cls, expected) -> dict:
+        """The table ("_parameters", "_buffers") that registers `value` as the `kind` `name`,
+        after torch's checks: Module.__init__ has run, the name is free, value is a `cls` or
+        None (`expected` names cls in the error)."""
+        if table not in self.__dict__:
+            raise AttributeError(f"cannot assign {kind} before Module.__init__() call")
+        _check_name(kind, name, self, self.__dict__[table])
+        if value is not None and not isinstance(value, cls):
+            raise TypeError(f"cannot assign '{_type_name(value)}' object to {kind} '{name}' "
+                            f"({expected} or None required)")
+        return self.__dict__[table]
+
     def register_parameter(self, name: str, param) -> None:
-        if "_parameters" not in self.__dict__:
-            raise AttributeError("cannot assign parameter before Module.__init__() call")
-        _check_name("parameter", name, self)
-        if hasattr(self, name) and name not in self._parameters:
-            raise KeyError(f"attribute '{name}' already exists")
-        if param is not None and not isinstance(param, Parameter):
-            raise TypeError(f"cannot assign '{_type_name(param)}' object to parameter '{name}' "
-                            f"(torch.nn.Parameter or None required)")
-        self._parameters[name] = param
+        table = self._registration_table("parameter", "_parameters", name, param, Parameter,
+                                         "torch.nn.Parameter")
+        table[name] = param
 
     def register_buffer(self, name: str, tensor, persistent: bool = True) -> None:
-        if "_buffers" not in self.__dict__:
-            raise AttributeError("cannot assign buffer before Module.__init__() call")
-        _check_name("buffer", name, self)
-        if hasattr(self, name) and name not in self._buffers:
-            raise KeyError(f"attribute '{name}' already exists")
-        if tensor is not None and not isinstance(tensor, Tensor):
-            raise TypeError(f"cannot assign '{_type_name(tensor)}' object to buffer '{name}' "
-                            f"(torch Tensor or None required)")
-        if isinstance(tensor, Buffer):
-            tensor = _plain(tensor)
-        self._buffers[name] = tensor
+        table = self._registration_table("buffer", "_buffers", name, tensor, Tensor,
+                                         "torch Tensor")
+        table[name] = _plain(tensor) if isinstance(tensor, Buffer) else tensor
         if persistent:
             self._non_persistent_buffers_set.discard(name)
         else:
@@ -179,9 +195,7 @@ class Module:
     def add_module(self, name: str, module) -> None:
         if not isinstance(module, Module) and module is not None:
             raise TypeError(f"{_type_name(module)} is not a Module subclass")
-        _check_name("module", name, self)
-        if hasattr(self, name) and name not in self._modules:
-            raise KeyError(f"attribute '{name}' already exists")
+        _check_name("module", name, self, self._modules)
         self._modules[name] = module
 
     register_module = add_module
@@ -255,12 +269,14 @@ class Module:
         return sorted(k for k in set(keys) if not k[:1].isdigit())
 
     # ------------------------------------------------------------------ traversal
-    def _named_members(self, get_members, prefix="", recurse=True, remove_duplicate=True):
+    def _named_members(self, table, prefix="", recurse=True, remove_duplicate=True):
+        """(dotted name, value) of each entry of the `table` ("_parameters", "_buffers") of
+        this module and, with recurse, of its submodules: named_parameters, named_buffers."""
         memo = set()
         modules = (self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate)
                    if recurse else [(prefix, self)])
         for module_prefix, module in modules:
-            for k, v in get_members(module):
+            for k, v in getattr(module, table).items():
                 if v is None or (remove_duplicate and id(v) in memo):
                     continue
                 if remove_duplicate:
@@ -268,16 +284,14 @@ class Module:
                 yield (module_prefix + ("." if module_prefix else "") + k, v)
 
     def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
-        yield from self._named_members(lambda m: m._parameters.items(), prefix, recurse,
-                                       remove_duplicate)
+        yield from self._named_members("_parameters", prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse: bool = True):
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
     def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
-        yield from self._named_members(lambda m: m._buffers.items(), prefix, recurse,
-                                       remove_duplicate)
+        yield from self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse: bool = True):
         for _, b in self.named_buffers(recurse=recurse):
@@ -508,17 +522,10 @@ class Module:
     def _cast_floats(self, dtype):
         return self._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
 
-    def float(self):
-        return self._cast_floats(_dt.float32)
-
-    def double(self):
-        return self._cast_floats(_dt.float64)
-
-    def half(self):
-        return self._cast_floats(_dt.float16)
-
-    def bfloat16(self):
-        return self._cast_floats(_dt.bfloat16)
+    float = _dt.cast_method("float", _dt.float32, "_cast_floats")
+    double = _dt.cast_method("double", _dt.float64, "_cast_floats")
+    half = _dt.cast_method("half", _dt.float16, "_cast_floats")
+    bfloat16 = _dt.cast_method("bfloat16", _dt.bfloat16, "_cast_floats")
 
     # ------------------------------------------------------------------ modes, hooks, calls
     def train(self, mode: bool = True):
@@ -549,28 +556,16 @@ class Module:
     def register_forward_pre_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False):
         """hook(module, args) -> None or new args (hook(module, args, kwargs) -> None or
         (args, kwargs) with with_kwargs=True), run before forward."""
-        handle = RemovableHandle(self._forward_pre_hooks, self._forward_pre_hooks_with_kwargs)
-        self._forward_pre_hooks[handle.id] = hook
-        if with_kwargs:
-            self._forward_pre_hooks_with_kwargs[handle.id] = True
-        if prepend:
-            self._forward_pre_hooks.move_to_end(handle.id, last=False)
-        return handle
+        return _add_hook(self._forward_pre_hooks, hook, prepend,
+                         (self._forward_pre_hooks_with_kwargs, with_kwargs))
 
     def register_forward_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False,
                               always_call: bool = False):
         """hook(module, args, output) -> None or a new output (hook(module, args, kwargs,
         output) with with_kwargs=True), run after forward."""
-        handle = RemovableHandle(self._forward_hooks, self._forward_hooks_with_kwargs,
-                                 self._forward_hooks_always_called)
-        self._forward_hooks[handle.id] = hook
-        if with_kwargs:
-            self._forward_hooks_with_kwargs[handle.id] = True
-        if always_call:
-            self._forward_hooks_always_called[handle.id] = True
-        if prepend:
-            self._forward_hooks.move_to_end(handle.id, last=False)
-        return handle
+        return _add_hook(self._forward_hooks, hook, prepend,
+                         (self._forward_hooks_with_kwargs, with_kwargs),
+                         (self._forward_hooks_always_called, always_call))
 
     def _call_impl(self, *args, **kwargs):
         d = self.__dict__

@@ -162,6 +162,12 @@ class _NormBase(Module):
 class _BatchNorm(_NormBase):
     _dims: tuple = ()
 
+    def __init_subclass__(cls, dims=None, **kwargs):
+        # BatchNorm1d/2d/3d state the input ranks they accept in the class header
+        super().__init_subclass__(**kwargs)
+        if dims is not None:
+            cls._dims = dims
+
     def _check_input_dim(self, input):  # noqa: A002
         if input.ndim not in self._dims:
             want = " or ".join(f"{d}D" for d in self._dims)
@@ -198,20 +204,26 @@ class _BatchNorm(_NormBase):
         self.running_var.copy_(self.running_var * (1 - m) + unbiased * m)
 
 
-class BatchNorm1d(_BatchNorm):
-    _dims = (2, 3)
+class BatchNorm1d(_BatchNorm, dims=(2, 3)):
+    """torch.nn.BatchNorm1d: normalises each channel of (N, C) or (N, C, L) input."""
 
 
-class BatchNorm2d(_BatchNorm):
-    _dims = (4,)
+class BatchNorm2d(_BatchNorm, dims=(4,)):
+    """torch.nn.BatchNorm2d: normalises each channel of (N, C, H, W) input."""
 
 
-class BatchNorm3d(_BatchNorm):
-    _dims = (5,)
+class BatchNorm3d(_BatchNorm, dims=(5,)):
+    """torch.nn.BatchNorm3d: normalises each channel of (N, C, D, H, W) input."""
 
 
 class _InstanceNorm(_NormBase):
     _spatial: int = 1
+
+    def __init_subclass__(cls, spatial=None, **kwargs):
+        # InstanceNorm1d/2d/3d state their number of spatial dims in the class header
+        super().__init_subclass__(**kwargs)
+        if spatial is not None:
+            cls._spatial = spatial
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False,
                  track_running_stats=False, device=None, dtype=None, *, bias=True):
@@ -238,13 +250,16 @@ class _InstanceNorm(_NormBase):
         return y[0] if unbatched else y
 
 
-class InstanceNorm1d(_InstanceNorm):
-    _spatial = 1
+class InstanceNorm1d(_InstanceNorm, spatial=1):
+    """torch.nn.InstanceNorm1d: normalises each channel of each sample of (N, C, L) or
+    (C, L) input."""
 
 
-class InstanceNorm2d(_InstanceNorm):
-    _spatial = 2
+class InstanceNorm2d(_InstanceNorm, spatial=2):
+    """torch.nn.InstanceNorm2d: normalises each channel of each sample of (N, C, H, W) or
+    (C, H, W) input."""
 
 
-class InstanceNorm3d(_InstanceNorm):
-    _spatial = 3
+class InstanceNorm3d(_InstanceNorm, spatial=3):
+    """torch.nn.InstanceNorm3d: normalises each channel of each sample of (N, C, D, H, W)
+    or (C, D, H, W) input."""

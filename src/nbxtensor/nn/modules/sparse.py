@@ -33,12 +33,12 @@ def _check_weight(_weight, num_embeddings, embedding_dim):
     return Parameter(_weight)
 
 
-class Embedding(Module):
-    """A lookup table: weight (num_embeddings, embedding_dim), rows picked by index."""
+class _EmbeddingTable(Module):
+    """What Embedding and EmbeddingBag share: the (num_embeddings, embedding_dim) weight
+    (fresh and reset, or the given `_weight`) and the lookup options, as torch's attributes."""
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx=None, max_norm=None,
-                 norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False,
-                 _weight=None, _freeze: bool = False, device=None, dtype=None):
+    def __init__(self, num_embeddings, embedding_dim, padding_idx, max_norm, norm_type,
+                 scale_grad_by_freq, sparse, _weight, device, dtype):
         super().__init__()
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
@@ -58,6 +58,24 @@ class Embedding(Module):
         if self.padding_idx is not None:
             self.weight[self.padding_idx].fill_(0)
 
+    @staticmethod
+    def _pretrained_shape(embeddings) -> tuple:
+        """from_pretrained's (num_embeddings, embedding_dim): `embeddings` must be 2-D."""
+        if embeddings.ndim != 2:
+            raise ValueError(f"from_pretrained: embeddings must be 2-D, got shape "
+                             f"{tuple(embeddings.shape)}")
+        return tuple(embeddings.shape)
+
+
+class Embedding(_EmbeddingTable):
+    """A lookup table: weight (num_embeddings, embedding_dim), rows picked by index."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx=None, max_norm=None,
+                 norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False,
+                 _weight=None, _freeze: bool = False, device=None, dtype=None):
+        super().__init__(num_embeddings, embedding_dim, padding_idx, max_norm, norm_type,
+                         scale_grad_by_freq, sparse, _weight, device, dtype)
+
     def forward(self, input):  # noqa: A002
         return _ops.embedding(input, self.weight, self.padding_idx, self.max_norm,
                               self.norm_type, self.scale_grad_by_freq, self.sparse)
@@ -73,38 +91,22 @@ class Embedding(Module):
     @classmethod
     def from_pretrained(cls, embeddings, freeze=True, padding_idx=None, max_norm=None,
                         norm_type=2.0, scale_grad_by_freq=False, sparse=False):
-        if embeddings.ndim != 2:
-            raise ValueError(f"from_pretrained: embeddings must be 2-D, got shape "
-                             f"{tuple(embeddings.shape)}")
-        rows, cols = embeddings.shape
+        rows, cols = cls._pretrained_shape(embeddings)
         return cls(rows, cols, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse,
                    _weight=embeddings, _freeze=freeze)
 
 
-class EmbeddingBag(Module):
+class EmbeddingBag(_EmbeddingTable):
     """Sums / means / maxima of bags of embeddings (see nbx.nn.functional.embedding_bag)."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, max_norm=None,
                  norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean",
                  sparse: bool = False, _weight=None, include_last_offset: bool = False,
                  padding_idx=None, device=None, dtype=None):
-        super().__init__()
-        self.num_embeddings = num_embeddings
-        self.embedding_dim = embedding_dim
-        self.max_norm = max_norm
-        self.norm_type = norm_type
-        self.scale_grad_by_freq = scale_grad_by_freq
-        self.padding_idx = _padding_idx(padding_idx, num_embeddings)
-        if _weight is None:
-            self.weight = param((num_embeddings, embedding_dim), device, dtype)
-            self.reset_parameters()
-        else:
-            self.weight = _check_weight(_weight, num_embeddings, embedding_dim)
+        super().__init__(num_embeddings, embedding_dim, padding_idx, max_norm, norm_type,
+                         scale_grad_by_freq, sparse, _weight, device, dtype)
         self.mode = mode
-        self.sparse = sparse
         self.include_last_offset = include_last_offset
-
-    reset_parameters = Embedding.reset_parameters
 
     def forward(self, input, offsets=None, per_sample_weights=None):  # noqa: A002
         return embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type,
@@ -121,9 +123,6 @@ class EmbeddingBag(Module):
     def from_pretrained(cls, embeddings, freeze=True, max_norm=None, norm_type=2.0,
                         scale_grad_by_freq=False, mode="mean", sparse=False,
                         include_last_offset=False, padding_idx=None):
-        if embeddings.ndim != 2:
-            raise ValueError(f"from_pretrained: embeddings must be 2-D, got shape "
-                             f"{tuple(embeddings.shape)}")
-        rows, cols = embeddings.shape
+        rows, cols = cls._pretrained_shape(embeddings)
         return cls(rows, cols, max_norm, norm_type, scale_grad_by_freq, mode, sparse,
                    embeddings, include_last_offset, padding_idx)

@@ -50,9 +50,13 @@ class _TransformerLayer(Module):
     """What the encoder and decoder layers share: torch's submodules, registered in torch's
     order (so state dicts line up), the self-attention and feed-forward blocks."""
     __constants__ = ["norm_first"]
+    _cross = False      # the decoder's: a cross-attention block and a third norm and dropout
 
-    def _build(self, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
-               batch_first, norm_first, bias, device, dtype, *, cross):
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
+                 device=None, dtype=None):
+        super().__init__()
+        cross = self._cross
         fk = {"device": device, "dtype": dtype}
 
         def attention():
@@ -69,6 +73,7 @@ class _TransformerLayer(Module):
             setattr(self, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk))
         for i in range(1, 4 if cross else 3):
             setattr(self, f"dropout{i}", Dropout(dropout))
+        self.activation = _activation(activation)
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False):
         x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
@@ -84,13 +89,11 @@ class TransformerEncoderLayer(_TransformerLayer):
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
                  layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
                  device=None, dtype=None):
-        super().__init__()
-        self._build(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
-                    batch_first, norm_first, bias, device, dtype, cross=False)
+        super().__init__(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
+                         batch_first, norm_first, bias, device, dtype)
         self.activation_relu_or_gelu = (1 if activation in ("relu", F.relu) or isinstance(activation, ReLU)
                                         else 2 if activation in ("gelu", F.gelu)
                                         or isinstance(activation, GELU) else 0)
-        self.activation = _activation(activation)
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
         x = src
@@ -104,13 +107,7 @@ class TransformerEncoderLayer(_TransformerLayer):
 
 
 class TransformerDecoderLayer(_TransformerLayer):
-    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
-                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
-                 device=None, dtype=None):
-        super().__init__()
-        self._build(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
-                    batch_first, norm_first, bias, device, dtype, cross=True)
-        self.activation = _activation(activation)
+    _cross = True
 
     def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                 memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
@@ -196,20 +193,18 @@ class Transformer(Module):
                  bias=True, device=None, dtype=None):
         super().__init__()
         fk = {"device": device, "dtype": dtype}
-        if custom_encoder is not None:
-            self.encoder = custom_encoder
-        else:
-            layer = TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout, activation,
-                                            layer_norm_eps, batch_first, norm_first, bias, **fk)
-            self.encoder = TransformerEncoder(layer, num_encoder_layers,
-                                              LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk))
-        if custom_decoder is not None:
-            self.decoder = custom_decoder
-        else:
-            layer = TransformerDecoderLayer(d_model, nhead, dim_feedforward, dropout, activation,
-                                            layer_norm_eps, batch_first, norm_first, bias, **fk)
-            self.decoder = TransformerDecoder(layer, num_decoder_layers,
-                                              LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk))
+
+        def stack(custom, layer_class, stack_class, num_layers):
+            if custom is not None:
+                return custom
+            layer = layer_class(d_model, nhead, dim_feedforward, dropout, activation,
+                                layer_norm_eps, batch_first, norm_first, bias, **fk)
+            return stack_class(layer, num_layers,
+                               LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk))
+        self.encoder = stack(custom_encoder, TransformerEncoderLayer, TransformerEncoder,
+                             num_encoder_layers)
+        self.decoder = stack(custom_decoder, TransformerDecoderLayer, TransformerDecoder,
+                             num_decoder_layers)
         for p in self.parameters():
             if p.dim() > 1:
                 init.xavier_uniform_(p)
