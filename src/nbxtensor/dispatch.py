@@ -70,6 +70,7 @@ HOMES = {
         "quant_fused": ("decode_linear_quant", "decode_qkv_rope_quant"),
         "reduction": ("reduce", "scan"),
         "resample": ("resample", "grid_sample"),
+        "rnn": ("lstm_scan",),
         "rope": ("rope", "kv_append"),
         "sampling": ("sample", "argmax_commit", "commit_tokens"),
         "scan": ("logcumsumexp",),

@@ -33,8 +33,8 @@ def _conv_available():
 
 
 needs_conv = pytest.mark.skipif(not _conv_available(), reason="conv2d not available")
-# whole networks in Triton's interpreter: CRAFT on a 32x32 image takes minutes, the
-# recogniser on a 64x16 one about a minute
+# whole networks in Triton's interpreter: CRAFT on a 32x32 image and the recogniser on a
+# 64x16 one take seconds to tens of seconds each
 SLOW_ON_INTERP = [pytest.param(d, marks=pytest.mark.slow) if d == "interp" else d
                   for d in DEVICES]
 

@@ -864,3 +864,39 @@ def test_forward_required_and_call():
             return a + b
 
     assert Two()(1, b=2) == 3
+
+
+@pytest.mark.parametrize("dtype", [nbx.float32, nbx.bfloat16])
+def test_lstm_scan_tiles_lengths_and_directions(dtype, device, monkeypatch):
+    """nn.LSTM's one-launch recurrence (kernels/rnn.py on cuda/interp) against float64:
+    hidden 40 over 16-row, 32-column tiles (a tail of each), two layers both ways, a packed
+    batch of lengths 6/3/1 (the reverse direction starts at each sequence's end), outputs of
+    the finished steps 0."""
+    from nbxtensor.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+    if device != "cpu":
+        import nbxtensor.kernels.rnn as kr
+        monkeypatch.setattr(kr, "_OVERRIDE", dict(BLOCK_R=16, BLOCK_K=32))
+    g = rng(31)
+    H, lens = 40, [6, 3, 1]
+    m = nn.LSTM(6, H, num_layers=2, bidirectional=True, batch_first=True).to(device)
+    s = params64(m)
+    m = m.to(dtype)
+    s = {k: v.astype(dtype.np).astype(np.float64) for k, v in s.items()}
+    x = g.standard_normal((3, 6, 6))
+    xq = x.astype(dtype.np).astype(np.float64)
+    tol = dict(rtol=3e-5, atol=3e-5) if dtype == nbx.float32 else dict(rtol=0.03, atol=0.03)
+    out, (hn, cn) = m(T(x, device, dtype))
+    z = np.zeros((4, 3, H))
+    ro, rh, rc = _rnn_ref("LSTM", s, xq.transpose(1, 0, 2), z, z, 2, 2, H)
+    np.testing.assert_allclose(out.float().numpy(), ro.transpose(1, 0, 2), **tol)
+    np.testing.assert_allclose(hn.float().numpy(), rh, **tol)
+    np.testing.assert_allclose(cn.float().numpy(), rc, **tol)
+    packed = pack_padded_sequence(T(x, device, dtype), nbx.tensor(lens), batch_first=True)
+    po, (ph, pc) = m(packed)
+    po, _ = pad_packed_sequence(po, batch_first=True)
+    for b, n in enumerate(lens):            # each sequence as if it ran alone
+        r1, rh1, rc1 = _rnn_ref("LSTM", s, xq[b, :n][:, None], z[:, :1], z[:, :1], 2, 2, H)
+        np.testing.assert_allclose(po.float().numpy()[b, :n], r1[:, 0], **tol)
+        assert not po.float().numpy()[b, n:].any()
+        np.testing.assert_allclose(ph.float().numpy()[:, b], rh1[:, 0], **tol)
+        np.testing.assert_allclose(pc.float().numpy()[:, b], rc1[:, 0], **tol)

@@ -256,19 +256,28 @@ def _splitk_finish_kernel(p_ptr, b_ptr, o_ptr, M, CO, COP, OH, OW, s_on, s_oc, s
 _OVERRIDE: dict | None = None     # tests and sweeps: BLOCK_M / BLOCK_N / BLOCK_K / num_warps
 
 
-def conv_config(M, CG, OG, itemsize) -> dict:
+def conv_config(M, CG, OG, itemsize, interp=False) -> dict:
     """The implicit GEMM's tile from the problem's shape: BLOCK_N covers the group's output
     channels up to 128, BLOCK_K its input channels up to 64 (32 for fp32, 16 for fp64, so
     the pipelined tiles stay well inside shared memory), BLOCK_M 128 pixels once there are
-    enough of them (64 otherwise); 8 warps for the 128x128 tiles. tl.dot needs >= 16."""
-    bn = min(max(_next_pow2(OG), 16), 128)
-    kmax = {2: 64, 4: 32, 8: 16}[itemsize]
-    bk = min(max(_next_pow2(CG), 16), kmax)
-    bm = 128 if M >= 128 * 8 else 64
-    if itemsize == 8:
-        bm, bn = 64, min(bn, 64)
-    cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=8 if bm * bn >= 128 * 128 else 4,
-               num_stages=2 if itemsize == 8 else 3)
+    enough of them (64 otherwise); 8 warps for the 128x128 tiles. tl.dot needs >= 16.
+    `interp`: the interpreter has no shared memory to fit and pays per loop step and per
+    helper call, not per element: tiles up to 256 channels each way, so a 512-channel 3x3
+    conv takes 18 steps a program instead of 144."""
+    if interp:
+        cfg = dict(BLOCK_M=min(max(_next_pow2(M), 16), 128),
+                   BLOCK_N=min(max(_next_pow2(OG), 16), 256),
+                   BLOCK_K=min(max(_next_pow2(CG), 16), 256), num_warps=4, num_stages=1)
+    else:
+        bn = min(max(_next_pow2(OG), 16), 128)
+        kmax = {2: 64, 4: 32, 8: 16}[itemsize]
+        bk = min(max(_next_pow2(CG), 16), kmax)
+        bm = 128 if M >= 128 * 8 else 64
+        if itemsize == 8:
+            bm, bn = 64, min(bn, 64)
+        cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                   num_warps=8 if bm * bn >= 128 * 128 else 4,
+                   num_stages=2 if itemsize == 8 else 3)
     if _OVERRIDE:
         cfg.update({k: v for k, v in _OVERRIDE.items() if k in cfg})
     return cfg
@@ -308,7 +317,7 @@ def _implicit_gemm(out, x, weight, bias, stride, padding, dilation, groups, tran
     ws = wp.stride()
     s_wo, s_wi = ws[4], ws[3]
     s_wg = CG * s_wi if transposed else OG * s_wo
-    cfg = conv_config(M, CG, OG, x.dtype.itemsize)
+    cfg = conv_config(M, CG, OG, x.dtype.itemsize, x.device.type == "interp")
     grid = (_cdiv(M, cfg["BLOCK_M"]) * _cdiv(OG, cfg["BLOCK_N"]) * groups,)
     launch(_conv_kernel, grid, x, wp, bias if bias is not None else x, out, M, CG, OG,
            groups, *geo[1:], *x.stride(), s_wg, s_wo, s_wi, *ws[:3], *out.stride(),
@@ -417,8 +426,10 @@ def _prepared_weight(w2, cp):
     channels to a multiple of 8 (a 16-byte aligned row stride)."""
     CO, C, KH, KW = w2.shape
     cop = _cdiv(CO, 8) * 8
-    wp = type(w2)._empty((KH, KW, cp, cop), w2.dtype, w2.device)
     src = w2.permute(2, 3, 1, 0)
+    if cp == C and cop == CO and src.is_contiguous():
+        return src, cop             # already in B's layout (models/craft.py _taps_major)
+    wp = type(w2)._empty((KH, KW, cp, cop), w2.dtype, w2.device)
     if cp == C and cop == CO:
         return wp.copy_(src), cop
     wp.zero_()

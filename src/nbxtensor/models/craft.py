@@ -96,6 +96,15 @@ class Layers(nn.Module):
         return self
 
 
+def _taps_major(conv):
+    """conv's weight (C_out, C_in, KH, KW) stored as (KH, KW, C_in, C_out) memory (a view of
+    the same shape): the layout the GPU kernels read B in, so no call copies the weight into
+    it (kernels/conv.py; 1x1 and depthwise convs read any layout). Values unchanged."""
+    w = conv.weight        # the copy on the host: a strided copy on interp takes minutes
+    taps = w.cpu().permute(2, 3, 1, 0).contiguous().to(w.device)
+    conv.weight = nn.Parameter(taps.permute(3, 2, 0, 1))
+
+
 def fold_batch_norm(conv, bn):
     """conv's weight and bias with the eval-mode batch norm after it folded in:
     w * g / sqrt(var + eps) per output channel, (b - mean) * g / sqrt(var + eps) + beta,
@@ -311,4 +320,8 @@ def load_state(model, path, device=None, dtype=None):
     model.fuse()
     if device is not None or dtype is not None:
         model.to(device=device, dtype=dtype)
+    if next(model.parameters()).device.type != "cpu":
+        for m in model.modules():
+            if isinstance(m, nn.Conv2d):
+                _taps_major(m)
     return model

@@ -34,6 +34,24 @@ def _lstm_step(gi, h, c, w_hh, b_hh, w_hr):
     return h, c
 
 
+def _lstm_scan(gi, w_hh, b_hh, h0, c0, lengths, reverse):
+    """The whole recurrence of one LSTM layer and direction in one kernel (kernels/rnn.py):
+    (output (L, N, H), h_n, c_n)."""
+    from ...dispatch import impl
+    L, N = gi.shape[0], gi.shape[1]
+    H = w_hh.shape[1]
+    out = Tensor._empty((L, N, H), gi.dtype, gi.device)
+    h_n = Tensor._empty((N, H), gi.dtype, gi.device)
+    c_n = Tensor._empty((N, H), gi.dtype, gi.device)
+    lens = None
+    if lengths is not None:
+        from ...creation import tensor as _tensor
+        lens = _tensor(list(lengths), dtype=_dt.int32, device=gi.device)
+    impl("lstm_scan", gi.device)(out, h_n, c_n, gi, w_hh, b_hh, h0.contiguous(),
+                                 c0.contiguous(), lens, reverse)
+    return out, h_n, c_n
+
+
 def _gru_step(gi, h, w_hh, b_hh):
     gh = _ops.linear(h, w_hh, b_hh)
     i_r, i_z, i_n = gi.chunk(3, -1)
@@ -206,6 +224,12 @@ class RNNBase(Module):
                 gi_all = _ops.linear(x, w_ih, b_ih)            # (L, N, gates): one matmul
                 h = h0[layer * D + direction]
                 c = c0[layer * D + direction] if lstm else None
+                if lstm and w_hr is None and x.device.type != "cpu" and L:
+                    seq, h, c = _lstm_scan(gi_all, w_hh, b_hh, h, c, lengths, direction == 1)
+                    outs.append(seq)
+                    h_n.append(h)
+                    c_n.append(c)
+                    continue
                 seq = [None] * L
                 for t in (range(L - 1, -1, -1) if direction == 1 else range(L)):
                     gi = gi_all[t]
