@@ -1,5 +1,8 @@
-"""On the GPU: eager decode step of the SmolLM2 shape (random weights), timed, driver calls
-counted per step, cProfile top entries. Usage: python eager_device.py TREE"""
+"""On the GPU: the eager decode step of a bench_decode model shape (random weights, default
+SmolLM2-135M), timed (best of 3 x 20 steps), driver calls counted per step, cProfile top
+entries. TREE: the source tree to import (its src/ and benchmarks/), for a before/after.
+
+    python3 benchmarks/probe_eager_decode.py TREE [MODEL]"""
 import os, sys, time, collections
 tree = os.path.abspath(sys.argv[1])
 sys.path.insert(0, os.path.join(tree, "benchmarks")); sys.path.insert(0, os.path.join(tree, "src"))
@@ -16,7 +19,7 @@ def fn(name):
         cnt[name] += 1
         return f(*a)
     return g
-cfg = dict(bd.MODELS["SmolLM2-135M"])
+cfg = dict(bd.MODELS[sys.argv[2] if len(sys.argv) > 2 else "SmolLM2-135M"])
 w = bd.make_weights(cfg)
 m = bd.nbx_model(cfg, w)
 from nbxtensor.models.graph_decode import GraphDecoder

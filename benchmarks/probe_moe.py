@@ -62,22 +62,19 @@ def main():
         record(shape=name, part="moe_topk", gpu_us=time_rotated(topk_fn, R, 200) * 1e3,
                eager_us=eager(topk_fn))
         for tile in TILES:
-            for per_slot in (False, True):
-                KM.GEMV_TILE, KM.DOWN_PER_SLOT = tile, per_slot
-                try:
-                    full = lambda i: F.fused_moe(xs[i], w1, w2, gs[i], topk)  # noqa: E731
-                    ex = lambda i: F.fused_experts(xs[i], w1, w2, *wids[i])  # noqa: E731
-                    err = float(np.abs(full(0).to(nbx.float32).numpy() - ref).max())
-                    f_gpu = time_rotated(full, R, 200) * 1e3
-                    e_gpu = time_rotated(ex, R, 200) * 1e3
-                    record(shape=name, part="fused_moe", tile=str(tile), per_slot=per_slot,
-                           gpu_us=f_gpu, eager_us=eager(full), experts_gpu_us=e_gpu,
-                           limit_us=limit_us, frac_gpu=limit_us / f_gpu,
-                           frac_experts_gpu=limit_us / e_gpu, err=err)
-                except Exception as e:  # noqa: BLE001
-                    record(shape=name, tile=str(tile), per_slot=per_slot,
-                           error=f"{type(e).__name__}: {str(e)[:200]}")
-        KM.GEMV_TILE, KM.DOWN_PER_SLOT = (16, 128, 4), False
+            KM.GEMV_TILE = tile
+            try:
+                full = lambda i: F.fused_moe(xs[i], w1, w2, gs[i], topk)  # noqa: E731
+                ex = lambda i: F.fused_experts(xs[i], w1, w2, *wids[i])  # noqa: E731
+                err = float(np.abs(full(0).to(nbx.float32).numpy() - ref).max())
+                f_gpu = time_rotated(full, R, 200) * 1e3
+                e_gpu = time_rotated(ex, R, 200) * 1e3
+                record(shape=name, part="fused_moe", tile=str(tile), gpu_us=f_gpu,
+                       eager_us=eager(full), experts_gpu_us=e_gpu, limit_us=limit_us,
+                       frac_gpu=limit_us / f_gpu, frac_experts_gpu=limit_us / e_gpu, err=err)
+            except Exception as e:  # noqa: BLE001
+                record(shape=name, tile=str(tile), error=f"{type(e).__name__}: {str(e)[:200]}")
+        KM.GEMV_TILE = (16, 128, 4)
         del w1, w2
     path = os.path.join(out_dir(), "probe_moe.json")
     with open(path, "w") as f:

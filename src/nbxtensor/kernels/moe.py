@@ -44,9 +44,6 @@ DECODE_MAX_SLOTS = 16
 GEMM_TILES = {2: (64, 64, 64, 8, 4, 3), 4: (32, 32, 32, 8, 4, 2)}
 # decode GEMV tiles: (BLOCK_N, BLOCK_K, warps)
 GEMV_TILE = (16, 128, 4)
-# decode down projection: one program per (slot, outputs) and an ordered reduce over the
-# slots, instead of one per (token, outputs) looping over its top-k experts
-DOWN_PER_SLOT = False
 
 
 @triton.jit
@@ -314,30 +311,6 @@ def _moe_gemv_down_kernel(h_ptr, w_ptr, ids_ptr, tw_ptr, o_ptr, H, I, E, s_we, s
     tl.store(o_ptr + t * s_om + n, out.to(o_ptr.dtype.element_ty), mask=n < H)
 
 
-@triton.jit
-def _moe_gemv_down_slot_kernel(h_ptr, w_ptr, ids_ptr, tw_ptr, c_ptr, H, I, E, s_we, s_wn,
-                               s_wk, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """c[slot, n] = w_slot * (W2[e_slot] @ h[slot])[n] in fp32: one program per (slot,
-    BLOCK_N outputs), so a token's top-k experts load in parallel (_moe_reduce_kernel then
-    sums the slots in order)."""
-    slot = tl.program_id(0).to(tl.int64)
-    n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    k = tl.arange(0, BLOCK_K)
-    e = tl.load(ids_ptr + slot).to(tl.int64)
-    ok = (e >= 0) & (e < E)
-    nm = (n < H) & ok
-    wd = w_ptr + e * s_we + n[:, None].to(tl.int64) * s_wn + k[None, :] * s_wk
-    acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    for k0 in range(0, I, BLOCK_K):
-        km = k < I - k0
-        h = tl.load(h_ptr + slot * I + k0 + k, mask=km & ok, other=0.0).to(tl.float32)
-        acc += tl.load(wd, mask=nm[:, None] & km[None, :], other=0.0).to(tl.float32) \
-            * h[None, :]
-        wd += BLOCK_K * s_wk
-    wt = tl.where(ok, tl.load(tw_ptr + slot), 0.0)
-    tl.store(c_ptr + slot * H + n, wt * tl.sum(acc, 1), mask=n < H)
-
-
 def gemm_tile(dtype):
     return GEMM_TILES[2 if dtype.itemsize == 2 else 4]
 
@@ -363,15 +336,6 @@ def fused_experts(out, x, w1, w2, topk_weights, topk_ids, act):
         launch(_moe_gemv_up_kernel, (numel, _cdiv(I, BN)), x, w1, topk_ids, inter, I, H, E,
                x.stride(0), x.stride(1), *w1.stride(), TOPK=topk, ACT=act, BLOCK_N=BN,
                BLOCK_K=BK, INTERP=interp, num_warps=nw)
-        if DOWN_PER_SLOT:
-            down = Tensor._empty((numel, H), _dt.float32, x.device)
-            launch(_moe_gemv_down_slot_kernel, (numel, _cdiv(H, BN)), inter, w2, topk_ids,
-                   topk_weights, down, H, I, E, *w2.stride(), BLOCK_N=BN, BLOCK_K=BK,
-                   num_warps=nw)
-            RB = min(1024, _np2(H))
-            launch(_moe_reduce_kernel, (M, _cdiv(H, RB)), down, topk_ids, out, H, E,
-                   out.stride(0), TOPK=topk, BLOCK=RB, num_warps=4)
-            return out
         launch(_moe_gemv_down_kernel, (M, _cdiv(H, BN)), inter, w2, topk_ids, topk_weights,
                out, H, I, E, *w2.stride(), out.stride(0), TOPK=topk, BLOCK_N=BN, BLOCK_K=BK,
                num_warps=nw)
