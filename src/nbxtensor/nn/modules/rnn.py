@@ -224,7 +224,8 @@ class RNNBase(Module):
                 gi_all = _ops.linear(x, w_ih, b_ih)            # (L, N, gates): one matmul
                 h = h0[layer * D + direction]
                 c = c0[layer * D + direction] if lstm else None
-                if lstm and w_hr is None and x.device.type != "cpu" and L:
+                if lstm and w_hr is None and x.device.type != "cpu" and L and \
+                        x.dtype.itemsize <= 4:          # the kernel's state is fp32
                     seq, h, c = _lstm_scan(gi_all, w_hh, b_hh, h, c, lengths, direction == 1)
                     outs.append(seq)
                     h_n.append(h)
