@@ -866,9 +866,10 @@ def test_forward_required_and_call():
     assert Two()(1, b=2) == 3
 
 
-@pytest.mark.parametrize("dtype", [nbx.float32, nbx.bfloat16])
+@pytest.mark.parametrize("dtype", [nbx.float32, nbx.bfloat16, nbx.float64])
 def test_lstm_scan_tiles_lengths_and_directions(dtype, device, monkeypatch):
-    """nn.LSTM's one-launch recurrence (kernels/rnn.py on cuda/interp) against float64:
+    """nn.LSTM's one-launch recurrence (kernels/rnn.py on cuda/interp; float64 through the
+    per-step ops, to the last bits) against float64:
     hidden 40 over 16-row, 32-column tiles (a tail of each), two layers both ways, a packed
     batch of lengths 6/3/1 (the reverse direction starts at each sequence's end), outputs of
     the finished steps 0."""
@@ -884,19 +885,20 @@ def test_lstm_scan_tiles_lengths_and_directions(dtype, device, monkeypatch):
     s = {k: v.astype(dtype.np).astype(np.float64) for k, v in s.items()}
     x = g.standard_normal((3, 6, 6))
     xq = x.astype(dtype.np).astype(np.float64)
-    tol = dict(rtol=3e-5, atol=3e-5) if dtype == nbx.float32 else dict(rtol=0.03, atol=0.03)
+    tol = {nbx.float32: dict(rtol=3e-5, atol=3e-5), nbx.bfloat16: dict(rtol=0.03, atol=0.03),
+           nbx.float64: dict(rtol=1e-12, atol=1e-12)}[dtype]   # float64: never through fp32
     out, (hn, cn) = m(T(x, device, dtype))
     z = np.zeros((4, 3, H))
     ro, rh, rc = _rnn_ref("LSTM", s, xq.transpose(1, 0, 2), z, z, 2, 2, H)
-    np.testing.assert_allclose(out.float().numpy(), ro.transpose(1, 0, 2), **tol)
-    np.testing.assert_allclose(hn.float().numpy(), rh, **tol)
-    np.testing.assert_allclose(cn.float().numpy(), rc, **tol)
+    np.testing.assert_allclose(out.double().numpy(), ro.transpose(1, 0, 2), **tol)
+    np.testing.assert_allclose(hn.double().numpy(), rh, **tol)
+    np.testing.assert_allclose(cn.double().numpy(), rc, **tol)
     packed = pack_padded_sequence(T(x, device, dtype), nbx.tensor(lens), batch_first=True)
     po, (ph, pc) = m(packed)
     po, _ = pad_packed_sequence(po, batch_first=True)
     for b, n in enumerate(lens):            # each sequence as if it ran alone
         r1, rh1, rc1 = _rnn_ref("LSTM", s, xq[b, :n][:, None], z[:, :1], z[:, :1], 2, 2, H)
-        np.testing.assert_allclose(po.float().numpy()[b, :n], r1[:, 0], **tol)
-        assert not po.float().numpy()[b, n:].any()
-        np.testing.assert_allclose(ph.float().numpy()[:, b], rh1[:, 0], **tol)
-        np.testing.assert_allclose(pc.float().numpy()[:, b], rc1[:, 0], **tol)
+        np.testing.assert_allclose(po.double().numpy()[b, :n], r1[:, 0], **tol)
+        assert not po.double().numpy()[b, n:].any()
+        np.testing.assert_allclose(ph.double().numpy()[:, b], rh1[:, 0], **tol)
+        np.testing.assert_allclose(pc.double().numpy()[:, b], rc1[:, 0], **tol)
