@@ -186,6 +186,39 @@ class RNNBase(Module):
                 else _ops.index_select(hn, 1, unperm)
         return PackedSequence(data, packed.batch_sizes, perm, unperm), hn
 
+    def _recur(self, gi_all, h, c, weights, lengths, masks, reverse, x):
+        """One layer direction's recurrence over the projected inputs gi_all (L, N, gates):
+        (output (L, N, H), h_n, c_n). LSTM on cuda/interp: one kernel for the whole
+        sequence (kernels/rnn.py; its state is fp32, so not for float64); else per step."""
+        w_hh, b_hh, w_hr = weights
+        L, N = gi_all.shape[0], gi_all.shape[1]
+        lstm = self.mode == "LSTM"
+        if lstm and w_hr is None and x.device.type != "cpu" and L and x.dtype.itemsize <= 4:
+            return _lstm_scan(gi_all, w_hh, b_hh, h, c, lengths, reverse)
+        seq = [None] * L
+        for t in (range(L - 1, -1, -1) if reverse else range(L)):
+            gi = gi_all[t]
+            h_prev, c_prev = h, c
+            if lstm:
+                h, c = _lstm_step(gi, h, c, w_hh, b_hh, w_hr)
+            elif self.mode == "GRU":
+                h = _gru_step(gi, h, w_hh, b_hh)
+            else:
+                h = _rnn_step(gi, h, w_hh, b_hh, self.mode == "RNN_RELU")
+            if lengths is not None and masks[t] is not None:
+                # sequences already ended (or, reversed, not yet started) keep their state;
+                # their output rows are 0, as torch's packed output
+                m = masks[t]
+                h = _ops.where(m, h, h_prev)
+                if lstm:
+                    c = _ops.where(m, c, c_prev)
+                seq[t] = _ops.where(m, h, 0.0)
+                continue
+            seq[t] = h
+        out = _ops.stack(seq) if L else zeros((0, N, h.shape[-1]), dtype=x.dtype,
+                                                device=x.device)
+        return out, h, c
+
     def _forward(self, input, hx, lengths):  # noqa: A002
         name = type(self).__name__
         if input.ndim not in (2, 3):
@@ -224,35 +257,9 @@ class RNNBase(Module):
                 gi_all = _ops.linear(x, w_ih, b_ih)            # (L, N, gates): one matmul
                 h = h0[layer * D + direction]
                 c = c0[layer * D + direction] if lstm else None
-                if lstm and w_hr is None and x.device.type != "cpu" and L and \
-                        x.dtype.itemsize <= 4:          # the kernel's state is fp32
-                    seq, h, c = _lstm_scan(gi_all, w_hh, b_hh, h, c, lengths, direction == 1)
-                    outs.append(seq)
-                    h_n.append(h)
-                    c_n.append(c)
-                    continue
-                seq = [None] * L
-                for t in (range(L - 1, -1, -1) if direction == 1 else range(L)):
-                    gi = gi_all[t]
-                    h_prev, c_prev = h, c
-                    if lstm:
-                        h, c = _lstm_step(gi, h, c, w_hh, b_hh, w_hr)
-                    elif self.mode == "GRU":
-                        h = _gru_step(gi, h, w_hh, b_hh)
-                    else:
-                        h = _rnn_step(gi, h, w_hh, b_hh, self.mode == "RNN_RELU")
-                    if lengths is not None and masks[t] is not None:
-                        # sequences already ended (or, reversed, not yet started) keep
-                        # their state; their output rows are 0, as torch's packed output
-                        m = masks[t]
-                        h = _ops.where(m, h, h_prev)
-                        if lstm:
-                            c = _ops.where(m, c, c_prev)
-                        seq[t] = _ops.where(m, h, 0.0)
-                        continue
-                    seq[t] = h
-                outs.append(_ops.stack(seq) if L else
-                            zeros((0, N, h.shape[-1]), dtype=x.dtype, device=x.device))
+                seq, h, c = self._recur(gi_all, h, c, (w_hh, b_hh, w_hr), lengths, masks,
+                                        direction == 1, x)
+                outs.append(seq)
                 h_n.append(h)
                 if lstm:
                     c_n.append(c)
