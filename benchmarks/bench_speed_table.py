@@ -41,6 +41,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
+from bench_embed_graphs import CFG as MINILM  # noqa: E402  the all-MiniLM-L6-v2 shape
+from bench_embed_graphs import _torch_embed as _torch_bert  # noqa: E402
+from bench_embed_graphs import _weights as _minilm_weights  # noqa: E402
 import nbxtensor as nbx  # noqa: E402
 from bench_figures import per_call  # noqa: E402
 
@@ -221,62 +224,7 @@ def h2d_rows(sides, rng, quick):
             "GB/s", True, "goal >= 20 GB/s")
 
 
-# ---- MiniLM: the same encoder on both sides, random weights at the all-MiniLM-L6-v2 shape
-MINILM = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
-              intermediate_size=1536, max_position_embeddings=512)
-
-
-def _minilm_weights(rng):
-    H, F, V, P = (MINILM[k] for k in ("hidden_size", "intermediate_size", "vocab_size",
-                                      "max_position_embeddings"))
-
-    def m(*s):
-        return (rng.standard_normal(s) * 0.05).astype(np.float32)
-    w = {"word_embeddings.weight": m(V, H), "position_embeddings.weight": m(P, H),
-         "token_type_embeddings.weight": m(2, H), "LayerNorm.weight": 1 + m(H),
-         "LayerNorm.bias": m(H), "layers": []}
-    for _ in range(MINILM["num_hidden_layers"]):
-        L = {}
-        for n in ("attention.self.query", "attention.self.key", "attention.self.value",
-                  "attention.output.dense"):
-            L[n + ".weight"], L[n + ".bias"] = m(H, H), m(H)
-        L["intermediate.dense.weight"], L["intermediate.dense.bias"] = m(F, H), m(F)
-        L["output.dense.weight"], L["output.dense.bias"] = m(H, F), m(H)
-        for n in ("attention.output.LayerNorm", "output.LayerNorm"):
-            L[n + ".weight"], L[n + ".bias"] = 1 + m(H), m(H)
-        w["layers"].append(L)
-    return w
-
-
-def _torch_bert(torch, w, ids, mask):
-    """The BERT encoder + mean pooling + L2 normalisation, in torch (float32, eager)."""
-    F = torch.nn.functional
-    H, nh = MINILM["hidden_size"], MINILM["num_attention_heads"]
-    B, T = ids.shape
-    pos = torch.arange(T, device="cuda").expand(B, T)
-    x = w["word_embeddings.weight"][ids] + w["position_embeddings.weight"][pos] \
-        + w["token_type_embeddings.weight"][0]
-    x = F.layer_norm(x, (H,), w["LayerNorm.weight"], w["LayerNorm.bias"], 1e-12)
-    am = mask[:, None, None, :]
-    for L in w["layers"]:
-        def proj(n):
-            return F.linear(x, L[f"attention.self.{n}.weight"], L[f"attention.self.{n}.bias"]) \
-                .view(B, T, nh, H // nh).transpose(1, 2)
-        a = F.scaled_dot_product_attention(proj("query"), proj("key"), proj("value"),
-                                           attn_mask=am)
-        a = F.linear(a.transpose(1, 2).reshape(B, T, H), L["attention.output.dense.weight"],
-                     L["attention.output.dense.bias"])
-        x = F.layer_norm(a + x, (H,), L["attention.output.LayerNorm.weight"],
-                         L["attention.output.LayerNorm.bias"], 1e-12)
-        h = F.gelu(F.linear(x, L["intermediate.dense.weight"], L["intermediate.dense.bias"]))
-        h = F.linear(h, L["output.dense.weight"], L["output.dense.bias"])
-        x = F.layer_norm(h + x, (H,), L["output.LayerNorm.weight"], L["output.LayerNorm.bias"],
-                         1e-12)
-    mf = mask[..., None].to(x.dtype)
-    e = (x * mf).sum(1) / mf.sum(1).clamp(min=1e-9)
-    return F.normalize(e, dim=-1)
-
-
+# ---- MiniLM: the same encoder on both sides (bench_embed_graphs.py's), random weights
 def minilm_rows(sides, rng, quick):
     from nbxtensor.models import _ops as O
     from nbxtensor.models.bert import BertModel

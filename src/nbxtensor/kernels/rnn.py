@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
+from .. import dtypes as _dt
 from ..dispatch import register
 from ._host import next_pow2 as _next_pow2
 
@@ -115,16 +116,14 @@ def lstm_scan(out, h_n, c_n, gi, w_hh, b_hh, h0, c0, lengths, reverse):
     """out (L, N, H) <- the LSTM recurrence over gi (L, N, 4H) (x @ W_ih^T + b_ih), from
     h0, c0 (N, H); h_n, c_n (N, H) the last states. lengths: an int32 tensor (N,) or None."""
     from ..backends.launch import launch
-    from ..tensor import Tensor
-    from .. import dtypes as _dt
     L, N, H = out.shape
     if N == 0:
         return out
     cfg = dict(BLOCK_R=min(max(_next_pow2(H), 16), 64), BLOCK_K=min(max(_next_pow2(H), 16), 128))
     if _OVERRIDE:
         cfg.update(_OVERRIDE)
-    hb = Tensor._empty((2, N, H), _dt.float32, out.device)
-    cb = Tensor._empty((N, H), _dt.float32, out.device)
+    hb = type(out)._empty((2, N, H), _dt.float32, out.device)
+    cb = type(out)._empty((N, H), _dt.float32, out.device)
     launch(_lstm_scan_kernel, (N,), gi, w_hh, b_hh if b_hh is not None else gi, h0, c0,
            lengths if lengths is not None else gi, out, h_n, c_n, hb, cb, L, N, H,
            *gi.stride(), *w_hh.stride(), *out.stride(), h0.stride(0), c0.stride(0),
