@@ -47,6 +47,7 @@ HOMES = {
         "quant": ("quant_linear", "quant_embedding"),
         "reduction": ("reduce", "scan"),
         "resample": ("resample", "grid_sample"),
+        "rnn": ("lstm_scan",),
         "sampling": ("sample",),
         "scan": ("logcumsumexp",),
         "shape": ("cat", "flip", "roll", "repeat", "repeat_interleave", "tril", "triu", "pad"),

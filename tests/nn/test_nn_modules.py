@@ -902,3 +902,28 @@ def test_lstm_scan_tiles_lengths_and_directions(dtype, device, monkeypatch):
         assert not po.double().numpy()[b, n:].any()
         np.testing.assert_allclose(ph.double().numpy()[:, b], rh1[:, 0], **tol)
         np.testing.assert_allclose(pc.double().numpy()[:, b], rc1[:, 0], **tol)
+
+
+@pytest.mark.parametrize("N", [1, 2, 45])
+def test_lstm_scan_split_across_programs(N, device):
+    """cuda: hidden 256 split over 16-, 32- or 64-row programs of a sequence that meet at a
+    barrier each step (N = 1, 2), and one program a sequence when N * G would not fit the
+    SMs (N = 45); two calls in a row (the barrier's counters reset), against float64."""
+    if device != "cuda":
+        pytest.skip("the split recurrence runs on cuda only (interp runs programs in turn)")
+    import nbxtensor.kernels.rnn as kr
+    H = 256
+    sms = kr.device_facts(nbx.device("cuda")).sms
+    block_r, G = kr._split("cuda", sms, N, H)
+    assert (G > 1) == (N * 16 <= sms)
+    g = rng(37 + N)
+    m = nn.LSTM(24, H, bidirectional=True).to(device)
+    s = params64(m)
+    for rep in range(2):
+        x = g.standard_normal((33, N, 24))
+        h0, c0 = g.standard_normal((2, 2, N, H)) * 0.5
+        out, (hn, cn) = m(T(x, device), (T(h0, device), T(c0, device)))
+        ro, rh, rc = _rnn_ref("LSTM", s, x, h0, c0, 1, 2, H)
+        np.testing.assert_allclose(out.double().numpy(), ro, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(hn.double().numpy(), rh, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(cn.double().numpy(), rc, rtol=1e-4, atol=1e-4)

@@ -377,3 +377,44 @@ def test_modules(device):
     assert_close(nn.AdaptiveAvgPool2d((None, 1))(x), a.mean(axis=3, keepdims=True))
     up = nn.Sequential(nn.Upsample(scale_factor=2, mode="nearest"), nn.PixelUnshuffle(2))(x)
     np.testing.assert_array_equal(up.numpy()[:, ::4], a.astype(np.float32))
+
+
+@pytest.mark.parametrize("dtype", [nbx.float32, nbx.bfloat16])
+def test_pool_windows_tiling_the_width(device, dtype, monkeypatch):
+    """NCHW pooling whose windows tile the width (kernel = stride along w, no w padding:
+    the wide-row kernel on cuda/interp): 2x2 max/avg on 4-wide column tiles overhung by 13
+    output columns, windows (3, 2) with h padding (count_include_pad both ways), a 4-wide
+    window, divisor_override, 3-D 2x2x2, a strided input, NaN and -inf in windows."""
+    if device != "cpu":
+        import nbxtensor.kernels.pooling as kp
+        monkeypatch.setattr(kp, "_OVERRIDE", dict(BLOCK_Q=4))
+        assert kp._rows_path(nbx.empty(1, 1, 1, 1, 4), nbx.empty(1, 1, 1, 2, 9),
+                             None, (1, 2, 2), (1, 2, 2), (0, 0, 0), (1, 1, 1), False) == 2
+    gen = rng(11)
+    a = gen.standard_normal((2, 3, 11, 27)).astype(np.float64)
+    a[0, 1, 4, 5] = np.nan
+    a[1, 2, 0:2, 0:4] = -np.inf
+    x = nbx.tensor(a.astype(dtype.np), device=device)
+    aq = a.astype(dtype.np).astype(np.float64)
+    tol = dict(rtol=RTOL[dtype], atol=RTOL[dtype])
+    for k, s, p in (((2, 2), (2, 2), (0, 0)), ((3, 2), (2, 2), (1, 0)), ((1, 4), (1, 4), (0, 0))):
+        y = F.max_pool2d(x, k, s, p)
+        np.testing.assert_array_equal(y.float().numpy(),
+                                      ref_pool(aq, "max", k, s, p)[0].astype(np.float32))
+        for cip in (True, False):
+            y = F.avg_pool2d(x, k, s, p, count_include_pad=cip)
+            r = ref_pool(aq, "avg", k, s, p, count_include_pad=cip)
+            np.testing.assert_allclose(y.float().numpy(), r, equal_nan=True, **tol)
+    y = F.avg_pool2d(x, 2, 2, divisor_override=3)
+    np.testing.assert_allclose(y.float().numpy(), ref_pool(aq, "avg", (2, 2), (2, 2), (0, 0),
+                                                          divisor=3), equal_nan=True, **tol)
+    xs = nbx.tensor(a.astype(dtype.np), device=device)[:, :, 1:, 1:]    # strided, offset
+    y = F.max_pool2d(xs, 2)
+    np.testing.assert_array_equal(y.float().numpy(),
+                                  ref_pool(aq[:, :, 1:, 1:], "max", (2, 2), (2, 2),
+                                           (0, 0))[0].astype(np.float32))
+    b = gen.standard_normal((2, 3, 5, 7, 9))
+    y = F.avg_pool3d(nbx.tensor(b.astype(dtype.np), device=device), 2)
+    np.testing.assert_allclose(y.float().numpy(),
+                               ref_pool(b.astype(dtype.np).astype(np.float64), "avg",
+                                        (2, 2, 2), (2, 2, 2), (0, 0, 0)), **tol)

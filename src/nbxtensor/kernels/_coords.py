@@ -22,7 +22,8 @@ def tile_coords(R, Q, C, OD, OH, OW, CL: tl.constexpr, BIG: tl.constexpr,
                 BLOCK_R: tl.constexpr, BLOCK_Q: tl.constexpr):
     """The outputs (N, C, OD, OH, OW) of this program's [BLOCK_R, BLOCK_Q] tile (grid axis 0
     row tiles, axis 1 column tiles): (mask, n, c, od, oh, ow), each broadcastable to the
-    tile and clamped into range where masked. Rows are (n, c, od, oh) and columns ow, or
+    tile; rows clamped into range where masked, columns not (index tables by them
+    clamped). Rows are (n, c, od, oh) and columns ow, or
     (CL, a channels-last output) rows (n, od, oh, ow) and columns c: the columns are the
     output's contiguous dim, and coordinates are divided out once per row."""
     if BIG:   # int32 unless an offset may pass 2**31 (64-bit division is slow and spills)
@@ -33,8 +34,8 @@ def tile_coords(R, Q, C, OD, OH, OW, CL: tl.constexpr, BIG: tl.constexpr,
     row_ok = rows < R
     col_ok = cols < Q
     mask = row_ok[:, None] & col_ok[None, :]
-    rows = tl.where(row_ok, rows, 0)
-    cols = tl.where(col_ok, cols, 0)
+    rows = tl.where(row_ok, rows, 0)    # columns are not clamped: a clamp hides their
+    # contiguity from the compiler, whose loads and stores then go one element at a time
     if CL:
         n, od, oh, ow = unravel4(rows, OD, OH, OW)
         ow = ow[:, None]

@@ -128,6 +128,90 @@ def _pool_kernel(x_ptr, o_ptr, i_ptr, R, Q, C, OD, OH, OW, ID, IH, IW,
         tl.store(i_ptr + dst, best, mask=mask)
 
 
+@triton.jit
+def _nan_max(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _pool_rows_kernel(x_ptr, o_ptr, R, C, OD, OH, OW, ID, IH,
+                      sxn, sxc, sxd, sxh, sxw, son, soc, sod, soh, sow,
+                      KD, KH, SD, SH, PD, PH, DD, DH, divisor,
+                      IS_MAX: tl.constexpr, COUNT_PAD: tl.constexpr, HAS_DIV: tl.constexpr,
+                      F64: tl.constexpr, BIG: tl.constexpr, KW: tl.constexpr,
+                      BLOCK_R: tl.constexpr, BLOCK_Q: tl.constexpr):
+    """NCHW windows that tile the width (kernel = stride = KW, a power of two, no padding
+    or dilation along w, every window whole): a tap row of BLOCK_Q outputs is BLOCK_Q * KW
+    contiguous inputs, loaded as one wide tile (vectorised, where the general kernel
+    gathers every KW-th element) and folded KW to one at the end. Rows (n, c, od, oh) take
+    the general kernel's windows along d and h."""
+    if BIG:
+        rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    else:
+        rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = rows < R
+    rows = tl.where(row_ok, rows, 0)
+    n, c, od, oh = unravel4(rows, C, OD, OH)
+    iw = tl.program_id(1) * (BLOCK_Q * KW) + tl.arange(0, BLOCK_Q * KW)
+    iw_ok = iw < OW * KW
+    d0 = od * SD - PD
+    h0 = oh * SH - PH
+    base = x_ptr + n * sxn + c * sxc
+    if F64:
+        acc = tl.zeros([BLOCK_R, BLOCK_Q * KW], tl.float64)
+    else:
+        acc = tl.zeros([BLOCK_R, BLOCK_Q * KW], tl.float32)
+    if IS_MAX:
+        acc = acc - float("inf")
+    for kd in range(0, KD):
+        pd = d0 + kd * DD
+        okd = row_ok & (pd >= 0) & (pd < ID)
+        for kh in range(0, KH):
+            ph = h0 + kh * DH
+            ok = (okd & (ph >= 0) & (ph < IH))[:, None] & iw_ok[None, :]
+            v = tl.load((base + pd * sxd + ph * sxh)[:, None] + iw[None, :] * sxw, mask=ok,
+                        other=0.0).to(acc.dtype)
+            if IS_MAX:
+                acc = tl.where(ok & ((v > acc) | (v != v)), v, acc)
+            else:
+                acc += v
+    acc3 = tl.reshape(acc, [BLOCK_R, BLOCK_Q, KW])
+    if IS_MAX:
+        res = tl.reduce(acc3, 2, _nan_max)
+    else:
+        res = tl.sum(acc3, 2)
+        if HAS_DIV:
+            cnt = tl.zeros_like(res) + divisor
+        else:
+            if COUNT_PAD:
+                cnt = (tl.minimum(d0 + KD, ID + PD) - d0) * (tl.minimum(h0 + KH, IH + PH) - h0)
+            else:
+                cnt = ((tl.minimum(d0 + KD, ID) - tl.maximum(d0, 0))
+                       * (tl.minimum(h0 + KH, IH) - tl.maximum(h0, 0)))
+            cnt = (cnt * KW).to(res.dtype)[:, None] + tl.zeros_like(res)
+        if F64:
+            res = res / cnt
+        else:
+            res = tl.math.div_rn(res, cnt)
+    q = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    dst = (n * son + c * soc + od * sod + oh * soh)[:, None] + q[None, :] * sow
+    tl.store(o_ptr + dst, res.to(o_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & (q < OW)[None, :])
+
+
+def _rows_path(out, x, indices, kernel, stride, padding, dilation, adaptive):
+    """KW when _pool_rows_kernel computes this pooling (NCHW, the windows tiling the
+    width), else 0."""
+    KW = kernel[2]
+    ok = (indices is None and not adaptive and not is_channels_last(out) and KW in (2, 4, 8)
+          and stride[2] == KW and padding[2] == 0 and dilation[2] == 1
+          and out.shape[4] * KW <= x.shape[4])
+    return KW if ok else 0
+
+
+ROWS_TILE = 4096    # inputs of one tap a _pool_rows_kernel program loads
+
+
 def needs_int64(*ts):
     """Whether an element offset of any of `ts` (or their element count) may reach 2**31."""
     lim = 2 ** 31 - 1 - 2 * BLOCK
@@ -171,6 +255,21 @@ def pool(out, indices, x, kernel, stride, padding, dilation, *, adaptive, is_max
     if out.numel() == 0:
         return out
     N, C, OD, OH, OW = out.shape
+    KW = _rows_path(out, x, indices, kernel, stride, padding, dilation, adaptive)
+    if KW:
+        R = N * C * OD * OH
+        wide = min(_next_pow2(OW * KW), 256)
+        bq = wide // KW
+        br = max(1, ROWS_TILE // wide)
+        if _OVERRIDE:
+            bq = min(bq, _OVERRIDE.get("BLOCK_Q", bq))
+        launch(_pool_rows_kernel, (_cdiv(R, br), _cdiv(OW, bq)), x, out, R, C, OD, OH, OW,
+               *x.shape[2:4], *x.stride(), *out.stride(), kernel[0], kernel[1], stride[0],
+               stride[1], padding[0], padding[1], dilation[0], dilation[1], int(divisor),
+               IS_MAX=bool(is_max), COUNT_PAD=bool(count_include_pad), HAS_DIV=bool(divisor),
+               F64=x.dtype.itemsize == 8, BIG=needs_int64(x, out), KW=KW, BLOCK_R=br,
+               BLOCK_Q=bq, num_warps=4)
+        return out
     R, Q, grid, br, bq, cl = tile_grid(out)
     launch(_pool_kernel, grid, x, out,
            indices if indices is not None else out, R, Q, C, OD, OH, OW, *x.shape[2:],

@@ -32,6 +32,7 @@ def _resample_kernel(x_ptr, o_ptr, td_ptr, wd_ptr, th_ptr, wh_ptr, tw_ptr, ww_pt
     taps of a row's (od, oh) are read once per row, those of ow once per column."""
     mask, n, c, od, oh, ow = tile_coords(R, Q, C, OD, OH, OW, CL, BIG, BLOCK_R, BLOCK_Q)
     base = x_ptr + n * sxn + c * sxc
+    owt = tl.minimum(ow, OW - 1)        # the tables' row for masked columns too
     if F64:
         acc = tl.zeros([BLOCK_R, BLOCK_Q], tl.float64)
     else:
@@ -43,8 +44,8 @@ def _resample_kernel(x_ptr, o_ptr, td_ptr, wd_ptr, th_ptr, wh_ptr, tw_ptr, ww_pt
             ph = tl.load(th_ptr + oh * TH + b)
             fh = fd * tl.load(wh_ptr + oh * TH + b)
             for e in range(0, TW):
-                pw = tl.load(tw_ptr + ow * TW + e)
-                f = fh * tl.load(ww_ptr + ow * TW + e)
+                pw = tl.load(tw_ptr + owt * TW + e)
+                f = fh * tl.load(ww_ptr + owt * TW + e)
                 ok = mask & (pd >= 0) & (ph >= 0) & (pw >= 0)
                 v = tl.load(base + pd * sxd + ph * sxh + pw * sxw, mask=ok, other=0.0)
                 acc += tl.where(ok, f.to(acc.dtype) * v.to(acc.dtype), 0.0)

@@ -231,10 +231,10 @@ class CRAFT(nn.Module):
         if x.ndim != 4 or x.shape[1] != 3 or x.shape[2] % 32 or x.shape[3] % 32:
             raise ValueError(f"CRAFT: input must be (N, 3, H, W) with H and W multiples of 32, "
                              f"got shape {tuple(x.shape)}")
-        if x.device.type != "cpu":
-            # channels-last from the first layer on: the GPU convolutions read and write it
-            # uncopied, pooling and resampling keep it, so no layer converts layouts
-            x = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+        # channels-last from the first layer on: the convolutions read and write it uncopied
+        # (the GPU kernels; on cpu the GEMMs write their rows in place), pooling and
+        # resampling keep it, so no layer converts layouts
+        x = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
         fc7, h5, h4, h3, h2 = self.basenet(x)
         y = self.upconv1(cat_channels([fc7, h5]))
         for up, skip in ((self.upconv2, h4), (self.upconv3, h3), (self.upconv4, h2)):

@@ -2,9 +2,10 @@
 
 The op layer (ops/conv.py) hands over 3-D problems: x (N, C, D, H, W), weight
 (C_out, C_in/groups, KD, KH, KW) (conv_transpose: (C_in, C_out/groups, ...)), out
-(N, C_out, OD, OH, OW), any strides. The input is copied once, channels-last, into the
+(N, C_out, OD, OH, OW), any strides. The input is copied once, channels-last and zero-padded, into the
 working precision (fp32 for 16-bit inputs, as torch on cpu; fp64 for fp64); the products
-accumulate in that precision and are rounded once into `out`.
+accumulate in that precision and are rounded once into `out` (written in place by the
+GEMMs when `out` is channels-last in that precision).
 """
 from __future__ import annotations
 
@@ -28,22 +29,48 @@ def _window(start, count, step):
     return slice(start, start + (count - 1) * step + 1, step)
 
 
-def _finish(out, acc, bias, wt, activation=None):
-    """acc (N, *spatial, C_out) in the working dtype -> out, bias added, the activation
-    ('relu' or None) applied, rounded once."""
-    if bias is not None:
-        acc += bias._host_view().astype(wt)
+def _epilogue(acc, bias_w, activation):
+    """In place on acc (..., C_out): the bias (already in the working dtype) added, the
+    activation ('relu' or None) applied."""
+    if bias_w is not None:
+        acc += bias_w
     if activation == "relu":
         np.maximum(acc, 0, out=acc)          # NaN stays NaN, as torch
     elif activation not in (None, "none"):
         raise ValueError(f"conv: activation must be None or 'relu' on cpu, got {activation!r}")
+
+
+def _finish(out, acc, bias, wt, activation=None):
+    """acc (N, *spatial, C_out) in the working dtype -> out, bias added, the activation
+    applied, rounded once."""
+    _epilogue(acc, bias._host_view().astype(wt) if bias is not None else None, activation)
     np.copyto(out._host_view(), np.moveaxis(acc, -1, 1), casting="unsafe")
     return out
 
 
+def _padded_channels_last(x, padding, hi, wt):
+    """x (N, C, *spatial) -> a zero-padded (N, *padded, C) array in the working dtype, in
+    one copy (`hi`: the high side's padding, which may be less than the low side's)."""
+    n, c = x.shape[:2]
+    sp = x.shape[2:]
+    xa = np.zeros((n,) + tuple(i + p + h for i, p, h in zip(sp, padding, hi)) + (c,), wt)
+    inner = (slice(None),) + tuple(slice(p, p + i) for p, i in zip(padding, sp))
+    np.copyto(xa[inner], np.moveaxis(x._host_view(), 1, -1), casting="unsafe")
+    return xa
+
+
+def _acc_buffer(out, wt):
+    """(N, *spatial, C_out) in the working dtype: out's own memory when it is channels-last
+    and of that dtype (the GEMMs then write the result in place), else a new array."""
+    v = np.moveaxis(out._host_view(), 1, -1)
+    if v.dtype == wt and v.flags.c_contiguous:
+        return v, True
+    return np.empty(v.shape, wt), False
+
+
 # im2col chunks are kept near this many bytes: large enough for BLAS to run at speed, small
 # enough to stay in cache and never to hold a whole image's columns at once
-_CHUNK_BYTES = 8 << 20
+_CHUNK_BYTES = 16 << 20
 
 
 def _chunks(n, od, oh, ow, per_pixel):
@@ -54,6 +81,28 @@ def _chunks(n, od, oh, ow, per_pixel):
         for h in range(0, oh, rows):
             for w in range(0, ow, cols):
                 yield b, d, slice(h, min(h + rows, oh)), slice(w, min(w + cols, ow))
+
+
+def _pointwise(out, x, weight, bias, activation, wt):
+    """A 1x1 stride-1 unpadded convolution: one GEMM of the channels-last pixels (read in
+    place when x is channels-last in the working dtype) with the (C_in, C_out) weight,
+    chunked by rows so each chunk's epilogue runs while it is in cache."""
+    c_in, c_out = x.shape[1], weight.shape[0]
+    xv = np.moveaxis(x._host_view(), 1, -1)
+    a = xv.reshape(-1, c_in) if xv.flags.c_contiguous and xv.dtype == wt else \
+        np.ascontiguousarray(xv, wt).reshape(-1, c_in)
+    wm = np.ascontiguousarray(weight._host_view().reshape(c_out, c_in).astype(wt).T)
+    bias_w = bias._host_view().astype(wt) if bias is not None else None
+    acc, in_place = _acc_buffer(out, wt)
+    flat = acc.reshape(-1, c_out)
+    step = max(1, _CHUNK_BYTES // max(c_in * wt().itemsize, 1))
+    with np.errstate(all="ignore"):
+        for i in range(0, a.shape[0], step):
+            np.matmul(a[i:i + step], wm, out=flat[i:i + step])
+            _epilogue(flat[i:i + step], bias_w, activation)
+    if not in_place:
+        np.copyto(out._host_view(), np.moveaxis(acc, -1, 1), casting="unsafe")
+    return out
 
 
 @register("conv", "numpy")
@@ -68,17 +117,19 @@ def conv(out, x, weight, bias, stride, padding, dilation, groups, precision="iee
     c_out, cg = weight.shape[:2]
     ks, osz = tuple(weight.shape[2:]), tuple(out.shape[2:])
     G, og, taps = groups, c_out // groups, math.prod(ks)
+    if groups == 1 and taps == 1 and set(stride) == {1} and not any(padding):
+        return _pointwise(out, x, weight, bias, activation, wt)
     # the extent each dim needs; the high side may need less than the caller's padding
     need = [(o - 1) * s + d * (k - 1) + 1 for o, s, d, k in zip(osz, stride, dilation, ks)]
     hi = [max(e - p - i, 0) for e, p, i in zip(need, padding, x.shape[2:])]
-    xa = np.moveaxis(x._host_view(), 1, -1).astype(wt)      # (N, D, H, W, C)
-    xa = np.pad(xa, [(0, 0)] + list(zip(padding, hi)) + [(0, 0)])
+    xa = _padded_channels_last(x, padding, hi, wt)           # (N, D, H, W, C)
     st = xa.strides
     win = np.lib.stride_tricks.as_strided(
         xa, (n,) + osz + ks + (c_in,),
         (st[0],) + tuple(st[i + 1] * s for i, s in enumerate(stride))
         + tuple(st[i + 1] * d for i, d in enumerate(dilation)) + (st[4],), writeable=False)
     w = weight._host_view().astype(wt)
+    bias_w = bias._host_view().astype(wt) if bias is not None else None
     with np.errstate(all="ignore"):
         if cg == 1:      # depthwise (and channel multipliers): per-tap multiply-adds, no GEMM
             acc = np.zeros((n,) + osz + (c_out,), wt)
@@ -89,17 +140,22 @@ def conv(out, x, weight, bias, stride, padding, dilation, groups, precision="iee
         # (G, taps * C_in/g, C_out/g): row (tap, ci) of group g's matrix
         wm = np.moveaxis(w.reshape((G, og, cg, taps)), 1, -1).transpose(0, 2, 1, 3)
         wm = np.ascontiguousarray(wm).reshape(G, taps * cg, og)
-        acc = np.empty((n,) + osz + (c_out,), wt)
+        acc, in_place = _acc_buffer(out, wt)
         for b, d, h, w in _chunks(n, osz[0], osz[1], osz[2], taps * c_in * wt().itemsize):
             cols = win[b, d, h, w]                              # (rows, cols, KD, KH, KW, C)
             p = cols.shape[0] * cols.shape[1]
-            if G == 1:
-                res = cols.reshape(p, taps * c_in) @ wm[0]
+            dst = acc[b, d, h, w]
+            flat = dst.reshape(p, c_out) if dst.flags.c_contiguous else None
+            if G == 1 and flat is not None:     # the GEMM writes the output rows directly
+                np.matmul(cols.reshape(p, taps * c_in), wm[0], out=flat)
+            elif G == 1:
+                dst[...] = (cols.reshape(p, taps * c_in) @ wm[0]).reshape(dst.shape)
             else:     # (G, P, taps * C_in/g) @ (G, taps * C_in/g, C_out/g)
                 a = cols.reshape(p, taps, G, cg).transpose(2, 0, 1, 3).reshape(G, p, taps * cg)
-                res = np.matmul(a, wm).transpose(1, 0, 2)
-            acc[b, d, h, w] = res.reshape(acc[b, d, h, w].shape)
-        _finish(out, acc, bias, wt, activation)
+                dst[...] = np.matmul(a, wm).transpose(1, 0, 2).reshape(dst.shape)
+            _epilogue(dst, bias_w, activation)          # while the chunk is in cache
+        if not in_place:
+            np.copyto(out._host_view(), np.moveaxis(acc, -1, 1), casting="unsafe")
     return out
 
 

@@ -2,7 +2,8 @@
 
 Vectorised over the output, one step per window position: each axis's window positions are
 a small (O, K) table, and every step gathers one position of every window at once. Work is
-in fp32 (fp64 for fp64) and rounded once.
+in fp32 (fp64 for fp64) and rounded once. Windows that tile the input (2x2 stride 2) take
+one pass per window position over strided views instead.
 """
 from __future__ import annotations
 
@@ -22,10 +23,38 @@ def _axis(i, o, k, s, p, d, adaptive):
     return r * s - p, np.full(o, k, np.int64)
 
 
+def _tiling(x, out, indices, kernel, stride, padding, dilation, adaptive):
+    """Whether the windows tile the input without padding or overlap (kernel = stride, no
+    dilation, every window whole): the common 2x2 pool, taken as K strided views."""
+    return (indices is None and not adaptive and tuple(kernel) == tuple(stride)
+            and not any(padding) and all(d == 1 for d in dilation)
+            and all(o * k <= i for o, k, i in zip(out.shape[2:], kernel, x.shape[2:])))
+
+
+def _pool_tiling(out, a, kernel, is_max, divisor, wt):
+    """The tiling windows as one pass per window position over strided views of a."""
+    ends = [o * k for o, k in zip(out.shape[2:], kernel)]
+    acc = None
+    for ks in itertools.product(*[range(k) for k in kernel]):
+        v = a[(Ellipsis,) + tuple(slice(k, e, kk) for k, e, kk in zip(ks, ends, kernel))]
+        if acc is None:
+            acc = v.astype(wt)                   # a copy, whatever a's dtype
+        elif is_max:
+            np.maximum(acc, v, out=acc)          # NaN wins, as torch
+        else:
+            acc += v
+    if not is_max:
+        acc /= wt(divisor if divisor else np.prod(kernel))
+    np.copyto(out._host_view(), acc, casting="unsafe")
+    return out
+
+
 @register("pool", "numpy")
 def pool(out, indices, x, kernel, stride, padding, dilation, *, adaptive, is_max,
          count_include_pad, divisor):
     wt = np.float64 if x.dtype.itemsize == 8 else np.float32
+    if _tiling(x, out, indices, kernel, stride, padding, dilation, adaptive):
+        return _pool_tiling(out, x._host_view(), kernel, is_max, divisor, wt)
     a = x._host_view().astype(wt)
     sizes = a.shape[2:]
     axes = [_axis(i, o, k, s, p, d, adaptive) + (d if not adaptive else 1,)

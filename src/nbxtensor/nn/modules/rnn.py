@@ -1,9 +1,10 @@
 """RNN, LSTM, GRU and their cells (torch.nn's parameter names and layouts).
 
-The recurrence is written over ops that run on every device: one matmul of the whole
-sequence with weight_ih per layer and direction, then per time step a matmul with
+One matmul of the whole sequence with weight_ih per layer and direction, then the
+recurrence: an LSTM's in one call (the lstm_scan op: one kernel on cuda/interp, one NumPy
+loop on cpu), the others (and an LSTM with proj_size) per time step, a matmul with
 weight_hh and the gates' element-wise ops. Gate order as torch's: LSTM (i, f, g, o),
-GRU (r, z, n). PackedSequence inputs are not supported.
+GRU (r, z, n). PackedSequence inputs run padded with each sequence's length.
 """
 from __future__ import annotations
 
@@ -189,11 +190,12 @@ class RNNBase(Module):
     def _recur(self, gi_all, h, c, weights, lengths, masks, reverse, x):
         """One layer direction's recurrence over the projected inputs gi_all (L, N, gates):
         (output (L, N, H), h_n, c_n). LSTM on cuda/interp: one kernel for the whole
-        sequence (kernels/rnn.py; its state is fp32, so not for float64); else per step."""
+        sequence (kernels/rnn.py; its state is fp32, so not for float64), on cpu one NumPy
+        loop (backends/cpu/rnn.py, fp64 state for float64); else per step."""
         w_hh, b_hh, w_hr = weights
         L, N = gi_all.shape[0], gi_all.shape[1]
         lstm = self.mode == "LSTM"
-        if lstm and w_hr is None and x.device.type != "cpu" and L and x.dtype.itemsize <= 4:
+        if lstm and w_hr is None and L and (x.device.type == "cpu" or x.dtype.itemsize <= 4):
             return _lstm_scan(gi_all, w_hh, b_hh, h, c, lengths, reverse)
         seq = [None] * L
         for t in (range(L - 1, -1, -1) if reverse else range(L)):
