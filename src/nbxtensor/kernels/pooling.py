@@ -209,7 +209,8 @@ def _rows_path(out, x, indices, kernel, stride, padding, dilation, adaptive):
     return KW if ok else 0
 
 
-ROWS_TILE = 4096    # inputs of one tap a _pool_rows_kernel program loads
+ROWS_TILE = 2048    # inputs of one tap a _pool_rows_kernel program loads (sweep_resample.py)
+ROWS_WARPS = 4
 
 
 def needs_int64(*ts):
@@ -227,12 +228,14 @@ def is_channels_last(t):
 
 
 TILE = 1024      # outputs a program owns: BLOCK_R rows x BLOCK_Q columns
+POOL_WARPS = 4
+COLS_MAX = 128   # the widest column tile (sweep_resample.py)
 _OVERRIDE: dict | None = None     # tests: BLOCK_Q
 
 
 def pool_tile(Q) -> tuple[int, int]:
-    """(BLOCK_R, BLOCK_Q): the columns (the output's contiguous dim) up to 64 wide."""
-    bq = min(_next_pow2(Q), 64)
+    """(BLOCK_R, BLOCK_Q): the columns (the output's contiguous dim) up to COLS_MAX wide."""
+    bq = min(_next_pow2(Q), COLS_MAX)
     if _OVERRIDE:
         bq = _OVERRIDE.get("BLOCK_Q", bq)
     return max(1, TILE // bq), bq
@@ -268,7 +271,7 @@ def pool(out, indices, x, kernel, stride, padding, dilation, *, adaptive, is_max
                stride[1], padding[0], padding[1], dilation[0], dilation[1], int(divisor),
                IS_MAX=bool(is_max), COUNT_PAD=bool(count_include_pad), HAS_DIV=bool(divisor),
                F64=x.dtype.itemsize == 8, BIG=needs_int64(x, out), KW=KW, BLOCK_R=br,
-               BLOCK_Q=bq, num_warps=4)
+               BLOCK_Q=bq, num_warps=ROWS_WARPS)
         return out
     R, Q, grid, br, bq, cl = tile_grid(out)
     launch(_pool_kernel, grid, x, out,
@@ -277,5 +280,5 @@ def pool(out, indices, x, kernel, stride, padding, dilation, *, adaptive, is_max
            IS_MAX=bool(is_max), ADAPTIVE=bool(adaptive), COUNT_PAD=bool(count_include_pad),
            HAS_DIV=bool(divisor), CL=cl, IDX=indices is not None,
            F64=x.dtype.itemsize == 8, BIG=needs_int64(x, out), BLOCK_R=br, BLOCK_Q=bq,
-           num_warps=4)
+           num_warps=POOL_WARPS)
     return out

@@ -18,6 +18,7 @@ from ._triton import triton, tl  # Triton, or its stand-in without Triton
 from ..dispatch import register
 from ._host import cdiv as _cdiv
 from ._coords import tile_coords
+from . import pooling as _pooling
 from .pooling import flat_offsets, is_channels_last, needs_int64, out_coords, tile_grid
 
 BLOCK = 256
@@ -65,7 +66,7 @@ def resample(out, x, tables):
     launch(_resample_kernel, grid, x, out, td, wd, th, wh, tw, ww, R, Q, C,
            OD, OH, OW, *x.stride(), *out.stride(), td.shape[1], th.shape[1], tw.shape[1],
            CL=cl, F64=x.dtype.itemsize == 8, BIG=needs_int64(x, out),
-           BLOCK_R=br, BLOCK_Q=bq, num_warps=4)
+           BLOCK_R=br, BLOCK_Q=bq, num_warps=_pooling.POOL_WARPS)
     return out
 
 
