@@ -8,7 +8,7 @@ Each row: the config (BLOCK_N, BLOCK_K, num_warps, SPLIT), GPU time per call (us
 behind a sleep kernel over weight copies rotated past L2: _common.time_rotated), the eager
 time per call (us, CUDA events, host included), GB/s of weight + scales + zeros over the GPU
 time, and max |y - ref| / max |ref| against a float64 NumPy product of the dequantised
-weight (copy 0). `kq`: Q4_K / Q5_K over (BLOCK_N, BLOCK_S, num_warps), Q6_K at its default.
+weight (copy 0). `kq`: Q4_K / Q5_K / Q6_K over (BLOCK_N, BLOCK_S, num_warps), Q6_K also at its default.
 `base` times bf16 nbx.linear and torch.nn.functional.linear the same way, and the default
 int4 configs through nbx.linear. Written to OUTDIR/probe_quant_<part>.json.
 """
@@ -127,7 +127,8 @@ def probe_base(record):
                GBps=NBYTES / gpu / 1e3)
 
 
-KQ_CONFIGS = [(32, 4, 8), (64, 4, 8), (32, 2, 4), (16, 4, 4), (64, 2, 8), (16, 2, 4)]
+KQ_CONFIGS = [(32, 4, 8), (64, 4, 8), (32, 2, 4), (16, 4, 4), (64, 2, 8), (16, 2, 4),
+              (8, 4, 4), (16, 8, 4), (8, 8, 4), (16, 4, 2)]
 
 
 def kq_weights(qt, copies, g):
@@ -159,7 +160,8 @@ def probe_kq(record):
     for qt in ("Q4_K", "Q5_K", "Q6_K"):
         nbytes = None
         ws = None
-        cfgs = KQ_CONFIGS if qt != "Q6_K" else [None]
+        # Q6_K: its packed kernel over the same configs, and the byte-decoding default
+        cfgs = KQ_CONFIGS if qt != "Q6_K" else [None] + KQ_CONFIGS
         try:
             probe = kq_weights(qt, 1, g)
             nbytes = probe[0][1].nbytes
@@ -171,7 +173,8 @@ def probe_kq(record):
             continue
 
         def run(cfg, i, qt=qt):
-            c = None if cfg is None else dict(BLOCK_N=cfg[0], BLOCK_S=cfg[1], num_warps=cfg[2])
+            c = None if cfg is None else dict(BLOCK_N=cfg[0], BLOCK_S=cfg[1], num_warps=cfg[2],
+                                              PACKED=True)
             return quant_linear(x, ws[i][0], config=c)
         precompile([(lambda c=c: run(c, 0), lambda: None) for c in cfgs], f"compile {qt}")
         for cfg in cfgs:

@@ -35,7 +35,8 @@ INT4 = {"gptq": [(256, 64, 1, 16), (512, 64, 2, 16), (256, 32, 1, 16, 1), (256, 
         "awq": [(1024, 8, 1, 32), (512, 16, 1, 64), (1024, 8, 1, 64), (512, 8, 1, 64)]}
 MOE_SHAPE = (2048, 64, 1024, 8, 16)          # H, experts, I, top-k, gating rows rotated
 PAGED_CASES = ((1, 8192), (8, 8192), (1, 32768))
-# (BLOCK_N, BLOCK_S, num_warps[, PACKED]): Q6_K's packed kernel only with PACKED
+# (BLOCK_N, BLOCK_S, num_warps[, PACKED]): Q6_K's packed kernel only with PACKED (its
+# default since KQ_TILES)
 KQ = {"Q4_K": [None, (64, 4, 8), (16, 2, 4)], "Q5_K": [None, (64, 4, 8)],
       "Q6_K": [None, (16, 4, 8, 1), (8, 4, 4, 1)]}
 

@@ -70,7 +70,7 @@ HOMES = {
         "quant": ("quant_linear", "quant_dequantize", "quant_embedding"),
         "quant_fused": ("decode_linear_quant", "decode_qkv_rope_quant"),
         "reduction": ("reduce", "scan"),
-        "resample": ("resample", "grid_sample"),
+        "resample": ("resample", "grid_sample", "pixel_shuffle"),
         "rnn": ("lstm_scan",),
         "rope": ("rope", "kv_append"),
         "sampling": ("sample", "argmax_commit", "commit_tokens"),

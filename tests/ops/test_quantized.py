@@ -108,6 +108,7 @@ def test_kquant_gemv_vs_float64(device, qtype, M):
 @pytest.mark.parametrize("qtype", KQ)
 @pytest.mark.parametrize("cfg", [dict(BLOCK_N=32, BLOCK_S=4, num_warps=8),
                                  dict(BLOCK_N=16, BLOCK_S=2, num_warps=4),
+                                 dict(BLOCK_N=16, BLOCK_S=4, num_warps=2),
                                  dict(BLOCK_N=64, BLOCK_S=4, num_warps=8)])
 def test_kquant_packed_tiles_vs_float64(qtype, cfg):
     """The packed K-quant GEMVs with the GPU's tiles on interp (Q6_K: its uint16-pair

@@ -339,8 +339,11 @@ def test_affine_grid(device, align, nd):
 
 
 # ------------------------------------------------------------------ pixel shuffle
-@pytest.mark.parametrize("shape,r", [((2, 18, 3, 5), 3), ((8, 4, 7), 2), ((2, 1, 12, 5, 3), 2)])
+@pytest.mark.parametrize("shape,r", [((2, 18, 3, 5), 3), ((8, 4, 7), 2), ((2, 1, 12, 5, 3), 2),
+                                     ((2, 16, 5, 129), 2), ((1, 32, 3, 9), 4)])
 def test_pixel_shuffle(device, shape, r):
+    """Factors 2 and 4 take the interleaving kernel on cuda/interp (258 output columns
+    overhang its 256-wide tile, 80 rows its 16-row one), 3 and strided inputs the views."""
     a = rng().standard_normal(shape).astype(np.float32)
     *lead, c, h, w = shape
     ref = a.reshape(*lead, c // (r * r), r, r, h, w)
@@ -352,6 +355,17 @@ def test_pixel_shuffle(device, shape, r):
         np.testing.assert_array_equal(y.numpy(), ref)
         back = F.pixel_unshuffle(y, r)
         np.testing.assert_array_equal(back.numpy(), a)
+
+
+def test_pixel_shuffle_bf16_and_empty(device):
+    a = rng(5).standard_normal((3, 8, 6, 7)).astype(np.float32)
+    x = nbx.tensor(a, device=device).to(nbx.bfloat16)
+    ref = a.astype(nbx.bfloat16.np).reshape(3, 2, 2, 2, 6, 7).transpose(0, 1, 4, 2, 5, 3)
+    y = nbx.pixel_shuffle(x, 2)
+    assert y.dtype == nbx.bfloat16 and tuple(y.shape) == (3, 2, 12, 14)
+    np.testing.assert_array_equal(y.float().numpy(), ref.reshape(3, 2, 12, 14).astype(np.float32))
+    assert tuple(nbx.pixel_shuffle(nbx.zeros((0, 8, 6, 7), device=device), 2).shape) == \
+        (0, 2, 12, 14)
 
 
 # ------------------------------------------------------------------ unfold / fold
@@ -488,11 +502,13 @@ def test_kernels_compile_for_sm90():
                          dict(IS_MAX=is_max, ADAPTIVE=adaptive, COUNT_PAD=True, HAS_DIV=False,
                               CL=cl, IDX=is_max, F64=False, BIG=big, BLOCK_R=16, BLOCK_Q=64))
             assert "ld.global" in k.asm["ptx"] and k.metadata.shared == 0
-        k = compile_(_resample_kernel, {"x_ptr": f"*{ty}", "o_ptr": f"*{ty}", "td_ptr": "*i32",
-                                        "wd_ptr": "*fp32", "th_ptr": "*i32", "wh_ptr": "*fp32",
-                                        "tw_ptr": "*i32", "ww_ptr": "*fp32"},
-                     dict(CL=True, F64=False, BIG=False, BLOCK_R=16, BLOCK_Q=64))
-        assert "st.global" in k.asm["ptx"]
+        for cl in (True, False):
+            k = compile_(_resample_kernel, {"x_ptr": f"*{ty}", "o_ptr": f"*{ty}",
+                                            "td_ptr": "*i32", "wd_ptr": "*fp32",
+                                            "th_ptr": "*i32", "wh_ptr": "*fp32",
+                                            "tw_ptr": "*i32", "ww_ptr": "*fp32"},
+                         dict(CL=cl, F64=False, BIG=False, BLOCK_R=8, BLOCK_Q=128))
+            assert "st.global" in k.asm["ptx"]
         for mode, three_d, ones in ((0, True, False), (1, True, False), (2, False, False),
                                     (2, False, True), (0, True, True)):
             k = compile_(_grid_sample_kernel, {"x_ptr": f"*{ty}", "g_ptr": f"*{ty}",

@@ -53,8 +53,12 @@ from .int4 import field_bias, field_minus
 QTYPES = {"Q8_0": 0, "Q4_1": 1, "Q4_K": 3, "Q5_K": 4, "Q6_K": 5}
 KQUANTS = ("Q4_K", "Q5_K", "Q6_K")
 # the K-quants whose GEMV loads packed words (`_kq_gemv_kernel`), and its tile
-KQ_PACKED = ("Q4_K", "Q5_K")
-KQ_TILE = dict(BLOCK_N=32, BLOCK_S=4, num_warps=8)
+# the K-quant GEMVs' tiles (BLOCK_N rows x BLOCK_S super-blocks a step), the fastest of
+# `probe_quant.py kq` on the H200 for 4096 x 14336 at batch 1 (Q4_K 30.5 us, Q5_K 41.6,
+# Q6_K 40.6; Q6_K's byte-decoding kernel took 274 us)
+KQ_TILES = {"Q4_K": dict(BLOCK_N=16, BLOCK_S=4, num_warps=2),
+            "Q5_K": dict(BLOCK_N=16, BLOCK_S=4, num_warps=2),
+            "Q6_K": dict(BLOCK_N=16, BLOCK_S=4, num_warps=4, PACKED=True)}
 KQ_GEMV_MAX_M = 8
 DEQUANT_QTYPES = {
     "Q8_0": (0, 32, 34), "Q4_1": (1, 32, 20), "Q4_0": (2, 32, 18), "Q4_K": (3, 256, 144),
@@ -371,12 +375,10 @@ def _dequant_rows_kernel(w_ptr, ids_ptr, y_ptr, flag_ptr, tag, K, row_bytes, n_r
 # ----------------------------------------------------------------------------- launch config
 def _gemv_config(N: int, K: int, M: int, dev, qtype=None):
     """The launch config for `dev` (kernels/_common.DeviceFacts)."""
-    if qtype in KQ_PACKED:
-        # BLOCK_N rows x BLOCK_S super-blocks a step: with 8 warps over 32 rows each thread
-        # holds 4 rows of one 16-byte word group (each x value it loads serves 4 rows), and
-        # an x tensor of a step (S x 4 x 8) is smaller than the CTA, which lets Triton load it
-        # straight into the slice of the words' layout (no shared-memory conversion)
-        return dict(KQ_TILE)
+    if qtype in KQ_TILES:
+        # the packed kernels (a config with PACKED=False sends Q6_K to the byte-decoding
+        # kernel of the other formats)
+        return dict(KQ_TILES[qtype])
     if dev.type != "cuda":
         # the interpreter pays per program, not per element: few, wide programs
         return dict(BLOCK_N=32, BLOCK_K=128, num_warps=4)
@@ -479,7 +481,7 @@ def quant_linear(x: Tensor, w, b: Tensor | None = None, *, block_n=None, block_k
                    BLOCK_N=cfg["BLOCK_N"], BLOCK_S=min(cfg.get("BLOCK_S", 4), _np2(K // 256)),
                    num_warps=cfg["num_warps"])
             return y.view(*lead, N)
-        if w.qtype in KQ_PACKED:
+        if w.qtype in ("Q4_K", "Q5_K"):
             launch(_kq_gemv_kernel, grid, x2, w.blocks, b if b is not None else y, y, N, K, rb,
                    x2.stride(0), x2.stride(1), y.stride(0), QTYPE=QTYPES[w.qtype],
                    HAS_BIAS=b is not None, BLOCK_N=cfg["BLOCK_N"],

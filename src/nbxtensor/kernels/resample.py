@@ -16,7 +16,7 @@ from __future__ import annotations
 from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from ..dispatch import register
-from ._host import cdiv as _cdiv
+from ._host import cdiv as _cdiv, next_pow2 as _next_pow2
 from ._coords import tile_coords
 from . import pooling as _pooling
 from .pooling import flat_offsets, is_channels_last, needs_int64, out_coords, tile_grid
@@ -67,6 +67,60 @@ def resample(out, x, tables):
            OD, OH, OW, *x.stride(), *out.stride(), td.shape[1], th.shape[1], tw.shape[1],
            CL=cl, F64=x.dtype.itemsize == 8, BIG=needs_int64(x, out),
            BLOCK_R=br, BLOCK_Q=bq, num_warps=_pooling.POOL_WARPS)
+    return out
+
+
+# ---------------------------------------------------------------------------- pixel_shuffle
+@triton.jit
+def _pixel_shuffle_kernel(x_ptr, o_ptr, R, C, OH, OW, W, sxn, sxc, sxh, sxw, son, soc, soh,
+                          F: tl.constexpr, BIG: tl.constexpr, BLOCK_R: tl.constexpr,
+                          BLOCK_Q: tl.constexpr):
+    """out (N, C, OH, OW) of x (N, C * F * F, OH / F, OW / F), F 2 or 4: output row
+    (n, c, oh) interleaves the rows h = oh // F of channels c F^2 + (oh % F) F + j, j < F,
+    so a [BLOCK_R, BLOCK_Q] output tile is F contiguous [BLOCK_R, BLOCK_Q / F] loads
+    interleaved in registers and one contiguous store."""
+    if BIG:
+        rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    else:
+        rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = rows < R
+    rows = tl.where(row_ok, rows, 0)
+    oh = rows % OH
+    nc = rows // OH
+    c = nc % C
+    n = nc // C
+    ch = c * (F * F) + (oh % F) * F
+    src = (x_ptr + n * sxn + ch * sxc + (oh // F) * sxh)[:, None]
+    wv = tl.program_id(1) * (BLOCK_Q // F) + tl.arange(0, BLOCK_Q // F)
+    ok = row_ok[:, None] & (wv < W)[None, :]
+    s0 = tl.load(src + wv[None, :] * sxw, mask=ok)
+    s1 = tl.load(src + sxc + wv[None, :] * sxw, mask=ok)
+    if F == 2:
+        v = tl.interleave(s0, s1)
+    else:
+        s2 = tl.load(src + 2 * sxc + wv[None, :] * sxw, mask=ok)
+        s3 = tl.load(src + 3 * sxc + wv[None, :] * sxw, mask=ok)
+        v = tl.interleave(tl.interleave(s0, s2), tl.interleave(s1, s3))
+    q = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    dst = (n * son + c * soc + oh * soh)[:, None] + q[None, :]
+    tl.store(o_ptr + dst, v, mask=row_ok[:, None] & (q < OW)[None, :])
+
+
+SHUFFLE_TILE = 4096     # outputs a pixel_shuffle program stores
+
+
+@register("pixel_shuffle", "triton")
+def pixel_shuffle(out, x, factor):
+    """out (N, C, H F, W F) contiguous <- x (N, C F^2, H, W) shuffled, F in (2, 4)."""
+    from ..backends.launch import launch
+    N, C, OH, OW = out.shape
+    R = N * C * OH
+    bq = max(factor, min(_next_pow2(OW), 256))
+    br = max(1, SHUFFLE_TILE // bq)
+    launch(_pixel_shuffle_kernel, (_cdiv(R, br), _cdiv(OW, bq)), x, out, R, C, OH, OW,
+           x.shape[3], x.stride(0), x.stride(1), x.stride(2), x.stride(3), out.stride(0),
+           out.stride(1), out.stride(2), F=factor, BIG=needs_int64(x, out), BLOCK_R=br,
+           BLOCK_Q=bq, num_warps=4)
     return out
 
 

@@ -312,9 +312,21 @@ def pixel_shuffle(input, upscale_factor):  # noqa: A002
         raise ValueError(f"{op}: the channel dim (size {c}) must be divisible by "
                          f"upscale_factor**2 = {r * r}")
     k = len(lead)
+    if r in SHUFFLE_KERNEL_FACTORS and input.device.type != "cpu" and input.numel() \
+            and input.stride(-1) == 1:
+        # rows of the output interleave r input rows: one kernel pass (kernels/resample.py)
+        # instead of the copy of a 6-d permuted view
+        x4 = input.reshape(-1, c, h, w)
+        out = Tensor._empty((x4.shape[0], c // (r * r), h * r, w * r), input.dtype,
+                            input.device)
+        impl("pixel_shuffle", input.device)(out, x4, r)
+        return out.view(*lead, c // (r * r), h * r, w * r)
     y = input.reshape(*lead, c // (r * r), r, r, h, w)
     y = y.permute(*range(k), k, k + 3, k + 1, k + 4, k + 2)
     return y.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+SHUFFLE_KERNEL_FACTORS = (2, 4)     # the factors the pixel_shuffle kernel interleaves
 
 
 def pixel_unshuffle(input, downscale_factor):  # noqa: A002
