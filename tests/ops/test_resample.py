@@ -109,6 +109,12 @@ def ref_separable(x, mats):
     ((2, 3, 5, 7), (11, 4), "bicubic", False), ((1, 2, 5, 7), (9, 13), "bicubic", True),
     ((2, 3, 17), (7,), "nearest", None), ((2, 3, 7, 9), (13, 5), "nearest", None),
     ((1, 2, 3, 5, 4), (7, 2, 8), "nearest", None), ((1, 2, 4, 5), (8, 10), "nearest", None),
+    # the width doubled (the interleaving 2x kernel on cuda/interp): 258 columns overhang
+    # its 256-wide tile; bicubic's outer taps are loaded one by one
+    ((2, 3, 7, 129), (13, 258), "bilinear", False), ((1, 2, 5, 9), (10, 18), "bilinear", True),
+    ((2, 3, 20), (40,), "linear", False), ((1, 2, 3, 5, 4), (6, 10, 8), "trilinear", False),
+    ((1, 2, 5, 9), (10, 18), "bicubic", False), ((1, 2, 5, 9), (7, 18), "bicubic", True),
+    ((2, 3, 6, 130), (12, 260), "nearest", None),
 ])
 def test_interpolate_formulas(device, shape, size, mode, align):
     gen = rng()
