@@ -140,17 +140,6 @@ def log_softmax(input, dim=None, dtype=None, *, _stacklevel=None):  # noqa: A002
 
 
 # ------------------------------------------------------------------ layer_norm / rms_norm
-def _norm_shape(normalized_shape, x, op):
-    if isinstance(normalized_shape, numbers.Integral):
-        normalized_shape = (int(normalized_shape),)
-    ns = tuple(int(n) for n in normalized_shape)
-    k = len(ns)
-    if k == 0 or k > x.ndim or tuple(x.shape[x.ndim - k:]) != ns:
-        raise ValueError(f"{op}: normalized_shape {ns} must match the last {k} dims of the "
-                         f"input of shape {tuple(x.shape)}")
-    return ns
-
-
 def _as_rows(t, k):
     """View t as [R, N] (N = product of the last k dims, unit stride), copying if needed."""
     R = math.prod(t.shape[:t.ndim - k])
@@ -162,38 +151,107 @@ def _as_rows(t, k):
     return t.as_strided((R, N), (st[0], 1), t.storage_offset())
 
 
-def _norm(x, ns, weight, bias, eps, residual, rms, op):
-    _check_float(x, "input", op)
-    ns = _norm_shape(ns, x, op)
-    weight = _check_param(weight, "weight", ns, x, op)
-    bias = _check_param(bias, "bias", ns, x, op)
-    if eps is None:
-        eps = _dt.finfo(x.dtype).eps
-    if not isinstance(eps, numbers.Real):
-        raise TypeError(f"{op}: eps must be a number, got {type(eps).__name__}")
+@_plans.memoize("ops.nn.norm", 4096)
+def _norm_infer(xk, ns, wk, bk, rk, op):
+    """layer_norm / rms_norm (and their residual forms) of operands of these kinds
+    (plans.kind: dtype, shape, strides, device; None for an absent one): the one validation,
+    and (k, R, N, x's row stride or None where x is first copied, the weight's and the
+    bias's element strides or None where they are first reshaped, the residual's row
+    stride or None)."""
+    xd, xs, xst, dev = xk
+    if not xd.is_floating_point or xd.is_float8:
+        raise TypeError(f"{op}: input must have a float16, bfloat16, float32 or float64 "
+                        f"dtype, got {xd.name}")
+    if ns.__class__ is int:
+        ns = (ns,)
+    ns = tuple(int(n) for n in ns)
     k = len(ns)
-    out = Tensor._empty(x.shape, x.dtype, x.device)
-    h = None
-    if residual is not None:
-        if not isinstance(residual, Tensor):
-            raise TypeError(f"{op}: residual must be a Tensor, got {type(residual).__name__}")
-        if residual.dtype is not x.dtype or tuple(residual.shape) != tuple(x.shape) \
-                or residual.device != x.device:
-            raise ValueError(f"{op}: residual must match input (shape {tuple(x.shape)}, "
-                             f"{x.dtype.name}, {x.device}), got shape {tuple(residual.shape)}, "
-                             f"{residual.dtype.name}, {residual.device}")
-        h = Tensor._empty(x.shape, x.dtype, x.device)
-    if out.numel():
-        w = weight.reshape(-1) if weight is not None else None
-        b = bias.reshape(-1) if bias is not None else None
-        args = (_as_rows(out, k), _as_rows(x, k))
+    if k == 0 or k > len(xs) or tuple(xs[len(xs) - k:]) != ns:
+        raise ValueError(f"{op}: normalized_shape {ns} must match the last {k} dims of the "
+                         f"input of shape {tuple(xs)}")
+    R = math.prod(xs[:len(xs) - k])
+    N = math.prod(ns)
+
+    def row_stride(shape, stride):
+        st = _view_strides(tuple(shape), tuple(stride), (R, N))
+        return None if st is None or (N > 1 and st[1] != 1) else st[0]
+
+    def flat(pk, name):
+        if pk is None:
+            return None
+        pd, ps, pst, pdev = pk
+        if not pd.is_floating_point or pd.is_float8:
+            raise TypeError(f"{op}: {name} must have a float16, bfloat16, float32 or float64 "
+                            f"dtype, got {pd.name}")
+        if pdev != dev:
+            raise ValueError(f"{op}: {name} is on {pdev} but input is on {dev}")
+        if tuple(ps) != ns:
+            raise ValueError(f"{op}: {name} must have shape {ns}, got {tuple(ps)}")
+        st = _view_strides(tuple(ps), tuple(pst), (N,))
+        return None if st is None else st[0]
+    ws, bs = flat(wk, "weight"), flat(bk, "bias")
+    rs = None
+    if rk is not None:
+        rd, rsh, rst, rdev = rk
+        if rd is not xd or tuple(rsh) != tuple(xs) or rdev != dev:
+            raise ValueError(f"{op}: residual must match input (shape {tuple(xs)}, "
+                             f"{xd.name}, {dev}), got shape {tuple(rsh)}, {rd.name}, {rdev}")
+        rs = row_stride(rsh, rst)
+    return k, R, N, row_stride(xs, xst), ws, bs, rs
+
+
+def _kind(t, name, op):
+    if t is None:
+        return None
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
+    return (t._dtype, t._shape, t._stride, t._storage.device)
+
+
+def _rows_view(t, rs, k, R, N):
+    """t as (R, N) rows: a view with row stride rs, or (rs None) through _as_rows."""
+    if rs is None:
+        return _as_rows(t, k)
+    return Tensor._make(t._storage, (R, N), (rs, 1), t._offset, t._dtype)
+
+
+def _flat_view(p, st, N):
+    if p is None:
+        return None
+    if st is None:
+        return p.reshape(-1)
+    return Tensor._make(p._storage, (N,), (st,), p._offset, p._dtype)
+
+
+def _norm(x, ns, weight, bias, eps, residual, rms, op):
+    if ns.__class__ is int or ns.__class__ is tuple:
+        ns_key = ns
+    elif isinstance(ns, numbers.Integral):
+        ns_key = int(ns)
+    else:
+        ns_key = tuple(ns)
+    k, R, N, xs, ws, bs, rs = _norm_infer(
+        _kind(x, "input", op), ns_key, _kind(weight, "weight", op), _kind(bias, "bias", op),
+        _kind(residual, "residual", op), op)
+    if eps is None:
+        eps = _dt.finfo(x._dtype).eps
+    elif eps.__class__ is not float and not isinstance(eps, numbers.Real):
+        raise TypeError(f"{op}: eps must be a number, got {type(eps).__name__}")
+    dev = x._storage.device
+    out = Tensor._empty(x._shape, x._dtype, dev)
+    h = Tensor._empty(x._shape, x._dtype, dev) if residual is not None else None
+    if R and N:
+        orow = Tensor._make(out._storage, (R, N), (N, 1), out._offset, out._dtype)
+        args = (orow, _rows_view(x, xs, k, R, N))
+        w = _flat_view(weight, ws, N)
         kw = {}
         if residual is not None:
-            kw = dict(residual=_as_rows(residual, k), h_out=_as_rows(h, k))
+            kw = dict(residual=_rows_view(residual, rs, k, R, N),
+                      h_out=Tensor._make(h._storage, (R, N), (N, 1), h._offset, h._dtype))
         if rms:
-            impl("rms_norm", x.device)(*args, w, float(eps), **kw)
+            impl("rms_norm", dev)(*args, w, float(eps), **kw)
         else:
-            impl("layer_norm", x.device)(*args, w, b, float(eps), **kw)
+            impl("layer_norm", dev)(*args, w, _flat_view(bias, bs, N), float(eps), **kw)
     return out if residual is None else (out, h)
 
 
