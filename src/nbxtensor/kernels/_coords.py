@@ -18,6 +18,18 @@ def unravel4(i, S1, S2, S3):
 
 
 @triton.jit
+def tile_rows(R, BIG: tl.constexpr, BLOCK_R: tl.constexpr):
+    """(rows, row_ok) of this program's BLOCK_R row tile (grid axis 0), rows past R clamped
+    to 0: int32 unless an offset may pass 2**31 (64-bit division is slow and spills)."""
+    if BIG:
+        rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    else:
+        rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = rows < R
+    return tl.where(row_ok, rows, 0), row_ok
+
+
+@triton.jit
 def tile_coords(R, Q, C, OD, OH, OW, CL: tl.constexpr, BIG: tl.constexpr,
                 BLOCK_R: tl.constexpr, BLOCK_Q: tl.constexpr):
     """The outputs (N, C, OD, OH, OW) of this program's [BLOCK_R, BLOCK_Q] tile (grid axis 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from ..dispatch import register
-from ._coords import tile_coords, unravel4
+from ._coords import tile_coords, tile_rows, unravel4
 from ._host import cdiv as _cdiv, next_pow2 as _next_pow2
 
 BLOCK = 256
@@ -145,12 +145,7 @@ def _pool_rows_kernel(x_ptr, o_ptr, R, C, OD, OH, OW, ID, IH,
     contiguous inputs, loaded as one wide tile (vectorised, where the general kernel
     gathers every KW-th element) and folded KW to one at the end. Rows (n, c, od, oh) take
     the general kernel's windows along d and h."""
-    if BIG:
-        rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-    else:
-        rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = rows < R
-    rows = tl.where(row_ok, rows, 0)
+    rows, row_ok = tile_rows(R, BIG, BLOCK_R)
     n, c, od, oh = unravel4(rows, C, OD, OH)
     iw = tl.program_id(1) * (BLOCK_Q * KW) + tl.arange(0, BLOCK_Q * KW)
     iw_ok = iw < OW * KW

@@ -17,7 +17,7 @@ from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from ..dispatch import register
 from ._host import cdiv as _cdiv, next_pow2 as _next_pow2
-from ._coords import tile_coords
+from ._coords import tile_coords, tile_rows
 from . import pooling as _pooling
 from .pooling import flat_offsets, is_channels_last, needs_int64, out_coords, tile_grid
 
@@ -79,12 +79,7 @@ def _pixel_shuffle_kernel(x_ptr, o_ptr, R, C, OH, OW, W, sxn, sxc, sxh, sxw, son
     (n, c, oh) interleaves the rows h = oh // F of channels c F^2 + (oh % F) F + j, j < F,
     so a [BLOCK_R, BLOCK_Q] output tile is F contiguous [BLOCK_R, BLOCK_Q / F] loads
     interleaved in registers and one contiguous store."""
-    if BIG:
-        rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-    else:
-        rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = rows < R
-    rows = tl.where(row_ok, rows, 0)
+    rows, row_ok = tile_rows(R, BIG, BLOCK_R)
     oh = rows % OH
     nc = rows // OH
     c = nc % C
