@@ -290,6 +290,34 @@ def test_adaptive_pool(device, nd, sp, outs, kind):
         np.testing.assert_array_equal(i.numpy(), ri)
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_adaptive_pool_even_bins(device, layout):
+    """Bins that divide the input evenly run as plain windows (kernel = stride = I / O): on
+    NCHW the wide-row kernel up to 64-wide windows, on channels-last the general kernel's
+    small tiles; against the adaptive reference, with NaN and -inf in bins and indices."""
+    x, a = _input((2, 3, 8, 64), nbx.float32, device, layout)
+    a = a.copy()
+    a[0, 1, 2, 17] = np.nan
+    a[1, 2, 4:6, 32:64] = -np.inf
+    x = nbx.tensor(a.astype(np.float32), device=device)
+    if layout == "channels_last":
+        x = nbx.tensor(np.ascontiguousarray(a.astype(np.float32).transpose(0, 2, 3, 1)),
+                       device=device).permute(0, 3, 1, 2)
+    for outs in ((4, 1), (2, 2), (8, 4), (1, 1)):
+        np.testing.assert_allclose(F.adaptive_avg_pool2d(x, outs).numpy(),
+                                   ref_adaptive(a, outs, "avg"), rtol=1e-6, atol=1e-6)
+        y = F.adaptive_max_pool2d(x, outs)
+        np.testing.assert_array_equal(y.numpy(), ref_adaptive(a, outs, "max")[0].astype(np.float32))
+        y, i = F.adaptive_max_pool2d(x, outs, return_indices=True)
+        ry, ri = ref_adaptive(a, outs, "max")
+        np.testing.assert_array_equal(y.numpy(), ry.astype(np.float32))
+        np.testing.assert_array_equal(i.numpy(), ri)
+    if device != "cpu" and layout == "contiguous":
+        import nbxtensor.kernels.pooling as kp
+        assert kp._rows_path(nbx.empty(1, 1, 1, 4, 1), nbx.empty(1, 1, 1, 8, 64), None,
+                             (1, 2, 64), (1, 2, 64), (0, 0, 0), (1, 1, 1), False) == 64
+
+
 def test_adaptive_pool_none_and_layouts(device):
     x, a = _input((2, 5, 9, 7), nbx.float32, device, "channels_last")
     y = F.adaptive_avg_pool2d(x, (4, None))              # None keeps the input's width

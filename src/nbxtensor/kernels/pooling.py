@@ -16,6 +16,7 @@ from ._triton import triton, tl  # Triton, or its stand-in without Triton
 
 from ..dispatch import register
 from ._coords import tile_coords, tile_rows, unravel4
+from ._common import device_facts
 from ._host import cdiv as _cdiv, next_pow2 as _next_pow2
 
 BLOCK = 256
@@ -140,8 +141,8 @@ def _pool_rows_kernel(x_ptr, o_ptr, R, C, OD, OH, OW, ID, IH,
                       IS_MAX: tl.constexpr, COUNT_PAD: tl.constexpr, HAS_DIV: tl.constexpr,
                       F64: tl.constexpr, BIG: tl.constexpr, KW: tl.constexpr,
                       BLOCK_R: tl.constexpr, BLOCK_Q: tl.constexpr):
-    """NCHW windows that tile the width (kernel = stride = KW, a power of two, no padding
-    or dilation along w, every window whole): a tap row of BLOCK_Q outputs is BLOCK_Q * KW
+    """NCHW windows that tile the width (kernel = stride = KW, a power of two up to 256, no
+    padding or dilation along w, every window whole; adaptive pools with even bins too): a tap row of BLOCK_Q outputs is BLOCK_Q * KW
     contiguous inputs, loaded as one wide tile (vectorised, where the general kernel
     gathers every KW-th element) and folded KW to one at the end. Rows (n, c, od, oh) take
     the general kernel's windows along d and h."""
@@ -198,7 +199,7 @@ def _rows_path(out, x, indices, kernel, stride, padding, dilation, adaptive):
     """KW when _pool_rows_kernel computes this pooling (NCHW, the windows tiling the
     width), else 0."""
     KW = kernel[2]
-    ok = (indices is None and not adaptive and not is_channels_last(out) and KW in (2, 4, 8)
+    ok = (indices is None and not adaptive and not is_channels_last(out) and KW in ROWS_KW
           and stride[2] == KW and padding[2] == 0 and dilation[2] == 1
           and out.shape[4] * KW <= x.shape[4])
     return KW if ok else 0
@@ -206,6 +207,7 @@ def _rows_path(out, x, indices, kernel, stride, padding, dilation, adaptive):
 
 ROWS_TILE = 2048    # inputs of one tap a _pool_rows_kernel program loads (sweep_resample.py)
 ROWS_WARPS = 4
+ROWS_KW = (2, 4, 8, 16, 32, 64, 128, 256)   # window widths it takes (a row tile holds one)
 
 
 def needs_int64(*ts):
@@ -236,13 +238,23 @@ def pool_tile(Q) -> tuple[int, int]:
     return max(1, TILE // bq), bq
 
 
+WAVES = 4        # programs per SM below which a cuda tiling takes fewer rows a program
+
+
 def tile_grid(out):
     """(R, Q, grid, BLOCK_R, BLOCK_Q, CL) of the row x column tiling of `out` (5-D view):
-    see _coords.tile_coords."""
+    see _coords.tile_coords. A small output (a large window's pooling: a global or adaptive
+    average) takes fewer rows a program on cuda until WAVES programs an SM run, as its
+    programs walk their windows in turn (interp keeps the large tiles: its programs run one
+    after another)."""
     N, C, OD, OH, OW = out.shape
     cl = is_channels_last(out)
     R, Q = (N * OD * OH * OW, C) if cl else (N * C * OD * OH, OW)
     br, bq = pool_tile(Q)
+    if out.device.type == "cuda":
+        want = WAVES * device_facts(out.device).sms
+        while br > 1 and _cdiv(R, br) * _cdiv(Q, bq) < want:
+            br //= 2
     return R, Q, (_cdiv(R, br), _cdiv(Q, bq)), br, bq, cl
 
 
@@ -256,7 +268,7 @@ def pool(out, indices, x, kernel, stride, padding, dilation, *, adaptive, is_max
     KW = _rows_path(out, x, indices, kernel, stride, padding, dilation, adaptive)
     if KW:
         R = N * C * OD * OH
-        wide = min(_next_pow2(OW * KW), 256)
+        wide = min(_next_pow2(OW * KW), max(256, KW))
         bq = wide // KW
         br = max(1, ROWS_TILE // wide)
         if _OVERRIDE:

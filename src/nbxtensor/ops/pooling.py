@@ -11,7 +11,8 @@ Windows, per spatial axis of input size I and output size O:
     positions outside [0, I) are padding (never the maximum; zeros for the average).
     O = floor((I + 2p - d(k-1) - 1 + (s-1 if ceil_mode)) / s) + 1, less one when ceil_mode
     would start the last window in the right padding.
-  * adaptive: output o reads [floor(o*I/O), ceil((o+1)*I/O)).
+  * adaptive: output o reads [floor(o*I/O), ceil((o+1)*I/O)); where O divides I on every
+    axis that is the plain window kernel = stride = I/O, and runs as one.
 Max pooling propagates NaN (a NaN in the window is the result) and returns, with
 return_indices, each maximum's flat index in its (D, H, W) plane, as torch. The average
 divides by divisor_override, else by the window's size clipped to the padded input
@@ -133,6 +134,12 @@ def _adaptive(input, output_size, nd, op, is_max, return_indices=False):  # noqa
     outs = tuple(i if o is None else int(o) for i, o in zip(spatial, output_size))
     if any(o < 0 for o in outs):
         raise ValueError(f"{op}: output_size must be non-negative, got {output_size!r}")
+    if all(n and i % n == 0 for i, n in zip(spatial, outs)):
+        # bins that divide the input evenly are plain windows, kernel = stride = I / O (the
+        # same positions, counts and indices), which the backends' window-tiling paths take
+        k = tuple(i // n for i, n in zip(spatial, outs))
+        return _run(input, nd, op, outs, k, k, (0,) * nd, (1,) * nd, False, is_max,
+                    return_indices, True, 0)
     # the widest window of each axis: the kernels loop over it and mask the shorter ones
     kmax = tuple(max(-(-((o + 1) * i) // n) - (o * i) // n for o in range(n)) if n else 1
                  for i, n in zip(spatial, outs))
