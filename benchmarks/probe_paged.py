@@ -1,9 +1,13 @@
 """Probe (H200): paged decode attention (kernels/paged_attention.py) against the contiguous
 kernel (kernels/decode_attention.py) at the same lengths, over the paged kernel's configs.
 
-    PYTHONPATH=src python3 benchmarks/probe_paged.py [OUTDIR]
+    PYTHONPATH=src python3 benchmarks/probe_paged.py [--layouts] [OUTDIR]
 
 B in (1, 8), 32/8 heads, D 128, bf16, lengths 1k/8k/32k, page size 16, shuffled pages.
+--layouts: the rule's config only, lengths 1k/8k, over page sizes 16/64 and two pool
+layouts: "nhd" (num_blocks, block_size, Hk, D) contiguous, as PagedKVCache allocates it, and
+"hnd", the same shape as a view of head-major memory (num_blocks, Hk, block_size, D), where
+one head's keys of a page are one contiguous run.
 Each row: GPU time per call (us, queued behind a sleep kernel, caches rotated past L2:
 _common.time_rotated) and the eager time (us, CUDA events, host included) of the contiguous
 kernel and of the paged one with one override of its config (BLOCK_N, num_warps,
@@ -26,11 +30,60 @@ import nbxtensor as nbx  # noqa: E402
 from nbxtensor.kernels import paged_attention as KP  # noqa: E402
 
 Hq, Hk, D, PS = 32, 8, 128, 16
-VARIANTS = [None, dict(BLOCK_N=64), dict(num_stages=2), dict(num_stages=4),
+VARIANTS = [None, dict(PF=False), dict(BLOCK_N=64), dict(num_stages=2), dict(num_stages=4),
             dict(BLOCK_N=64, num_stages=4), dict(num_warps=8), dict(BLOCK_N=256, num_stages=2)]
 
 
+LAYOUTS = "--layouts" in sys.argv
+
+
+def _pools(nb, ps, layout):
+    if layout == "nhd":
+        return (nbx.randn(nb, ps, Hk, D, device="cuda").to(nbx.bfloat16),
+                nbx.randn(nb, ps, Hk, D, device="cuda").to(nbx.bfloat16))
+    return (nbx.randn(nb, Hk, ps, D, device="cuda").to(nbx.bfloat16).permute(0, 2, 1, 3),
+            nbx.randn(nb, Hk, ps, D, device="cuda").to(nbx.bfloat16).permute(0, 2, 1, 3))
+
+
+def main_layouts():
+    rows = []
+    record = recorder(rows)
+    g = np.random.default_rng(1)
+    for B in (1, 8):
+        for L in (1024, 8192):
+            kv_bytes = B * L * Hk * D * 2 * 2
+            copies = max(1, -(-(256 << 20) // kv_bytes))
+            q = nbx.tensor(g.standard_normal((B, Hq, 1, D)).astype(np.float32),
+                           device="cuda").to(nbx.bfloat16)
+            lengths = nbx.tensor(np.full(B, L, np.int32), device="cuda")
+            conts = [(nbx.randn(B, Hk, L, D, device="cuda").to(nbx.bfloat16),
+                      nbx.randn(B, Hk, L, D, device="cuda").to(nbx.bfloat16))
+                     for _ in range(copies)]
+            cont = lambda i: nbx.decode_attention(q, conts[i][0], conts[i][1], lengths)  # noqa
+            c_gpu = time_rotated(cont, copies, 200) * 1e3
+            for ps in (16, 64):
+                nb = B * L // ps
+                for layout in ("nhd", "hnd"):
+                    for order in ("shuffled", "in order"):
+                        tab = (g.permutation(nb) if order == "shuffled" else np.arange(nb))
+                        bt = nbx.tensor(tab.astype(np.int32).reshape(B, L // ps), device="cuda")
+                        pages = [_pools(nb, ps, layout) for _ in range(copies)]
+                        paged = lambda i: nbx.paged_decode_attention(  # noqa: E731
+                            q, pages[i], bt, lengths)
+                        p_gpu = time_rotated(paged, copies, 200) * 1e3
+                        record(B=B, L=L, page=ps, layout=layout, order=order, cont_gpu_us=c_gpu,
+                               paged_gpu_us=p_gpu, gpu_ratio=p_gpu / c_gpu)
+                        del pages
+            del conts
+    path = os.path.join(out_dir(), "probe_paged_layouts.json")
+    with open(path, "w") as f:
+        json.dump(rows, f, indent=1)
+    print("wrote", path)
+
+
 def main():
+    if LAYOUTS:
+        return main_layouts()
     rows = []
     record = recorder(rows)
     g = np.random.default_rng(1)

@@ -70,14 +70,15 @@ def _setup(device, lens, PS, Hk=2, D=32, dtype=nbx.float32, seed=0, T=1):
     return cache, rnd(k).astype(np.float64), rnd(v).astype(np.float64), tab
 
 
-@pytest.mark.parametrize("split", [False, True])
-def test_paged_matches_reference_and_contiguous(device, split, monkeypatch):
+@pytest.mark.parametrize("split,prefetch", [(False, True), (True, True), (True, False)])
+def test_paged_matches_reference_and_contiguous(device, split, prefetch, monkeypatch):
     if split and device == "cpu":
         pytest.skip("the split-K merge is the kernel's")
-    if split:
-        monkeypatch.setattr(KP, "_OVERRIDE", {"P": 3, "BLOCK_N": 16, "ONE_MAX": 0})
+    if split:     # (prefetch: the page ids of the next key tile load one step ahead)
+        monkeypatch.setattr(KP, "_OVERRIDE", {"P": 3, "BLOCK_N": 16, "ONE_MAX": 0,
+                                              "PF": prefetch})
     PS = 4
-    lens = [1, PS, PS + 1, 3 * PS + 3]
+    lens = [1, PS, PS + 1, 3 * PS + 3, 14 * PS + 1]   # the last: several key tiles a split
     Hq, Hk, D = 4, 2, 40                   # D overhangs the 64-wide tile
     cache, k, v, _ = _setup(device, lens, PS, Hk, D)
     B = len(lens)
@@ -91,7 +92,7 @@ def test_paged_matches_reference_and_contiguous(device, split, monkeypatch):
     ref = _ref(q, k, v, lens)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
     # the contiguous kernel on the same data
-    C = 16
+    C = 64
     kc = np.zeros((B, Hk, C, D), np.float32)
     vc = np.zeros((B, Hk, C, D), np.float32)
     for b, n in enumerate(lens):
@@ -205,7 +206,7 @@ def test_kernels_compile_for_sm90():
     import sys
     sys.path.insert(0, sys_path)
     from test_moe import _compile
-    for dt in ("bf16", "fp32"):
+    for dt, pf in (("bf16", True), ("fp32", True), ("bf16", False)):
         k = _compile(KP._paged_decode_split,
                      {"q_ptr": "*" + dt, "k_ptr": "*" + dt, "v_ptr": "*" + dt, "bt_ptr": "*i32",
                       "len_ptr": "*i32", "o_ptr": "*" + dt, "po_ptr": "*fp32", "pml_ptr": "*fp32",
@@ -213,7 +214,7 @@ def test_kernels_compile_for_sm90():
                      dict(PAGE=16, GROUP=4, BLOCK_H=16, BLOCK_R=4, BLOCK_N=128 if dt == "bf16"
                           else 64, BLOCK_D=128, BLOCK_DV=128,
                           PREC="tf32" if dt == "bf16" else "ieee", CHUNK_P=8, BLOCK_P=8,
-                          s_qd=1, s_kd=1, s_vd=1, s_od=1),
+                          s_qd=1, s_kd=1, s_vd=1, s_od=1, PF=pf),
                      num_warps=4, num_stages=3 if dt == "bf16" else 2)
         assert k.metadata.shared <= 227 * 1024
         _compile(KP._paged_append_kernel,
