@@ -166,7 +166,7 @@ def paged_decode_attention(out, q, kc, vc, block_tables, lengths, *, scale):
     bdv = max(16, _np2(DV))
     facts = device_facts(q.device)
     cfg = decode_config(B, Hk, C, bd, bdv, q.dtype.itemsize, facts)
-    if facts.type == "cuda" and q.dtype.itemsize == 2 and B * Hk >= facts.sms // 2:
+    if facts.type == "cuda" and q.dtype.itemsize == 2 and B * Hk >= facts.sms // 4:
         # many (batch, kv head) rows: 64-key tiles keep more of them in flight (probe_paged:
         # B8 Hk8 L8k 1.43 -> 1.13 of the contiguous kernel's time; B1 gets slower with them)
         cfg["BLOCK_N"] = min(cfg["BLOCK_N"], 64)
